@@ -1,0 +1,39 @@
+// Command kwok is the upstream kwok controller, built from source at the
+// version pinned in this module's go.mod, for vacate's local dev cluster. It
+// simulates nodes and pods so tests and the demo need no kubelet or container
+// runtime.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"sigs.k8s.io/kwok/pkg/config"
+	"sigs.k8s.io/kwok/pkg/kwok/cmd"
+	"sigs.k8s.io/kwok/pkg/log"
+	"sigs.k8s.io/kwok/pkg/utils/signals"
+)
+
+func main() {
+	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
+	flagset.ParseErrorsWhitelist.UnknownFlags = true
+	flagset.Usage = func() {}
+
+	ctx := signals.SetupSignalContext()
+	ctx, logger := log.InitFlags(ctx, flagset)
+
+	ctx, err := config.InitFlags(ctx, flagset)
+	if err != nil {
+		_, _ = os.Stderr.Write([]byte(flagset.FlagUsages()))
+		logger.Error("Init config flags", err)
+		os.Exit(1)
+	}
+
+	command := cmd.NewCommand(ctx)
+	command.PersistentFlags().AddFlagSet(flagset)
+	if err := command.ExecuteContext(ctx); err != nil {
+		logger.Error("Execute exit", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vacate-dev/vacate/internal/devcluster"
+)
+
+// run calls the CLI in process and returns its exit code and outputs.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Main(args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	return code, out.String(), errOut.String()
+}
+
+// TestDevUpStatusEnvDown drives `vacate dev` as a person would: up prints a
+// kubeconfig that kubectl can use, status and env describe the cluster, and
+// down leaves no process behind.
+func TestDevUpStatusEnvDown(t *testing.T) {
+	clusters := t.TempDir()
+	t.Setenv(devcluster.EnvClustersDir, clusters)
+	dir := filepath.Join(clusters, "clitest")
+	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
+
+	code, out, errOut := run(t, "dev", "up", "--name", "clitest")
+	if code != ExitOK {
+		t.Fatalf("dev up exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	t.Logf("dev up:\n%s", out)
+	m := regexp.MustCompile(`(?m)^kubeconfig: (\S+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("dev up printed no kubeconfig path:\n%s", out)
+	}
+	kubeconfig := m[1]
+	if !strings.HasPrefix(kubeconfig, dir) {
+		t.Errorf("kubeconfig %s is not in the cluster directory %s", kubeconfig, dir)
+	}
+
+	// The processes outlive the command (it detached them).
+	st, err := devcluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Components) != 5 || !st.Running() {
+		t.Fatalf("want 5 running components, state has %d (running=%t)", len(st.Components), st.Running())
+	}
+
+	// A node created through the kubeconfig shows in `kubectl get nodes`.
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Nodes().Create(ctx, devcluster.SimulatedNode("cli-node-0", "zone-a", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := devcluster.WaitForNodesReady(ctx, cs, []string{"cli-node-0"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := exec.Command(st.Binaries[devcluster.Kubectl], "get", "nodes")
+	kubectl.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	got, err := kubectl.CombinedOutput()
+	if err != nil {
+		t.Fatalf("KUBECONFIG=%s kubectl get nodes: %v\n%s", kubeconfig, err, got)
+	}
+	t.Logf("kubectl get nodes:\n%s", got)
+	if !regexp.MustCompile(`cli-node-0\s+Ready`).Match(got) {
+		t.Errorf("kubectl get nodes does not show cli-node-0 Ready:\n%s", got)
+	}
+
+	code, out, _ = run(t, "dev", "status", "--name", "clitest")
+	t.Logf("dev status:\n%s", out)
+	if code != ExitOK {
+		t.Fatalf("dev status exited %d", code)
+	}
+	for _, comp := range []string{devcluster.Etcd, devcluster.KubeAPIServer, devcluster.KubeControllerManager, devcluster.KubeScheduler, devcluster.Kwok} {
+		if !regexp.MustCompile(`(?m)^` + comp + `\s+\d+\s+\d+\s+running`).MatchString(out) {
+			t.Errorf("dev status does not show %s running", comp)
+		}
+	}
+	if !strings.Contains(out, ": ready (ok)") {
+		t.Errorf("dev status does not show the API server ready")
+	}
+
+	code, out, _ = run(t, "dev", "env", "--name", "clitest")
+	if code != ExitOK || out != "export KUBECONFIG="+kubeconfig+"\n" {
+		t.Errorf("dev env = %d %q, want 0 %q", code, out, "export KUBECONFIG="+kubeconfig+"\n")
+	}
+
+	code, _, errOut = run(t, "dev", "up", "--name", "clitest")
+	if code != ExitError || !strings.Contains(errOut, "already running") {
+		t.Errorf("second dev up = %d %q, want exit 1 saying it is already running", code, errOut)
+	}
+
+	code, out, errOut = run(t, "dev", "down", "--name", "clitest")
+	t.Logf("dev down:\n%s", out)
+	if code != ExitOK {
+		t.Fatalf("dev down exited %d: %s", code, errOut)
+	}
+	if n := strings.Count(out, "stopped "); n != 5 {
+		t.Errorf("dev down stopped %d processes, want 5:\n%s", n, out)
+	}
+	if pids := devcluster.ProcessesUsing(dir); len(pids) > 0 {
+		t.Errorf("processes still running after dev down: %v", pids)
+	}
+
+	code, out, _ = run(t, "dev", "down", "--name", "clitest")
+	if code != ExitOK || !strings.Contains(out, "not running") {
+		t.Errorf("dev down of a stopped cluster = %d %q, want 0 saying it is not running", code, out)
+	}
+	code, _, errOut = run(t, "dev", "env", "--name", "clitest")
+	if code != ExitError || !strings.Contains(errOut, "not running") {
+		t.Errorf("dev env of a stopped cluster = %d %q, want exit 1 saying it is not running", code, errOut)
+	}
+}
+
+// TestDevUpStopsOnInterrupt runs the real binary: Ctrl-C, both during start
+// and once the cluster is up in the foreground, stops every process.
+func TestDevUpStopsOnInterrupt(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "vacate")
+	build := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building vacate: %v\n%s", err, out)
+	}
+	clusters := t.TempDir()
+
+	for _, tc := range []struct {
+		name string
+		// waitFor is the line after which Ctrl-C is sent.
+		waitFor  string
+		stream   string
+		wantCode int
+	}{
+		{name: "during-start", waitFor: "started kube-apiserver", stream: "stderr", wantCode: ExitError},
+		{name: "foreground", waitFor: "press Ctrl-C", stream: "stdout", wantCode: ExitOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(clusters, tc.name)
+			cmd := exec.Command(bin, "dev", "up", "--foreground", "--name", tc.name)
+			cmd.Env = append(os.Environ(), devcluster.EnvClustersDir+"="+clusters)
+			stdout, _ := cmd.StdoutPipe()
+			stderr, _ := cmd.StderrPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = devcluster.Down(dir) })
+			watched, other := stdout, stderr
+			if tc.stream == "stderr" {
+				watched, other = stderr, stdout
+			}
+			var otherOut bytes.Buffer
+			go func() { _, _ = io.Copy(&otherOut, other) }()
+			seen := make(chan string, 1)
+			var lines bytes.Buffer
+			go func() {
+				sc := bufio.NewScanner(watched)
+				for sc.Scan() {
+					lines.WriteString(sc.Text() + "\n")
+					if strings.Contains(sc.Text(), tc.waitFor) {
+						seen <- sc.Text()
+					}
+				}
+				close(seen)
+			}()
+			select {
+			case _, ok := <-seen:
+				if !ok {
+					t.Fatalf("vacate exited before printing %q:\n%s", tc.waitFor, lines.String())
+				}
+			case <-time.After(3 * time.Minute):
+				t.Fatalf("vacate did not print %q in time", tc.waitFor)
+			}
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("vacate did not exit within a minute of Ctrl-C")
+			}
+			if code := cmd.ProcessState.ExitCode(); code != tc.wantCode {
+				t.Errorf("exit code %d, want %d", code, tc.wantCode)
+			}
+			if pids := devcluster.ProcessesUsing(dir); len(pids) > 0 {
+				t.Errorf("processes still running after Ctrl-C: %v", pids)
+			}
+		})
+	}
+}
+
+func TestBadUsageIsExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"dev", "up", "extra"},
+		{"dev", "up", "--no-such-flag"},
+		{"dev", "status", "--name"},
+		{"no-such-command"},
+		{"dev", "no-such-command"},
+	} {
+		code, _, errOut := run(t, args...)
+		if code != ExitUsage {
+			t.Errorf("vacate %v exited %d, want %d (stderr %q)", args, code, ExitUsage, errOut)
+		}
+		if !strings.HasPrefix(errOut, "error: ") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("vacate %v: want one error line, got %q", args, errOut)
+		}
+	}
+	code, _, errOut := run(t, "dev", "up", "--name", "Bad_Name")
+	if code != ExitError || !strings.Contains(errOut, "lower-case") {
+		t.Errorf("bad cluster name: exit %d %q", code, errOut)
+	}
+}
+
+func TestEveryCommandHasExamples(t *testing.T) {
+	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard})
+	var check func(prefix string, cmds []*cobra.Command)
+	check = func(prefix string, cmds []*cobra.Command) {
+		for _, c := range cmds {
+			if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+				continue
+			}
+			if c.Runnable() && strings.TrimSpace(c.Example) == "" {
+				t.Errorf("%s %s has no examples in its help", prefix, c.Name())
+			}
+			check(prefix+" "+c.Name(), c.Commands())
+		}
+	}
+	check("vacate", root.Commands())
+}

@@ -1,0 +1,143 @@
+package devcluster
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestOptionsDefaults(t *testing.T) {
+	o := Options{Dir: t.TempDir()}
+	if err := o.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Name != DefaultName {
+		t.Errorf("name = %q, want %q", o.Name, DefaultName)
+	}
+	_, ipnet, err := net.ParseCIDR(o.PodCIDR)
+	if err != nil || !ipnet.IP.IsLoopback() {
+		t.Errorf("default pod CIDR %q is not inside 127.0.0.0/8", o.PodCIDR)
+	}
+}
+
+func TestOptionsRejectBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"upper-case name", Options{Name: "Dev"}, "lower-case"},
+		{"name with slash", Options{Name: "a/b"}, "lower-case"},
+		{"long name", Options{Name: strings.Repeat("a", 41)}, "longer than 40"},
+		{"routable pod CIDR", Options{Name: "x", Dir: "/tmp/x", PodCIDR: "10.0.0.0/16"}, "127.0.0.0/8"},
+		{"malformed pod CIDR", Options{Name: "x", Dir: "/tmp/x", PodCIDR: "127.1.0.0"}, "127.0.0.0/8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.opts.defaults()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("defaults() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPinnedVersionsMatchHackModules keeps the version constants, which key
+// the binary cache, in step with the modules that build the binaries.
+func TestPinnedVersionsMatchHackModules(t *testing.T) {
+	root := findSourceDir()
+	if root == "" {
+		t.Fatal("not inside a vacate checkout")
+	}
+	for _, tc := range []struct{ module, require string }{
+		{"controlplane", "k8s.io/kubernetes " + KubernetesVersion},
+		{"controlplane", "go.etcd.io/etcd/server/v3 " + EtcdVersion},
+		{"kwok", "sigs.k8s.io/kwok " + KwokVersion},
+	} {
+		b, err := os.ReadFile(filepath.Join(root, "hack", tc.module, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), tc.require+"\n") {
+			t.Errorf("hack/%s/go.mod does not require %q", tc.module, tc.require)
+		}
+	}
+}
+
+func TestHashModuleChangesWithSources(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module x\n")
+	write("main.go", "package main\n")
+	write("README.md", "ignored\n")
+	h1, err := hashModule(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("README.md", "still ignored\n")
+	if h2, _ := hashModule(dir); h2 != h1 {
+		t.Errorf("hash changed when only a non-source file changed")
+	}
+	write("main.go", "package main\n\nfunc main() {}\n")
+	if h3, _ := hashModule(dir); h3 == h1 {
+		t.Errorf("hash did not change when main.go changed")
+	}
+}
+
+func TestUpToDateNeedsEveryBinaryAndMatchingStamp(t *testing.T) {
+	dir := t.TempDir()
+	if upToDate(dir, []string{"a", "b"}, "") {
+		t.Fatal("empty directory reported up to date")
+	}
+	for _, n := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !upToDate(dir, []string{"a", "b"}, "") {
+		t.Error("all binaries present and no hash to compare: want up to date")
+	}
+	if upToDate(dir, []string{"a", "b"}, "abc") {
+		t.Error("missing stamp with a known hash: want stale")
+	}
+	if err := os.WriteFile(filepath.Join(dir, stampFile), []byte("abc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !upToDate(dir, []string{"a", "b"}, "abc") {
+		t.Error("matching stamp: want up to date")
+	}
+	if upToDate(dir, []string{"a", "b", "c"}, "abc") {
+		t.Error("binary c missing: want stale")
+	}
+}
+
+func TestTail(t *testing.T) {
+	got := tail([]byte("1\n2\n3\n4\n"), 2)
+	if got != "3\n4" {
+		t.Errorf("tail = %q, want %q", got, "3\n4")
+	}
+	if got := tail([]byte("only"), 5); got != "only" {
+		t.Errorf("tail = %q, want %q", got, "only")
+	}
+}
+
+func TestProcessAliveRejectsOtherBinaries(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ProcessAlive(os.Getpid(), self) {
+		t.Errorf("this test process is not alive running %s", self)
+	}
+	if ProcessAlive(os.Getpid(), "/usr/bin/not-this-one") {
+		t.Error("a pid running another binary was taken as ours")
+	}
+	if ProcessAlive(0, self) || ProcessAlive(-1, self) {
+		t.Error("pid <= 0 reported alive")
+	}
+}

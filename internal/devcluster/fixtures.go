@@ -1,0 +1,321 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// Labels the fixtures set.
+const (
+	ZoneLabel     = "topology.kubernetes.io/zone"
+	HostnameLabel = "kubernetes.io/hostname"
+	AppLabel      = "app"
+	// FixtureLabel marks every object the fixtures create, so a test can
+	// find and delete what it made.
+	FixtureLabel = "vacate.dev/fixture"
+)
+
+// simImage is the image name of simulated pods; kwok never pulls it.
+const simImage = "vacate.dev/simulated:latest"
+
+// NodeSet describes simulated nodes to create.
+type NodeSet struct {
+	// Prefix names the nodes Prefix-0, Prefix-1, ...
+	Prefix string
+	// Count is how many nodes to create.
+	Count int
+	// Zones are assigned round robin to the zone label. Default: one zone "zone-a".
+	Zones []string
+	// Labels are added to every node.
+	Labels map[string]string
+	// Pods is the pod capacity of each node. Default 110.
+	Pods int
+}
+
+// SimulatedNode returns a Node that the dev cluster's kwok runs: it becomes
+// Ready, keeps a lease, and its pods get loopback IPs.
+func SimulatedNode(name, zone string, podCapacity int) *corev1.Node {
+	if podCapacity == 0 {
+		podCapacity = 110
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("32"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   *resource.NewQuantity(int64(podCapacity), resource.DecimalSI),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Annotations: map[string]string{
+				KwokNodeAnnotation:             "fake",
+				"node.alpha.kubernetes.io/ttl": "0",
+			},
+			Labels: map[string]string{
+				HostnameLabel:        name,
+				ZoneLabel:            zone,
+				"kubernetes.io/os":   "linux",
+				"kubernetes.io/arch": "amd64",
+				"kubernetes.io/role": "agent",
+				"type":               "kwok",
+				FixtureLabel:         "true",
+			},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: capacity,
+			NodeInfo: corev1.NodeSystemInfo{
+				Architecture:    "amd64",
+				OperatingSystem: "linux",
+				KubeletVersion:  "fake",
+			},
+		},
+	}
+}
+
+// CreateNodes creates the node set and returns the node names, in order.
+func CreateNodes(ctx context.Context, cs kubernetes.Interface, set NodeSet) ([]string, error) {
+	if set.Count <= 0 {
+		return nil, fmt.Errorf("node set %q: count must be positive, got %d", set.Prefix, set.Count)
+	}
+	zones := set.Zones
+	if len(zones) == 0 {
+		zones = []string{"zone-a"}
+	}
+	names := make([]string, 0, set.Count)
+	for i := 0; i < set.Count; i++ {
+		name := fmt.Sprintf("%s-%d", set.Prefix, i)
+		n := SimulatedNode(name, zones[i%len(zones)], set.Pods)
+		for k, v := range set.Labels {
+			n.Labels[k] = v
+		}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			return names, fmt.Errorf("creating node %s: %w", name, err)
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// WaitForNodesReady waits until every named node reports Ready.
+func WaitForNodesReady(ctx context.Context, cs kubernetes.Interface, names []string, timeout time.Duration) error {
+	var notReady []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		notReady = notReady[:0]
+		for _, name := range names {
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || !NodeReady(n) {
+				notReady = append(notReady, name)
+			}
+		}
+		return len(notReady) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("nodes not Ready after %s: %v: %w", timeout, notReady, err)
+	}
+	return nil
+}
+
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// PodReady reports whether the pod is Running with its Ready condition True.
+func PodReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// CreateNamespace creates a namespace named generateName plus a random suffix
+// and waits for its default ServiceAccount, so pods can be created at once.
+func CreateNamespace(ctx context.Context, cs kubernetes.Interface, generateName string) (string, error) {
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: generateName, Labels: map[string]string{FixtureLabel: "true"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("creating namespace: %w", err)
+	}
+	return ns.Name, WaitForServiceAccount(ctx, cs, ns.Name, time.Minute)
+}
+
+func podTemplate(name string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{AppLabel: name, FixtureLabel: "true"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:  "app",
+				Image: simImage,
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU:    resource.MustParse("10m"),
+					corev1.ResourceMemory: resource.MustParse("16Mi"),
+				}},
+			}},
+			TerminationGracePeriodSeconds: ptr.To[int64](5),
+		},
+	}
+}
+
+func selectorFor(name string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: map[string]string{AppLabel: name}}
+}
+
+// Deployment returns a Deployment of simulated pods labelled app=name.
+func Deployment(ns, name string, replicas int32) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{FixtureLabel: "true"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: selectorFor(name),
+			Template: podTemplate(name),
+		},
+	}
+}
+
+// StatefulSet returns a StatefulSet of simulated pods labelled app=name,
+// governed by the headless Service of the same name (see HeadlessService).
+func StatefulSet(ns, name string, replicas int32) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{FixtureLabel: "true"}},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(replicas),
+			ServiceName:         name,
+			Selector:            selectorFor(name),
+			Template:            podTemplate(name),
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+		},
+	}
+}
+
+// HeadlessService returns the headless Service a StatefulSet names.
+func HeadlessService(ns, name string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{FixtureLabel: "true"}},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  map[string]string{AppLabel: name},
+			Ports:     []corev1.ServicePort{{Name: "app", Port: 8080}},
+		},
+	}
+}
+
+// DaemonSet returns a DaemonSet of simulated pods labelled app=name.
+func DaemonSet(ns, name string) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{FixtureLabel: "true"}},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: selectorFor(name),
+			Template: podTemplate(name),
+		},
+	}
+}
+
+// BarePod returns a pod with no controller, bound to node when node is set.
+func BarePod(ns, name, node string) *corev1.Pod {
+	t := podTemplate(name)
+	t.Spec.NodeName = node
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: t.Labels},
+		Spec:       t.Spec,
+	}
+}
+
+// PDB returns a PodDisruptionBudget over the pods labelled app=app; exactly
+// one of minAvailable and maxUnavailable should be set (as "2" or "10%").
+func PDB(ns, name, app string, minAvailable, maxUnavailable string) *policyv1.PodDisruptionBudget {
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{FixtureLabel: "true"}},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: selectorFor(app)},
+	}
+	if minAvailable != "" {
+		pdb.Spec.MinAvailable = ptr.To(intstr.Parse(minAvailable))
+	}
+	if maxUnavailable != "" {
+		pdb.Spec.MaxUnavailable = ptr.To(intstr.Parse(maxUnavailable))
+	}
+	return pdb
+}
+
+// Workload is a small, realistic mix: a Deployment with a PDB, a
+// StatefulSet with its Service, and a DaemonSet.
+type Workload struct {
+	Namespace           string
+	DeploymentReplicas  int32
+	StatefulSetReplicas int32
+	// PDBMaxUnavailable of the Deployment's PDB, such as "1" or "10%".
+	PDBMaxUnavailable string
+}
+
+// CreateWorkload creates the mix: Deployment "web" with PDB "web", StatefulSet
+// "db" with its Service, DaemonSet "agent".
+func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) error {
+	ns := w.Namespace
+	if w.PDBMaxUnavailable == "" {
+		w.PDBMaxUnavailable = "1"
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, Deployment(ns, "web", w.DeploymentReplicas), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating deployment web: %w", err)
+	}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, PDB(ns, "web", "web", "", w.PDBMaxUnavailable), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating PDB web: %w", err)
+	}
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, HeadlessService(ns, "db"), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating service db: %w", err)
+	}
+	if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, StatefulSet(ns, "db", w.StatefulSetReplicas), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating statefulset db: %w", err)
+	}
+	if _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, DaemonSet(ns, "agent"), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating daemonset agent: %w", err)
+	}
+	return nil
+}
+
+// WaitForPodsReady waits until at least count pods in ns matching selector
+// are Running and Ready, and returns them.
+func WaitForPodsReady(ctx context.Context, cs kubernetes.Interface, ns string, selector labels.Selector, count int, timeout time.Duration) ([]corev1.Pod, error) {
+	var ready []corev1.Pod
+	var seen int
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
+			return false, nil
+		}
+		seen = len(list.Items)
+		ready = ready[:0]
+		for _, p := range list.Items {
+			if PodReady(&p) {
+				ready = append(ready, p)
+			}
+		}
+		return len(ready) >= count, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for %d ready pods matching %q in %s (have %d of %d seen): %w",
+			count, selector, ns, len(ready), seen, err)
+	}
+	return ready, nil
+}

@@ -1,0 +1,143 @@
+// Package testenv gives a package's tests one real dev cluster, started on
+// first use and stopped when the package's tests end.
+//
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+//
+// and in a test:
+//
+//	c := testenv.Start(t)
+//	ns := testenv.Namespace(t, c)
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vacate-dev/vacate/internal/devcluster"
+)
+
+var (
+	mainUsed bool
+	once     sync.Once
+	shared   *devcluster.Cluster
+	startErr error
+	dir      string
+)
+
+// Main runs the tests and then stops the shared cluster, if one was started.
+// Its directory (logs included) is removed when every test passed and kept,
+// with its path printed, otherwise.
+func Main(m *testing.M) int {
+	mainUsed = true
+	code := m.Run()
+	if shared != nil {
+		shared.Stop()
+	}
+	if dir != "" {
+		if code == 0 {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Fprintf(os.Stderr, "testenv: dev cluster logs kept in %s/logs\n", dir)
+		}
+	}
+	return code
+}
+
+// Start returns the package's shared dev cluster, starting it on first use.
+func Start(t testing.TB) *devcluster.Cluster {
+	t.Helper()
+	if !mainUsed {
+		t.Fatal("testenv.Start needs `func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }` in the package, so the cluster is stopped when the tests end")
+	}
+	once.Do(func() {
+		dir, startErr = os.MkdirTemp("", "vacate-test-")
+		if startErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		shared, startErr = devcluster.Up(ctx, devcluster.Options{
+			Name: fmt.Sprintf("test-%d", os.Getpid()),
+			Dir:  dir,
+			Out:  progressWriter{},
+		})
+	})
+	if startErr != nil {
+		t.Fatalf("starting the dev cluster: %v", startErr)
+	}
+	return shared
+}
+
+// progressWriter shows only the slow, first-time build messages.
+type progressWriter struct{}
+
+func (progressWriter) Write(p []byte) (int, error) {
+	if s := string(p); strings.HasPrefix(s, "build") {
+		fmt.Fprint(os.Stderr, "testenv: "+s)
+	}
+	return len(p), nil
+}
+
+// Context returns a context that ends with the test.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Namespace creates a namespace for the test, deleted when it ends.
+func Namespace(t testing.TB, c *devcluster.Cluster) string {
+	t.Helper()
+	prefix := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(prefix) > 40 {
+		prefix = prefix[:40]
+	}
+	ns, err := devcluster.CreateNamespace(context.Background(), c.Client, strings.Trim(prefix, "-")+"-")
+	if err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	return ns
+}
+
+// Nodes creates simulated nodes for the test, deleted when it ends, and
+// waits until they are Ready.
+func Nodes(t testing.TB, c *devcluster.Cluster, set devcluster.NodeSet) []string {
+	t.Helper()
+	ctx := context.Background()
+	names, err := devcluster.CreateNodes(ctx, c.Client, set)
+	t.Cleanup(func() {
+		for _, n := range names {
+			_ = c.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		}
+	})
+	if err != nil {
+		t.Fatalf("creating nodes: %v", err)
+	}
+	if err := devcluster.WaitForNodesReady(ctx, c.Client, names, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// PodsOnNode lists the pods bound to node.
+func PodsOnNode(t testing.TB, c *devcluster.Cluster, node string) []corev1.Pod {
+	t.Helper()
+	list, err := c.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatalf("listing pods on %s: %v", node, err)
+	}
+	return list.Items
+}
