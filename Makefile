@@ -47,9 +47,13 @@ generate: ## Regenerate code, CRDs and RBAC (nothing to generate until the API t
 fmt: ## Format the Go code
 	gofmt -w $$(git ls-files '*.go')
 
+# The hack/ modules are a few lines of wrappers around all of Kubernetes; vet
+# checks them (from the build cache), staticcheck would analyse Kubernetes.
 .PHONY: lint
-lint: $(STATICCHECK) ## go vet and staticcheck on every module
-	@for m in $(MODULES); do echo "vet + staticcheck: $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done
+lint: $(STATICCHECK) ## go vet on every module, staticcheck on vacate's own code
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	@for m in hack/controlplane hack/kwok; do echo "go vet: $$m"; (cd $$m && $(GO) vet ./...); done
 
 .PHONY: verify
 verify: generate lint ## Fail on unformatted code, untidy modules, vet or lint findings, or generated drift

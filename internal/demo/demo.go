@@ -79,9 +79,9 @@ func Run(ctx context.Context, out io.Writer, opts Options) (err error) {
 	if _, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.Everything(), want, 2*time.Minute); err != nil {
 		return err
 	}
-	pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
+	pdb, err := devcluster.WaitForPDB(ctx, c.Client, ns, "web", 6, time.Minute)
 	if err != nil {
-		return fmt.Errorf("reading PDB web: %w", err)
+		return err
 	}
 	step("all %d pods are Running; PDB web allows %d disruption(s) (%d of %d healthy)",
 		want, pdb.Status.DisruptionsAllowed, pdb.Status.CurrentHealthy, pdb.Status.ExpectedPods)

@@ -267,6 +267,8 @@ type Workload struct {
 	StatefulSetReplicas int32
 	// PDBMaxUnavailable of the Deployment's PDB, such as "1" or "10%".
 	PDBMaxUnavailable string
+	// NodeSelector, when set, keeps every pod of the mix on matching nodes.
+	NodeSelector map[string]string
 }
 
 // CreateWorkload creates the mix: Deployment "web" with PDB "web", StatefulSet
@@ -276,7 +278,11 @@ func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) er
 	if w.PDBMaxUnavailable == "" {
 		w.PDBMaxUnavailable = "1"
 	}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, Deployment(ns, "web", w.DeploymentReplicas), metav1.CreateOptions{}); err != nil {
+	dep, sts, ds := Deployment(ns, "web", w.DeploymentReplicas), StatefulSet(ns, "db", w.StatefulSetReplicas), DaemonSet(ns, "agent")
+	dep.Spec.Template.Spec.NodeSelector = w.NodeSelector
+	sts.Spec.Template.Spec.NodeSelector = w.NodeSelector
+	ds.Spec.Template.Spec.NodeSelector = w.NodeSelector
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating deployment web: %w", err)
 	}
 	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, PDB(ns, "web", "web", "", w.PDBMaxUnavailable), metav1.CreateOptions{}); err != nil {
@@ -285,10 +291,10 @@ func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) er
 	if _, err := cs.CoreV1().Services(ns).Create(ctx, HeadlessService(ns, "db"), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating service db: %w", err)
 	}
-	if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, StatefulSet(ns, "db", w.StatefulSetReplicas), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating statefulset db: %w", err)
 	}
-	if _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, DaemonSet(ns, "agent"), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating daemonset agent: %w", err)
 	}
 	return nil
@@ -318,4 +324,23 @@ func WaitForPodsReady(ctx context.Context, cs kubernetes.Interface, ns string, s
 			count, selector, ns, len(ready), seen, err)
 	}
 	return ready, nil
+}
+
+// WaitForPDB waits until the disruption controller has computed the PDB's
+// status for its current generation with expectedPods pods, and returns it.
+func WaitForPDB(ctx context.Context, cs kubernetes.Interface, ns, name string, expectedPods int32, timeout time.Duration) (*policyv1.PodDisruptionBudget, error) {
+	var pdb *policyv1.PodDisruptionBudget
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pdb = p
+		return p.Status.ObservedGeneration == p.Generation && p.Status.ExpectedPods == expectedPods &&
+			p.Status.CurrentHealthy == expectedPods, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the status of PDB %s/%s with %d healthy pods: %w", ns, name, expectedPods, err)
+	}
+	return pdb, nil
 }

@@ -146,6 +146,60 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 	}
 }
 
+// TestFixturesCreateCommonWorkloads checks the workload helpers that tests,
+// the demo and the benchmarks build on: every kind of pod they create runs.
+func TestFixturesCreateCommonWorkloads(t *testing.T) {
+	t.Parallel()
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	sel := map[string]string{testLabel: "fixtures"}
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "fx", Count: 4, Zones: []string{"zone-a", "zone-b"}, Labels: sel})
+	ns := testenv.Namespace(t, c)
+	if err := devcluster.CreateWorkload(ctx, c.Client, devcluster.Workload{
+		Namespace: ns, DeploymentReplicas: 4, StatefulSetReplicas: 2, NodeSelector: sel,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, devcluster.BarePod(ns, "lonely", nodes[0]), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for app, want := range map[string]int{"web": 4, "db": 2, "agent": len(nodes), "lonely": 1} {
+		pods, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: app}), want, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d pods Ready", app, len(pods))
+	}
+	// The DaemonSet put exactly one pod on each of the test's nodes.
+	perNode := map[string]int{}
+	agents, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: devcluster.AppLabel + "=agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range agents.Items {
+		perNode[p.Spec.NodeName]++
+	}
+	for _, n := range nodes {
+		if perNode[n] != 1 {
+			t.Errorf("node %s runs %d DaemonSet pods, want 1", n, perNode[n])
+		}
+	}
+	zones := map[string]bool{}
+	for _, n := range nodes {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		zones[node.Labels[devcluster.ZoneLabel]] = true
+	}
+	if len(zones) != 2 {
+		t.Errorf("nodes span zones %v, want 2 zones", zones)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, c.Client, ns, "web", 4, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestNodesAndPodsStayReadyUnderLoad runs for several minutes, longer than
 // the node lifecycle controller's grace period, while pods churn, and fails
 // if any node or any running pod ever stops being Ready. Without kwok's node
