@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -151,7 +152,7 @@ func ClusterDir(name string) (string, error) {
 // Up builds (if needed) and starts a dev cluster and waits until every
 // component is healthy. On failure it stops whatever it had started and
 // returns a *ComponentError naming the component, with its log tail.
-func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
+func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
@@ -163,6 +164,32 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// A free port can be taken by another program between the moment it is
+	// chosen and the moment a component binds it; start again, with new
+	// ports, when that happens to a port we chose.
+	for attempt := 1; ; attempt++ {
+		c, err := up(ctx, opts, bins)
+		if err == nil || attempt == 3 || !lostPortRace(err, opts) {
+			return c, err
+		}
+		fmt.Fprintf(opts.Out, "a port was taken while starting (%v); trying again\n", err.(*ComponentError).Err)
+	}
+}
+
+// lostPortRace reports whether a component failed because a port that Up
+// chose itself was already in use.
+func lostPortRace(err error, opts Options) bool {
+	ce, ok := IsComponentError(err)
+	if !ok {
+		return false
+	}
+	if _, fixed := opts.Ports[ce.Component]; fixed {
+		return false
+	}
+	return strings.Contains(ce.LogTail, "address already in use")
+}
+
+func up(ctx context.Context, opts Options, bins Binaries) (_ *Cluster, err error) {
 	c := &Cluster{State: State{Name: opts.Name, Dir: opts.Dir, PodCIDR: opts.PodCIDR, Binaries: bins}}
 	defer func() {
 		if err != nil {
@@ -331,6 +358,20 @@ func Down(dir string) (stopped []string, err error) {
 			continue
 		}
 		stopped = append(stopped, comp.Name+" (pid "+strconv.Itoa(comp.PID)+")")
+	}
+	// Sweep: any process still naming the cluster's directory and running
+	// one of its binaries (for example one started just before an earlier
+	// `up` was killed, before its pid was recorded).
+	for _, pid := range ProcessesUsing(dir) {
+		for name, bin := range s.Binaries {
+			if ProcessAlive(pid, bin) {
+				if err := stopPID(pid, bin); err != nil {
+					errs = append(errs, fmt.Errorf("stopping stray %s: %w", name, err))
+					continue
+				}
+				stopped = append(stopped, name+" (pid "+strconv.Itoa(pid)+", not recorded)")
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return stopped, errors.Join(errs...)

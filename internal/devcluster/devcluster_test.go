@@ -1,6 +1,8 @@
 package devcluster
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -139,5 +141,26 @@ func TestProcessAliveRejectsOtherBinaries(t *testing.T) {
 	}
 	if ProcessAlive(0, self) || ProcessAlive(-1, self) {
 		t.Error("pid <= 0 reported alive")
+	}
+}
+
+func TestLostPortRace(t *testing.T) {
+	clash := &ComponentError{Component: KubeScheduler, LogTail: "bind: address already in use", Err: errors.New("exited")}
+	other := &ComponentError{Component: KubeScheduler, LogTail: "invalid flag", Err: errors.New("exited")}
+	for _, tc := range []struct {
+		name string
+		err  error
+		opts Options
+		want bool
+	}{
+		{"chosen port taken", clash, Options{}, true},
+		{"wrapped", fmt.Errorf("x: %w", clash), Options{}, true},
+		{"port fixed by the caller", clash, Options{Ports: map[string]int{KubeScheduler: 1}}, false},
+		{"another failure", other, Options{}, false},
+		{"not a component error", errors.New("address already in use"), Options{}, false},
+	} {
+		if got := lostPortRace(tc.err, tc.opts); got != tc.want {
+			t.Errorf("%s: lostPortRace = %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }
