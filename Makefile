@@ -8,6 +8,7 @@ GO         ?= go
 BIN        := $(CURDIR)/bin
 TOOLS_BIN  := $(BIN)/tools
 STATICCHECK := $(TOOLS_BIN)/staticcheck
+CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 # Go modules in this repository: vacate itself and the build-only modules.
 MODULES    := . hack/controlplane hack/kwok hack/tools
 TEST_FLAGS ?= -race -count=1 -timeout 30m
@@ -22,7 +23,7 @@ build: ## Build vacate, vacate-controller and vacate-agent into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: tools
-tools: $(STATICCHECK) controlplane ## Build the developer tools and the pinned control plane
+tools: $(STATICCHECK) $(CONTROLLER_GEN) controlplane ## Build the developer tools and the pinned control plane
 
 .PHONY: controlplane
 controlplane: ## Build (once, cached in ~/.cache/vacate) etcd, Kubernetes and kwok from source
@@ -30,6 +31,9 @@ controlplane: ## Build (once, cached in ~/.cache/vacate) etcd, Kubernetes and kw
 
 $(STATICCHECK): hack/tools/go.mod hack/tools/go.sum
 	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ honnef.co/go/tools/cmd/staticcheck
+
+$(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
+	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 .PHONY: test
 test: controlplane ## Run the whole test suite with -race (starts real local control planes)
@@ -40,8 +44,9 @@ demo: controlplane ## Run the demo on a throwaway local cluster
 	$(GO) run ./cmd/vacate demo
 
 .PHONY: generate
-generate: ## Regenerate code, CRDs and RBAC (nothing to generate until the API types land)
-	@echo "generate: no API types yet; CRD and deepcopy generation arrives with the drain engine (issue 3)"
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRDs from api/
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 
 .PHONY: fmt
 fmt: ## Format the Go code

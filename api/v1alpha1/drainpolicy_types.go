@@ -1,0 +1,196 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// DefaultPolicyName is the DrainPolicy that applies to nodes no other
+// policy selects.
+const DefaultPolicyName = "default"
+
+// DrainPolicySpec says how vacate drains the nodes the policy governs.
+type DrainPolicySpec struct {
+	// NodeSelector picks the nodes this policy governs. Empty on the
+	// "default" policy, which governs the nodes no other policy selects.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+
+	// Triggers are the cluster signals that start a drain.
+	// +optional
+	Triggers Triggers `json:"triggers,omitempty"`
+
+	// Concurrency bounds how much happens at once.
+	// +optional
+	Concurrency Concurrency `json:"concurrency,omitempty"`
+
+	// Pods says what to do with each kind of pod.
+	// +optional
+	Pods PodPolicy `json:"pods,omitempty"`
+
+	// Timeouts bound how long a drain may take.
+	// +optional
+	Timeouts Timeouts `json:"timeouts,omitempty"`
+
+	// HTTPHooks allows the HTTP evacuation protocol for annotated pods.
+	// +optional
+	HTTPHooks HTTPHooks `json:"httpHooks,omitempty"`
+}
+
+// Triggers are the signals that request a drain of a governed node.
+type Triggers struct {
+	// Taint: the taint vacate.dev/drain (any effect) requests a drain.
+	// +kubebuilder:default=true
+	// +optional
+	Taint *bool `json:"taint,omitempty"`
+	// OnUnschedulable: Drain drains a node anyone cordons; Ignore does not.
+	// +kubebuilder:validation:Enum=Ignore;Drain
+	// +kubebuilder:default=Ignore
+	// +optional
+	OnUnschedulable string `json:"onUnschedulable,omitempty"`
+	// OnNodeDelete: Drain holds a deleted node (finalizer vacate.dev/drain)
+	// until it is drained; Orphan lets it go at once.
+	// +kubebuilder:validation:Enum=Orphan;Drain
+	// +kubebuilder:default=Orphan
+	// +optional
+	OnNodeDelete string `json:"onNodeDelete,omitempty"`
+	// ExternalTaints are other taint keys that request a drain. Default:
+	// ToBeDeletedByClusterAutoscaler and karpenter.sh/disrupted.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	// +optional
+	ExternalTaints []string `json:"externalTaints,omitempty"`
+}
+
+// TopologyLimit bounds the nodes drained at once in one topology domain.
+type TopologyLimit struct {
+	// TopologyKey is a node label, such as topology.kubernetes.io/zone.
+	// +kubebuilder:validation:MinLength=1
+	TopologyKey string `json:"topologyKey"`
+	// MaxUnavailable is how many domains of that key may have draining
+	// nodes at once.
+	// +kubebuilder:validation:Minimum=1
+	MaxUnavailable int32 `json:"maxUnavailable"`
+}
+
+// Concurrency bounds how much happens at once.
+type Concurrency struct {
+	// MaxParallelNodes is how many governed nodes may drain at once, as a
+	// number or a percentage of the governed nodes ("10%"). Default 1.
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be a positive number or a percentage from 1% to 100%"
+	// +optional
+	MaxParallelNodes *intstr.IntOrString `json:"maxParallelNodes,omitempty"`
+	// MaxParallelEvictionsPerNode bounds the evictions in flight per node.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:default=10
+	// +optional
+	MaxParallelEvictionsPerNode int32 `json:"maxParallelEvictionsPerNode,omitempty"`
+	// MaxUnavailablePerTopologyKey, for example one zone at a time.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=topologyKey
+	// +optional
+	MaxUnavailablePerTopologyKey []TopologyLimit `json:"maxUnavailablePerTopologyKey,omitempty"`
+}
+
+// PodPolicy says what to do with each kind of pod on a draining node.
+type PodPolicy struct {
+	// DaemonSets: Ignore leaves DaemonSet pods (their controller would
+	// recreate them); Evict evicts them too.
+	// +kubebuilder:validation:Enum=Ignore;Evict
+	// +kubebuilder:default=Ignore
+	// +optional
+	DaemonSets string `json:"daemonSets,omitempty"`
+	// Unmanaged: pods without a controller. Block holds the drain until
+	// someone moves them; Delete evicts them (they are not recreated).
+	// +kubebuilder:validation:Enum=Block;Delete
+	// +kubebuilder:default=Block
+	// +optional
+	Unmanaged string `json:"unmanaged,omitempty"`
+	// LocalStorage: pods with emptyDir volumes. Block holds the drain;
+	// Evict evicts them and their emptyDir data is lost.
+	// +kubebuilder:validation:Enum=Block;Evict
+	// +kubebuilder:default=Block
+	// +optional
+	LocalStorage string `json:"localStorage,omitempty"`
+	// SkipSelector: pods matching it are left on the node.
+	// +optional
+	SkipSelector *metav1.LabelSelector `json:"skipSelector,omitempty"`
+	// GracePeriodOverride replaces the pods' own termination grace period
+	// (seconds) in evictions. Never 0.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	GracePeriodOverride *int64 `json:"gracePeriodOverride,omitempty"`
+}
+
+// Timeouts bound how long a drain may take.
+type Timeouts struct {
+	// Drain bounds the whole drain, from admission. Unset: no bound.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +optional
+	Drain *metav1.Duration `json:"drain,omitempty"`
+	// Evacuation bounds each evacuation hook.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +optional
+	Evacuation *metav1.Duration `json:"evacuation,omitempty"`
+	// OnTimeout: Fail stops with the drain Failed and pods in place;
+	// ForceDelete deletes the remaining pods with their own grace period.
+	// ForceDelete is only ever used when chosen here.
+	// +kubebuilder:validation:Enum=Fail;ForceDelete
+	// +kubebuilder:default=Fail
+	// +optional
+	OnTimeout string `json:"onTimeout,omitempty"`
+}
+
+// HTTPHooks configures the HTTP evacuation protocol.
+type HTTPHooks struct {
+	// Enabled allows calling the hooks of annotated pods.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// NamespaceSelector limits the namespaces whose pods may be called.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// DrainPolicyStatus reports problems with the policy.
+type DrainPolicyStatus struct {
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions, such as Overlapping when another policy selects the same nodes.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Nodes is how many nodes the policy governs.
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+}
+
+// DrainPolicy says how vacate drains a group of nodes.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=dp,categories=vacate
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DrainPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DrainPolicySpec   `json:"spec,omitempty"`
+	Status DrainPolicyStatus `json:"status,omitempty"`
+}
+
+// DrainPolicyList is a list of DrainPolicies.
+// +kubebuilder:object:root=true
+type DrainPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DrainPolicy `json:"items"`
+}
+
+func init() {
+	knownTypes = append(knownTypes, &DrainPolicy{}, &DrainPolicyList{})
+}

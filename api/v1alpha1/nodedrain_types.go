@@ -1,0 +1,186 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DrainMode says whether the node comes back.
+// +kubebuilder:validation:Enum=Maintenance;Decommission
+type DrainMode string
+
+const (
+	// ModeMaintenance: the node comes back; evacuation providers may keep
+	// data in place.
+	ModeMaintenance DrainMode = "Maintenance"
+	// ModeDecommission: the node goes away; everything moves.
+	ModeDecommission DrainMode = "Decommission"
+)
+
+// Requester is one party that wants the node drained. Each requester (a CLI
+// user, a trigger, the agent) owns its own entry; the drain runs while at
+// least one remains.
+type Requester struct {
+	// Name identifies the requester, for example "cli:alice", "taint" or "agent".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._:@/-]*$`
+	Name string `json:"name"`
+	// Reason is free text for people, such as a ticket number.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// NodeDrainSpec is what is asked.
+type NodeDrainSpec struct {
+	// NodeName is the node to drain. It equals metadata.name and never changes.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.nodeName is immutable: delete this NodeDrain and create one for the other node"
+	NodeName string `json:"nodeName"`
+
+	// Mode is Maintenance (the node comes back) or Decommission (it goes away).
+	// +kubebuilder:default=Maintenance
+	// +optional
+	Mode DrainMode `json:"mode,omitempty"`
+
+	// Requesters want the drain. When the last one leaves, vacate undoes
+	// what it did and the drain ends.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Requesters []Requester `json:"requesters,omitempty"`
+
+	// PolicyName names the DrainPolicy to apply. Default: the policy whose
+	// nodeSelector matches the node, else the one named "default".
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PolicyName string `json:"policyName,omitempty"`
+}
+
+// DrainPhase summarises a drain for printer columns and scripts.
+// +kubebuilder:validation:Enum=Pending;Cordoned;Evacuating;Evicting;Drained;Restoring;Failed
+type DrainPhase string
+
+// Phases of a drain.
+const (
+	PhasePending    DrainPhase = "Pending"
+	PhaseCordoned   DrainPhase = "Cordoned"
+	PhaseEvacuating DrainPhase = "Evacuating"
+	PhaseEvicting   DrainPhase = "Evicting"
+	PhaseDrained    DrainPhase = "Drained"
+	PhaseRestoring  DrainPhase = "Restoring"
+	PhaseFailed     DrainPhase = "Failed"
+)
+
+// Condition types of a NodeDrain.
+const (
+	ConditionAdmitted    = "Admitted"
+	ConditionCordoned    = "Cordoned"
+	ConditionEvacuated   = "Evacuated"
+	ConditionPodsEvicted = "PodsEvicted"
+	ConditionDrained     = "Drained"
+	ConditionBlocked     = "Blocked"
+)
+
+// Blocker is a pod that holds the drain up, and why.
+type Blocker struct {
+	// Pod is namespace/name.
+	Pod string `json:"pod"`
+	// Reason is a CamelCase cause, such as PodDisruptionBudget or LocalStorage.
+	Reason string `json:"reason"`
+	// Detail names what blocks, such as the PDB's namespace/name.
+	// +optional
+	Detail string `json:"detail,omitempty"`
+	// Since is when this pod was first blocked for this reason.
+	Since metav1.Time `json:"since"`
+}
+
+// HookStatus is the state of one evacuation hook of the drain.
+type HookStatus struct {
+	// Name of the hook: an Evacuation's name or pod/port for an HTTP hook.
+	Name string `json:"name"`
+	// Phase: Pending, InProgress, Completed, Failed or Cancelled.
+	Phase string `json:"phase"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// NodeDrainStatus is what vacate observed and did.
+type NodeDrainStatus struct {
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase summarises the conditions.
+	// +optional
+	Phase DrainPhase `json:"phase,omitempty"`
+	// Conditions: Admitted, Cordoned, Evacuated, PodsEvicted, Drained, Blocked.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Total is the number of pods that must leave the node.
+	// +optional
+	Total int32 `json:"total,omitempty"`
+	// Evicted is how many of them vacate evicted and saw leave.
+	// +optional
+	Evicted int32 `json:"evicted,omitempty"`
+	// Remaining is how many are still on the node.
+	// +optional
+	Remaining int32 `json:"remaining,omitempty"`
+	// Blocked is how many of the remaining cannot leave now.
+	// +optional
+	Blocked int32 `json:"blocked,omitempty"`
+	// Progress is "evicted/total", for printer columns.
+	// +optional
+	Progress string `json:"progress,omitempty"`
+
+	// Blockers lists blocked pods, sorted, at most 20.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	Blockers []Blocker `json:"blockers,omitempty"`
+	// Hooks lists the evacuations of this drain.
+	// +listType=atomic
+	// +optional
+	Hooks []HookStatus `json:"hooks,omitempty"`
+
+	// StartTime is when the drain was first admitted.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the drain reached Drained or Failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// NodeDrain asks vacate to take the pods (and their data) off one node.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nd,categories=vacate
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Evicted/Total",type=string,JSONPath=`.status.progress`
+// +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.blocked`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.nodeName",message="metadata.name must equal spec.nodeName: a NodeDrain is named after its node"
+type NodeDrain struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeDrainSpec   `json:"spec"`
+	Status NodeDrainStatus `json:"status,omitempty"`
+}
+
+// NodeDrainList is a list of NodeDrains.
+// +kubebuilder:object:root=true
+type NodeDrainList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeDrain `json:"items"`
+}
+
+func init() {
+	knownTypes = append(knownTypes, &NodeDrain{}, &NodeDrainList{})
+}

@@ -1,0 +1,191 @@
+package v1alpha1_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// apiClient installs the CRDs into the package's dev cluster and returns a
+// client for vacate's types.
+func apiClient(t *testing.T) (client.Client, *devcluster.Cluster) {
+	t.Helper()
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	if err := devcluster.InstallCRDs(ctx, c.RESTConfig); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, c
+}
+
+func nodeDrain(name, node string) *v1alpha1.NodeDrain {
+	return &v1alpha1.NodeDrain{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.NodeDrainSpec{
+			NodeName:   node,
+			Requesters: []v1alpha1.Requester{{Name: "cli:test", Reason: "kernel upgrade"}},
+		},
+	}
+}
+
+// wantRejected fails unless err is the API server's rejection containing msg.
+func wantRejected(t *testing.T, what string, err error, msg string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted, want rejected with %q", what, msg)
+		return
+	}
+	if !strings.Contains(err.Error(), msg) {
+		t.Errorf("%s: rejected with %q, want the message to contain %q", what, err, msg)
+		return
+	}
+	t.Logf("%s: rejected: %v", what, err)
+}
+
+func TestNodeDrainValidation(t *testing.T) {
+	cl, _ := apiClient(t)
+	ctx := testenv.Context(t)
+
+	nd := nodeDrain("valid-node", "valid-node")
+	if err := cl.Create(ctx, nd); err != nil {
+		t.Fatalf("valid NodeDrain rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, nd) })
+	if nd.Spec.Mode != v1alpha1.ModeMaintenance {
+		t.Errorf("mode defaulted to %q, want %q", nd.Spec.Mode, v1alpha1.ModeMaintenance)
+	}
+
+	wantRejected(t, "name differs from nodeName", cl.Create(ctx, nodeDrain("a-node", "another-node")),
+		"metadata.name must equal spec.nodeName")
+
+	changed := nd.DeepCopy()
+	changed.Spec.NodeName = "other-node"
+	wantRejected(t, "nodeName changed", cl.Update(ctx, changed), "spec.nodeName is immutable")
+
+	bad := nodeDrain("bad-mode", "bad-mode")
+	bad.Spec.Mode = "Reboot"
+	wantRejected(t, "unknown mode", cl.Create(ctx, bad), `Unsupported value: "Reboot": supported values: "Maintenance", "Decommission"`)
+
+	dup := nodeDrain("dup-req", "dup-req")
+	dup.Spec.Requesters = append(dup.Spec.Requesters, v1alpha1.Requester{Name: "cli:test"})
+	wantRejected(t, "duplicate requester", cl.Create(ctx, dup), "Duplicate value")
+
+	empty := nodeDrain("", "")
+	empty.Name = "x"
+	wantRejected(t, "empty nodeName", cl.Create(ctx, empty), "spec.nodeName")
+}
+
+func TestDrainPolicyValidation(t *testing.T) {
+	cl, _ := apiClient(t)
+	ctx := testenv.Context(t)
+	policy := func(name string, mutate func(*v1alpha1.DrainPolicySpec)) *v1alpha1.DrainPolicy {
+		p := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		mutate(&p.Spec)
+		return p
+	}
+
+	good := policy("good", func(s *v1alpha1.DrainPolicySpec) {
+		s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromString("20%"))
+		s.Timeouts.Drain = &metav1.Duration{Duration: 90 * 60 * 1e9}
+	})
+	if err := cl.Create(ctx, good); err != nil {
+		t.Fatalf("valid DrainPolicy rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, good) })
+	if good.Spec.Pods.DaemonSets != "Ignore" || good.Spec.Pods.Unmanaged != "Block" || good.Spec.Timeouts.OnTimeout != "Fail" ||
+		good.Spec.Concurrency.MaxParallelEvictionsPerNode != 10 {
+		t.Errorf("defaults not applied: pods %+v, onTimeout %q, maxParallelEvictionsPerNode %d",
+			good.Spec.Pods, good.Spec.Timeouts.OnTimeout, good.Spec.Concurrency.MaxParallelEvictionsPerNode)
+	}
+	three := policy("three", func(s *v1alpha1.DrainPolicySpec) { s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromInt32(3)) })
+	if err := cl.Create(ctx, three); err != nil {
+		t.Fatalf("maxParallelNodes 3 rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, three) })
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.DrainPolicySpec)
+		msg    string
+	}{
+		{"percent over 100", func(s *v1alpha1.DrainPolicySpec) { s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromString("150%")) },
+			"must be a positive number or a percentage from 1% to 100%"},
+		{"zero nodes", func(s *v1alpha1.DrainPolicySpec) { s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromInt32(0)) },
+			"must be a positive number or a percentage from 1% to 100%"},
+		{"percent without sign", func(s *v1alpha1.DrainPolicySpec) { s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromString("ten")) },
+			"must be a positive number or a percentage from 1% to 100%"},
+		{"bad onTimeout", func(s *v1alpha1.DrainPolicySpec) { s.Timeouts.OnTimeout = "Delete" },
+			`Unsupported value: "Delete"`},
+		{"bad daemonSets", func(s *v1alpha1.DrainPolicySpec) { s.Pods.DaemonSets = "Drop" },
+			`Unsupported value: "Drop"`},
+		{"zero grace period", func(s *v1alpha1.DrainPolicySpec) { s.Pods.GracePeriodOverride = ptr.To[int64](0) },
+			"should be greater than or equal to 1"},
+	} {
+		wantRejected(t, tc.name, cl.Create(ctx, policy("bad", tc.mutate)), tc.msg)
+	}
+}
+
+// TestDrainPolicyRejectsMalformedDuration sends raw JSON, since a typed
+// client can only send well-formed durations.
+func TestDrainPolicyRejectsMalformedDuration(t *testing.T) {
+	_, c := apiClient(t)
+	for _, d := range []string{"5 minutes", "10", "1d"} {
+		manifest := `{"apiVersion":"vacate.dev/v1alpha1","kind":"DrainPolicy","metadata":{"name":"bad-duration"},"spec":{"timeouts":{"drain":"` + d + `"}}}`
+		cmd := exec.Command(c.Binaries[devcluster.Kubectl], "--kubeconfig", c.Kubeconfig, "create", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		wantRejected(t, "drain timeout "+d, kubectlErr(err, out), "must be a duration such as 90s, 15m or 1h30m")
+	}
+}
+
+func TestPrinterColumns(t *testing.T) {
+	cl, c := apiClient(t)
+	ctx := testenv.Context(t)
+	nd := nodeDrain("columns-node", "columns-node")
+	if err := cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, nd) })
+	out, err := exec.Command(c.Binaries[devcluster.Kubectl], "--kubeconfig", c.Kubeconfig, "get", "nodedrains").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get nodedrains: %v\n%s", err, out)
+	}
+	t.Logf("kubectl get nodedrains:\n%s", out)
+	header := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
+	want := []string{"NAME", "NODE", "PHASE", "EVICTED/TOTAL", "BLOCKED", "AGE"}
+	if strings.Join(header, " ") != strings.Join(want, " ") {
+		t.Errorf("columns = %v, want %v", header, want)
+	}
+}
+
+type kubectlError struct{ out string }
+
+func (e kubectlError) Error() string { return e.out }
+
+func kubectlErr(err error, out []byte) error {
+	if err == nil {
+		return nil
+	}
+	return kubectlError{strings.TrimSpace(string(out))}
+}

@@ -1,0 +1,39 @@
+// Package crd embeds vacate's generated CustomResourceDefinitions
+// (bases/*.yaml, written by `make generate`), so the controller, the demo and
+// the tests install exactly what `kubectl apply -f config/crd/bases` would.
+package crd
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed bases/*.yaml
+var bases embed.FS
+
+// CRDs returns the CustomResourceDefinitions, sorted by name.
+func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	files, err := fs.Glob(bases, "bases/*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("listing embedded CRDs: %w", err)
+	}
+	sort.Strings(files)
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(files))
+	for _, f := range files {
+		b, err := bases.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f, err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(b, crd); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", f, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
+}
