@@ -65,7 +65,7 @@ verify: generate lint ## Fail on unformatted code, untidy modules, vet or lint f
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
-	@git diff --exit-code -- config api || { echo "generated files differ: run make generate and commit"; exit 1; }
+	@if [ -n "$$(git status --porcelain -- config api)" ]; then git status --short -- config api; echo "generated files differ from the commit: run make generate and commit"; exit 1; fi
 	@echo "verify: ok"
 
 .PHONY: bench

@@ -1,0 +1,331 @@
+// Package drain decides what happens to each pod of a draining node. It is
+// pure: Plan takes plain data (the node's pods, the PDBs, the pod rules of the
+// policy, the time) and returns decisions with reasons; the controller carries
+// them out and `vacate plan` shows them.
+package drain
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// PodAnnotation lets a pod opt out of a drain ("skip") or hold it until the
+// pod has completed ("wait-completed"), for example a Job's pod.
+const PodAnnotation = "vacate.dev/drain"
+
+// Values of PodAnnotation.
+const (
+	AnnotationSkip          = "skip"
+	AnnotationWaitCompleted = "wait-completed"
+)
+
+// Action is what happens to a pod.
+type Action string
+
+const (
+	// Evict: the pod leaves through the Eviction API.
+	Evict Action = "Evict"
+	// Skip: the pod stays; it does not hold the drain up.
+	Skip Action = "Skip"
+	// Block: the pod must leave but policy forbids evicting it; the drain
+	// waits until it is gone or the policy changes.
+	Block Action = "Block"
+	// Wait: the pod is leaving on its own (terminating, or a Job's pod asked
+	// to complete first); the drain waits for it.
+	Wait Action = "Wait"
+)
+
+// Reason is why a pod got its action. Reasons are stable CamelCase words for
+// conditions, blockers and metrics.
+type Reason string
+
+// Reasons, in the order the rules are applied.
+const (
+	ReasonMirrorPod      Reason = "MirrorPod"
+	ReasonCompleted      Reason = "Completed"
+	ReasonTerminating    Reason = "Terminating"
+	ReasonSkipAnnotation Reason = "SkipAnnotation"
+	ReasonSkipSelector   Reason = "SkipSelector"
+	ReasonWaitCompletion Reason = "WaitForCompletion"
+	ReasonDaemonSet      Reason = "DaemonSetPod"
+	ReasonUnmanaged      Reason = "Unmanaged"
+	ReasonLocalStorage   Reason = "LocalStorage"
+	ReasonEvictable      Reason = "Evictable"
+)
+
+// Rules are the pod rules of a DrainPolicy, resolved and defaulted.
+type Rules struct {
+	// EvictDaemonSets evicts DaemonSet pods instead of ignoring them.
+	EvictDaemonSets bool
+	// DeleteUnmanaged evicts pods without a controller instead of blocking.
+	DeleteUnmanaged bool
+	// EvictLocalStorage evicts pods with emptyDir volumes instead of blocking.
+	EvictLocalStorage bool
+	// SkipSelector leaves matching pods in place. Nil matches nothing.
+	SkipSelector labels.Selector
+}
+
+// Decision is what happens to one pod, and why.
+type Decision struct {
+	Pod    *corev1.Pod
+	Action Action
+	Reason Reason
+	// Detail says more for people, such as the PDBs that guard the pod.
+	Detail string
+	// PDBs are the namespace/name of the PDBs selecting the pod, sorted.
+	PDBs []string
+	// PDBBlocked is set when an eviction now would be refused: a PDB
+	// selecting the pod allows no disruption.
+	PDBBlocked bool
+}
+
+// Key is the pod's namespace/name.
+func (d Decision) Key() string { return d.Pod.Namespace + "/" + d.Pod.Name }
+
+// Plan is the decisions for every pod on a node, sorted by namespace/name.
+type Plan struct {
+	Decisions []Decision
+}
+
+// filter decides a pod's fate or passes (returns false) to the next one.
+type filter func(p *corev1.Pod, r Rules, now time.Time) (Decision, bool)
+
+// filters are applied in order; the first that decides wins.
+var filters = []filter{
+	mirrorPods,
+	completedPods,
+	terminatingPods,
+	annotatedPods,
+	skipSelected,
+	daemonSetPods,
+	unmanagedPods,
+	localStoragePods,
+}
+
+// New plans the drain of a node with these pods (all bound to it), given the
+// PDBs of the cluster and the policy's rules.
+func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now time.Time) Plan {
+	sorted := append([]*corev1.Pod(nil), pods...)
+	sort.Slice(sorted, func(i, j int) bool {
+		if sorted[i].Namespace != sorted[j].Namespace {
+			return sorted[i].Namespace < sorted[j].Namespace
+		}
+		return sorted[i].Name < sorted[j].Name
+	})
+	plan := Plan{Decisions: make([]Decision, 0, len(sorted))}
+	for _, p := range sorted {
+		d := decide(p, r, now)
+		if d.Action == Evict {
+			d.PDBs, d.PDBBlocked = guardingPDBs(p, pdbs)
+			if d.PDBBlocked {
+				d.Detail = "PodDisruptionBudget " + strings.Join(blockingPDBs(p, pdbs), ", ") + " allows no disruption now"
+			}
+		}
+		plan.Decisions = append(plan.Decisions, d)
+	}
+	return plan
+}
+
+func decide(p *corev1.Pod, r Rules, now time.Time) Decision {
+	for _, f := range filters {
+		if d, ok := f(p, r, now); ok {
+			d.Pod = p
+			return d
+		}
+	}
+	return Decision{Pod: p, Action: Evict, Reason: ReasonEvictable}
+}
+
+func mirrorPods(p *corev1.Pod, _ Rules, _ time.Time) (Decision, bool) {
+	if _, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		return Decision{Action: Skip, Reason: ReasonMirrorPod, Detail: "static pod run by the kubelet; it cannot be evicted"}, true
+	}
+	return Decision{}, false
+}
+
+func completedPods(p *corev1.Pod, _ Rules, _ time.Time) (Decision, bool) {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return Decision{Action: Skip, Reason: ReasonCompleted, Detail: "pod has " + strings.ToLower(string(p.Status.Phase)) + "; it holds nothing"}, true
+	}
+	return Decision{}, false
+}
+
+func terminatingPods(p *corev1.Pod, _ Rules, now time.Time) (Decision, bool) {
+	if p.DeletionTimestamp == nil {
+		return Decision{}, false
+	}
+	detail := "already terminating"
+	if since := now.Sub(p.DeletionTimestamp.Time); since > 0 {
+		detail = fmt.Sprintf("terminating for %s", since.Round(time.Second))
+	}
+	return Decision{Action: Wait, Reason: ReasonTerminating, Detail: detail}, true
+}
+
+func annotatedPods(p *corev1.Pod, _ Rules, _ time.Time) (Decision, bool) {
+	switch p.Annotations[PodAnnotation] {
+	case AnnotationSkip:
+		return Decision{Action: Skip, Reason: ReasonSkipAnnotation, Detail: PodAnnotation + "=" + AnnotationSkip}, true
+	case AnnotationWaitCompleted:
+		return Decision{Action: Wait, Reason: ReasonWaitCompletion, Detail: PodAnnotation + "=" + AnnotationWaitCompleted + ": waiting for the pod to complete"}, true
+	}
+	return Decision{}, false
+}
+
+func skipSelected(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
+	if r.SkipSelector != nil && !r.SkipSelector.Empty() && r.SkipSelector.Matches(labels.Set(p.Labels)) {
+		return Decision{Action: Skip, Reason: ReasonSkipSelector, Detail: "matches the policy's skipSelector " + r.SkipSelector.String()}, true
+	}
+	return Decision{}, false
+}
+
+func daemonSetPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil || ref.Kind != "DaemonSet" {
+		return Decision{}, false
+	}
+	if r.EvictDaemonSets {
+		return Decision{Action: Evict, Reason: ReasonDaemonSet, Detail: "DaemonSet " + ref.Name + " (policy evicts DaemonSet pods)"}, true
+	}
+	return Decision{Action: Skip, Reason: ReasonDaemonSet, Detail: "DaemonSet " + ref.Name + " would recreate it; policy ignores DaemonSet pods"}, true
+}
+
+func unmanagedPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
+	if metav1.GetControllerOf(p) != nil {
+		return Decision{}, false
+	}
+	if r.DeleteUnmanaged {
+		return Decision{Action: Evict, Reason: ReasonUnmanaged, Detail: "no controller will recreate it (policy pods.unmanaged: Delete)"}, true
+	}
+	return Decision{Action: Block, Reason: ReasonUnmanaged,
+		Detail: "no controller would recreate it; move it, or set the policy's pods.unmanaged to Delete"}, true
+}
+
+func localStoragePods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
+	var vols []string
+	for _, v := range p.Spec.Volumes {
+		if v.EmptyDir != nil {
+			vols = append(vols, v.Name)
+		}
+	}
+	if len(vols) == 0 {
+		return Decision{}, false
+	}
+	if r.EvictLocalStorage {
+		return Decision{Action: Evict, Reason: ReasonLocalStorage, Detail: "emptyDir " + strings.Join(vols, ", ") + " will be lost (policy pods.localStorage: Evict)"}, true
+	}
+	return Decision{Action: Block, Reason: ReasonLocalStorage,
+		Detail: "emptyDir " + strings.Join(vols, ", ") + " would be lost; set the policy's pods.localStorage to Evict"}, true
+}
+
+// guardingPDBs returns the PDBs that select the pod and whether any of them
+// allows no disruption now.
+func guardingPDBs(p *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) ([]string, bool) {
+	var names []string
+	blocked := false
+	for _, pdb := range pdbs {
+		if !selects(pdb, p) {
+			continue
+		}
+		names = append(names, pdb.Namespace+"/"+pdb.Name)
+		if pdb.Status.DisruptionsAllowed <= 0 {
+			blocked = true
+		}
+	}
+	sort.Strings(names)
+	return names, blocked
+}
+
+func blockingPDBs(p *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []string {
+	var names []string
+	for _, pdb := range pdbs {
+		if selects(pdb, p) && pdb.Status.DisruptionsAllowed <= 0 {
+			names = append(names, pdb.Namespace+"/"+pdb.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// selects reports whether the PDB covers the pod, as the eviction API
+// decides it: same namespace, non-empty selector matching the pod's labels.
+func selects(pdb *policyv1.PodDisruptionBudget, p *corev1.Pod) bool {
+	if pdb.Namespace != p.Namespace || pdb.Spec.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return false
+	}
+	return sel.Matches(labels.Set(p.Labels))
+}
+
+// Count returns how many decisions have the action.
+func (p Plan) Count(a Action) int {
+	n := 0
+	for _, d := range p.Decisions {
+		if d.Action == a {
+			n++
+		}
+	}
+	return n
+}
+
+// Remaining is how many pods must still leave: evict, block and wait.
+func (p Plan) Remaining() int { return len(p.Decisions) - p.Count(Skip) }
+
+// Completed reports whether no pod is left that must leave the node.
+func (p Plan) Completed() bool { return p.Remaining() == 0 }
+
+// Blocked returns the decisions that hold the drain up and will not resolve
+// by evicting: Block decisions and evictions a PDB refuses now.
+func (p Plan) Blocked() []Decision {
+	var out []Decision
+	for _, d := range p.Decisions {
+		if d.Action == Block || (d.Action == Evict && d.PDBBlocked) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// maxMessagePods bounds how many pods a condition message names.
+const maxMessagePods = 5
+
+// ConditionMessage summarises the plan in a message that changes only when
+// the state does: counts per action, then the first blocked pods by reason.
+func (p Plan) ConditionMessage() string {
+	if p.Completed() {
+		return "no pods left to move"
+	}
+	parts := []string{}
+	for _, a := range []Action{Evict, Wait, Block} {
+		if n := p.Count(a); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d to %s", n, strings.ToLower(string(a))))
+		}
+	}
+	msg := strings.Join(parts, ", ")
+	blocked := p.Blocked()
+	if len(blocked) == 0 {
+		return msg
+	}
+	names := make([]string, 0, maxMessagePods)
+	for i, d := range blocked {
+		if i == maxMessagePods {
+			names = append(names, fmt.Sprintf("and %d more", len(blocked)-maxMessagePods))
+			break
+		}
+		reason := string(d.Reason)
+		if d.PDBBlocked {
+			reason = "PodDisruptionBudget"
+		}
+		names = append(names, d.Key()+" ("+reason+")")
+	}
+	return msg + "; blocked: " + strings.Join(names, ", ")
+}
