@@ -144,7 +144,7 @@ func FuzzPlan(f *testing.F) {
 	f.Add("agent", "DaemonSet", "skip", true, false, uint8(1))
 	f.Add("bare", "", "wait-completed", false, true, uint8(2))
 	f.Fuzz(func(t *testing.T, name, ownerKind, annotation string, emptyDir, terminating bool, phase uint8) {
-		b := testutil.Pod("p-" + name).Annotate(PodAnnotation, annotation)
+		b := testutil.Pod("p-"+name).Annotate(PodAnnotation, annotation)
 		if ownerKind != "" {
 			b.OwnedBy(ownerKind, "owner")
 		}
