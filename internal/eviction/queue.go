@@ -1,0 +1,309 @@
+// Package eviction evicts pods through the Eviction API from a rate-limited
+// queue of its own: keyed by pod UID, with the UID as precondition, bounded
+// parallelism per node and overall, and exponential backoff for pods a
+// PodDisruptionBudget protects. It never deletes a pod and never uses a grace
+// period of 0.
+package eviction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+)
+
+// Result is how one eviction attempt ended.
+type Result string
+
+const (
+	// Evicted: the API server accepted the eviction; the pod is terminating.
+	Evicted Result = "Evicted"
+	// Gone: the pod no longer exists, or is another pod now (404, or 409 on
+	// the UID precondition); nothing left to do.
+	Gone Result = "Gone"
+	// PDBBlocked: a PodDisruptionBudget refused the eviction (429); it is
+	// retried with backoff.
+	PDBBlocked Result = "PDBBlocked"
+	// Failed: another error; it is retried with backoff and reported.
+	Failed Result = "Failed"
+)
+
+// Outcome reports one eviction attempt.
+type Outcome struct {
+	Pod    types.NamespacedName
+	UID    types.UID
+	Node   string
+	Result Result
+	// Message is the API server's explanation for PDBBlocked and Failed.
+	Message string
+	Err     error
+	At      time.Time
+}
+
+// Request asks for one pod to be evicted.
+type Request struct {
+	Pod  types.NamespacedName
+	UID  types.UID
+	Node string
+	// GracePeriodSeconds overrides the pod's own; nil keeps it. Never 0.
+	GracePeriodSeconds *int64
+}
+
+// Options configure a Queue.
+type Options struct {
+	// Workers bounds evictions in flight across all nodes. Default 20.
+	Workers int
+	// PerNode bounds evictions in flight per node. Default 10.
+	PerNode int
+	// BaseDelay and MaxDelay bound the per-pod exponential backoff.
+	// Defaults 1s and 1m.
+	BaseDelay, MaxDelay time.Duration
+	// QPS and Burst bound the eviction calls overall. Defaults 50 and 100.
+	QPS   float64
+	Burst int
+	// OnOutcome is called after every attempt, from a worker goroutine.
+	OnOutcome func(Outcome)
+	Clock     clock.WithTicker
+}
+
+// Queue evicts pods. Add is idempotent per UID: a pod already queued or in
+// flight is not queued twice. Forget drops a pod (it left, or the drain was
+// cancelled).
+type Queue struct {
+	evict1 EvictFunc
+	opts   Options
+	queue workqueue.TypedRateLimitingInterface[types.UID]
+
+	mu       sync.Mutex
+	requests map[types.UID]Request
+	perNode  map[string]int
+	// evicted remembers pods whose eviction succeeded, so that an Add that
+	// races the informer (the pod not yet seen terminating) cannot evict a
+	// pod twice.
+	evicted map[types.UID]time.Time
+}
+
+// evictedMemory is how long the queue remembers a successful eviction; the
+// informer shows the pod terminating long before.
+const evictedMemory = 10 * time.Minute
+
+// nodeBusyDelay is how long a pod waits when its node already has PerNode
+// evictions in flight; the worker serves other nodes meanwhile.
+const nodeBusyDelay = 100 * time.Millisecond
+
+// EvictFunc makes one Eviction API call.
+type EvictFunc func(ctx context.Context, ev *policyv1.Eviction) error
+
+// ClientEvictor evicts through a clientset.
+func ClientEvictor(cs kubernetes.Interface) EvictFunc {
+	return func(ctx context.Context, ev *policyv1.Eviction) error {
+		return cs.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
+	}
+}
+
+// NewQueue returns a queue that evicts through cs.
+func NewQueue(cs kubernetes.Interface, opts Options) *Queue {
+	return NewQueueWithEvictor(ClientEvictor(cs), opts)
+}
+
+// NewQueueWithEvictor returns a queue that evicts through evict.
+func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
+	if opts.Workers <= 0 {
+		opts.Workers = 20
+	}
+	if opts.PerNode <= 0 {
+		opts.PerNode = 10
+	}
+	if opts.BaseDelay <= 0 {
+		opts.BaseDelay = time.Second
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = time.Minute
+	}
+	if opts.QPS <= 0 {
+		opts.QPS = 50
+	}
+	if opts.Burst <= 0 {
+		opts.Burst = 100
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.OnOutcome == nil {
+		opts.OnOutcome = func(Outcome) {}
+	}
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](opts.BaseDelay, opts.MaxDelay),
+		&workqueue.TypedBucketRateLimiter[types.UID]{Limiter: newTokenBucket(opts.QPS, opts.Burst)},
+	)
+	q := &Queue{
+		evict1:   evict,
+		opts:     opts,
+		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "vacate_evictions", Clock: opts.Clock}),
+		requests: map[types.UID]Request{},
+		perNode:  map[string]int{},
+		evicted:  map[types.UID]time.Time{},
+	}
+	return q
+}
+
+// ErrZeroGracePeriod rejects a request that would kill a pod without notice.
+var ErrZeroGracePeriod = errors.New("a grace period of 0 is never used for evictions")
+
+// Add queues an eviction unless the pod is already queued or was evicted.
+func (q *Queue) Add(r Request) error {
+	if r.GracePeriodSeconds != nil && *r.GracePeriodSeconds <= 0 {
+		return fmt.Errorf("evicting %s: %w", r.Pod, ErrZeroGracePeriod)
+	}
+	now := q.opts.Clock.Now()
+	q.mu.Lock()
+	for uid, at := range q.evicted {
+		if now.Sub(at) > evictedMemory {
+			delete(q.evicted, uid)
+		}
+	}
+	if _, done := q.evicted[r.UID]; done {
+		q.mu.Unlock()
+		return nil
+	}
+	_, known := q.requests[r.UID]
+	q.requests[r.UID] = r
+	q.mu.Unlock()
+	if !known {
+		q.queue.Add(r.UID)
+	}
+	return nil
+}
+
+// Forget drops the pod: a later attempt will not happen.
+func (q *Queue) Forget(uid types.UID) {
+	q.mu.Lock()
+	delete(q.requests, uid)
+	q.mu.Unlock()
+	q.queue.Forget(uid)
+}
+
+// Pending reports whether the pod is queued or in flight.
+func (q *Queue) Pending(uid types.UID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.requests[uid]
+	return ok
+}
+
+// Run evicts until ctx ends.
+func (q *Queue) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := 0; i < q.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for q.next(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	q.queue.ShutDown()
+	wg.Wait()
+}
+
+func (q *Queue) next(ctx context.Context) bool {
+	uid, shutdown := q.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer q.queue.Done(uid)
+	q.mu.Lock()
+	r, ok := q.requests[uid]
+	if !ok { // forgotten while queued
+		q.mu.Unlock()
+		return true
+	}
+	if q.perNode[r.Node] >= q.opts.PerNode {
+		q.mu.Unlock()
+		q.queue.AddAfter(uid, nodeBusyDelay)
+		return true
+	}
+	q.perNode[r.Node]++
+	q.mu.Unlock()
+
+	out := q.evict(ctx, r)
+
+	q.mu.Lock()
+	q.perNode[r.Node]--
+	switch out.Result {
+	case Evicted:
+		q.evicted[uid] = out.At
+		delete(q.requests, uid)
+	case Gone:
+		delete(q.requests, uid)
+	}
+	_, stillWanted := q.requests[uid]
+	q.mu.Unlock()
+
+	switch {
+	case out.Result == Evicted || out.Result == Gone:
+		q.queue.Forget(uid)
+	case stillWanted && ctx.Err() == nil:
+		q.queue.AddRateLimited(uid)
+	}
+	q.opts.OnOutcome(out)
+	return true
+}
+
+// evict makes one Eviction API call and classifies the answer.
+func (q *Queue) evict(ctx context.Context, r Request) Outcome {
+	ev := &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.Pod.Namespace, Name: r.Pod.Name},
+		DeleteOptions: &metav1.DeleteOptions{
+			Preconditions:      &metav1.Preconditions{UID: &r.UID},
+			GracePeriodSeconds: r.GracePeriodSeconds,
+		},
+	}
+	err := q.evict1(ctx, ev)
+	out := Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, At: q.opts.Clock.Now(), Err: err}
+	switch {
+	case err == nil:
+		out.Result = Evicted
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		out.Result, out.Err = Gone, nil
+	case apierrors.IsTooManyRequests(err):
+		out.Result, out.Message = PDBBlocked, disruptionMessage(err)
+	default:
+		out.Result, out.Message = Failed, err.Error()
+		out.Err = fmt.Errorf("evicting pod %s: %w", r.Pod, err)
+	}
+	return out
+}
+
+// disruptionMessage returns the API server's reason for a 429: the
+// DisruptionBudget cause when there is one.
+func disruptionMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		if d := se.Status().Details; d != nil {
+			for _, c := range d.Causes {
+				if c.Type == policyv1.DisruptionBudgetCause {
+					return c.Message
+				}
+			}
+		}
+		return se.Status().Message
+	}
+	return err.Error()
+}
+
+// PodRequest builds the Request for a pod.
+func PodRequest(p *corev1.Pod, grace *int64) Request {
+	return Request{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Node: p.Spec.NodeName, GracePeriodSeconds: grace}
+}
