@@ -1,14 +1,54 @@
 // Command vacate-controller is the vacate operator: the NodeDrain controller
-// with leader election, metrics and health probes. It arrives with the drain
-// engine (issue 3); until then it only says so.
+// with leader election, metrics and health probes.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/vacate-dev/vacate/internal/operator"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "vacate-controller: not yet implemented (the drain engine is issue 3)")
-	os.Exit(1)
+	opts := operator.DefaultOptions()
+	// --kubeconfig is registered by controller-runtime and read by ctrl.GetConfig.
+	fs := flag.CommandLine
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", opts.MetricsAddr, "address of the /metrics endpoint; 0 disables it")
+	fs.StringVar(&opts.ProbeAddr, "health-probe-bind-address", opts.ProbeAddr, "address of /healthz and /readyz; 0 disables them")
+	fs.BoolVar(&opts.LeaderElect, "leader-elect", opts.LeaderElect, "elect a leader on a Lease so only one replica acts")
+	fs.StringVar(&opts.LeaderElectionID, "leader-election-id", opts.LeaderElectionID, "name of the Lease")
+	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", opts.LeaderElectionNamespace, "namespace of the Lease")
+	fs.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", opts.LeaseDuration, "how long a Lease holds without renewal")
+	fs.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", opts.RenewDeadline, "how long the leader tries to renew before giving up")
+	fs.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", opts.RetryPeriod, "how often candidates try to acquire the Lease")
+	fs.IntVar(&opts.Controllers.EvictionWorkers, "eviction-workers", 20, "evictions in flight across all nodes")
+	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", 50, "eviction calls per second")
+	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", 100, "burst of eviction calls")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	klog.SetLogger(ctrl.Log)
+	if err := run(opts); err != nil {
+		fmt.Fprintf(os.Stderr, "vacate-controller: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(opts operator.Options) error {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading cluster configuration: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	mgr, err := operator.New(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
 }

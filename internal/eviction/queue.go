@@ -57,6 +57,9 @@ type Request struct {
 	Node string
 	// GracePeriodSeconds overrides the pod's own; nil keeps it. Never 0.
 	GracePeriodSeconds *int64
+	// PerNode bounds the evictions in flight on this pod's node (the drain
+	// policy's maxParallelEvictionsPerNode); 0 uses Options.PerNode.
+	PerNode int
 }
 
 // Options configure a Queue.
@@ -193,6 +196,24 @@ func (q *Queue) Forget(uid types.UID) {
 	q.queue.Forget(uid)
 }
 
+// ForgetNode drops every queued eviction of the node's pods (the drain was
+// cancelled) and returns how many it dropped.
+func (q *Queue) ForgetNode(node string) int {
+	q.mu.Lock()
+	var uids []types.UID
+	for uid, r := range q.requests {
+		if r.Node == node {
+			uids = append(uids, uid)
+			delete(q.requests, uid)
+		}
+	}
+	q.mu.Unlock()
+	for _, uid := range uids {
+		q.queue.Forget(uid)
+	}
+	return len(uids)
+}
+
 // Pending reports whether the pod is queued or in flight.
 func (q *Queue) Pending(uid types.UID) bool {
 	q.mu.Lock()
@@ -229,7 +250,11 @@ func (q *Queue) next(ctx context.Context) bool {
 		q.mu.Unlock()
 		return true
 	}
-	if q.perNode[r.Node] >= q.opts.PerNode {
+	limit := r.PerNode
+	if limit <= 0 {
+		limit = q.opts.PerNode
+	}
+	if q.perNode[r.Node] >= limit {
 		q.mu.Unlock()
 		q.queue.AddAfter(uid, nodeBusyDelay)
 		return true
@@ -304,6 +329,7 @@ func disruptionMessage(err error) string {
 }
 
 // PodRequest builds the Request for a pod.
-func PodRequest(p *corev1.Pod, grace *int64) Request {
-	return Request{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Node: p.Spec.NodeName, GracePeriodSeconds: grace}
+func PodRequest(p *corev1.Pod, grace *int64, perNode int) Request {
+	return Request{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Node: p.Spec.NodeName,
+		GracePeriodSeconds: grace, PerNode: perNode}
 }

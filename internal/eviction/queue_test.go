@@ -106,7 +106,7 @@ func pdbRefusal() error {
 func TestEvictionSendsUIDPreconditionAndGracePeriod(t *testing.T) {
 	h := newHarness(t, Options{}, func(*policyv1.Eviction, int) error { return nil })
 	pod := testutil.Pod("web-1").OnNode("n1").Obj()
-	if err := h.q.Add(PodRequest(pod, ptr.To[int64](30))); err != nil {
+	if err := h.q.Add(PodRequest(pod, ptr.To[int64](30), 0)); err != nil {
 		t.Fatal(err)
 	}
 	o := h.waitFor(t, Evicted)
@@ -128,7 +128,7 @@ func TestEvictionSendsUIDPreconditionAndGracePeriod(t *testing.T) {
 	}
 	// The informer may not show the pod terminating yet; adding it again
 	// must not evict it a second time.
-	if err := h.q.Add(PodRequest(pod, nil)); err != nil {
+	if err := h.q.Add(PodRequest(pod, nil, 0)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -139,7 +139,7 @@ func TestEvictionSendsUIDPreconditionAndGracePeriod(t *testing.T) {
 
 func TestZeroGracePeriodIsRefused(t *testing.T) {
 	h := newHarness(t, Options{}, func(*policyv1.Eviction, int) error { return nil })
-	err := h.q.Add(PodRequest(testutil.Pod("web-1").Obj(), ptr.To[int64](0)))
+	err := h.q.Add(PodRequest(testutil.Pod("web-1").Obj(), ptr.To[int64](0), 0))
 	if !errors.Is(err, ErrZeroGracePeriod) {
 		t.Fatalf("Add with grace 0 = %v, want ErrZeroGracePeriod", err)
 	}
@@ -153,7 +153,7 @@ func TestPDBRefusalIsRetriedWithBackoffUntilAllowed(t *testing.T) {
 		return nil
 	})
 	pod := testutil.Pod("web-1").OnNode("n1").Obj()
-	if err := h.q.Add(PodRequest(pod, nil)); err != nil {
+	if err := h.q.Add(PodRequest(pod, nil, 0)); err != nil {
 		t.Fatal(err)
 	}
 	blocked := h.waitFor(t, PDBBlocked)
@@ -174,7 +174,7 @@ func TestGoneAnswersEndTheEviction(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, Options{}, func(*policyv1.Eviction, int) error { return answer })
 			pod := testutil.Pod("web-1").Obj()
-			if err := h.q.Add(PodRequest(pod, nil)); err != nil {
+			if err := h.q.Add(PodRequest(pod, nil, 0)); err != nil {
 				t.Fatal(err)
 			}
 			if o := h.waitFor(t, Gone); o.Err != nil {
@@ -195,7 +195,7 @@ func TestOtherErrorsAreReportedAndRetried(t *testing.T) {
 		}
 		return nil
 	})
-	if err := h.q.Add(PodRequest(testutil.Pod("web-1").Obj(), nil)); err != nil {
+	if err := h.q.Add(PodRequest(testutil.Pod("web-1").Obj(), nil, 0)); err != nil {
 		t.Fatal(err)
 	}
 	o := h.waitFor(t, Failed)
@@ -208,7 +208,7 @@ func TestOtherErrorsAreReportedAndRetried(t *testing.T) {
 func TestForgetStopsRetries(t *testing.T) {
 	h := newHarness(t, Options{}, func(*policyv1.Eviction, int) error { return pdbRefusal() })
 	pod := testutil.Pod("web-1").Obj()
-	if err := h.q.Add(PodRequest(pod, nil)); err != nil {
+	if err := h.q.Add(PodRequest(pod, nil, 0)); err != nil {
 		t.Fatal(err)
 	}
 	h.waitFor(t, PDBBlocked)
@@ -252,7 +252,7 @@ func TestParallelismIsBoundedPerNode(t *testing.T) {
 		pods = append(pods, p)
 	}
 	for _, p := range pods {
-		if err := h.q.Add(PodRequest(p, nil)); err != nil {
+		if err := h.q.Add(PodRequest(p, nil, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,61 @@
+// Package controller builds and registers every vacate controller, in one
+// list, on a controller-runtime manager.
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+)
+
+// Options tune the controllers.
+type Options struct {
+	// EvictionWorkers bounds evictions in flight across all nodes.
+	EvictionWorkers int
+	// EvictionsPerNode bounds evictions in flight per node.
+	EvictionsPerNode int
+	// EvictionQPS and EvictionBurst bound the rate of eviction calls.
+	EvictionQPS   float64
+	EvictionBurst int
+	Clock         clock.WithTicker
+}
+
+// controllerSetup registers one controller.
+type controllerSetup interface {
+	SetupWithManager(manager.Manager) error
+}
+
+// Setup registers every controller with the manager.
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if err := nodedrain.IndexPods(ctx, mgr); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	cs, err := kubeClient(mgr)
+	if err != nil {
+		return err
+	}
+	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"),
+		func(onOutcome func(eviction.Outcome)) *eviction.Queue {
+			return eviction.NewQueue(cs, eviction.Options{
+				Workers: opts.EvictionWorkers, PerNode: opts.EvictionsPerNode,
+				QPS: opts.EvictionQPS, Burst: opts.EvictionBurst,
+				OnOutcome: onOutcome, Clock: opts.Clock,
+			})
+		})
+	for _, c := range []controllerSetup{
+		drains,
+	} {
+		if err := c.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up controller %T: %w", c, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,439 @@
+package nodedrain_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/operator"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+const testLabel = "vacate.dev/test"
+
+// env is a dev cluster with vacate's CRDs and a running controller.
+type env struct {
+	c  *devcluster.Cluster
+	cl client.Client
+}
+
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	if err := devcluster.InstallCRDs(ctx, c.RESTConfig); err != nil {
+		t.Fatal(err)
+	}
+	opts := operator.DefaultOptions()
+	opts.MetricsAddr, opts.ProbeAddr, opts.LeaderElect, opts.SeveralInProcess = "0", "0", false, true
+	mctx, cancel := context.WithCancel(context.Background())
+	mgr, err := operator.New(mctx, c.RESTConfig, opts)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller exited with %v", err)
+		}
+	})
+	scheme, _ := operator.Scheme()
+	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{c: c, cl: cl}
+}
+
+func (e *env) waitDrain(t *testing.T, name, what string, timeout time.Duration, cond func(*v1alpha1.NodeDrain) bool) *v1alpha1.NodeDrain {
+	t.Helper()
+	nd := &v1alpha1.NodeDrain{}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := e.cl.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil {
+			return false, nil
+		}
+		return cond(nd), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for NodeDrain %s to be %s: %v; status: %s", name, what, err, describe(nd))
+	}
+	return nd
+}
+
+func describe(nd *v1alpha1.NodeDrain) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s progress=%s remaining=%d blocked=%d", nd.Status.Phase, nd.Status.Progress, nd.Status.Remaining, nd.Status.Blocked)
+	for _, c := range nd.Status.Conditions {
+		fmt.Fprintf(&b, "\n  %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	}
+	for _, bl := range nd.Status.Blockers {
+		fmt.Fprintf(&b, "\n  blocker %s %s: %s", bl.Pod, bl.Reason, bl.Detail)
+	}
+	return b.String()
+}
+
+// pdbGuard watches PDBs in a namespace and records every moment a PDB's
+// healthy count is below its desired count, once the PDB has been healthy
+// (a workload still starting up is not a disruption).
+type pdbGuard struct {
+	mu         sync.Mutex
+	violations []string
+	events     int
+	stop       func()
+}
+
+func watchPDBs(t *testing.T, e *env, ns string) *pdbGuard {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &pdbGuard{}
+	healthy := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			pdb, ok := ev.Object.(*policyv1.PodDisruptionBudget)
+			if !ok {
+				continue
+			}
+			g.mu.Lock()
+			g.events++
+			s := pdb.Status
+			if s.ObservedGeneration > 0 && s.ExpectedPods > 0 && s.CurrentHealthy >= s.DesiredHealthy {
+				healthy[pdb.Name] = true
+			}
+			if healthy[pdb.Name] && s.CurrentHealthy < s.DesiredHealthy {
+				g.violations = append(g.violations, fmt.Sprintf("PDB %s: %d healthy < %d desired at %s",
+					pdb.Name, s.CurrentHealthy, s.DesiredHealthy, time.Now().Format(time.StampMilli)))
+			}
+			g.mu.Unlock()
+		}
+	}()
+	g.stop = func() { cancel(); <-done }
+	return g
+}
+
+func (g *pdbGuard) check(t *testing.T) {
+	t.Helper()
+	g.stop()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.events == 0 {
+		t.Error("the PDB watch saw no event; it proves nothing")
+	}
+	for _, v := range g.violations {
+		t.Error(v)
+	}
+}
+
+// TestDrainFollowsPolicyExplainsBlockersAndUndoes is the first acceptance
+// scenario: Deployment pods behind a PDB, a DaemonSet pod, a bare pod, an
+// emptyDir pod and a completed pod on one node.
+func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	cs := e.c.Client
+	sel := map[string]string{testLabel: "policy"}
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "pol", Count: 3, Zones: []string{"zone-a", "zone-b"}, Labels: sel})
+	target := nodes[0]
+	ns := testenv.Namespace(t, e.c)
+
+	t.Log("creating web (6 replicas, PDB maxUnavailable 1) on the test nodes, a DaemonSet, and on the target a bare pod, an emptyDir pod and a Job's pod")
+	if err := devcluster.CreateWorkload(ctx, cs, devcluster.Workload{Namespace: ns, DeploymentReplicas: 6, StatefulSetReplicas: 0, NodeSelector: sel}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, devcluster.BarePod(ns, "bare", target), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scratch := devcluster.Deployment(ns, "scratch", 1)
+	// Its replacement must not come back to the cordoned node.
+	scratch.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: target}
+	scratch.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, scratch, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report"},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{devcluster.AppLabel: "report"}},
+			Spec: corev1.PodSpec{NodeName: target, RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "report", Image: "vacate.dev/simulated:latest"}}},
+		}},
+	}
+	if _, err := cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "web"}), 6, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(t, e, ns, "the Job's pod to succeed", func(pods []corev1.Pod) bool {
+		for _, p := range pods {
+			if p.Labels[devcluster.AppLabel] == "report" && p.Status.Phase == corev1.PodSucceeded {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "web", 6, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	guard := watchPDBs(t, e, ns)
+
+	t.Log("draining the target with a strict policy (the defaults)")
+	strict := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "policy-test"}}
+	if err := e.cl.Create(ctx, strict); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), strict) })
+	nd := &v1alpha1.NodeDrain{
+		ObjectMeta: metav1.ObjectMeta{Name: target},
+		Spec: v1alpha1.NodeDrainSpec{NodeName: target, PolicyName: strict.Name,
+			Requesters: []v1alpha1.Requester{{Name: "cli:test", Reason: "acceptance test"}}},
+	}
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+
+	blocked := e.waitDrain(t, target, "blocked only by the bare and emptyDir pods", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Remaining == 2 && nd.Status.Blocked == 2
+	})
+	t.Logf("status while blocked: %s", describe(blocked))
+	reasons := map[string]string{}
+	for _, b := range blocked.Status.Blockers {
+		reasons[strings.SplitN(b.Pod, "/", 2)[1]] = b.Reason + ": " + b.Detail
+	}
+	if !strings.HasPrefix(reasons["bare"], "Unmanaged: no controller would recreate it") {
+		t.Errorf("bare pod blocker = %q", reasons["bare"])
+	}
+	var scratchReason string
+	for pod, r := range reasons {
+		if strings.HasPrefix(pod, "scratch-") {
+			scratchReason = r
+		}
+	}
+	if !strings.HasPrefix(scratchReason, "LocalStorage: emptyDir tmp would be lost") {
+		t.Errorf("emptyDir pod blocker = %q", scratchReason)
+	}
+	if c := meta.FindStatusCondition(blocked.Status.Conditions, v1alpha1.ConditionBlocked); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Blocked condition = %+v", c)
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != target {
+		t.Errorf("node not cordoned by vacate: unschedulable=%t annotations=%v", node.Spec.Unschedulable, node.Annotations)
+	}
+	left := podsOn(t, e, ns, target)
+	for _, p := range left {
+		app := p.Labels[devcluster.AppLabel]
+		if app == "web" {
+			t.Errorf("web pod %s still on the drained node", p.Name)
+		}
+	}
+	if !hasApp(left, "agent") || !hasApp(left, "report") {
+		t.Errorf("the DaemonSet pod and the completed Job pod should stay; left: %v", names(left))
+	}
+
+	t.Log("relaxing the policy: unmanaged pods Delete, localStorage Evict")
+	strict.Spec.Pods.Unmanaged, strict.Spec.Pods.LocalStorage = "Delete", "Evict"
+	if err := e.cl.Update(ctx, strict); err != nil {
+		t.Fatal(err)
+	}
+	done := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	t.Logf("status when drained: %s", describe(done))
+	if done.Status.Remaining != 0 || done.Status.Blocked != 0 || done.Status.Total < 3 || done.Status.Evicted != done.Status.Total {
+		t.Errorf("counts when drained: %s", describe(done))
+	}
+	left = podsOn(t, e, ns, target)
+	if hasApp(left, "web") || hasApp(left, "bare") || hasApp(left, "scratch") {
+		t.Errorf("pods that had to leave are still there: %v", names(left))
+	}
+
+	t.Log("deleting the NodeDrain: vacate uncordons the node it cordoned and lets go")
+	if err := e.cl.Delete(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, target)
+	node, err = cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.Unschedulable {
+		t.Error("node still cordoned after the NodeDrain was deleted")
+	}
+	if _, ok := node.Annotations[nodedrain.AnnotationCordonedBy]; ok {
+		t.Error("vacate's annotation left on the node")
+	}
+	guard.check(t)
+}
+
+// TestUndoLeavesSomeoneElsesCordon: a node cordoned before the drain stays
+// cordoned after it.
+func TestUndoLeavesSomeoneElsesCordon(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "precord", Count: 1, Labels: map[string]string{testLabel: "precordoned"}})
+	target := nodes[0]
+	patch := []byte(`{"spec":{"unschedulable":true},"metadata":{"labels":{"cordoned-by":"admin"}}}`)
+	if _, err := e.c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
+		Spec: v1alpha1.NodeDrainSpec{NodeName: target, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	drained := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+	if c := meta.FindStatusCondition(drained.Status.Conditions, v1alpha1.ConditionCordoned); c == nil || c.Reason != nodedrain.ReasonAlreadyCordoned {
+		t.Errorf("Cordoned condition = %+v, want reason %s", c, nodedrain.ReasonAlreadyCordoned)
+	}
+	if err := e.cl.Delete(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, target)
+	after, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Spec.Unschedulable {
+		t.Error("vacate uncordoned a node someone else had cordoned")
+	}
+	// The node lifecycle controller adds the deprecated beta.kubernetes.io
+	// labels on its own; everything else must be as it was.
+	if fmt.Sprint(ownLabels(after.Labels)) != fmt.Sprint(ownLabels(before.Labels)) || fmt.Sprint(after.Annotations) != fmt.Sprint(before.Annotations) ||
+		fmt.Sprint(ownTaints(after.Spec.Taints)) != fmt.Sprint(ownTaints(before.Spec.Taints)) {
+		t.Errorf("node metadata changed:\nbefore labels %v annotations %v\nafter  labels %v annotations %v",
+			before.Labels, before.Annotations, after.Labels, after.Annotations)
+	}
+}
+
+// TestNodeNotFoundWaitsThenProceeds: a drain of a missing node waits with
+// NodeNotFound and starts when the node appears.
+func TestNodeNotFoundWaitsThenProceeds(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	name := "late-node-0"
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.NodeDrainSpec{NodeName: name, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+	e.waitDrain(t, name, "waiting with NodeNotFound", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionCordoned)
+		return c != nil && c.Reason == nodedrain.ReasonNodeNotFound && nd.Status.Phase == v1alpha1.PhasePending
+	})
+	testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "late-node", Count: 1})
+	e.waitDrain(t, name, "Drained once the node exists", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+}
+
+func ownLabels(l map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range l {
+		if !strings.HasPrefix(k, "beta.kubernetes.io/") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// ownTaints drops the node.kubernetes.io taints the controller manager keeps
+// in step with the node's conditions and cordon.
+func ownTaints(ts []corev1.Taint) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range ts {
+		if !strings.HasPrefix(t.Key, "node.kubernetes.io/") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func waitGone(t *testing.T, e *env, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.cl.Get(ctx, types.NamespacedName{Name: name}, &v1alpha1.NodeDrain{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("NodeDrain %s was not released: %v", name, err)
+	}
+}
+
+func waitPods(t *testing.T, e *env, ns, what string, cond func([]corev1.Pod) bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && cond(list.Items), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func podsOn(t *testing.T, e *env, ns, node string) []corev1.Pod {
+	t.Helper()
+	list, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasApp(pods []corev1.Pod, app string) bool {
+	for _, p := range pods {
+		if p.Labels[devcluster.AppLabel] == app {
+			return true
+		}
+	}
+	return false
+}
+
+func names(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
+

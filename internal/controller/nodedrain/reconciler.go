@@ -1,0 +1,236 @@
+// Package nodedrain is the NodeDrain controller: it cordons the node, lets
+// evacuations finish, evicts the pods the planner says must leave through the
+// eviction queue, and reports progress; when the last requester leaves it
+// undoes exactly what it did.
+package nodedrain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/metrics"
+)
+
+// Fixed names from the design.
+const (
+	// FinalizerRestore holds a NodeDrain until vacate has undone its changes.
+	FinalizerRestore = "vacate.dev/restore"
+	// AnnotationCordonedBy is set on a node vacate cordoned, to the name of
+	// the NodeDrain; undo only uncordons a node that carries it.
+	AnnotationCordonedBy = "vacate.dev/cordoned-by"
+	// PodNodeNameIndex indexes cached pods by spec.nodeName.
+	PodNodeNameIndex = "spec.nodeName"
+)
+
+// resync bounds how long a waiting drain goes without a pass; watches on
+// pods, nodes, PDBs and eviction outcomes normally wake it much sooner.
+const resync = 30 * time.Second
+
+// Reconciler reconciles NodeDrains. It keeps no request state: every pass
+// recomputes from the cluster; the eviction queue and the refusal cache are
+// caches that passes refill.
+type Reconciler struct {
+	Client    ctrl.Client
+	Clock     clock.PassiveClock
+	Events    events.EventRecorder
+	Evictions *eviction.Queue
+
+	refusals refusalCache
+	blocked  blockedGauge
+	// Wake receives the NodeDrains to requeue after an eviction outcome.
+	Wake chan event.GenericEvent
+}
+
+// NewReconciler wires a reconciler to its eviction queue: every outcome
+// updates the refusal cache and wakes the node's drain.
+func NewReconciler(c ctrl.Client, clk clock.PassiveClock, rec events.EventRecorder, newQueue func(onOutcome func(eviction.Outcome)) *eviction.Queue) *Reconciler {
+	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
+	r.refusals.m = map[types.UID]refusal{}
+	r.blocked.byDrain = map[string]map[string]int{}
+	r.Evictions = newQueue(r.onOutcome)
+	return r
+}
+
+// scope is what one pass knows about one drain.
+type scope struct {
+	drain  *v1alpha1.NodeDrain
+	node   *corev1.Node
+	policy policy
+	now    time.Time
+	log    klog.Logger
+}
+
+type stage func(context.Context, *scope) (reconcile.Result, error)
+
+// Reconcile dispatches the stages of a drain, or its undo.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
+	nd := &v1alpha1.NodeDrain{}
+	if err := r.Client.Get(ctx, req.NamespacedName, nd); err != nil {
+		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	s := &scope{drain: nd, now: r.Clock.Now(), log: log.FromContext(ctx).WithValues("nodeDrain", klog.KObj(nd))}
+	before := nd.DeepCopy()
+	defer func() {
+		if perr := r.patchStatus(ctx, before, nd); perr != nil {
+			err = errors.Join(err, perr)
+		}
+	}()
+	nd.Status.ObservedGeneration = nd.Generation
+
+	if !nd.DeletionTimestamp.IsZero() || len(nd.Spec.Requesters) == 0 {
+		return r.undo(ctx, s)
+	}
+	if !controllerutil.ContainsFinalizer(nd, FinalizerRestore) {
+		patch := ctrl.MergeFrom(nd.DeepCopy())
+		controllerutil.AddFinalizer(nd, FinalizerRestore)
+		if err := r.Client.Patch(ctx, nd, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding finalizer to NodeDrain %s: %w", nd.Name, err)
+		}
+		before.Finalizers, before.ResourceVersion = nd.Finalizers, nd.ResourceVersion
+	}
+	if nd.Status.Phase == v1alpha1.PhaseDrained || nd.Status.Phase == v1alpha1.PhaseFailed {
+		return reconcile.Result{}, nil // ended; undo when the requesters leave
+	}
+	for _, st := range []stage{r.loadNode, r.admit, r.cordon, r.evacuate, r.evict, r.finalize} {
+		res, err := st(ctx, s)
+		if err != nil || !res.IsZero() {
+			return res, err
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// patchStatus writes the status once, only if it changed, with an
+// optimistic lock; a conflict means another pass will follow.
+func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.NodeDrain) error {
+	if equality.Semantic.DeepEqual(before.Status, after.Status) || !after.DeletionTimestamp.IsZero() && len(after.Finalizers) == 0 {
+		return nil
+	}
+	err := r.Client.Status().Patch(ctx, after, ctrl.MergeFromWithOptions(before, ctrl.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // the object changed; its watch event brings another pass
+	}
+	if err != nil {
+		return fmt.Errorf("patching status of NodeDrain %s: %w", after.Name, err)
+	}
+	return nil
+}
+
+// refusal is the latest PDB refusal of a pod's eviction.
+type refusal struct {
+	since   time.Time
+	message string
+}
+
+type refusalCache struct {
+	mu sync.Mutex
+	m  map[types.UID]refusal
+}
+
+func (c *refusalCache) get(uid types.UID) (refusal, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[uid]
+	return r, ok
+}
+
+func (c *refusalCache) record(o eviction.Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch o.Result {
+	case eviction.PDBBlocked:
+		prev, ok := c.m[o.UID]
+		if !ok {
+			prev.since = o.At
+		}
+		prev.message = o.Message
+		c.m[o.UID] = prev
+	case eviction.Evicted, eviction.Gone:
+		delete(c.m, o.UID)
+	}
+}
+
+func (r *Reconciler) onOutcome(o eviction.Outcome) {
+	metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
+	r.refusals.record(o)
+	ev := event.GenericEvent{Object: &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: o.Node}}}
+	select {
+	case r.Wake <- ev:
+	default: // a wake-up is already pending; the resync covers the rest
+	}
+}
+
+// podsOnNode lists the node's pods from the informer cache.
+func (r *Reconciler) podsOnNode(ctx context.Context, node string) ([]*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, ctrl.MatchingFields{PodNodeNameIndex: node}); err != nil {
+		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		pods = append(pods, &list.Items[i])
+	}
+	return pods, nil
+}
+
+func (r *Reconciler) pdbs(ctx context.Context) ([]*policyv1.PodDisruptionBudget, error) {
+	list := &policyv1.PodDisruptionBudgetList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
+	}
+	out := make([]*policyv1.PodDisruptionBudget, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}
+
+// blockedGauge keeps vacate_pods_blocked{reason} as the sum over drains.
+type blockedGauge struct {
+	mu      sync.Mutex
+	byDrain map[string]map[string]int
+}
+
+func (g *blockedGauge) set(drainName string, blockers []v1alpha1.Blocker) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	counts := map[string]int{}
+	for _, b := range blockers {
+		counts[b.Reason]++
+	}
+	if len(counts) == 0 {
+		delete(g.byDrain, drainName)
+	} else {
+		g.byDrain[drainName] = counts
+	}
+	total := map[string]int{}
+	for _, c := range g.byDrain {
+		for reason, n := range c {
+			total[reason] += n
+		}
+	}
+	metrics.PodsBlocked.Reset()
+	for reason, n := range total {
+		metrics.PodsBlocked.WithLabelValues(reason).Set(float64(n))
+	}
+}

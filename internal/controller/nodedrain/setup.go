@@ -1,0 +1,83 @@
+package nodedrain
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+)
+
+// IndexPods registers the pod index the controller lists by.
+func IndexPods(ctx context.Context, mgr manager.Manager) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeNameIndex, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	})
+}
+
+// SetupWithManager registers the controller, its watches and its eviction
+// queue (which runs only on the leader).
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		r.Evictions.Run(ctx)
+		return nil
+	})); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodedrain").
+		For(&v1alpha1.NodeDrain{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainOfPod)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
+		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains)).
+		Watches(&v1alpha1.DrainPolicy{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains)).
+		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+// drainOfPod wakes the drain of the pod's node, if there is one.
+func (r *Reconciler) drainOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.drainNamed(ctx, o.(*corev1.Pod).Spec.NodeName)
+}
+
+func (r *Reconciler) drainOfNode(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.drainNamed(ctx, o.GetName())
+}
+
+func (r *Reconciler) drainNamed(ctx context.Context, name string) []reconcile.Request {
+	if name == "" {
+		return nil
+	}
+	nd := &v1alpha1.NodeDrain{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+}
+
+// activeDrains wakes every drain still in progress: a PDB or policy change
+// may unblock any of them.
+func (r *Reconciler) activeDrains(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &v1alpha1.NodeDrainList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, nd := range list.Items {
+		if nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nd.Name}})
+		}
+	}
+	return out
+}

@@ -1,0 +1,401 @@
+package nodedrain
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/metrics"
+)
+
+// Condition reasons.
+const (
+	ReasonAdmitted        = "Admitted"
+	ReasonNodeNotFound    = "NodeNotFound"
+	ReasonPolicyNotFound  = "PolicyNotFound"
+	ReasonCordoned        = "Cordoned"
+	ReasonAlreadyCordoned = "AlreadyCordoned"
+	ReasonNoEvacuations   = "NoEvacuations"
+	ReasonEvicting        = "Evicting"
+	ReasonAllEvicted      = "AllPodsGone"
+	ReasonBlocked         = "PodsBlocked"
+	ReasonNotBlocked      = "NotBlocked"
+	ReasonDrainTimeout    = "DrainTimeout"
+	ReasonDrained         = "Drained"
+	ReasonRestored        = "Restored"
+)
+
+// Event reasons.
+const (
+	EventCordoned        = "Cordoned"
+	EventEvictionBlocked = "EvictionBlocked"
+	EventDrained         = "Drained"
+	EventRestored        = "Restored"
+	EventFailed          = "Failed"
+	EventForceDeleted    = "ForceDeleted"
+)
+
+// maxBlockers bounds status.blockers.
+const maxBlockers = 20
+
+func (s *scope) setCondition(t string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.drain.Status.Conditions, metav1.Condition{
+		Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.drain.Generation,
+		LastTransitionTime: metav1.NewTime(s.now),
+	})
+}
+
+// loadNode finds the node and the policy; without either the drain waits.
+func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	p, err := resolvePolicy(ctx, r.Client, nd)
+	var pnf *policyNotFoundError
+	if asPolicyNotFound(err, &pnf) {
+		nd.Status.Phase = v1alpha1.PhasePending
+		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonPolicyNotFound, pnf.Error())
+		return reconcile.Result{RequeueAfter: resync}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	s.policy = p
+	node := &corev1.Node{}
+	err = r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+	if apierrors.IsNotFound(err) {
+		nd.Status.Phase = v1alpha1.PhasePending
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonNodeNotFound,
+			fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName))
+		return reconcile.Result{RequeueAfter: resync}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
+	}
+	s.node = node
+	return reconcile.Result{}, nil
+}
+
+// admit lets the drain start. Scheduling many drains within a budget comes
+// with the triggers and policies; until then every drain is admitted.
+func (r *Reconciler) admit(_ context.Context, s *scope) (reconcile.Result, error) {
+	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, "the drain may proceed")
+	if s.drain.Status.StartTime == nil {
+		s.drain.Status.StartTime = &metav1.Time{Time: s.now}
+		s.log.Info("starting drain", "node", s.drain.Spec.NodeName, "policy", s.policy.name)
+	}
+	return reconcile.Result{}, nil
+}
+
+// cordon marks the node unschedulable, recording that vacate did it; a node
+// someone else cordoned is left as it is and never uncordoned by vacate.
+func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, error) {
+	node, nd := s.node, s.drain
+	owner, ours := node.Annotations[AnnotationCordonedBy]
+	switch {
+	case node.Spec.Unschedulable && ours && owner == nd.Name:
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonCordoned, "vacate cordoned the node")
+	case node.Spec.Unschedulable:
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonAlreadyCordoned,
+			"the node was already cordoned by someone else; vacate will not uncordon it")
+	default:
+		patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+		node.Spec.Unschedulable = true
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[AnnotationCordonedBy] = nd.Name
+		s.log.Info("cordoning node", "node", klogRef(node.Name))
+		if err := r.Client.Patch(ctx, node, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{Requeue: true}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("cordoning node %s: %w", node.Name, err)
+		}
+		r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventCordoned, "Cordon", "cordoned node %s", node.Name)
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonCordoned, "vacate cordoned the node")
+	}
+	if s.drain.Status.Phase == "" || s.drain.Status.Phase == v1alpha1.PhasePending {
+		s.drain.Status.Phase = v1alpha1.PhaseCordoned
+	}
+	return reconcile.Result{}, nil
+}
+
+// evacuate waits for evacuations; they arrive with the evacuation protocols.
+func (r *Reconciler) evacuate(_ context.Context, s *scope) (reconcile.Result, error) {
+	s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonNoEvacuations, "no evacuation protects pods on this node")
+	return reconcile.Result{}, nil
+}
+
+// evict plans the node's pods, queues the evictions, and reports progress
+// and blockers. It waits until no pod that must leave is left.
+func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	pods, err := r.podsOnNode(ctx, nd.Spec.NodeName)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	pdbs, err := r.pdbs(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	plan := drain.New(pods, pdbs, s.policy.rules, s.now)
+	if timedOut(s) {
+		return r.timeout(ctx, s, plan)
+	}
+	for _, d := range plan.Decisions {
+		if d.Action != drain.Evict {
+			continue
+		}
+		if err := r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.grace, s.policy.perNode)); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	r.report(s, plan)
+	if !plan.Completed() {
+		nd.Status.Phase = v1alpha1.PhaseEvicting
+		return reconcile.Result{RequeueAfter: r.waitFor(s)}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// report writes counts, blockers and the PodsEvicted and Blocked conditions.
+func (r *Reconciler) report(s *scope, plan drain.Plan) {
+	st := &s.drain.Status
+	remaining := int32(plan.Remaining())
+	if remaining > st.Total {
+		st.Total = remaining + st.Evicted
+	}
+	st.Remaining = remaining
+	st.Evicted = st.Total - remaining
+	st.Progress = fmt.Sprintf("%d/%d", st.Evicted, st.Total)
+
+	previous := map[string]metav1.Time{}
+	for _, b := range st.Blockers {
+		previous[b.Pod+"|"+b.Reason] = b.Since
+	}
+	var blockers []v1alpha1.Blocker
+	for _, d := range plan.Decisions {
+		b, ok := r.blockerFor(d, s.now)
+		if !ok {
+			continue
+		}
+		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
+			b.Since = since
+		} else if b.Reason == BlockerPDB {
+			r.Events.Eventf(s.drain, d.Pod, corev1.EventTypeWarning, EventEvictionBlocked, "Evict",
+				"eviction of %s refused: %s", b.Pod, b.Detail)
+		}
+		blockers = append(blockers, b)
+	}
+	sort.Slice(blockers, func(i, j int) bool { return blockers[i].Pod < blockers[j].Pod })
+	st.Blocked = int32(len(blockers))
+	if len(blockers) > maxBlockers {
+		blockers = blockers[:maxBlockers]
+	}
+	st.Blockers = blockers
+	r.blocked.set(s.drain.Name, blockers)
+
+	if plan.Completed() {
+		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionTrue, ReasonAllEvicted, plan.ConditionMessage())
+	} else {
+		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionFalse, ReasonEvicting, plan.ConditionMessage())
+	}
+	if len(blockers) > 0 {
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonBlocked, blockedMessage(st.Blocked, blockers))
+	} else {
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionFalse, ReasonNotBlocked, "nothing blocks the drain")
+	}
+}
+
+// Blocker reasons beyond the planner's.
+const (
+	// BlockerPDB: a PodDisruptionBudget refuses the eviction.
+	BlockerPDB = "PodDisruptionBudget"
+)
+
+// blockerFor says whether a decision holds the drain up, and how.
+func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Blocker, bool) {
+	b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(now)}
+	switch {
+	case d.Action == drain.Block:
+		b.Reason, b.Detail = string(d.Reason), d.Detail
+	case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
+		b.Reason, b.Detail = string(d.Reason), d.Detail
+	case d.Action == drain.Evict:
+		ref, refused := r.refusals.get(d.Pod.UID)
+		if !refused && !d.PDBBlocked {
+			return b, false
+		}
+		b.Reason = BlockerPDB
+		b.Detail = "PodDisruptionBudget " + strings.Join(d.PDBs, ", ")
+		if refused {
+			b.Since = metav1.NewTime(ref.since)
+			if ref.message != "" {
+				b.Detail += ": " + ref.message
+			}
+		} else {
+			b.Detail += " allows no disruption now"
+		}
+	default:
+		return b, false
+	}
+	return b, true
+}
+
+func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
+	parts := make([]string, 0, 3)
+	for i, b := range blockers {
+		if i == 3 {
+			break
+		}
+		parts = append(parts, b.Pod+": "+b.Reason)
+	}
+	msg := fmt.Sprintf("%d pod(s) blocked: %s", total, strings.Join(parts, "; "))
+	if int(total) > len(parts) {
+		msg += fmt.Sprintf("; and %d more", int(total)-len(parts))
+	}
+	return msg
+}
+
+func timedOut(s *scope) bool {
+	st := s.drain.Status.StartTime
+	return s.policy.drainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.drainTimeout
+}
+
+// waitFor is how long an evicting drain waits for its next pass when no
+// event comes: the resync, or the drain timeout if sooner.
+func (r *Reconciler) waitFor(s *scope) time.Duration {
+	if s.policy.drainTimeout > 0 && s.drain.Status.StartTime != nil {
+		left := s.drain.Status.StartTime.Add(s.policy.drainTimeout).Sub(s.now)
+		if left > 0 && left < resync {
+			return left
+		}
+	}
+	return resync
+}
+
+// timeout ends a drain that ran past timeouts.drain: Failed with the pods in
+// place, or, only when the policy says ForceDelete, deletes what is left.
+func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (reconcile.Result, error) {
+	nd := s.drain
+	r.report(s, plan)
+	if !s.policy.forceDelete {
+		r.Evictions.ForgetNode(nd.Spec.NodeName)
+		nd.Status.Phase = v1alpha1.PhaseFailed
+		nd.Status.CompletionTime = &metav1.Time{Time: s.now}
+		msg := fmt.Sprintf("the drain did not finish within %s: %s", s.policy.drainTimeout, plan.ConditionMessage())
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonDrainTimeout, msg)
+		s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, ReasonDrainTimeout, msg)
+		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventFailed, "Drain", "%s", msg)
+		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+		return reconcile.Result{}, nil
+	}
+	for _, d := range plan.Decisions {
+		if d.Action != drain.Evict && d.Action != drain.Block {
+			continue
+		}
+		s.log.Info("deleting pod after the drain timeout (policy onTimeout: ForceDelete)", "pod", klogRef(d.Key()))
+		err := r.Client.Delete(ctx, d.Pod, ctrl.Preconditions{UID: &d.Pod.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return reconcile.Result{}, fmt.Errorf("deleting pod %s after the drain timeout: %w", d.Key(), err)
+		}
+		r.Events.Eventf(nd, d.Pod, corev1.EventTypeWarning, EventForceDeleted, "Delete",
+			"deleted pod %s after the drain timeout of %s (policy onTimeout: ForceDelete)", d.Key(), s.policy.drainTimeout)
+	}
+	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonDrainTimeout,
+		fmt.Sprintf("the drain did not finish within %s; remaining pods deleted (policy onTimeout: ForceDelete)", s.policy.drainTimeout))
+	return reconcile.Result{RequeueAfter: time.Second}, nil
+}
+
+// finalize marks the drain Drained, once.
+func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	nd.Status.Phase = v1alpha1.PhaseDrained
+	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
+	took := s.now.Sub(nd.Status.StartTime.Time)
+	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, ReasonDrained,
+		fmt.Sprintf("%d pod(s) left the node in %s", nd.Status.Evicted, took.Round(time.Second)))
+	r.Events.Eventf(nd, s.node, corev1.EventTypeNormal, EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
+		nd.Spec.NodeName, nd.Status.Evicted, took.Round(time.Second))
+	metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained)).Inc()
+	metrics.DrainDuration.Observe(took.Seconds())
+	s.log.Info("drained node", "node", klogRef(nd.Spec.NodeName), "evicted", nd.Status.Evicted, "took", took)
+	return reconcile.Result{}, nil
+}
+
+// undo stops the drain and restores exactly what vacate changed: it
+// uncordons the node only if vacate cordoned it (the annotation names this
+// drain), removes vacate's annotation, then releases the finalizer.
+func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	if !controllerutil.ContainsFinalizer(nd, FinalizerRestore) {
+		return reconcile.Result{}, nil
+	}
+	wasActive := nd.Status.Phase != "" && nd.Status.Phase != v1alpha1.PhasePending
+	nd.Status.Phase = v1alpha1.PhaseRestoring
+	dropped := r.Evictions.ForgetNode(nd.Spec.NodeName)
+	r.blocked.set(nd.Name, nil)
+
+	node := &corev1.Node{}
+	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
+	case node.Annotations[AnnotationCordonedBy] == nd.Name:
+		patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+		node.Spec.Unschedulable = false
+		delete(node.Annotations, AnnotationCordonedBy)
+		s.log.Info("uncordoning node that vacate cordoned", "node", klogRef(node.Name))
+		if err := r.Client.Patch(ctx, node, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{Requeue: true}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("uncordoning node %s: %w", node.Name, err)
+		}
+		r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventRestored, "Restore", "uncordoned node %s", node.Name)
+	default:
+		if wasActive {
+			r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventRestored, "Restore",
+				"left node %s as it was: vacate did not cordon it", node.Name)
+		}
+	}
+	if wasActive {
+		metrics.DrainsTotal.WithLabelValues("Cancelled").Inc()
+		s.log.Info("drain cancelled and undone", "droppedEvictions", dropped)
+	}
+	if !nd.DeletionTimestamp.IsZero() {
+		patch := ctrl.MergeFrom(nd.DeepCopy())
+		controllerutil.RemoveFinalizer(nd, FinalizerRestore)
+		if err := r.Client.Patch(ctx, nd, patch); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
+		}
+		return reconcile.Result{}, nil
+	}
+	// No requester is left but the object stays: it is idle until one returns.
+	nd.Status.Phase = v1alpha1.PhasePending
+	nd.Status.Blockers, nd.Status.Blocked = nil, 0
+	nd.Status.CompletionTime = nil
+	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonRestored, "no requester is left; vacate undid its changes")
+	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
+	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
+	patch := ctrl.MergeFrom(nd.DeepCopy())
+	controllerutil.RemoveFinalizer(nd, FinalizerRestore)
+	if err := r.Client.Patch(ctx, nd, patch); err != nil {
+		return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
+	}
+	return reconcile.Result{}, nil
+}

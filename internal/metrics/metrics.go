@@ -1,0 +1,56 @@
+// Package metrics defines vacate's Prometheus metrics, registered with
+// controller-runtime's registry so they are served on /metrics.
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Label names.
+const (
+	LabelResult = "result"
+	LabelReason = "reason"
+)
+
+var (
+	// DrainsTotal counts drains that ended, by result (Drained, Failed, Cancelled).
+	DrainsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vacate_drains_total",
+		Help: "Drains that ended, by result.",
+	}, []string{LabelResult})
+	// DrainDuration observes the time from admission to Drained.
+	DrainDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "vacate_drain_duration_seconds",
+		Help:    "Time from a drain's admission to Drained.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	})
+	// EvictionsTotal counts eviction attempts by result (Evicted, Gone, PDBBlocked, Failed).
+	EvictionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vacate_evictions_total",
+		Help: "Eviction API calls, by result.",
+	}, []string{LabelResult})
+	// PodsBlocked is the number of pods holding drains up now, by reason.
+	PodsBlocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vacate_pods_blocked",
+		Help: "Pods that hold a drain up now, by reason.",
+	}, []string{LabelReason})
+	// FirstEvictionSeconds observes the time from a NodeDrain's creation to its first eviction.
+	FirstEvictionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "vacate_drain_first_eviction_seconds",
+		Help:    "Time from a NodeDrain's creation to its first accepted eviction.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+	})
+)
+
+var registerOnce sync.Once
+
+// Register adds the metrics to controller-runtime's registry; later calls do
+// nothing.
+func Register() {
+	registerOnce.Do(func() {
+		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, FirstEvictionSeconds)
+	})
+}
