@@ -46,6 +46,9 @@ const (
 // pods, nodes, PDBs and eviction outcomes normally wake it much sooner.
 const resync = 30 * time.Second
 
+// conflictRetry is the pause before a pass that lost an optimistic-lock race.
+const conflictRetry = 100 * time.Millisecond
+
 // Reconciler reconciles NodeDrains. It keeps no request state: every pass
 // recomputes from the cluster; the eviction queue and the refusal cache are
 // caches that passes refill.

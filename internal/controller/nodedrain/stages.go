@@ -120,7 +120,7 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 		s.log.Info("cordoning node", "node", klogRef(node.Name))
 		if err := r.Client.Patch(ctx, node, patch); err != nil {
 			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return reconcile.Result{}, fmt.Errorf("cordoning node %s: %w", node.Name, err)
 		}
@@ -362,7 +362,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		s.log.Info("uncordoning node that vacate cordoned", "node", klogRef(node.Name))
 		if err := r.Client.Patch(ctx, node, patch); err != nil {
 			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return reconcile.Result{}, fmt.Errorf("uncordoning node %s: %w", node.Name, err)
 		}
