@@ -85,7 +85,7 @@ type Options struct {
 type Queue struct {
 	evict1 EvictFunc
 	opts   Options
-	queue workqueue.TypedRateLimitingInterface[types.UID]
+	queue  workqueue.TypedRateLimitingInterface[types.UID]
 
 	mu       sync.Mutex
 	requests map[types.UID]Request

@@ -282,4 +282,3 @@ func TestParallelismIsBoundedPerNode(t *testing.T) {
 		t.Errorf("peak in flight per node %v, want at most 2", peak)
 	}
 }
-

@@ -436,4 +436,3 @@ func names(pods []corev1.Pod) []string {
 	}
 	return out
 }
-
