@@ -214,6 +214,18 @@ func (q *Queue) ForgetNode(node string) int {
 	return len(uids)
 }
 
+// RetryNow drops the pod's backoff and queues it at once, for when what
+// refused it (a PDB allowing no disruption) has changed.
+func (q *Queue) RetryNow(uid types.UID) {
+	q.mu.Lock()
+	_, ok := q.requests[uid]
+	q.mu.Unlock()
+	if ok {
+		q.queue.Forget(uid)
+		q.queue.Add(uid)
+	}
+}
+
 // Pending reports whether the pod is queued or in flight.
 func (q *Queue) Pending(uid types.UID) bool {
 	q.mu.Lock()

@@ -282,3 +282,21 @@ func TestParallelismIsBoundedPerNode(t *testing.T) {
 		t.Errorf("peak in flight per node %v, want at most 2", peak)
 	}
 }
+
+func TestRetryNowSkipsTheBackoff(t *testing.T) {
+	var allow atomic.Bool
+	h := newHarness(t, Options{BaseDelay: time.Hour, MaxDelay: time.Hour}, func(*policyv1.Eviction, int) error {
+		if allow.Load() {
+			return nil
+		}
+		return pdbRefusal()
+	})
+	pod := testutil.Pod("web-1").Obj()
+	if err := h.q.Add(PodRequest(pod, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, PDBBlocked)
+	allow.Store(true)
+	h.q.RetryNow(pod.UID) // without it the next attempt is an hour away
+	h.waitFor(t, Evicted)
+}

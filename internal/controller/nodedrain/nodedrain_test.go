@@ -436,3 +436,68 @@ func names(pods []corev1.Pod) []string {
 	}
 	return out
 }
+
+// TestTightPDBBlocksUntilRelaxed: a PDB with maxUnavailable 0 blocks the
+// drain, named in the status with its pods; relaxing it lets the drain
+// finish with no other action.
+func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	cs := e.c.Client
+	sel := map[string]string{testLabel: "tight"}
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "tight", Count: 2, Labels: sel})
+	ns := testenv.Namespace(t, e.c)
+	dep := devcluster.Deployment(ns, "api", 4)
+	dep.Spec.Template.Spec.NodeSelector = sel
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", "0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 4, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "api", 4, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	guard := watchPDBs(t, e, ns)
+	target := nodes[0]
+	onTarget := len(podsOn(t, e, ns, target))
+	if onTarget == 0 {
+		target = nodes[1]
+		onTarget = len(podsOn(t, e, ns, target))
+	}
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
+		Spec: v1alpha1.NodeDrainSpec{NodeName: target, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+
+	blocked := e.waitDrain(t, target, "Blocked by PDB api", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked)
+		return c != nil && c.Status == metav1.ConditionTrue && int(nd.Status.Blocked) == onTarget
+	})
+	t.Logf("status while blocked: %s", describe(blocked))
+	for _, b := range blocked.Status.Blockers {
+		if b.Reason != nodedrain.BlockerPDB || !strings.Contains(b.Detail, ns+"/api") {
+			t.Errorf("blocker %s: %s %q, want PodDisruptionBudget naming %s/api", b.Pod, b.Reason, b.Detail, ns)
+		}
+	}
+	if len(podsOn(t, e, ns, target)) != onTarget {
+		t.Error("a pod left the node although its PDB allows no disruption")
+	}
+
+	t.Log("relaxing the PDB to maxUnavailable 1")
+	patch := []byte(`{"spec":{"maxUnavailable":1}}`)
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Patch(ctx, "api", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := e.waitDrain(t, target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+	t.Logf("status when drained: %s", describe(done))
+	if len(podsOn(t, e, ns, target)) != 0 {
+		t.Errorf("pods left on the drained node: %v", names(podsOn(t, e, ns, target)))
+	}
+	guard.check(t)
+}

@@ -162,6 +162,11 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		if err := r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.grace, s.policy.perNode)); err != nil {
 			return reconcile.Result{}, err
 		}
+		// A PDB that refused this pod now allows a disruption: try at once
+		// rather than at the end of the backoff.
+		if _, refused := r.refusals.get(d.Pod.UID); refused && !d.PDBBlocked {
+			r.Evictions.RetryNow(d.Pod.UID)
+		}
 	}
 	r.report(s, plan)
 	if !plan.Completed() {
