@@ -73,6 +73,8 @@ type State struct {
 	Server     string           `json:"server"`
 	PodCIDR    string           `json:"podCIDR"`
 	Binaries   Binaries         `json:"binaries"`
+	// AuditLog is the API server's audit log of mutating requests.
+	AuditLog string `json:"auditLog"`
 	Started    time.Time        `json:"started"`
 	Components []ComponentState `json:"components"`
 }

@@ -113,6 +113,11 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	}
 	tlsClient := httpsClient(ca, admin)
 	plain := &http.Client{Timeout: 2 * time.Second}
+	auditPolicy := filepath.Join(c.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML), 0o644); err != nil {
+		return nil, fmt.Errorf("writing audit policy: %w", err)
+	}
+	c.AuditLog = filepath.Join(c.Dir, "logs", "audit.log")
 	kwokConfig := filepath.Join(c.Dir, "kwok.yaml")
 	// An explicit, empty configuration: kwok's built-in stages, and never the
 	// user's own ~/.kwok/kwok.yaml.
@@ -175,6 +180,11 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--profiling=false",
+		"--audit-policy-file=" + auditPolicy,
+		"--audit-log-path=" + c.AuditLog,
+		"--audit-log-format=json",
+		"--audit-log-maxsize=200",
+		"--audit-log-maxbackup=1",
 	}, healthCheck{url: server + "/readyz", client: tlsClient, ok: ok200})
 
 	kcm := mk(KubeControllerManager, append(secure(KubeControllerManager),
@@ -202,6 +212,17 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 
 	return [][]*component{{etcd}, {apiserver}, {kcm, scheduler, kwok}}, nil
 }
+
+// auditPolicyYAML records every request that changes something (not reads),
+// so tests can show what a command wrote, and how many evictions succeeded.
+const auditPolicyYAML = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
 
 // waitHealthy polls the component's health endpoint until it answers 200,
 // the process exits, or the timeout passes.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/vacate-dev/vacate/config/crd"
 )
@@ -28,14 +29,20 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 	}
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
 	for _, want := range crds {
-		got, err := api.Get(ctx, want.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			_, err = api.Create(ctx, want, metav1.CreateOptions{})
-		case err == nil:
-			want.ResourceVersion = got.ResourceVersion
-			_, err = api.Update(ctx, want, metav1.UpdateOptions{})
-		}
+		// Several tests may install at once: retry on conflicts and races.
+		err := retry.OnError(retry.DefaultRetry, func(err error) bool {
+			return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+		}, func() error {
+			got, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				_, err = api.Create(ctx, want, metav1.CreateOptions{})
+			case err == nil:
+				want.ResourceVersion = got.ResourceVersion
+				_, err = api.Update(ctx, want, metav1.UpdateOptions{})
+			}
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("installing CRD %s: %w", want.Name, err)
 		}

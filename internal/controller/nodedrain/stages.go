@@ -350,6 +350,8 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{}, nil
 	}
 	wasActive := nd.Status.Phase != "" && nd.Status.Phase != v1alpha1.PhasePending
+	cancelled := wasActive && nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed &&
+		nd.Status.Phase != v1alpha1.PhaseRestoring
 	nd.Status.Phase = v1alpha1.PhaseRestoring
 	dropped := r.Evictions.ForgetNode(nd.Spec.NodeName)
 	r.blocked.set(nd.Name, nil)
@@ -378,7 +380,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 				"left node %s as it was: vacate did not cordon it", node.Name)
 		}
 	}
-	if wasActive {
+	if cancelled {
 		metrics.DrainsTotal.WithLabelValues("Cancelled").Inc()
 		s.log.Info("drain cancelled and undone", "droppedEvictions", dropped)
 	}

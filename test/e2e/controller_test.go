@@ -1,0 +1,354 @@
+// Package e2e runs vacate-controller as a real process against the dev
+// cluster and kills it, to show that drains resume and leadership moves.
+// The tests run one after another: a controller acts on every NodeDrain of
+// the cluster, so two tests' controllers must never run at once.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/operator"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+const testLabel = "vacate.dev/test"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// controllerBinary builds vacate-controller once for the package.
+func controllerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vacate-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "vacate-controller")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/vacate-dev/vacate/cmd/vacate-controller").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building vacate-controller: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// proc is a running vacate-controller.
+type proc struct {
+	cmd *exec.Cmd
+	log string
+}
+
+func startController(t *testing.T, c *devcluster.Cluster, name string, leaderElect bool, leaseID string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(controllerBinary(t), "--kubeconfig", c.Kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		fmt.Sprintf("--leader-elect=%t", leaderElect), "--leader-election-id", leaseID,
+		"--leader-election-namespace", "kube-system",
+		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s",
+		"--leader-election-retry-period", "500ms")
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, log: logPath}
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("log of %s:\n%s", name, tailLines(string(b), 40))
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL: no cleanup, no lease release, as a crash would.
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+func (p *proc) leads() bool {
+	b, _ := os.ReadFile(p.log)
+	return bytes.Contains(bytes.ToLower(b), []byte("successfully acquired lease"))
+}
+
+type env struct {
+	c  *devcluster.Cluster
+	cl client.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	c := testenv.Start(t)
+	if err := devcluster.InstallCRDs(testenv.Context(t), c.RESTConfig); err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{c: c, cl: cl}
+}
+
+// workload creates a Deployment of n pods on the test's nodes behind a PDB
+// and returns the node with the most of them.
+func (e *env) workload(t *testing.T, prefix string, nodes, pods int32, maxUnavailable string) (string, string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	sel := map[string]string{testLabel: prefix}
+	names := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: int(nodes), Labels: sel})
+	ns := testenv.Namespace(t, e.c)
+	dep := devcluster.Deployment(ns, "web", pods)
+	dep.Spec.Template.Spec.NodeSelector = sel
+	if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "web", "web", "", maxUnavailable), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, e.c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "web"}), int(pods), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, e.c.Client, ns, "web", pods, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	best, most := "", -1
+	for _, n := range names {
+		list, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) > most {
+			best, most = n, len(list.Items)
+		}
+	}
+	t.Logf("%d pods on %s, the node to drain", most, best)
+	return ns, best
+}
+
+func (e *env) drain(t *testing.T, node string) {
+	t.Helper()
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec: v1alpha1.NodeDrainSpec{NodeName: node, Requesters: []v1alpha1.Requester{{Name: "cli:e2e"}}}}
+	if err := e.cl.Create(testenv.Context(t), nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The controller may be dead: drop the finalizer so the object goes.
+		ctx := context.Background()
+		_ = e.cl.Delete(ctx, nd)
+		_ = e.cl.Patch(ctx, nd, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+}
+
+func (e *env) waitDrain(t *testing.T, name, what string, timeout time.Duration, cond func(*v1alpha1.NodeDrain) bool) *v1alpha1.NodeDrain {
+	t.Helper()
+	nd := &v1alpha1.NodeDrain{}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := e.cl.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil {
+			return false, nil
+		}
+		return cond(nd), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for NodeDrain %s to be %s: %v; phase %s progress %s", name, what, err, nd.Status.Phase, nd.Status.Progress)
+	}
+	return nd
+}
+
+// checkOneEvictionPerPod reads the API server's audit log: no pod of ns was
+// evicted successfully more than once.
+func (e *env) checkOneEvictionPerPod(t *testing.T, ns string, atLeast int) {
+	t.Helper()
+	events, err := devcluster.ReadAudit(e.c.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for pod, n := range devcluster.SuccessfulEvictions(events) {
+		if !strings.HasPrefix(pod, ns+"/") {
+			continue
+		}
+		total++
+		if n > 1 {
+			t.Errorf("pod %s was evicted successfully %d times", pod, n)
+		}
+	}
+	t.Logf("audit log: %d pods of %s evicted, each once", total, ns)
+	if total < atLeast {
+		t.Errorf("the audit log shows %d evicted pods, want at least %d", total, atLeast)
+	}
+}
+
+func drained(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained }
+
+// afterKill bounds the wait for a drain to finish after its controller was
+// killed. A SIGKILL can cut an eviction request after the API server has
+// counted the disruption in the PDB's status.disruptedPods but before it
+// deleted the pod; the PDB then allows one disruption less until that entry
+// expires, two minutes later (seen here: 504s in the audit log at the kill,
+// then 429s until the expiry). vacate cannot shorten that; the drain resumes.
+const afterKill = 4 * time.Minute
+
+// TestResumeAfterKillBetweenCordonAndFirstEviction kills the controller
+// while a PDB holds every eviction back, relaxes the PDB while no controller
+// runs, and starts a new one: it finishes the drain.
+func TestResumeAfterKillBetweenCordonAndFirstEviction(t *testing.T) {
+	e := newEnv(t)
+	ns, node := e.workload(t, "resume-a", 2, 6, "0")
+	first := startController(t, e.c, "first", false, "resume-a")
+	e.drain(t, node)
+	e.waitDrain(t, node, "cordoned and blocked", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked)
+		return c != nil && c.Status == metav1.ConditionTrue && nd.Status.Evicted == 0
+	})
+	t.Log("killing the controller (SIGKILL) after cordon, before any eviction")
+	first.kill()
+	patch := []byte(`{"spec":{"maxUnavailable":1}}`)
+	if _, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Patch(testenv.Context(t), "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("starting a new controller")
+	startController(t, e.c, "second", false, "resume-a")
+	nd := e.waitDrain(t, node, "Drained", 2*time.Minute, drained)
+	t.Logf("drained: %s evicted", nd.Status.Progress)
+	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
+}
+
+// TestResumeAfterKillMidEvictions kills the controller after some pods were
+// evicted; a new one finishes without evicting any pod twice.
+func TestResumeAfterKillMidEvictions(t *testing.T) {
+	e := newEnv(t)
+	ns, node := e.workload(t, "resume-b", 2, 16, "1")
+	first := startController(t, e.c, "first", false, "resume-b")
+	e.drain(t, node)
+	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Evicted >= 2 && nd.Status.Remaining > 0
+	})
+	t.Log("killing the controller (SIGKILL) in the middle of the evictions")
+	first.kill()
+	startController(t, e.c, "second", false, "resume-b")
+	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
+	t.Logf("drained: %s evicted", nd.Status.Progress)
+	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
+}
+
+// TestLeaderFailover runs two controllers with leader election; killing the
+// leader mid-drain, the other takes over within the lease duration and
+// finishes the drain.
+func TestLeaderFailover(t *testing.T) {
+	e := newEnv(t)
+	ns, node := e.workload(t, "leader", 2, 16, "1")
+	a := startController(t, e.c, "a", true, "failover")
+	b := startController(t, e.c, "b", true, "failover")
+	var leader, standby *proc
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		switch {
+		case a.leads():
+			leader, standby = a, b
+		case b.leads():
+			leader, standby = b, a
+		}
+		return leader != nil, nil
+	})
+	if err != nil {
+		t.Fatal("no controller became leader")
+	}
+	e.drain(t, node)
+	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Evicted >= 2 && nd.Status.Remaining > 0
+	})
+	if standby.leads() {
+		t.Fatal("both controllers say they lead")
+	}
+	t.Log("killing the leader (SIGKILL)")
+	killed := time.Now()
+	leader.kill()
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return standby.leads(), nil
+	})
+	if err != nil {
+		t.Fatal("the standby never took the lease")
+	}
+	took := time.Since(killed)
+	t.Logf("the standby took over %s after the leader died (lease duration 4s)", took.Round(100*time.Millisecond))
+	lease, err := e.c.Client.CoordinationV1().Leases("kube-system").Get(testenv.Context(t), "failover", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("lease holder now %s, transitions %d", ptrString(lease.Spec.HolderIdentity), ptrInt(lease.Spec.LeaseTransitions))
+	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
+	t.Logf("drained by the new leader: %s evicted", nd.Status.Progress)
+	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
+	var pods corev1.PodList
+	if err := e.cl.List(testenv.Context(t), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			t.Errorf("pod %s still on the drained node", p.Name)
+		}
+	}
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func ptrInt(i *int32) int32 {
+	if i == nil {
+		return 0
+	}
+	return *i
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
