@@ -26,7 +26,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
@@ -116,18 +115,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	c := testenv.Start(t)
-	if err := devcluster.InstallCRDs(testenv.Context(t), c.RESTConfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := operator.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{c: c, cl: cl}
+	return &env{c: c, cl: testenv.DrainClient(t, c)}
 }
 
 // workload creates a Deployment of n pods on the test's nodes behind a PDB
@@ -183,17 +171,9 @@ func (e *env) drain(t *testing.T, node string) {
 
 func (e *env) waitDrain(t *testing.T, name, what string, timeout time.Duration, cond func(*v1alpha1.NodeDrain) bool) *v1alpha1.NodeDrain {
 	t.Helper()
-	nd := &v1alpha1.NodeDrain{}
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if err := e.cl.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil {
-			return false, nil
-		}
-		return cond(nd), nil
+	return testenv.WaitForDrain(t, e.cl, name, what, timeout, cond, func(nd *v1alpha1.NodeDrain) string {
+		return fmt.Sprintf("phase %s progress %s", nd.Status.Phase, nd.Status.Progress)
 	})
-	if err != nil {
-		t.Fatalf("waiting for NodeDrain %s to be %s: %v; phase %s progress %s", name, what, err, nd.Status.Phase, nd.Status.Progress)
-	}
-	return nd
 }
 
 // checkOneEvictionPerPod reads the API server's audit log: no pod of ns was

@@ -40,10 +40,7 @@ type env struct {
 func startEnv(t *testing.T) *env {
 	t.Helper()
 	c := testenv.Start(t)
-	ctx := testenv.Context(t)
-	if err := devcluster.InstallCRDs(ctx, c.RESTConfig); err != nil {
-		t.Fatal(err)
-	}
+	cl := testenv.DrainClient(t, c)
 	opts := operator.DefaultOptions()
 	opts.MetricsAddr, opts.ProbeAddr, opts.LeaderElect, opts.SeveralInProcess = "0", "0", false, true
 	mctx, cancel := context.WithCancel(context.Background())
@@ -60,27 +57,12 @@ func startEnv(t *testing.T) *env {
 			t.Errorf("controller exited with %v", err)
 		}
 	})
-	scheme, _ := operator.Scheme()
-	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return &env{c: c, cl: cl}
 }
 
 func (e *env) waitDrain(t *testing.T, name, what string, timeout time.Duration, cond func(*v1alpha1.NodeDrain) bool) *v1alpha1.NodeDrain {
 	t.Helper()
-	nd := &v1alpha1.NodeDrain{}
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if err := e.cl.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil {
-			return false, nil
-		}
-		return cond(nd), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for NodeDrain %s to be %s: %v; status: %s", name, what, err, describe(nd))
-	}
-	return nd
+	return testenv.WaitForDrain(t, e.cl, name, what, timeout, cond, describe)
 }
 
 func describe(nd *v1alpha1.NodeDrain) string {

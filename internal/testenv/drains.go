@@ -1,0 +1,55 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+)
+
+// DrainClient installs vacate's CRDs in the cluster and returns a client
+// that knows vacate's kinds and the built-in ones.
+func DrainClient(t testing.TB, c *devcluster.Cluster) client.Client {
+	t.Helper()
+	if err := devcluster.InstallCRDs(Context(t), c.RESTConfig); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// WaitForDrain polls the NodeDrain until cond holds, and fails the test with
+// describe's account of the last status seen if it does not in time.
+func WaitForDrain(t testing.TB, cl client.Client, name, what string, timeout time.Duration,
+	cond func(*v1alpha1.NodeDrain) bool, describe func(*v1alpha1.NodeDrain) string) *v1alpha1.NodeDrain {
+	t.Helper()
+	nd := &v1alpha1.NodeDrain{}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil {
+			return false, nil
+		}
+		return cond(nd), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for NodeDrain %s to be %s: %v; last status: %s", name, what, err, describe(nd))
+	}
+	return nd
+}
