@@ -67,14 +67,14 @@ type Cluster struct {
 // State is what a cluster records in its directory so that later commands
 // (`vacate dev down|status|env`) can find it.
 type State struct {
-	Name       string           `json:"name"`
-	Dir        string           `json:"dir"`
-	Kubeconfig string           `json:"kubeconfig"`
-	Server     string           `json:"server"`
-	PodCIDR    string           `json:"podCIDR"`
-	Binaries   Binaries         `json:"binaries"`
+	Name       string   `json:"name"`
+	Dir        string   `json:"dir"`
+	Kubeconfig string   `json:"kubeconfig"`
+	Server     string   `json:"server"`
+	PodCIDR    string   `json:"podCIDR"`
+	Binaries   Binaries `json:"binaries"`
 	// AuditLog is the API server's audit log of mutating requests.
-	AuditLog string `json:"auditLog"`
+	AuditLog   string           `json:"auditLog"`
 	Started    time.Time        `json:"started"`
 	Components []ComponentState `json:"components"`
 }
