@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 )
 
 // AuditEvent is the part of an API server audit event that tests read.
@@ -24,7 +25,8 @@ type AuditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	Stage string `json:"stage"`
+	Stage    string    `json:"stage"`
+	Received time.Time `json:"requestReceivedTimestamp"`
 }
 
 // Succeeded reports whether the request was answered with a 2xx code.
