@@ -44,9 +44,10 @@ demo: controlplane ## Run the demo on a throwaway local cluster
 	$(GO) run ./cmd/vacate demo
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRDs from api/
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs (from api/) and RBAC (from the controllers' markers)
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=vacate-controller paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
 fmt: ## Format the Go code

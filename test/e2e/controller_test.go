@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/config/rbac"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 )
@@ -66,6 +68,36 @@ type proc struct {
 	log string
 }
 
+// controllerUser is who vacate-controller runs as in these tests: a user
+// bound to the generated ClusterRole and nothing else, so the tests also show
+// that config/rbac grants what the controller needs.
+const controllerUser = "vacate:controller"
+
+func controllerKubeconfig(t *testing.T, c *devcluster.Cluster) string {
+	t.Helper()
+	ctx := testenv.Context(t)
+	role, err := rbac.ControllerRole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: controllerUser}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		err := client.IgnoreAlreadyExists(testenv.DrainClient(t, c).Create(ctx, obj))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, err := c.KubeconfigFor(controllerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func startController(t *testing.T, c *devcluster.Cluster, name string, leaderElect bool, leaseID string) *proc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
@@ -73,7 +105,7 @@ func startController(t *testing.T, c *devcluster.Cluster, name string, leaderEle
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(controllerBinary(t), "--kubeconfig", c.Kubeconfig,
+	cmd := exec.Command(controllerBinary(t), "--kubeconfig", controllerKubeconfig(t, c),
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		fmt.Sprintf("--leader-elect=%t", leaderElect), "--leader-election-id", leaseID,
 		"--leader-election-namespace", "kube-system",
@@ -86,6 +118,9 @@ func startController(t *testing.T, c *devcluster.Cluster, name string, leaderEle
 	p := &proc{cmd: cmd, log: logPath}
 	t.Cleanup(func() {
 		p.kill()
+		if b, _ := os.ReadFile(logPath); bytes.Contains(bytes.ToLower(b), []byte("forbidden")) {
+			t.Errorf("controller %s was refused by RBAC (see its log): config/rbac lacks a permission", name)
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("log of %s:\n%s", name, tailLines(string(b), 40))
@@ -183,6 +218,12 @@ func (e *env) checkOneEvictionPerPod(t *testing.T, ns string, atLeast int) {
 	events, err := devcluster.ReadAudit(e.c.AuditLog)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, ev := range events {
+		if ev.ObjectRef != nil && ev.ObjectRef.Subresource == "eviction" && ev.ObjectRef.Namespace == ns &&
+			ev.Succeeded() && ev.User.Username != controllerUser {
+			t.Errorf("pod %s evicted by %q, want %q", ev.ObjectRef.Name, ev.User.Username, controllerUser)
+		}
 	}
 	total := 0
 	for pod, n := range devcluster.SuccessfulEvictions(events) {
