@@ -37,12 +37,6 @@ var (
 		Name: "vacate_pods_blocked",
 		Help: "Pods that hold a drain up now, by reason.",
 	}, []string{LabelReason})
-	// FirstEvictionSeconds observes the time from a NodeDrain's creation to its first eviction.
-	FirstEvictionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "vacate_drain_first_eviction_seconds",
-		Help:    "Time from a NodeDrain's creation to its first accepted eviction.",
-		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
-	})
 )
 
 var registerOnce sync.Once
@@ -51,6 +45,6 @@ var registerOnce sync.Once
 // nothing.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, FirstEvictionSeconds)
+		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked)
 	})
 }

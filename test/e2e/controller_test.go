@@ -8,6 +8,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,19 +101,20 @@ func controllerKubeconfig(t *testing.T, c *devcluster.Cluster) string {
 	return path
 }
 
-func startController(t *testing.T, c *devcluster.Cluster, name string, leaderElect bool, leaseID string) *proc {
+func startController(t *testing.T, c *devcluster.Cluster, name string, leaderElect bool, leaseID string, extra ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(controllerBinary(t), "--kubeconfig", controllerKubeconfig(t, c),
+	args := []string{"--kubeconfig", controllerKubeconfig(t, c),
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		fmt.Sprintf("--leader-elect=%t", leaderElect), "--leader-election-id", leaseID,
 		"--leader-election-namespace", "kube-system",
 		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s",
-		"--leader-election-retry-period", "500ms")
+		"--leader-election-retry-period", "500ms"}
+	cmd := exec.Command(controllerBinary(t), append(args, extra...)...) // later flags win
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -257,6 +261,7 @@ const afterKill = 4 * time.Minute
 func TestResumeAfterKillBetweenCordonAndFirstEviction(t *testing.T) {
 	e := newEnv(t)
 	ns, node := e.workload(t, "resume-a", 2, 6, "0")
+	guard := testenv.WatchPDBs(t, e.c, ns)
 	first := startController(t, e.c, "first", false, "resume-a")
 	e.drain(t, node)
 	e.waitDrain(t, node, "cordoned and blocked", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
@@ -274,6 +279,7 @@ func TestResumeAfterKillBetweenCordonAndFirstEviction(t *testing.T) {
 	nd := e.waitDrain(t, node, "Drained", 2*time.Minute, drained)
 	t.Logf("drained: %s evicted", nd.Status.Progress)
 	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
+	guard.Check(t)
 }
 
 // TestResumeAfterKillMidEvictions kills the controller after some pods were
@@ -281,6 +287,7 @@ func TestResumeAfterKillBetweenCordonAndFirstEviction(t *testing.T) {
 func TestResumeAfterKillMidEvictions(t *testing.T) {
 	e := newEnv(t)
 	ns, node := e.workload(t, "resume-b", 2, 16, "1")
+	guard := testenv.WatchPDBs(t, e.c, ns)
 	first := startController(t, e.c, "first", false, "resume-b")
 	e.drain(t, node)
 	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
@@ -292,6 +299,7 @@ func TestResumeAfterKillMidEvictions(t *testing.T) {
 	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
 	t.Logf("drained: %s evicted", nd.Status.Progress)
 	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
+	guard.Check(t)
 }
 
 // TestLeaderFailover runs two controllers with leader election; killing the
@@ -300,6 +308,7 @@ func TestResumeAfterKillMidEvictions(t *testing.T) {
 func TestLeaderFailover(t *testing.T) {
 	e := newEnv(t)
 	ns, node := e.workload(t, "leader", 2, 16, "1")
+	guard := testenv.WatchPDBs(t, e.c, ns)
 	a := startController(t, e.c, "a", true, "failover")
 	b := startController(t, e.c, "b", true, "failover")
 	var leader, standby *proc
@@ -341,6 +350,7 @@ func TestLeaderFailover(t *testing.T) {
 	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
 	t.Logf("drained by the new leader: %s evicted", nd.Status.Progress)
 	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
+	guard.Check(t)
 	var pods corev1.PodList
 	if err := e.cl.List(testenv.Context(t), &pods, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -372,4 +382,67 @@ func tailLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestMetricsAndProbes scrapes /metrics after a drain and calls the probes.
+func TestMetricsAndProbes(t *testing.T) {
+	e := newEnv(t)
+	ns, node := e.workload(t, "metrics", 2, 4, "1")
+	guard := testenv.WatchPDBs(t, e.c, ns)
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	startController(t, e.c, "metrics", false, "metrics",
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
+	e.drain(t, node)
+	nd := e.waitDrain(t, node, "Drained", time.Minute, drained)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _ := get(t, "http://"+probeAddr+path); code != 200 {
+			t.Errorf("%s answered %d", path, code)
+		}
+	}
+	code, body := get(t, "http://"+metricsAddr+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics answered %d", code)
+	}
+	want := []string{
+		`vacate_drains_total{result="Drained"} 1`,
+		fmt.Sprintf(`vacate_evictions_total{result="Evicted"} %d`, nd.Status.Evicted),
+		"vacate_drain_duration_seconds_count 1",
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %q", w)
+		}
+	}
+	guard.Check(t)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// get retries until the server answers, for up to 30 seconds.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	var code int
+	var body string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(b)
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("GET %s: no answer", url)
+	}
+	return code, body
 }

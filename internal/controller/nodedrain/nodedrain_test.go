@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,63 +75,6 @@ func describe(nd *v1alpha1.NodeDrain) string {
 	return b.String()
 }
 
-// pdbGuard watches PDBs in a namespace and records every moment a PDB's
-// healthy count is below its desired count, once the PDB has been healthy
-// (a workload still starting up is not a disruption).
-type pdbGuard struct {
-	mu         sync.Mutex
-	violations []string
-	events     int
-	stop       func()
-}
-
-func watchPDBs(t *testing.T, e *env, ns string) *pdbGuard {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &pdbGuard{}
-	healthy := map[string]bool{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			pdb, ok := ev.Object.(*policyv1.PodDisruptionBudget)
-			if !ok {
-				continue
-			}
-			g.mu.Lock()
-			g.events++
-			s := pdb.Status
-			if s.ObservedGeneration > 0 && s.ExpectedPods > 0 && s.CurrentHealthy >= s.DesiredHealthy {
-				healthy[pdb.Name] = true
-			}
-			if healthy[pdb.Name] && s.CurrentHealthy < s.DesiredHealthy {
-				g.violations = append(g.violations, fmt.Sprintf("PDB %s: %d healthy < %d desired at %s",
-					pdb.Name, s.CurrentHealthy, s.DesiredHealthy, time.Now().Format(time.StampMilli)))
-			}
-			g.mu.Unlock()
-		}
-	}()
-	g.stop = func() { cancel(); <-done }
-	return g
-}
-
-func (g *pdbGuard) check(t *testing.T) {
-	t.Helper()
-	g.stop()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.events == 0 {
-		t.Error("the PDB watch saw no event; it proves nothing")
-	}
-	for _, v := range g.violations {
-		t.Error(v)
-	}
-}
-
 // TestDrainFollowsPolicyExplainsBlockersAndUndoes is the first acceptance
 // scenario: Deployment pods behind a PDB, a DaemonSet pod, a bare pod, an
 // emptyDir pod and a completed pod on one node.
@@ -185,7 +126,7 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "web", 6, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	guard := watchPDBs(t, e, ns)
+	guard := testenv.WatchPDBs(t, e.c, ns)
 
 	t.Log("draining the target with a strict policy (the defaults)")
 	strict := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "policy-test"}}
@@ -276,7 +217,8 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if _, ok := node.Annotations[nodedrain.AnnotationCordonedBy]; ok {
 		t.Error("vacate's annotation left on the node")
 	}
-	guard.check(t)
+	waitEvents(t, e, target, nodedrain.EventCordoned, nodedrain.EventDrained, nodedrain.EventRestored)
+	guard.Check(t)
 }
 
 // TestUndoLeavesSomeoneElsesCordon: a node cordoned before the drain stays
@@ -365,6 +307,33 @@ func ownTaints(ts []corev1.Taint) []corev1.Taint {
 	return out
 }
 
+// waitEvents waits until the NodeDrain has Kubernetes Events with every
+// reason.
+func waitEvents(t *testing.T, e *env, drainName string, reasons ...string) {
+	t.Helper()
+	var seen map[string]bool
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=NodeDrain,involvedObject.name=" + drainName})
+		if err != nil {
+			return false, nil
+		}
+		seen = map[string]bool{}
+		for _, ev := range list.Items {
+			seen[ev.Reason] = true
+		}
+		for _, r := range reasons {
+			if !seen[r] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("events of NodeDrain %s: saw %v, want %v", drainName, seen, reasons)
+	}
+}
+
 func waitGone(t *testing.T, e *env, name string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -443,7 +412,7 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "api", 4, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	guard := watchPDBs(t, e, ns)
+	guard := testenv.WatchPDBs(t, e.c, ns)
 	target := nodes[0]
 	onTarget := len(podsOn(t, e, ns, target))
 	if onTarget == 0 {
@@ -481,5 +450,5 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 	if len(podsOn(t, e, ns, target)) != 0 {
 		t.Errorf("pods left on the drained node: %v", names(podsOn(t, e, ns, target)))
 	}
-	guard.check(t)
+	guard.Check(t)
 }
