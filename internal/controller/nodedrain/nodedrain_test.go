@@ -452,3 +452,139 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 	}
 	guard.Check(t)
 }
+
+// TestDrainTimeout: past timeouts.drain a drain held by a PDB fails with
+// the pods in place (onTimeout Fail), or, only when the policy says
+// ForceDelete, the remaining pods are deleted and the drain ends Drained.
+func TestDrainTimeout(t *testing.T) {
+	e := startEnv(t)
+	for _, tc := range []struct {
+		onTimeout string
+		want      v1alpha1.DrainPhase
+	}{
+		{"Fail", v1alpha1.PhaseFailed},
+		{"ForceDelete", v1alpha1.PhaseDrained},
+	} {
+		t.Run(tc.onTimeout, func(t *testing.T) {
+			ctx := testenv.Context(t)
+			cs := e.c.Client
+			prefix := "timeout-" + strings.ToLower(tc.onTimeout)
+			sel := map[string]string{testLabel: prefix}
+			nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: 1, Labels: sel})
+			ns := testenv.Namespace(t, e.c)
+			dep := devcluster.Deployment(ns, "api", 2)
+			dep.Spec.Template.Spec.NodeSelector = sel
+			if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", "0"), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 2, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := devcluster.WaitForPDB(ctx, cs, ns, "api", 2, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: prefix}}
+			policy.Spec.Timeouts.Drain = &metav1.Duration{Duration: 3 * time.Second}
+			policy.Spec.Timeouts.OnTimeout = tc.onTimeout
+			if err := e.cl.Create(ctx, policy); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.cl.Delete(context.Background(), policy) })
+			target := nodes[0]
+			nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
+				Spec: v1alpha1.NodeDrainSpec{NodeName: target, PolicyName: policy.Name, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+			if err := e.cl.Create(ctx, nd); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+			end := e.waitDrain(t, target, string(tc.want), time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == tc.want })
+			t.Logf("status: %s", describe(end))
+			c := meta.FindStatusCondition(end.Status.Conditions, v1alpha1.ConditionBlocked)
+			left := podsOn(t, e, ns, target)
+			switch tc.onTimeout {
+			case "Fail":
+				if c == nil || c.Reason != nodedrain.ReasonDrainTimeout {
+					t.Errorf("Blocked condition %+v, want reason %s", c, nodedrain.ReasonDrainTimeout)
+				}
+				if len(left) != 2 {
+					t.Errorf("%d pods left on the node, want both kept in place", len(left))
+				}
+			case "ForceDelete":
+				if len(left) != 0 {
+					t.Errorf("pods left after ForceDelete: %v", names(left))
+				}
+				waitEvents(t, e, target, nodedrain.EventForceDeleted)
+			}
+		})
+	}
+}
+
+// TestEmptyingRequestersUndoes: when the last requester leaves, vacate
+// uncordons the node it cordoned and releases its finalizer; the NodeDrain
+// object stays, idle.
+func TestEmptyingRequestersUndoes(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	cs := e.c.Client
+	sel := map[string]string{testLabel: "requesters"}
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "req", Count: 1, Labels: sel})
+	ns := testenv.Namespace(t, e.c)
+	dep := devcluster.Deployment(ns, "api", 2)
+	dep.Spec.Template.Spec.NodeSelector = sel
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", "0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	target := nodes[0]
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
+		Spec: v1alpha1.NodeDrainSpec{NodeName: target, Requesters: []v1alpha1.Requester{{Name: "cli:alice"}, {Name: "taint"}}}}
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+	e.waitDrain(t, target, "cordoned and blocked", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseEvicting && nd.Status.Blocked == 2
+	})
+	setRequesters := func(json string) {
+		t.Helper()
+		if err := e.cl.Patch(ctx, nd, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"requesters":`+json+`}}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Log("one requester leaves: the drain goes on")
+	setRequesters(`[{"name":"taint"}]`)
+	e.waitDrain(t, target, "still draining", 10*time.Second, func(nd *v1alpha1.NodeDrain) bool {
+		return len(nd.Spec.Requesters) == 1 && nd.Status.Phase == v1alpha1.PhaseEvicting
+	})
+	node, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !node.Spec.Unschedulable {
+		t.Fatal("node uncordoned while a requester remains")
+	}
+	t.Log("the last requester leaves: vacate undoes")
+	setRequesters(`[]`)
+	idle := e.waitDrain(t, target, "idle and restored", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhasePending && len(nd.Finalizers) == 0
+	})
+	t.Logf("status: %s", describe(idle))
+	node, err = cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != "" {
+		t.Errorf("node not restored: unschedulable=%t annotations=%v", node.Spec.Unschedulable, node.Annotations)
+	}
+	if n := len(podsOn(t, e, ns, target)); n != 2 {
+		t.Errorf("%d pods on the node, want the 2 that the PDB protected", n)
+	}
+}

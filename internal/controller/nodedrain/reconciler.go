@@ -94,6 +94,9 @@ type scope struct {
 	policy policy
 	now    time.Time
 	log    klog.Logger
+	// stop ends the pass after the current stage, with nothing to requeue:
+	// the drain reached an end (Failed) and waits for a change.
+	stop bool
 }
 
 type stage func(context.Context, *scope) (reconcile.Result, error)
@@ -117,23 +120,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return r.undo(ctx, s)
 	}
 	if !controllerutil.ContainsFinalizer(nd, FinalizerRestore) {
-		patch := ctrl.MergeFrom(nd.DeepCopy())
-		controllerutil.AddFinalizer(nd, FinalizerRestore)
-		if err := r.Client.Patch(ctx, nd, patch); err != nil {
+		if err := r.patchFinalizer(ctx, nd, controllerutil.AddFinalizer); err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding finalizer to NodeDrain %s: %w", nd.Name, err)
 		}
-		before.Finalizers, before.ResourceVersion = nd.Finalizers, nd.ResourceVersion
 	}
 	if nd.Status.Phase == v1alpha1.PhaseDrained || nd.Status.Phase == v1alpha1.PhaseFailed {
 		return reconcile.Result{}, nil // ended; undo when the requesters leave
 	}
 	for _, st := range []stage{r.loadNode, r.admit, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)
-		if err != nil || !res.IsZero() {
+		if err != nil || !res.IsZero() || s.stop {
 			return res, err
 		}
 	}
 	return reconcile.Result{}, nil
+}
+
+// patchFinalizer adds or removes vacate's finalizer. It patches a copy and
+// takes back only the metadata, so the status this pass computed in memory is
+// not replaced by the server's copy before patchStatus writes it.
+func (r *Reconciler) patchFinalizer(ctx context.Context, nd *v1alpha1.NodeDrain, change func(ctrl.Object, string) bool) error {
+	obj := nd.DeepCopy()
+	patch := ctrl.MergeFrom(obj.DeepCopy())
+	change(obj, FinalizerRestore)
+	if err := r.Client.Patch(ctx, obj, patch); err != nil {
+		return err
+	}
+	nd.Finalizers, nd.ResourceVersion = obj.Finalizers, obj.ResourceVersion
+	return nil
 }
 
 // patchStatus writes the status once, only if it changed, with an
@@ -142,6 +156,10 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.No
 	if equality.Semantic.DeepEqual(before.Status, after.Status) || !after.DeletionTimestamp.IsZero() && len(after.Finalizers) == 0 {
 		return nil
 	}
+	// The lock is against the latest version we know of, including this
+	// pass's own writes (finalizer changes); anyone else's write conflicts.
+	before = before.DeepCopy()
+	before.ResourceVersion = after.ResourceVersion
 	err := r.Client.Status().Patch(ctx, after, ctrl.MergeFromWithOptions(before, ctrl.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // the object changed; its watch event brings another pass

@@ -152,7 +152,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		return reconcile.Result{}, err
 	}
 	plan := drain.New(pods, pdbs, s.policy.rules, s.now)
-	if timedOut(s) {
+	if !plan.Completed() && timedOut(s) {
 		return r.timeout(ctx, s, plan)
 	}
 	for _, d := range plan.Decisions {
@@ -306,6 +306,7 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (re
 		s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, ReasonDrainTimeout, msg)
 		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventFailed, "Drain", "%s", msg)
 		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+		s.stop = true
 		return reconcile.Result{}, nil
 	}
 	for _, d := range plan.Decisions {
@@ -385,9 +386,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		s.log.Info("drain cancelled and undone", "droppedEvictions", dropped)
 	}
 	if !nd.DeletionTimestamp.IsZero() {
-		patch := ctrl.MergeFrom(nd.DeepCopy())
-		controllerutil.RemoveFinalizer(nd, FinalizerRestore)
-		if err := r.Client.Patch(ctx, nd, patch); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.patchFinalizer(ctx, nd, controllerutil.RemoveFinalizer); err != nil && !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
 		}
 		return reconcile.Result{}, nil
@@ -399,9 +398,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonRestored, "no requester is left; vacate undid its changes")
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
-	patch := ctrl.MergeFrom(nd.DeepCopy())
-	controllerutil.RemoveFinalizer(nd, FinalizerRestore)
-	if err := r.Client.Patch(ctx, nd, patch); err != nil {
+	if err := r.patchFinalizer(ctx, nd, controllerutil.RemoveFinalizer); err != nil {
 		return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
 	}
 	return reconcile.Result{}, nil
