@@ -97,7 +97,14 @@ type scope struct {
 	// stop ends the pass after the current stage, with nothing to requeue:
 	// the drain reached an end (Failed) and waits for a change.
 	stop bool
+	// onWritten are the side effects of a transition (events, metrics): they
+	// happen only once the status recording it was written. A pass working
+	// from a stale cache loses the optimistic lock and has no side effects.
+	onWritten []func()
 }
+
+// afterWrite defers a transition's side effect until the status is written.
+func (s *scope) afterWrite(f func()) { s.onWritten = append(s.onWritten, f) }
 
 type stage func(context.Context, *scope) (reconcile.Result, error)
 
@@ -110,8 +117,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	s := &scope{drain: nd, now: r.Clock.Now(), log: log.FromContext(ctx).WithValues("nodeDrain", klog.KObj(nd))}
 	before := nd.DeepCopy()
 	defer func() {
-		if perr := r.patchStatus(ctx, before, nd); perr != nil {
+		written, perr := r.patchStatus(ctx, before, nd)
+		if perr != nil {
 			err = errors.Join(err, perr)
+		}
+		if written {
+			for _, f := range s.onWritten {
+				f()
+			}
 		}
 	}()
 	nd.Status.ObservedGeneration = nd.Generation
@@ -151,10 +164,14 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, nd *v1alpha1.NodeDrain,
 }
 
 // patchStatus writes the status once, only if it changed, with an
-// optimistic lock; a conflict means another pass will follow.
-func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.NodeDrain) error {
-	if equality.Semantic.DeepEqual(before.Status, after.Status) || !after.DeletionTimestamp.IsZero() && len(after.Finalizers) == 0 {
-		return nil
+// optimistic lock; a conflict means another pass will follow. It reports
+// whether it wrote.
+func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.NodeDrain) (bool, error) {
+	if !after.DeletionTimestamp.IsZero() && len(after.Finalizers) == 0 {
+		return true, nil // released: the object is going away with what it recorded
+	}
+	if equality.Semantic.DeepEqual(before.Status, after.Status) {
+		return false, nil
 	}
 	// The lock is against the latest version we know of, including this
 	// pass's own writes (finalizer changes); anyone else's write conflicts.
@@ -162,12 +179,12 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.No
 	before.ResourceVersion = after.ResourceVersion
 	err := r.Client.Status().Patch(ctx, after, ctrl.MergeFromWithOptions(before, ctrl.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil // the object changed; its watch event brings another pass
+		return false, nil // the object changed; its watch event brings another pass
 	}
 	if err != nil {
-		return fmt.Errorf("patching status of NodeDrain %s: %w", after.Name, err)
+		return false, fmt.Errorf("patching status of NodeDrain %s: %w", after.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // refusal is the latest PDB refusal of a pod's eviction.

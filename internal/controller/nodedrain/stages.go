@@ -200,8 +200,10 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
 			b.Since = since
 		} else if b.Reason == BlockerPDB {
-			r.Events.Eventf(s.drain, d.Pod, corev1.EventTypeWarning, EventEvictionBlocked, "Evict",
-				"eviction of %s refused: %s", b.Pod, b.Detail)
+			nd, pod, msg := s.drain, d.Pod, fmt.Sprintf("eviction of %s refused: %s", b.Pod, b.Detail)
+			s.afterWrite(func() {
+				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, EventEvictionBlocked, "Evict", "%s", msg)
+			})
 		}
 		blockers = append(blockers, b)
 	}
@@ -304,8 +306,10 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (re
 		msg := fmt.Sprintf("the drain did not finish within %s: %s", s.policy.drainTimeout, plan.ConditionMessage())
 		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonDrainTimeout, msg)
 		s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, ReasonDrainTimeout, msg)
-		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventFailed, "Drain", "%s", msg)
-		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+		s.afterWrite(func() {
+			r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventFailed, "Drain", "%s", msg)
+			metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+		})
 		s.stop = true
 		return reconcile.Result{}, nil
 	}
@@ -334,11 +338,14 @@ func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, er
 	took := s.now.Sub(nd.Status.StartTime.Time)
 	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, ReasonDrained,
 		fmt.Sprintf("%d pod(s) left the node in %s", nd.Status.Evicted, took.Round(time.Second)))
-	r.Events.Eventf(nd, s.node, corev1.EventTypeNormal, EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
-		nd.Spec.NodeName, nd.Status.Evicted, took.Round(time.Second))
-	metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained)).Inc()
-	metrics.DrainDuration.Observe(took.Seconds())
-	s.log.Info("drained node", "node", klogRef(nd.Spec.NodeName), "evicted", nd.Status.Evicted, "took", took)
+	node, evicted, log := s.node, nd.Status.Evicted, s.log
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
+			nd.Spec.NodeName, evicted, took.Round(time.Second))
+		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained)).Inc()
+		metrics.DrainDuration.Observe(took.Seconds())
+		log.Info("drained node", "node", klogRef(nd.Spec.NodeName), "evicted", evicted, "took", took)
+	})
 	return reconcile.Result{}, nil
 }
 
@@ -382,8 +389,11 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		}
 	}
 	if cancelled {
-		metrics.DrainsTotal.WithLabelValues("Cancelled").Inc()
-		s.log.Info("drain cancelled and undone", "droppedEvictions", dropped)
+		log := s.log
+		s.afterWrite(func() {
+			metrics.DrainsTotal.WithLabelValues("Cancelled").Inc()
+			log.Info("drain cancelled and undone", "droppedEvictions", dropped)
+		})
 	}
 	if !nd.DeletionTimestamp.IsZero() {
 		if err := r.patchFinalizer(ctx, nd, controllerutil.RemoveFinalizer); err != nil && !apierrors.IsNotFound(err) {
