@@ -302,7 +302,7 @@ const maxMessagePods = 5
 // the state does: counts per action, then the first blocked pods by reason.
 func (p Plan) ConditionMessage() string {
 	if p.Completed() {
-		return "no pods left to move"
+		return "no pods left to move" + p.skippedSuffix()
 	}
 	parts := []string{}
 	for _, a := range []Action{Evict, Wait, Block} {
@@ -313,7 +313,7 @@ func (p Plan) ConditionMessage() string {
 	msg := strings.Join(parts, ", ")
 	blocked := p.Blocked()
 	if len(blocked) == 0 {
-		return msg
+		return msg + p.skippedSuffix()
 	}
 	names := make([]string, 0, maxMessagePods)
 	for i, d := range blocked {
@@ -327,5 +327,29 @@ func (p Plan) ConditionMessage() string {
 		}
 		names = append(names, d.Key()+" ("+reason+")")
 	}
-	return msg + "; blocked: " + strings.Join(names, ", ")
+	return msg + "; blocked: " + strings.Join(names, ", ") + p.skippedSuffix()
+}
+
+// skippedSuffix counts the pods left in place, by reason, so the status
+// accounts for every pod on the node: "; left in place: 1 Completed, 2 DaemonSetPod".
+func (p Plan) skippedSuffix() string {
+	counts := map[Reason]int{}
+	for _, d := range p.Decisions {
+		if d.Action == Skip {
+			counts[d.Reason]++
+		}
+	}
+	if len(counts) == 0 {
+		return ""
+	}
+	reasons := make([]string, 0, len(counts))
+	for r := range counts {
+		reasons = append(reasons, string(r))
+	}
+	sort.Strings(reasons)
+	parts := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[Reason(r)], r))
+	}
+	return "; left in place: " + strings.Join(parts, ", ")
 }

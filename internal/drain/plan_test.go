@@ -117,11 +117,11 @@ func TestPlanCountsAndMessage(t *testing.T) {
 	if got := strings.Join(names, ","); got != "a-agent,m-bare,t-leaving,z-web" {
 		t.Errorf("order = %s", got)
 	}
-	if msg := p.ConditionMessage(); msg != "1 to evict, 1 to wait, 1 to block; blocked: default/m-bare (Unmanaged)" {
+	if msg := p.ConditionMessage(); msg != "1 to evict, 1 to wait, 1 to block; blocked: default/m-bare (Unmanaged); left in place: 1 DaemonSetPod" {
 		t.Errorf("message = %q", msg)
 	}
 	empty := New([]*corev1.Pod{testutil.Pod("a").OwnedBy("DaemonSet", "d").Obj()}, nil, Rules{}, now)
-	if !empty.Completed() || empty.ConditionMessage() != "no pods left to move" {
+	if !empty.Completed() || empty.ConditionMessage() != "no pods left to move; left in place: 1 DaemonSetPod" {
 		t.Errorf("only a DaemonSet pod left: completed %t, message %q", empty.Completed(), empty.ConditionMessage())
 	}
 }

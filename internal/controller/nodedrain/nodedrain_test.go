@@ -167,6 +167,11 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if c := meta.FindStatusCondition(blocked.Status.Conditions, v1alpha1.ConditionBlocked); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Blocked condition = %+v", c)
 	}
+	// The status accounts for the pods left in place too.
+	if c := meta.FindStatusCondition(blocked.Status.Conditions, v1alpha1.ConditionPodsEvicted); c == nil ||
+		!strings.HasSuffix(c.Message, "left in place: 1 Completed, 1 DaemonSetPod") {
+		t.Errorf("PodsEvicted condition = %+v, want it to name the Completed and DaemonSet pods left in place", c)
+	}
 	node, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
