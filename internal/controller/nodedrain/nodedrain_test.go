@@ -339,6 +339,29 @@ func waitEvents(t *testing.T, e *env, drainName string, reasons ...string) {
 	}
 }
 
+// apiBehindPDB runs Deployment "api" of n pods on the nodes matching sel,
+// behind PDB "api" with the given maxUnavailable, and waits until the PDB's
+// status counts them all healthy.
+func apiBehindPDB(t *testing.T, e *env, ns string, sel map[string]string, n int32, maxUnavailable string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	cs := e.c.Client
+	dep := devcluster.Deployment(ns, "api", n)
+	dep.Spec.Template.Spec.NodeSelector = sel
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", maxUnavailable), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), int(n), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "api", n, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func waitGone(t *testing.T, e *env, name string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -403,20 +426,7 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 	sel := map[string]string{testLabel: "tight"}
 	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "tight", Count: 2, Labels: sel})
 	ns := testenv.Namespace(t, e.c)
-	dep := devcluster.Deployment(ns, "api", 4)
-	dep.Spec.Template.Spec.NodeSelector = sel
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", "0"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 4, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "api", 4, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	apiBehindPDB(t, e, ns, sel, 4, "0")
 	guard := testenv.WatchPDBs(t, e.c, ns)
 	target := nodes[0]
 	onTarget := len(podsOn(t, e, ns, target))
@@ -472,25 +482,11 @@ func TestDrainTimeout(t *testing.T) {
 	} {
 		t.Run(tc.onTimeout, func(t *testing.T) {
 			ctx := testenv.Context(t)
-			cs := e.c.Client
 			prefix := "timeout-" + strings.ToLower(tc.onTimeout)
 			sel := map[string]string{testLabel: prefix}
 			nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: 1, Labels: sel})
 			ns := testenv.Namespace(t, e.c)
-			dep := devcluster.Deployment(ns, "api", 2)
-			dep.Spec.Template.Spec.NodeSelector = sel
-			if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", "0"), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 2, time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := devcluster.WaitForPDB(ctx, cs, ns, "api", 2, time.Minute); err != nil {
-				t.Fatal(err)
-			}
+			apiBehindPDB(t, e, ns, sel, 2, "0")
 			policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: prefix}}
 			policy.Spec.Timeouts.Drain = &metav1.Duration{Duration: 3 * time.Second}
 			policy.Spec.Timeouts.OnTimeout = tc.onTimeout
@@ -537,17 +533,7 @@ func TestEmptyingRequestersUndoes(t *testing.T) {
 	sel := map[string]string{testLabel: "requesters"}
 	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "req", Count: 1, Labels: sel})
 	ns := testenv.Namespace(t, e.c)
-	dep := devcluster.Deployment(ns, "api", 2)
-	dep.Spec.Template.Spec.NodeSelector = sel
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", "0"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 2, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	apiBehindPDB(t, e, ns, sel, 2, "0")
 	target := nodes[0]
 	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
 		Spec: v1alpha1.NodeDrainSpec{NodeName: target, Requesters: []v1alpha1.Requester{{Name: "cli:alice"}, {Name: "taint"}}}}
