@@ -387,12 +387,21 @@ func tailLines(s string, n int) string {
 // TestMetricsAndProbes scrapes /metrics after a drain and calls the probes.
 func TestMetricsAndProbes(t *testing.T) {
 	e := newEnv(t)
-	ns, node := e.workload(t, "metrics", 2, 4, "1")
+	ns, node := e.workload(t, "metrics", 2, 4, "0")
 	guard := testenv.WatchPDBs(t, e.c, ns)
 	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
 	startController(t, e.c, "metrics", false, "metrics",
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
 	e.drain(t, node)
+	blocked := e.waitDrain(t, node, "blocked by the PDB", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Blocked > 0 && nd.Status.Blocked == nd.Status.Remaining
+	})
+	wantBlocked := fmt.Sprintf(`vacate_pods_blocked{reason="PodDisruptionBudget"} %d`, blocked.Status.Blocked)
+	waitMetric(t, metricsAddr, wantBlocked)
+	patch := []byte(`{"spec":{"maxUnavailable":1}}`)
+	if _, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Patch(testenv.Context(t), "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	nd := e.waitDrain(t, node, "Drained", time.Minute, drained)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, _ := get(t, "http://"+probeAddr+path); code != 200 {
@@ -413,7 +422,26 @@ func TestMetricsAndProbes(t *testing.T) {
 			t.Errorf("/metrics lacks %q", w)
 		}
 	}
+	if strings.Contains(body, "vacate_pods_blocked{") {
+		t.Errorf("/metrics still reports blocked pods after the drain finished")
+	}
 	guard.Check(t)
+}
+
+// waitMetric waits until /metrics holds the line.
+func waitMetric(t *testing.T, addr, line string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body := get(t, "http://"+addr+"/metrics")
+		if strings.Contains(body, line) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed %q", line)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func freeAddr(t *testing.T) string {
