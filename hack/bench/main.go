@@ -28,14 +28,14 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/operator"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 const (
@@ -216,16 +216,16 @@ func drainWithVacate(ctx context.Context, c *devcluster.Cluster, bin string, tar
 		return 0, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
+	scheme, err := operator.Scheme()
+	if err != nil {
+		return 0, err
+	}
 	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
 	if err != nil {
 		return 0, err
 	}
 	for _, n := range targets {
-		nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: n},
-			Spec: v1alpha1.NodeDrainSpec{NodeName: n, Requesters: []v1alpha1.Requester{{Name: "bench"}}}}
+		nd := testutil.NodeDrain(n, "", "bench")
 		if err := cl.Create(ctx, nd); err != nil {
 			return 0, err
 		}

@@ -124,12 +124,7 @@ func ProcessAlive(pid int, bin string) bool {
 	if pid <= 0 {
 		return false
 	}
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name.
-	if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+	if zombieOrGone(pid) {
 		return false
 	}
 	exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
@@ -184,12 +179,21 @@ func ProcessesUsing(dir string) []int {
 		if err != nil || !strings.Contains(string(cmdline), dir) {
 			continue
 		}
-		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
+		if !zombieOrGone(pid) {
+			pids = append(pids, pid)
 		}
-		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// zombieOrGone reports whether pid no longer runs: it does not exist, or it
+// has exited and waits for its parent to reap it.
+func zombieOrGone(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesised command name.
+	i := strings.LastIndexByte(string(stat), ')')
+	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }

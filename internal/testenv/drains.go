@@ -5,14 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/operator"
 )
 
 // DrainClient installs vacate's CRDs in the cluster and returns a client
@@ -22,11 +21,8 @@ func DrainClient(t testing.TB, c *devcluster.Cluster) client.Client {
 	if err := devcluster.InstallCRDs(Context(t), c.RESTConfig); err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := operator.Scheme()
+	if err != nil {
 		t.Fatal(err)
 	}
 	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})

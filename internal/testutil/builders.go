@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
 // PodBuilder builds a pod.
@@ -89,4 +91,17 @@ func PDB(ns, name, app string, maxUnavailable, allowed int32) *policyv1.PodDisru
 		},
 		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed},
 	}
+}
+
+// NodeDrain returns a NodeDrain for node (named after it) requested by the
+// given requesters, with the DrainPolicy policyName ("" for the default).
+func NodeDrain(node, policyName string, requesters ...string) *v1alpha1.NodeDrain {
+	nd := &v1alpha1.NodeDrain{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec:       v1alpha1.NodeDrainSpec{NodeName: node, PolicyName: policyName},
+	}
+	for _, r := range requesters {
+		nd.Spec.Requesters = append(nd.Spec.Requesters, v1alpha1.Requester{Name: r})
+	}
+	return nd
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/vacate-dev/vacate/config/rbac"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -195,8 +196,7 @@ func (e *env) workload(t *testing.T, prefix string, nodes, pods int32, maxUnavai
 
 func (e *env) drain(t *testing.T, node string) {
 	t.Helper()
-	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node},
-		Spec: v1alpha1.NodeDrainSpec{NodeName: node, Requesters: []v1alpha1.Requester{{Name: "cli:e2e"}}}}
+	nd := testutil.NodeDrain(node, "", "cli:e2e")
 	if err := e.cl.Create(testenv.Context(t), nd); err != nil {
 		t.Fatal(err)
 	}

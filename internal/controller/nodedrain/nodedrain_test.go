@@ -23,6 +23,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -134,11 +135,7 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), strict) })
-	nd := &v1alpha1.NodeDrain{
-		ObjectMeta: metav1.ObjectMeta{Name: target},
-		Spec: v1alpha1.NodeDrainSpec{NodeName: target, PolicyName: strict.Name,
-			Requesters: []v1alpha1.Requester{{Name: "cli:test", Reason: "acceptance test"}}},
-	}
+	nd := testutil.NodeDrain(target, strict.Name, "cli:test")
 	if err := e.cl.Create(ctx, nd); err != nil {
 		t.Fatal(err)
 	}
@@ -241,8 +238,7 @@ func TestUndoLeavesSomeoneElsesCordon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
-		Spec: v1alpha1.NodeDrainSpec{NodeName: target, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+	nd := testutil.NodeDrain(target, "", "cli:test")
 	if err := e.cl.Create(ctx, nd); err != nil {
 		t.Fatal(err)
 	}
@@ -276,8 +272,7 @@ func TestNodeNotFoundWaitsThenProceeds(t *testing.T) {
 	e := startEnv(t)
 	ctx := testenv.Context(t)
 	name := "late-node-0"
-	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.NodeDrainSpec{NodeName: name, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+	nd := testutil.NodeDrain(name, "", "cli:test")
 	if err := e.cl.Create(ctx, nd); err != nil {
 		t.Fatal(err)
 	}
@@ -434,8 +429,7 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 		target = nodes[1]
 		onTarget = len(podsOn(t, e, ns, target))
 	}
-	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
-		Spec: v1alpha1.NodeDrainSpec{NodeName: target, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+	nd := testutil.NodeDrain(target, "", "cli:test")
 	if err := e.cl.Create(ctx, nd); err != nil {
 		t.Fatal(err)
 	}
@@ -495,8 +489,7 @@ func TestDrainTimeout(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = e.cl.Delete(context.Background(), policy) })
 			target := nodes[0]
-			nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
-				Spec: v1alpha1.NodeDrainSpec{NodeName: target, PolicyName: policy.Name, Requesters: []v1alpha1.Requester{{Name: "cli:test"}}}}
+			nd := testutil.NodeDrain(target, policy.Name, "cli:test")
 			if err := e.cl.Create(ctx, nd); err != nil {
 				t.Fatal(err)
 			}
@@ -535,8 +528,7 @@ func TestEmptyingRequestersUndoes(t *testing.T) {
 	ns := testenv.Namespace(t, e.c)
 	apiBehindPDB(t, e, ns, sel, 2, "0")
 	target := nodes[0]
-	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target},
-		Spec: v1alpha1.NodeDrainSpec{NodeName: target, Requesters: []v1alpha1.Requester{{Name: "cli:alice"}, {Name: "taint"}}}}
+	nd := testutil.NodeDrain(target, "", "cli:alice", "taint")
 	if err := e.cl.Create(ctx, nd); err != nil {
 		t.Fatal(err)
 	}

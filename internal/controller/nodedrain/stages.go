@@ -2,6 +2,7 @@ package nodedrain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -64,7 +65,7 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	nd := s.drain
 	p, err := resolvePolicy(ctx, r.Client, nd)
 	var pnf *policyNotFoundError
-	if asPolicyNotFound(err, &pnf) {
+	if errors.As(err, &pnf) {
 		nd.Status.Phase = v1alpha1.PhasePending
 		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonPolicyNotFound, pnf.Error())
 		return reconcile.Result{RequeueAfter: resync}, nil
