@@ -181,9 +181,9 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	st := &s.drain.Status
 	remaining := int32(plan.Remaining())
-	if remaining > st.Total {
-		st.Total = remaining + st.Evicted
-	}
+	// Pods that arrive during the drain add to the total; evicted never
+	// goes down.
+	st.Total = max(st.Total, remaining+st.Evicted)
 	st.Remaining = remaining
 	st.Evicted = st.Total - remaining
 	st.Progress = fmt.Sprintf("%d/%d", st.Evicted, st.Total)
