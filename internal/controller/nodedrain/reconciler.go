@@ -29,6 +29,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
+	"github.com/vacate-dev/vacate/internal/policy"
 )
 
 // Fixed names from the design.
@@ -91,7 +92,7 @@ func NewReconciler(c ctrl.Client, clk clock.PassiveClock, rec events.EventRecord
 type scope struct {
 	drain  *v1alpha1.NodeDrain
 	node   *corev1.Node
-	policy policy
+	policy policy.Policy
 	now    time.Time
 	log    klog.Logger
 	// stop ends the pass after the current stage, with nothing to requeue:

@@ -2,7 +2,6 @@ package nodedrain
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
+	"github.com/vacate-dev/vacate/internal/policy"
 )
 
 // Condition reasons.
@@ -63,11 +63,10 @@ func (s *scope) setCondition(t string, status metav1.ConditionStatus, reason, ms
 // loadNode finds the node and the policy; without either the drain waits.
 func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	p, err := resolvePolicy(ctx, r.Client, nd)
-	var pnf *policyNotFoundError
-	if errors.As(err, &pnf) {
+	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName)
+	if policy.IsNotFound(err) {
 		nd.Status.Phase = v1alpha1.PhasePending
-		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonPolicyNotFound, pnf.Error())
+		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonPolicyNotFound, err.Error())
 		return reconcile.Result{RequeueAfter: resync}, nil
 	}
 	if err != nil {
@@ -95,7 +94,7 @@ func (r *Reconciler) admit(_ context.Context, s *scope) (reconcile.Result, error
 	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, "the drain may proceed")
 	if s.drain.Status.StartTime == nil {
 		s.drain.Status.StartTime = &metav1.Time{Time: s.now}
-		s.log.Info("starting drain", "node", s.drain.Spec.NodeName, "policy", s.policy.name)
+		s.log.Info("starting drain", "node", s.drain.Spec.NodeName, "policy", s.policy.Name)
 	}
 	return reconcile.Result{}, nil
 }
@@ -152,7 +151,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	plan := drain.New(pods, pdbs, s.policy.rules, s.now)
+	plan := drain.New(pods, pdbs, s.policy.Rules, s.now)
 	if !plan.Completed() && timedOut(s) {
 		return r.timeout(ctx, s, plan)
 	}
@@ -160,7 +159,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		if d.Action != drain.Evict {
 			continue
 		}
-		if err := r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.grace, s.policy.perNode)); err != nil {
+		if err := r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)); err != nil {
 			return reconcile.Result{}, err
 		}
 		// A PDB that refused this pod now allows a disruption: try at once
@@ -280,14 +279,14 @@ func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
 
 func timedOut(s *scope) bool {
 	st := s.drain.Status.StartTime
-	return s.policy.drainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.drainTimeout
+	return s.policy.DrainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.DrainTimeout
 }
 
 // waitFor is how long an evicting drain waits for its next pass when no
 // event comes: the resync, or the drain timeout if sooner.
 func (r *Reconciler) waitFor(s *scope) time.Duration {
-	if s.policy.drainTimeout > 0 && s.drain.Status.StartTime != nil {
-		left := s.drain.Status.StartTime.Add(s.policy.drainTimeout).Sub(s.now)
+	if s.policy.DrainTimeout > 0 && s.drain.Status.StartTime != nil {
+		left := s.drain.Status.StartTime.Add(s.policy.DrainTimeout).Sub(s.now)
 		if left > 0 && left < resync {
 			return left
 		}
@@ -300,11 +299,11 @@ func (r *Reconciler) waitFor(s *scope) time.Duration {
 func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (reconcile.Result, error) {
 	nd := s.drain
 	r.report(s, plan)
-	if !s.policy.forceDelete {
+	if !s.policy.ForceDelete {
 		r.Evictions.ForgetNode(nd.Spec.NodeName)
 		nd.Status.Phase = v1alpha1.PhaseFailed
 		nd.Status.CompletionTime = &metav1.Time{Time: s.now}
-		msg := fmt.Sprintf("the drain did not finish within %s: %s", s.policy.drainTimeout, plan.ConditionMessage())
+		msg := fmt.Sprintf("the drain did not finish within %s: %s", s.policy.DrainTimeout, plan.ConditionMessage())
 		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonDrainTimeout, msg)
 		s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, ReasonDrainTimeout, msg)
 		s.afterWrite(func() {
@@ -324,10 +323,10 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (re
 			return reconcile.Result{}, fmt.Errorf("deleting pod %s after the drain timeout: %w", d.Key(), err)
 		}
 		r.Events.Eventf(nd, d.Pod, corev1.EventTypeWarning, EventForceDeleted, "Delete",
-			"deleted pod %s after the drain timeout of %s (policy onTimeout: ForceDelete)", d.Key(), s.policy.drainTimeout)
+			"deleted pod %s after the drain timeout of %s (policy onTimeout: ForceDelete)", d.Key(), s.policy.DrainTimeout)
 	}
 	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonDrainTimeout,
-		fmt.Sprintf("the drain did not finish within %s; remaining pods deleted (policy onTimeout: ForceDelete)", s.policy.drainTimeout))
+		fmt.Sprintf("the drain did not finish within %s; remaining pods deleted (policy onTimeout: ForceDelete)", s.policy.DrainTimeout))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
