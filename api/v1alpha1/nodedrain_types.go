@@ -90,7 +90,14 @@ type Blocker struct {
 	Pod string `json:"pod"`
 	// Reason is a CamelCase cause, such as PodDisruptionBudget or LocalStorage.
 	Reason string `json:"reason"`
-	// Detail names what blocks, such as the PDB's namespace/name.
+	// Holder is the object that holds the pod, as "Kind namespace/name",
+	// such as "PodDisruptionBudget shop/web"; empty when the pod itself is
+	// the cause (for example an unmanaged pod).
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Holder string `json:"holder,omitempty"`
+	// Detail says more for people, such as the PDB's refusal message.
+	// +kubebuilder:validation:MaxLength=2048
 	// +optional
 	Detail string `json:"detail,omitempty"`
 	// Since is when this pod was first blocked for this reason.

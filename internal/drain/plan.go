@@ -84,6 +84,8 @@ type Decision struct {
 	// PDBBlocked is set when an eviction now would be refused: a PDB
 	// selecting the pod allows no disruption.
 	PDBBlocked bool
+	// BlockingPDBs are the PDBs among PDBs that allow no disruption now.
+	BlockingPDBs []string
 }
 
 // Key is the pod's namespace/name.
@@ -125,7 +127,8 @@ func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now 
 		if d.Action == Evict {
 			d.PDBs, d.PDBBlocked = guardingPDBs(p, pdbs)
 			if d.PDBBlocked {
-				d.Detail = "PodDisruptionBudget " + strings.Join(blockingPDBs(p, pdbs), ", ") + " allows no disruption now"
+				d.BlockingPDBs = blockingPDBs(p, pdbs)
+				d.Detail = "PodDisruptionBudget " + strings.Join(d.BlockingPDBs, ", ") + " allows no disruption now"
 			}
 		}
 		plan.Decisions = append(plan.Decisions, d)

@@ -238,23 +238,26 @@ func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Block
 	b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(now)}
 	switch {
 	case d.Action == drain.Block:
-		b.Reason, b.Detail = string(d.Reason), d.Detail
+		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
 	case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
-		b.Reason, b.Detail = string(d.Reason), d.Detail
+		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
 	case d.Action == drain.Evict:
 		ref, refused := r.refusals.get(d.Pod.UID)
 		if !refused && !d.PDBBlocked {
 			return b, false
 		}
 		b.Reason = BlockerPDB
-		b.Detail = "PodDisruptionBudget " + strings.Join(d.PDBs, ", ")
+		pdbs := d.BlockingPDBs
+		if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
+			pdbs = d.PDBs
+		}
+		b.Holder = "PodDisruptionBudget " + strings.Join(pdbs, ", ")
+		b.Detail = b.Holder + " allows no disruption now"
 		if refused {
 			b.Since = metav1.NewTime(ref.since)
 			if ref.message != "" {
-				b.Detail += ": " + ref.message
+				b.Detail = b.Holder + ": " + truncate(ref.message, maxDetail-len(b.Holder)-2)
 			}
-		} else {
-			b.Detail += " allows no disruption now"
 		}
 	default:
 		return b, false
@@ -403,8 +406,10 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	}
 	// No requester is left but the object stays: it is idle until one returns.
 	nd.Status.Phase = v1alpha1.PhasePending
+	// A requester that returns starts a new drain, counted from zero.
 	nd.Status.Blockers, nd.Status.Blocked = nil, 0
-	nd.Status.CompletionTime = nil
+	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
+	nd.Status.StartTime, nd.Status.CompletionTime = nil, nil
 	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonRestored, "no requester is left; vacate undid its changes")
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
