@@ -72,8 +72,8 @@ func (l *Lines) Changes(t *Tracker, now time.Time) []string {
 func stateLine(n *Node, now time.Time) string {
 	s := fmt.Sprintf("%s %d/%d", n.Phase, n.Evicted, n.Total)
 	switch {
-	case n.Gone:
-		return s + " " + strconv.Quote("NodeDrain deleted")
+	case n.Cancelled:
+		return "Cancelled " + fmt.Sprintf("%d/%d", n.Evicted, n.Total) + " " + strconv.Quote("the request was withdrawn")
 	case n.Ended() && !n.End.IsZero():
 		note := "in " + Duration(n.Took(now))
 		if n.Waiting != "" {

@@ -18,7 +18,7 @@ func (t *Tracker) Summary(w io.Writer, now time.Time) error {
 	for _, n := range t.Nodes() {
 		result := string(n.Phase)
 		switch {
-		case n.Gone:
+		case n.Cancelled:
 			result = "Cancelled"
 		case !n.Seen:
 			result = "NotStarted"
@@ -71,7 +71,7 @@ func (t *Tracker) Report(now time.Time) Report {
 	for _, n := range t.Nodes() {
 		nr := NodeReport{Node: n.Name, Result: string(n.Phase), Evicted: n.Evicted, Total: n.Total,
 			TookSeconds: n.Took(now).Seconds(), Message: n.Waiting}
-		if n.Gone {
+		if n.Cancelled {
 			nr.Result = "Cancelled"
 		}
 		if !n.Start.IsZero() {

@@ -31,8 +31,9 @@ type Node struct {
 	Start, End time.Time
 	// Met are the blockers met during the drain, by holder (or reason).
 	Met map[string]*Met
-	// Gone is set when the NodeDrain was deleted.
-	Gone bool
+	// Cancelled is set when the NodeDrain was deleted or lost its last
+	// requester before it ended.
+	Cancelled bool
 }
 
 // Met is one kind of blocker met during a drain.
@@ -49,9 +50,18 @@ type Met struct {
 // Held is how long the blocker held the drain up, as seen.
 func (m *Met) Held() time.Duration { return m.Last.Sub(m.First) }
 
-// Ended reports whether the drain reached an end: Drained or Failed.
+// Ended reports whether the drain reached an end: Drained, Failed or
+// cancelled.
 func (n *Node) Ended() bool {
-	return n.Phase == v1alpha1.PhaseDrained || n.Phase == v1alpha1.PhaseFailed
+	return n.Cancelled || n.Phase == v1alpha1.PhaseDrained || n.Phase == v1alpha1.PhaseFailed
+}
+
+// Result is Drained, Failed, Cancelled, or the phase of a running drain.
+func (n *Node) Result() string {
+	if n.Cancelled {
+		return "Cancelled"
+	}
+	return string(n.Phase)
 }
 
 // Took is how long the drain ran: from its start to its end, or to now.
@@ -124,7 +134,8 @@ func (t *Tracker) Observe(nd *v1alpha1.NodeDrain, now time.Time) {
 		return
 	}
 	st := nd.Status
-	n.Seen, n.Gone = true, false
+	n.Seen = true
+	n.Cancelled = len(nd.Spec.Requesters) == 0 || !nd.DeletionTimestamp.IsZero()
 	n.Phase = st.Phase
 	if n.Phase == "" {
 		n.Phase = v1alpha1.PhasePending
@@ -159,8 +170,8 @@ func (t *Tracker) Observe(nd *v1alpha1.NodeDrain, now time.Time) {
 
 // Forget records that the node's NodeDrain was deleted.
 func (t *Tracker) Forget(node string) {
-	if n, ok := t.nodes[node]; ok {
-		n.Gone = true
+	if n, ok := t.nodes[node]; ok && n.Seen {
+		n.Cancelled = true
 	}
 }
 
@@ -198,14 +209,15 @@ func (t *Tracker) Done() bool {
 	return true
 }
 
-// Counts returns how many drains are drained, failed, and still running.
+// Counts returns how many drains are drained, failed (or cancelled), and
+// still running.
 func (t *Tracker) Counts() (drained, failed, running int) {
 	for _, n := range t.nodes {
-		switch n.Phase {
-		case v1alpha1.PhaseDrained:
-			drained++
-		case v1alpha1.PhaseFailed:
+		switch {
+		case n.Cancelled, n.Phase == v1alpha1.PhaseFailed:
 			failed++
+		case n.Phase == v1alpha1.PhaseDrained:
+			drained++
 		default:
 			running++
 		}

@@ -61,8 +61,8 @@ func counts(n *Node) string {
 // state is the phase with what matters about it.
 func state(n *Node, now time.Time) string {
 	switch {
-	case n.Gone:
-		return "cancelled (NodeDrain deleted)"
+	case n.Cancelled:
+		return "Cancelled: the request was withdrawn"
 	case !n.Seen:
 		return "requested"
 	case n.Phase == v1alpha1.PhaseDrained:

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/operator"
+)
+
+// newConfigFlags are kubectl's connection flags (--kubeconfig, --context,
+// --user, --server, --request-timeout, ...) without the ones that make no
+// sense for vacate: drains are cluster-scoped, and basic auth is gone.
+func newConfigFlags() *genericclioptions.ConfigFlags {
+	f := genericclioptions.NewConfigFlags(true)
+	f.Namespace, f.Username, f.Password, f.CacheDir = nil, nil, nil, nil
+	return f
+}
+
+// session is a connection to a cluster that serves vacate's API.
+type session struct {
+	config    *rest.Config
+	clientset kubernetes.Interface
+	client    client.WithWatch
+	// where names the cluster for messages: the context and the server.
+	where string
+}
+
+// connect builds clients from the flags and checks, with one discovery
+// request, that the cluster answers and serves vacate's API. The errors say
+// what to do: point at the cluster, start it, or install the CRDs.
+func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*session, error) {
+	raw, err := flags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig: %w", err)
+	}
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, noConfigError{err: err}
+	}
+	context := raw.CurrentContext
+	if flags.Context != nil && *flags.Context != "" {
+		context = *flags.Context
+	}
+	s := &session{config: cfg, where: fmt.Sprintf("the cluster at %s (context %q)", cfg.Host, context)}
+	cfg.UserAgent = "vacate-cli"
+	if s.clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("building a client for %s: %w", s.where, err)
+	}
+	if s.client, err = client.NewWithWatch(cfg, client.Options{Scheme: operator.Scheme()}); err != nil {
+		return nil, fmt.Errorf("building a client for %s: %w", s.where, err)
+	}
+	_, err = s.clientset.Discovery().ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, missingCRDsError{where: s.where}
+	case err != nil:
+		return nil, s.explain(err, "checking for vacate's API")
+	}
+	return s, nil
+}
+
+// node reads a node, with a clear error when it does not exist.
+func (s *session) node(ctx context.Context, name string) (*corev1.Node, error) {
+	n, err := s.clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, unknownNodeError{name: name, where: s.where}
+	}
+	if err != nil {
+		return nil, s.explain(err, "reading node "+name)
+	}
+	return n, nil
+}
+
+// nodeNames resolves the command's node arguments or --selector to node
+// names, checking that each exists.
+func (s *session) nodeNames(ctx context.Context, args []string, selector string) ([]string, error) {
+	if selector == "" {
+		for _, name := range args {
+			if _, err := s.node(ctx, name); err != nil {
+				return nil, err
+			}
+		}
+		return dedupe(args), nil
+	}
+	if _, err := labels.Parse(selector); err != nil {
+		return nil, usageError{fmt.Errorf("--selector %q: %w", selector, err)}
+	}
+	list, err := s.clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, s.explain(err, "listing nodes")
+	}
+	if len(list.Items) == 0 {
+		return nil, fmt.Errorf("no node in %s matches --selector %q; see 'kubectl get nodes --show-labels'", s.where, selector)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, n := range list.Items {
+		names = append(names, n.Name)
+	}
+	return names, nil
+}
+
+func dedupe(names []string) []string {
+	seen := map[string]bool{}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// invalidRequester are the characters a requester name may not hold.
+var invalidRequester = regexp.MustCompile(`[^A-Za-z0-9._:@/-]`)
+
+// whoAmI names the person (or service account) behind the credentials, as
+// the API server authenticates them, for the requester entry "cli:<user>".
+// Clusters without SelfSubjectReview fall back to the kubeconfig's user name.
+func (s *session) whoAmI(ctx context.Context, flags *genericclioptions.ConfigFlags) (string, error) {
+	user := ""
+	review, err := s.clientset.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		user = review.Status.UserInfo.Username
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err), apierrors.IsMethodNotSupported(err):
+		raw, rerr := flags.ToRawKubeConfigLoader().RawConfig()
+		if rerr != nil {
+			return "", fmt.Errorf("reading kubeconfig: %w", rerr)
+		}
+		if c, ok := raw.Contexts[raw.CurrentContext]; ok {
+			user = c.AuthInfo
+		}
+	default:
+		return "", s.explain(err, "asking the API server who you are")
+	}
+	if user == "" {
+		user = "unknown"
+	}
+	name := "cli:" + strings.TrimLeft(invalidRequester.ReplaceAllString(user, "-"), "._:@/-")
+	if len(name) > 253 {
+		name = name[:253]
+	}
+	return name, nil
+}
