@@ -4,6 +4,7 @@
 package crd
 
 import (
+	"bytes"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -15,6 +16,27 @@ import (
 
 //go:embed bases/*.yaml
 var bases embed.FS
+
+// YAML returns the CRDs as one multi-document YAML stream, for kubectl apply.
+func YAML() ([]byte, error) {
+	files, err := fs.Glob(bases, "bases/*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("listing embedded CRDs: %w", err)
+	}
+	sort.Strings(files)
+	var out []byte
+	for _, f := range files {
+		b, err := bases.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f, err)
+		}
+		if !bytes.HasPrefix(b, []byte("---")) {
+			out = append(out, "---\n"...)
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
 
 // CRDs returns the CustomResourceDefinitions, sorted by name.
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {

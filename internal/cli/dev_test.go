@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 )
@@ -232,11 +233,11 @@ func TestBadUsageIsExitTwo(t *testing.T) {
 }
 
 func TestEveryCommandHasExamples(t *testing.T) {
-	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard})
+	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard}, clock.RealClock{})
 	var check func(prefix string, cmds []*cobra.Command)
 	check = func(prefix string, cmds []*cobra.Command) {
 		for _, c := range cmds {
-			if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			if c.Hidden || c.Name() == "help" {
 				continue
 			}
 			if c.Runnable() && strings.TrimSpace(c.Example) == "" {

@@ -59,7 +59,11 @@ func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*sessio
 	if s.clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("building a client for %s: %w", s.where, err)
 	}
-	if s.client, err = client.NewWithWatch(cfg, client.Options{Scheme: operator.Scheme()}); err != nil {
+	scheme, err := operator.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	if s.client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("building a client for %s: %w", s.where, err)
 	}
 	_, err = s.clientset.Discovery().ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())

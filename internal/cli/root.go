@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
 )
 
 // Exit codes of the vacate command.
@@ -18,7 +19,18 @@ const (
 	ExitOK    = 0
 	ExitError = 1
 	ExitUsage = 2
+	// ExitTimeout: the wait ended before the drains did; they go on.
+	ExitTimeout = 3
 )
+
+// exitError ends the command with a chosen exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
 
 // usageError marks errors in how the command was called.
 type usageError struct{ err error }
@@ -34,7 +46,8 @@ type Streams struct {
 }
 
 // NewRootCommand builds the vacate command tree.
-func NewRootCommand(s Streams) *cobra.Command {
+func NewRootCommand(s Streams, clk clock.WithTicker) *cobra.Command {
+	flags := newConfigFlags()
 	root := &cobra.Command{
 		Use:   "vacate",
 		Short: "Take nodes away safely: drain, evacuate data, explain, undo",
@@ -42,11 +55,18 @@ func NewRootCommand(s Streams) *cobra.Command {
 PodDisruptionBudget respected, lets stateful systems move their data off a
 node before its pods go, explains every stuck pod, and undoes exactly what it
 did when a drain is cancelled.`,
-		Example: `  # Start a local dev cluster and point kubectl at it
-  vacate dev up
-  eval "$(vacate dev env)"
+		Example: `  # Preview, then drain a node and follow it
+  vacate plan node-1
+  vacate drain node-1 --wait --reason "kernel upgrade"
 
-  # Run the demo on a throwaway cluster
+  # What is happening, and why is it stuck?
+  vacate status -o wide
+  vacate explain node-1
+
+  # Give the node back
+  vacate cancel node-1
+
+  # Try it all on a throwaway local cluster
   vacate demo`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -55,7 +75,18 @@ did when a drain is cancelled.`,
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newDevCommand(s), newDemoCommand(s))
+	flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(
+		newDrainCommand(flags, s, clk),
+		newCancelCommand(flags, s),
+		newStatusCommand(flags, s, clk),
+		newPlanCommand(flags, s, clk),
+		newExplainCommand(flags, s, clk),
+		newManifestsCommand(s),
+		newDevCommand(s),
+		newDemoCommand(s),
+	)
+	addCompletionExamples(root)
 	return root
 }
 
@@ -64,7 +95,13 @@ did when a drain is cancelled.`,
 func Main(args []string, s Streams) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := NewRootCommand(s)
+	return Run(ctx, args, s, clock.RealClock{})
+}
+
+// Run runs the vacate command with a context and clock and returns its exit
+// code.
+func Run(ctx context.Context, args []string, s Streams, clk clock.WithTicker) int {
+	root := NewRootCommand(s, clk)
 	root.SetArgs(args)
 	if _, _, err := root.Find(args); err != nil { // unknown command
 		fmt.Fprintf(s.Err, "error: %v; see 'vacate --help'\n", err)
@@ -76,8 +113,12 @@ func Main(args []string, s Streams) int {
 	}
 	fmt.Fprintf(s.Err, "error: %v\n", err)
 	var ue usageError
-	if errors.As(err, &ue) || isCobraUsageError(err) {
+	var ee exitError
+	switch {
+	case errors.As(err, &ue) || isCobraUsageError(err):
 		return ExitUsage
+	case errors.As(err, &ee):
+		return ee.code
 	}
 	return ExitError
 }

@@ -179,3 +179,38 @@ func FuzzPlan(f *testing.F) {
 		}
 	})
 }
+
+func TestForecastRoundsAndStuck(t *testing.T) {
+	grace := int64(10)
+	var pods []*corev1.Pod
+	for _, name := range []string{"web-1", "web-2", "web-3"} {
+		p := testutil.Pod(name).Namespace("shop").OnNode("n1").OwnedBy("ReplicaSet", "web-x").Labels("app", "web").Obj()
+		p.Spec.TerminationGracePeriodSeconds = &grace
+		pods = append(pods, p)
+	}
+	pods = append(pods, testutil.Pod("db-0").Namespace("shop").OnNode("n1").OwnedBy("StatefulSet", "db").Labels("app", "db").Obj())
+	web := testutil.PDB("shop", "web", "web", 1, 2)
+	db := testutil.PDB("shop", "db", "db", 0, 0)
+
+	f := NewForecast(New(pods, []*policyv1.PodDisruptionBudget{web, db}, Rules{}, now), []*policyv1.PodDisruptionBudget{web, db}, nil, 10)
+	if len(f.PDBs) != 2 || f.PDBs[0].Name != "shop/db" || !f.PDBs[0].Blocks || f.PDBs[1].Name != "shop/web" || f.PDBs[1].Blocks {
+		t.Fatalf("PDB forecasts: %+v", f.PDBs)
+	}
+	if got := f.PDBs[1].Rounds; got != 2 { // 3 pods, 2 at a time
+		t.Errorf("web rounds = %d, want 2", got)
+	}
+	if !f.Stuck || f.MaxGrace != 30*time.Second {
+		t.Errorf("stuck=%v maxGrace=%s, want stuck and 30s (db-0 has the default grace)", f.Stuck, f.MaxGrace)
+	}
+
+	// Without the blocking PDB and with a grace override: 2 rounds, not stuck.
+	override := int64(5)
+	f = NewForecast(New(pods[:3], []*policyv1.PodDisruptionBudget{web}, Rules{}, now), []*policyv1.PodDisruptionBudget{web}, &override, 10)
+	if f.Stuck || f.Rounds != 2 || f.Low != ReplacementReady || f.High != ReplacementReady+2*5*time.Second {
+		t.Fatalf("forecast %+v", f)
+	}
+	// The evictions in flight per node bound the rounds too.
+	if f := NewForecast(New(pods[:3], nil, Rules{}, now), nil, nil, 1); f.Rounds != 3 {
+		t.Errorf("rounds with 1 eviction in flight = %d, want 3", f.Rounds)
+	}
+}

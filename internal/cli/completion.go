@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/spf13/cobra"
+)
+
+// validRequester is the pattern the NodeDrain CRD enforces on requester names.
+var validRequester = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,252}$`)
+
+// completeNodes completes node names from the cluster, skipping the ones
+// already on the command line. Completion never fails loudly: without a
+// cluster it offers nothing.
+func completeNodes(flags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		cfg, err := flags.ToRESTConfig()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		cfg.Timeout = 5 * time.Second
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		given := map[string]bool{}
+		for _, a := range args {
+			given[a] = true
+		}
+		var out []string
+		for _, n := range nodes.Items {
+			if !given[n.Name] && strings.HasPrefix(n.Name, toComplete) {
+				out = append(out, n.Name)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// addCompletionExamples creates cobra's completion command now, so that it
+// and its per-shell subcommands get examples like every other command.
+func addCompletionExamples(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Example = `  # bash, for this shell
+  source <(vacate completion bash)
+  # zsh, for every new shell
+  vacate completion zsh > "${fpath[1]}/_vacate"
+  # as a kubectl plugin, kubectl completes 'kubectl vacate' with kubectl-vacate's own completion`
+		for _, sub := range c.Commands() {
+			sub.Example = "  vacate completion " + sub.Name() + " > vacate-completion." + sub.Name()
+		}
+	}
+}

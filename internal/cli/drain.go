@@ -1,0 +1,238 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+)
+
+type drainOptions struct {
+	flags     *genericclioptions.ConfigFlags
+	streams   Streams
+	clock     clock.WithTicker
+	selector  string
+	reason    string
+	mode      string
+	policy    string
+	requester string
+	wait      bool
+	timeout   time.Duration
+}
+
+func newDrainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
+	o := &drainOptions{flags: flags, streams: s, clock: clk}
+	cmd := &cobra.Command{
+		Use:   "drain NODE... | --selector SELECTOR",
+		Short: "Request drains of nodes, and follow them with --wait",
+		Long: `Requests a drain of each node: creates its NodeDrain, or joins it if one
+exists, with you as a requester (server-side apply, field manager
+vacate-cli:<you>). The vacate controller cordons the node, moves the pods off
+through the Eviction API with every PodDisruptionBudget respected, and reports.
+
+With --wait, shows progress until every drain ended: on a terminal a live view
+(one bar per node, the phase, what blocks which pod and for how long, an ETA);
+otherwise one line per change, for logs and scripts. Then a summary.
+
+Exit codes: 0 drained, 1 failed or cancelled, 2 usage error, 3 timed out (the
+drains go on in the cluster).`,
+		Example: `  # Drain a node for maintenance and follow it
+  vacate drain node-1 --wait --reason "kernel upgrade, CHG-1234"
+
+  # Drain every node of a pool that goes away, giving up waiting after 30 minutes
+  vacate drain --selector pool=old --mode Decommission --wait --timeout 30m
+
+  # Ask, do not wait; follow later with 'vacate status --watch'
+  vacate drain node-1 node-2`,
+		ValidArgsFunction: completeNodes(flags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.selector, "selector", "l", "", "drain the nodes with these labels (kubectl label selector syntax) instead of naming them")
+	f.StringVar(&o.reason, "reason", "", "why, for people (a ticket, a change number); shown in status")
+	f.StringVar(&o.mode, "mode", "", "Maintenance (the node comes back) or Decommission (it goes away); default: the drain's current mode, Maintenance for a new one")
+	f.StringVar(&o.policy, "policy", "", "the DrainPolicy to apply (default: the policy named \"default\", else built-in defaults)")
+	f.StringVar(&o.requester, "requester", "", "your requester name on the NodeDrain (default: cli:<your user name as the API server knows it>)")
+	f.BoolVarP(&o.wait, "wait", "w", false, "show progress until the drains end")
+	f.DurationVar(&o.timeout, "timeout", 0, "with --wait, stop waiting after this long and exit 3 (0: wait as long as it takes); implies --wait")
+	return cmd
+}
+
+func (o *drainOptions) validate(args []string) error {
+	switch {
+	case len(args) == 0 && o.selector == "":
+		return argsError{"name the nodes to drain, or pass --selector; see 'vacate drain --help'"}
+	case len(args) > 0 && o.selector != "":
+		return argsError{"name the nodes or pass --selector, not both"}
+	case o.mode != "" && o.mode != string(v1alpha1.ModeMaintenance) && o.mode != string(v1alpha1.ModeDecommission):
+		return argsError{fmt.Sprintf("--mode %q: must be Maintenance or Decommission", o.mode)}
+	case o.timeout < 0:
+		return argsError{fmt.Sprintf("--timeout %s: must not be negative", o.timeout)}
+	case o.requester != "" && !validRequester.MatchString(o.requester):
+		return argsError{fmt.Sprintf("--requester %q: use letters, digits and . _ : @ / - (starting with a letter or digit)", o.requester)}
+	}
+	return nil
+}
+
+func (o *drainOptions) run(ctx context.Context, args []string) error {
+	if err := o.validate(args); err != nil {
+		return err
+	}
+	s, err := connect(ctx, o.flags)
+	if err != nil {
+		return err
+	}
+	nodes, err := s.nodeNames(ctx, args, o.selector)
+	if err != nil {
+		return err
+	}
+	requester := o.requester
+	if requester == "" {
+		if requester, err = s.whoAmI(ctx, o.flags); err != nil {
+			return err
+		}
+	}
+	for _, node := range nodes {
+		nd, err := o.request(ctx, s, node, requester)
+		if err != nil {
+			return err
+		}
+		others := otherRequesters(nd, requester)
+		switch {
+		case len(others) > 0:
+			fmt.Fprintf(o.streams.Out, "nodedrain/%s joined as %s (also requested by %s), mode %s\n", node, requester, strings.Join(others, ", "), nd.Spec.Mode)
+		default:
+			fmt.Fprintf(o.streams.Out, "nodedrain/%s requested by %s, mode %s\n", node, requester, nd.Spec.Mode)
+		}
+	}
+	if !o.wait && o.timeout == 0 {
+		return nil
+	}
+	return waitForDrains(ctx, s, o.streams, o.clock, nodes, o.timeout)
+}
+
+// request applies this requester's entry on the node's NodeDrain.
+func (o *drainOptions) request(ctx context.Context, s *session, node, requester string) (*v1alpha1.NodeDrain, error) {
+	existing := &v1alpha1.NodeDrain{}
+	err := s.client.Get(ctx, types.NamespacedName{Name: node}, existing)
+	switch {
+	case err == nil && !existing.DeletionTimestamp.IsZero():
+		return nil, fmt.Errorf("the drain of node %s is being cancelled and undone; request it again once 'vacate status %s' no longer lists it", node, node)
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, s.explain(err, "reading NodeDrain "+node)
+	}
+	entry := map[string]any{"name": requester}
+	if o.reason != "" {
+		entry["reason"] = o.reason
+	}
+	spec := map[string]any{"nodeName": node, "requesters": []any{entry}}
+	if o.mode != "" {
+		spec["mode"] = o.mode
+	}
+	if o.policy != "" {
+		spec["policyName"] = o.policy
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "NodeDrain",
+		"metadata":   map[string]any{"name": node},
+		"spec":       spec,
+	}}
+	err = s.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager(requester)))
+	switch {
+	case apierrors.IsConflict(err):
+		return nil, fmt.Errorf("node %s is already being drained with other settings (%s); drop --mode/--policy to join the drain as it is, or ask its requesters",
+			node, conflictFields(err))
+	case apierrors.IsInvalid(err):
+		return nil, fmt.Errorf("the API server refused the drain of node %s: %s", node, apiMessage(err))
+	case err != nil:
+		return nil, s.explain(err, "requesting the drain of node "+node)
+	}
+	nd := &v1alpha1.NodeDrain{}
+	if err := s.client.Get(ctx, types.NamespacedName{Name: node}, nd); err != nil {
+		return nil, s.explain(err, "reading NodeDrain "+node)
+	}
+	return nd, nil
+}
+
+// fieldManager is the server-side apply manager of a requester: each owns
+// its own entry in spec.requesters.
+func fieldManager(requester string) string {
+	m := "vacate-" + requester
+	if len(m) > 128 {
+		m = m[:128]
+	}
+	return m
+}
+
+func otherRequesters(nd *v1alpha1.NodeDrain, me string) []string {
+	var out []string
+	for _, r := range nd.Spec.Requesters {
+		if r.Name != me {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
+// conflictFields names the fields of an apply conflict, from the causes
+// the API server lists.
+func conflictFields(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return apiMessage(err)
+	}
+	var parts []string
+	for _, c := range status.Status().Details.Causes {
+		parts = append(parts, strings.TrimSpace(c.Message+" "+c.Field))
+	}
+	if len(parts) == 0 {
+		return apiMessage(err)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Message
+	}
+	return err.Error()
+}
+
+// waitForDrains follows the drains and ends with a summary. The result is
+// nil when every drain is Drained, an exitError otherwise.
+func waitForDrains(ctx context.Context, s *session, streams Streams, clk clock.WithTicker, nodes []string, timeout time.Duration) error {
+	f := newFollower(streams.Out, clk, nodes)
+	err := f.run(ctx, s, timeout)
+	fmt.Fprintln(streams.Out)
+	if serr := f.tracker.Summary(streams.Out, clk.Now()); serr != nil {
+		return serr
+	}
+	_, failed, running := f.tracker.Counts()
+	switch {
+	case errors.Is(err, errTimedOut):
+		return exitError{code: ExitTimeout, err: fmt.Errorf("timed out after %s with %d drain(s) still running; they go on in the cluster: follow with 'vacate status --watch', ask why with 'vacate explain NODE', stop with 'vacate cancel NODE'", timeout, running)}
+	case errors.Is(err, context.Canceled):
+		return exitError{code: ExitTimeout, err: fmt.Errorf("stopped waiting with %d drain(s) still running; they go on in the cluster", running)}
+	case err != nil:
+		return err
+	case failed > 0:
+		return exitError{code: ExitError, err: fmt.Errorf("%d of %d drain(s) failed or were cancelled; see 'vacate explain NODE'", failed, len(nodes))}
+	}
+	return nil
+}

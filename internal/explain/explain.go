@@ -1,0 +1,265 @@
+// Package explain answers "why is this drain stuck?": for each blocker of a
+// NodeDrain, the cause in the cluster's own terms (which PDB, how many of its
+// pods are healthy, which are not and why) and what a person can do. It is
+// pure: the caller reads the objects.
+package explain
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/drain"
+)
+
+// Input is what the explanation reads.
+type Input struct {
+	Drain *v1alpha1.NodeDrain
+	// Pods are the blocked pods, by namespace/name (missing: gone).
+	Pods map[string]*corev1.Pod
+	// PDBs are the PDBs that hold pods, by namespace/name.
+	PDBs map[string]*policyv1.PodDisruptionBudget
+	// PDBPods are the pods each PDB selects, by the PDB's namespace/name.
+	PDBPods map[string][]*corev1.Pod
+	Now     time.Time
+}
+
+// Finding is one thing that holds the drain up.
+type Finding struct {
+	// Subject is what is stuck: a pod, or the drain itself.
+	Subject string
+	// Cause says why, in the cluster's terms.
+	Cause string
+	// Fix says what a person can do; the first option is the gentlest.
+	Fix string
+	// Since is when it started holding the drain, if known.
+	Since time.Time
+}
+
+// Explanation is a drain's state in one line, and its findings.
+type Explanation struct {
+	State    string
+	Findings []Finding
+}
+
+// Explain explains a drain.
+func Explain(in Input) Explanation {
+	nd := in.Drain
+	st := nd.Status
+	e := Explanation{State: state(nd)}
+	e.Findings = append(e.Findings, drainFindings(nd)...)
+	// Blockers that share a holder share most of the explanation; a PDB is
+	// explained once, naming all the pods it holds.
+	byHolder := map[string][]v1alpha1.Blocker{}
+	var holders []string
+	for _, b := range st.Blockers {
+		if b.Holder == "" {
+			e.Findings = append(e.Findings, podFinding(b, in))
+			continue
+		}
+		if _, ok := byHolder[b.Holder]; !ok {
+			holders = append(holders, b.Holder)
+		}
+		byHolder[b.Holder] = append(byHolder[b.Holder], b)
+	}
+	sort.Strings(holders)
+	for _, h := range holders {
+		e.Findings = append(e.Findings, holderFindings(h, byHolder[h], in)...)
+	}
+	if int(st.Blocked) > len(st.Blockers) {
+		e.Findings = append(e.Findings, Finding{Subject: "more pods",
+			Cause: fmt.Sprintf("%d more pod(s) are blocked than the status lists (it keeps %d)", int(st.Blocked)-len(st.Blockers), len(st.Blockers)),
+			Fix:   "fix the causes above; the list then shows the rest"})
+	}
+	return e
+}
+
+func state(nd *v1alpha1.NodeDrain) string {
+	st := nd.Status
+	phase := st.Phase
+	if phase == "" {
+		phase = v1alpha1.PhasePending
+	}
+	s := fmt.Sprintf("drain of node %s: %s, %d of %d pod(s) evicted", nd.Spec.NodeName, phase, st.Evicted, st.Total)
+	if st.Blocked > 0 {
+		s += fmt.Sprintf(", %d blocked", st.Blocked)
+	}
+	return s
+}
+
+// drainFindings are the causes that hold the whole drain, not one pod.
+func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
+	var out []Finding
+	subject := "nodedrain/" + nd.Name
+	if len(nd.Spec.Requesters) == 0 {
+		out = append(out, Finding{Subject: subject, Cause: "no requester is left, so the drain is idle and vacate undid its changes",
+			Fix: "request it again with 'vacate drain " + nd.Spec.NodeName + "', or delete the NodeDrain"})
+	}
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
+		fix := "the drain starts when this is resolved"
+		if c.Reason == nodedrain.ReasonPolicyNotFound {
+			fix = "create that DrainPolicy, or clear spec.policyName to use the default policy (cancel and request again without --policy)"
+		}
+		out = append(out, Finding{Subject: subject, Cause: "not admitted: " + c.Message, Fix: fix, Since: c.LastTransitionTime.Time})
+	}
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionCordoned); c != nil && c.Reason == nodedrain.ReasonNodeNotFound {
+		out = append(out, Finding{Subject: subject, Cause: c.Message,
+			Fix: "check the node's name; cancel this drain if the node is gone for good", Since: c.LastTransitionTime.Time})
+	}
+	if nd.Status.Phase == v1alpha1.PhaseFailed {
+		msg := "the drain failed"
+		if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionDrained); c != nil {
+			msg = c.Message
+		}
+		out = append(out, Finding{Subject: subject, Cause: msg,
+			Fix: "a failed drain stays failed with its pods in place: fix the blockers below, then 'vacate cancel " + nd.Spec.NodeName +
+				"' and request it again (or set the policy's timeouts.drain longer)"})
+	}
+	return out
+}
+
+// podFinding explains a blocker the pod itself causes.
+func podFinding(b v1alpha1.Blocker, in Input) Finding {
+	f := Finding{Subject: "pod " + b.Pod, Since: b.Since.Time, Cause: b.Reason + ": " + b.Detail}
+	ns, name, _ := strings.Cut(b.Pod, "/")
+	switch drain.Reason(b.Reason) {
+	case drain.ReasonUnmanaged:
+		f.Cause = "no controller owns it, so evicting it would delete it for good"
+		f.Fix = fmt.Sprintf("delete it yourself if it may go (kubectl delete pod -n %s %s), let it stay with the annotation %s=%s, "+
+			"or set the DrainPolicy's pods.unmanaged: Delete", ns, name, drain.PodAnnotation, drain.AnnotationSkip)
+	case drain.ReasonLocalStorage:
+		f.Cause = b.Detail
+		f.Fix = fmt.Sprintf("if its emptyDir data may be lost, set the DrainPolicy's pods.localStorage: Evict; to leave it on the node, "+
+			"annotate it: kubectl annotate pod -n %s %s %s=%s", ns, name, drain.PodAnnotation, drain.AnnotationSkip)
+	case drain.ReasonWaitCompletion:
+		f.Cause = "it asked the drain to wait until it completes (" + drain.PodAnnotation + "=" + drain.AnnotationWaitCompleted + ")"
+		if p := in.Pods[b.Pod]; p != nil && p.Status.StartTime != nil {
+			f.Cause += fmt.Sprintf("; running for %s", in.Now.Sub(p.Status.StartTime.Time).Round(time.Second))
+		}
+		f.Fix = fmt.Sprintf("nothing, if it finishes; to evict it now remove the annotation: kubectl annotate pod -n %s %s %s-", ns, name, drain.PodAnnotation)
+	default:
+		f.Fix = "see 'kubectl describe pod -n " + ns + " " + name + "'"
+	}
+	return f
+}
+
+// holderFindings explain the pods one object holds; today PDBs.
+func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Finding {
+	pods := make([]string, 0, len(blockers))
+	since := blockers[0].Since.Time
+	for _, b := range blockers {
+		pods = append(pods, b.Pod)
+		if b.Since.Time.Before(since) {
+			since = b.Since.Time
+		}
+	}
+	subject := fmt.Sprintf("pod %s", strings.Join(pods, ", "))
+	kind, names, _ := strings.Cut(holder, " ")
+	if kind != "PodDisruptionBudget" {
+		return []Finding{{Subject: subject, Cause: "held by " + holder + ": " + blockers[0].Detail, Since: since}}
+	}
+	var out []Finding
+	for _, name := range strings.Split(names, ", ") {
+		out = append(out, pdbFinding(subject, name, blockers[0], since, in))
+	}
+	return out
+}
+
+func pdbFinding(subject, name string, b v1alpha1.Blocker, since time.Time, in Input) Finding {
+	f := Finding{Subject: subject, Since: since}
+	pdb := in.PDBs[name]
+	ns, short, _ := strings.Cut(name, "/")
+	if pdb == nil {
+		f.Cause = "PDB " + name + " refused the eviction, and it no longer exists"
+		f.Fix = "nothing: the eviction is retried and now goes through"
+		return f
+	}
+	st := pdb.Status
+	budget := Budget(pdb)
+	relax := fmt.Sprintf("relax the PDB (kubectl edit pdb -n %s %s; now %s)", ns, short, budget)
+	if st.DisruptionsAllowed > 0 {
+		f.Cause = fmt.Sprintf("PDB %s refused an eviction, but allows %d disruption(s) now", name, st.DisruptionsAllowed)
+		f.Fix = "nothing: vacate retries the eviction as soon as the PDB allows it"
+		return f
+	}
+	unhealthy := notHealthy(in.PDBPods[name], in.Now)
+	switch {
+	case st.CurrentHealthy < st.ExpectedPods || len(unhealthy) > 0:
+		f.Cause = fmt.Sprintf("PDB %s allows 0 disruptions: %d of %d pods are healthy and it needs %d (%s)",
+			name, st.CurrentHealthy, st.ExpectedPods, st.DesiredHealthy, budget)
+		if len(unhealthy) > 0 {
+			f.Cause += "; not healthy: " + strings.Join(unhealthy, "; ")
+		}
+		f.Fix = "the drain continues by itself when they are healthy; or " + relax
+	default:
+		f.Cause = fmt.Sprintf("PDB %s allows 0 disruptions even with all %d of its pods healthy: %s never allows an eviction",
+			name, st.ExpectedPods, budget)
+		f.Fix = relax + ", or scale the workload up so it has a spare pod"
+	}
+	if b.Detail != "" && !strings.HasSuffix(b.Detail, "allows no disruption now") {
+		f.Cause += "; the API server said: " + strings.TrimPrefix(strings.TrimPrefix(b.Detail, b.Holder), ": ")
+	}
+	return f
+}
+
+// Budget renders a PDB's spec: "minAvailable 3" or "maxUnavailable 0".
+func Budget(pdb *policyv1.PodDisruptionBudget) string {
+	switch {
+	case pdb.Spec.MinAvailable != nil:
+		return "minAvailable " + pdb.Spec.MinAvailable.String()
+	case pdb.Spec.MaxUnavailable != nil:
+		return "maxUnavailable " + pdb.Spec.MaxUnavailable.String()
+	}
+	return "no budget set"
+}
+
+// notHealthy names the pods that are not Ready, with why, as far as the
+// pod says: terminating, pending with the scheduler's message, or not
+// Ready with the condition's message.
+func notHealthy(pods []*corev1.Pod, now time.Time) []string {
+	var out []string
+	for _, p := range pods {
+		key := p.Namespace + "/" + p.Name
+		switch {
+		case p.DeletionTimestamp != nil:
+			out = append(out, key+" is terminating")
+		case p.Status.Phase == corev1.PodPending:
+			msg := key + " is Pending"
+			if c := podCondition(p, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Message != "" {
+				msg += " (" + c.Message + ")"
+			}
+			out = append(out, msg)
+		default:
+			c := podCondition(p, corev1.PodReady)
+			if c == nil || c.Status != corev1.ConditionTrue {
+				msg := key + " is not Ready"
+				if c != nil && !c.LastTransitionTime.IsZero() {
+					msg += fmt.Sprintf(" for %s", now.Sub(c.LastTransitionTime.Time).Round(time.Second))
+				}
+				if c != nil && c.Message != "" {
+					msg += " (" + c.Message + ")"
+				}
+				out = append(out, msg)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
