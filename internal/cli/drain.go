@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/progress"
 )
 
 type drainOptions struct {
@@ -217,20 +218,20 @@ func apiMessage(err error) string {
 // waitForDrains follows the drains and ends with a summary. The result is
 // nil when every drain is Drained, an exitError otherwise.
 func waitForDrains(ctx context.Context, s *session, streams Streams, clk clock.WithTicker, nodes []string, timeout time.Duration) error {
-	f := newFollower(streams.Out, clk, nodes)
-	err := f.run(ctx, s, timeout)
+	f := progress.NewFollower(streams.Out, clk, nodes)
+	err := f.Until(ctx, s.client, timeout, nil)
 	fmt.Fprintln(streams.Out)
-	if serr := f.tracker.Summary(streams.Out, clk.Now()); serr != nil {
+	if serr := f.Tracker.Summary(streams.Out, clk.Now()); serr != nil {
 		return serr
 	}
-	_, failed, running := f.tracker.Counts()
+	_, failed, running := f.Tracker.Counts()
 	switch {
-	case errors.Is(err, errTimedOut):
+	case errors.Is(err, progress.ErrTimedOut):
 		return exitError{code: ExitTimeout, err: fmt.Errorf("timed out after %s with %d drain(s) still running; they go on in the cluster: follow with 'vacate status --watch', ask why with 'vacate explain NODE', stop with 'vacate cancel NODE'", timeout, running)}
 	case errors.Is(err, context.Canceled):
 		return exitError{code: ExitTimeout, err: fmt.Errorf("stopped waiting with %d drain(s) still running; they go on in the cluster", running)}
 	case err != nil:
-		return err
+		return s.explain(err, "watching NodeDrains")
 	case failed > 0:
 		return exitError{code: ExitError, err: fmt.Errorf("%d of %d drain(s) failed or were cancelled; see 'vacate explain NODE'", failed, len(nodes))}
 	}

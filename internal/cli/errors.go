@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 )
 
 // Errors the CLI explains in one line: what is wrong and what to do.
@@ -74,6 +75,8 @@ func (s *session) explain(err error, doing string) error {
 	switch {
 	case err == nil:
 		return nil
+	case meta.IsNoMatchError(err):
+		return missingCRDsError{where: s.where}
 	case errors.As(err, &status) && apierrors.IsForbidden(err):
 		return permissionError{doing: doing, cause: status}
 	case apierrors.IsUnauthorized(err):

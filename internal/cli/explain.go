@@ -3,12 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/clock"
@@ -17,7 +13,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/explain"
-	"github.com/vacate-dev/vacate/internal/progress"
 )
 
 func newExplainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
@@ -60,86 +55,11 @@ func runExplain(ctx context.Context, flags *genericclioptions.ConfigFlags, s Str
 	if err != nil {
 		return sess.explain(err, "reading NodeDrain "+node)
 	}
-	in, err := gather(ctx, sess, nd)
+	in, err := explain.Read(ctx, sess.clientset, nd)
 	if err != nil {
-		return err
+		return sess.explain(err, "reading what holds the drain of "+node)
 	}
 	in.Now = clk.Now()
-	e := explain.Explain(in)
-	out := s.Out
-	fmt.Fprintln(out, e.State)
-	if len(e.Findings) == 0 {
-		switch nd.Status.Phase {
-		case v1alpha1.PhaseDrained:
-			fmt.Fprintln(out, "Nothing holds it: the node is drained.")
-		default:
-			fmt.Fprintln(out, "Nothing holds it up now; evictions are in progress. Follow with 'vacate status --watch'.")
-		}
-		return nil
-	}
-	for i, f := range e.Findings {
-		since := ""
-		if !f.Since.IsZero() {
-			since = " (for " + progress.Duration(in.Now.Sub(f.Since)) + ")"
-		}
-		fmt.Fprintf(out, "\n%d. %s%s\n   why:  %s\n", i+1, f.Subject, since, f.Cause)
-		if f.Fix != "" {
-			fmt.Fprintf(out, "   do:   %s\n", f.Fix)
-		}
-	}
-	return nil
+	return explain.Explain(in).Write(s.Out, in.Now)
 }
 
-// gather reads the blocked pods, the PDBs that hold them and the pods those
-// PDBs select. It only reads.
-func gather(ctx context.Context, s *session, nd *v1alpha1.NodeDrain) (explain.Input, error) {
-	in := explain.Input{Drain: nd, Pods: map[string]*corev1.Pod{}, PDBs: map[string]*policyv1.PodDisruptionBudget{}, PDBPods: map[string][]*corev1.Pod{}}
-	for _, b := range nd.Status.Blockers {
-		ns, name, _ := strings.Cut(b.Pod, "/")
-		p, err := s.clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case err == nil:
-			in.Pods[b.Pod] = p
-		case !apierrors.IsNotFound(err):
-			return in, s.explain(err, "reading pod "+b.Pod)
-		}
-		kind, holders, _ := strings.Cut(b.Holder, " ")
-		if kind != "PodDisruptionBudget" {
-			continue
-		}
-		for _, key := range strings.Split(holders, ", ") {
-			if _, done := in.PDBs[key]; done {
-				continue
-			}
-			if err := readPDB(ctx, s, key, &in); err != nil {
-				return in, err
-			}
-		}
-	}
-	return in, nil
-}
-
-func readPDB(ctx context.Context, s *session, key string, in *explain.Input) error {
-	ns, name, _ := strings.Cut(key, "/")
-	pdb, err := s.clientset.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		in.PDBs[key] = nil
-		return nil
-	}
-	if err != nil {
-		return s.explain(err, "reading PodDisruptionBudget "+key)
-	}
-	in.PDBs[key] = pdb
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-	if err != nil {
-		return fmt.Errorf("PodDisruptionBudget %s has an invalid selector: %w", key, err)
-	}
-	pods, err := s.clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		return s.explain(err, "listing the pods of PodDisruptionBudget "+key)
-	}
-	for i := range pods.Items {
-		in.PDBPods[key] = append(in.PDBPods[key], &pods.Items[i])
-	}
-	return nil
-}

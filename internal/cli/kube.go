@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -44,7 +45,7 @@ type session struct {
 func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*session, error) {
 	raw, err := flags.ToRawKubeConfigLoader().RawConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reading kubeconfig: %w", err)
+		return nil, noConfigError{err: err}
 	}
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
@@ -53,6 +54,9 @@ func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*sessio
 	context := raw.CurrentContext
 	if flags.Context != nil && *flags.Context != "" {
 		context = *flags.Context
+	}
+	if context == "" && (flags.APIServer == nil || *flags.APIServer == "") {
+		return nil, noConfigError{err: errors.New("the kubeconfig names no current context")}
 	}
 	s := &session{config: cfg, where: fmt.Sprintf("the cluster at %s (context %q)", cfg.Host, context)}
 	cfg.UserAgent = "vacate-cli"

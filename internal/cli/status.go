@@ -113,7 +113,7 @@ func (o *statusOptions) run(ctx context.Context, args []string) error {
 func (o *statusOptions) watchChanges(ctx context.Context, s *session, only []string, p *drainPrinter) error {
 	events := make(chan watch.Event, 64)
 	errc := make(chan error, 1)
-	go func() { errc <- watchDrains(ctx, s.client, events) }()
+	go func() { errc <- progress.WatchDrains(ctx, s.client, events) }()
 	seen := map[string]string{} // name -> resourceVersion printed
 	for {
 		select {

@@ -48,13 +48,18 @@ type Finding struct {
 type Explanation struct {
 	State    string
 	Findings []Finding
+	// Idle says what goes on when nothing holds the drain.
+	Idle string
 }
 
 // Explain explains a drain.
 func Explain(in Input) Explanation {
 	nd := in.Drain
 	st := nd.Status
-	e := Explanation{State: state(nd)}
+	e := Explanation{State: state(nd), Idle: "Nothing holds it up now; evictions are in progress. Follow with 'vacate status --watch'."}
+	if st.Phase == v1alpha1.PhaseDrained {
+		e.Idle = "Nothing holds it: the node is drained."
+	}
 	e.Findings = append(e.Findings, drainFindings(nd)...)
 	// Blockers that share a holder share most of the explanation; a PDB is
 	// explained once, naming all the pods it holds.

@@ -1,7 +1,8 @@
 // Package progress follows drains for people: it keeps what was seen of each
 // NodeDrain (phase, counts, blockers met and for how long) and renders it as a
 // live view for terminals, as stable lines for scripts, and as a summary and
-// report at the end. It is pure: callers feed it NodeDrains and the time.
+// report at the end. The Tracker and the views are pure: callers feed them
+// NodeDrains and the time. The Follower feeds them from a watch.
 package progress
 
 import (

@@ -1,4 +1,4 @@
-package cli
+package progress
 
 import (
 	"context"
@@ -17,15 +17,15 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/progress"
 )
 
 // redrawEvery is how often the live view redraws when nothing changes, so
 // the clocks (elapsed, blocked for, ETA) move.
 const redrawEvery = 500 * time.Millisecond
 
-// terminal reports whether w is a terminal, and its width (0 if unknown).
-func terminal(w io.Writer) (bool, func() int) {
+// Terminal reports whether w is a terminal, and a function returning its
+// width (0 if unknown).
+func Terminal(w io.Writer) (bool, func() int) {
 	f, ok := w.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return false, nil
@@ -39,32 +39,34 @@ func terminal(w io.Writer) (bool, func() int) {
 	}
 }
 
-// follower shows the drains of some nodes until they end: a live view on a
-// terminal, else one line per change.
-type follower struct {
+// Follower shows the drains of some nodes until they end: a live view on a
+// terminal, else one line per change. It is the part of this package that
+// talks to the API server: it lists and watches NodeDrains.
+type Follower struct {
 	out     io.Writer
 	clock   clock.WithTicker
-	tracker *progress.Tracker
-	screen  *progress.Screen // nil: line output
+	Tracker *Tracker
+	screen  *Screen // nil: line output
 	width   func() int
-	lines   *progress.Lines
+	lines   *Lines
 }
 
-func newFollower(out io.Writer, clk clock.WithTicker, nodes []string) *follower {
-	f := &follower{out: out, clock: clk, tracker: progress.NewTracker(nodes, clk.Now()), lines: progress.NewLines()}
-	if tty, width := terminal(out); tty {
-		f.screen, f.width = progress.NewScreen(out), width
+// NewFollower follows the drains of nodes, writing to out.
+func NewFollower(out io.Writer, clk clock.WithTicker, nodes []string) *Follower {
+	f := &Follower{out: out, clock: clk, Tracker: NewTracker(nodes, clk.Now()), lines: NewLines()}
+	if tty, width := Terminal(out); tty {
+		f.screen, f.width = NewScreen(out), width
 	}
 	return f
 }
 
-// show draws the live view, or writes the lines for what changed.
-func (f *follower) show() error {
+// Show draws the live view, or writes the lines for what changed.
+func (f *Follower) Show() error {
 	now := f.clock.Now()
 	if f.screen != nil {
-		return f.screen.Draw(f.tracker.Frame(now, f.width()))
+		return f.screen.Draw(f.Tracker.Frame(now, f.width()))
 	}
-	for _, l := range f.lines.Changes(f.tracker, now) {
+	for _, l := range f.lines.Changes(f.Tracker, now) {
 		if _, err := fmt.Fprintln(f.out, l); err != nil {
 			return err
 		}
@@ -72,12 +74,13 @@ func (f *follower) show() error {
 	return nil
 }
 
-// errTimedOut: the wait ended before the drains did.
-var errTimedOut = errors.New("timed out")
+// ErrTimedOut: the wait ended before the drains did.
+var ErrTimedOut = errors.New("timed out")
 
-// run follows until every drain ended, the timeout (0: none) passes, or ctx
-// ends. It returns errTimedOut on timeout and ctx's error on cancel.
-func (f *follower) run(ctx context.Context, s *session, timeout time.Duration) error {
+// Until follows until every drain ended, stop returns true, the timeout (0:
+// none) passes, or ctx ends. It returns ErrTimedOut on timeout, ctx's error
+// when ctx ends, and the watch's error if the API refuses it.
+func (f *Follower) Until(ctx context.Context, c client.WithWatch, timeout time.Duration, stop func(*Tracker) bool) error {
 	var deadline <-chan time.Time
 	if timeout > 0 {
 		deadline = f.clock.After(timeout)
@@ -86,12 +89,12 @@ func (f *follower) run(ctx context.Context, s *session, timeout time.Duration) e
 	defer tick.Stop()
 	events := make(chan watch.Event, 64)
 	watchErr := make(chan error, 1)
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() { watchErr <- watchDrains(wctx, s.client, events) }()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { watchErr <- WatchDrains(wctx, c, events) }()
 	for {
-		if f.tracker.Done() {
-			return f.show()
+		if f.Tracker.Done() || (stop != nil && stop(f.Tracker)) {
+			return f.Show()
 		}
 		select {
 		case ev := <-events:
@@ -105,44 +108,44 @@ func (f *follower) run(ctx context.Context, s *session, timeout time.Duration) e
 					drained = true
 				}
 			}
-			if f.screen == nil || f.tracker.Done() {
-				if err := f.show(); err != nil {
+			if f.screen == nil || f.Tracker.Done() {
+				if err := f.Show(); err != nil {
 					return err
 				}
 			}
 		case <-tick.C():
-			if err := f.show(); err != nil {
+			if err := f.Show(); err != nil {
 				return err
 			}
 		case <-deadline:
-			if err := f.show(); err != nil {
+			if err := f.Show(); err != nil {
 				return err
 			}
-			return errTimedOut
+			return ErrTimedOut
 		case err := <-watchErr:
-			return s.explain(err, "watching NodeDrains")
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
 
-func (f *follower) observe(ev watch.Event) {
+func (f *Follower) observe(ev watch.Event) {
 	nd, ok := ev.Object.(*v1alpha1.NodeDrain)
 	if !ok {
 		return
 	}
 	if ev.Type == watch.Deleted {
-		f.tracker.Forget(nd.Spec.NodeName)
+		f.Tracker.Forget(nd.Spec.NodeName)
 		return
 	}
-	f.tracker.Observe(nd, f.clock.Now())
+	f.Tracker.Observe(nd, f.clock.Now())
 }
 
-// watchDrains lists the NodeDrains, sends them as Added events, then sends
+// WatchDrains lists the NodeDrains, sends them as Added events, then sends
 // what changes. It lists again when the watch ends or its resource version
 // is too old, and returns only when ctx ends or the API refuses.
-func watchDrains(ctx context.Context, c client.WithWatch, events chan<- watch.Event) error {
+func WatchDrains(ctx context.Context, c client.WithWatch, events chan<- watch.Event) error {
 	send := func(ev watch.Event) bool {
 		select {
 		case events <- ev:
