@@ -37,6 +37,7 @@ Several clusters can run side by side under different --name values.`,
 		newDevStatusCommand(s, &name),
 		newDevEnvCommand(s, &name),
 		newDevBuildCommand(s),
+		newDevControllerCommand(s, &name),
 	)
 	return asGroup(dev)
 }

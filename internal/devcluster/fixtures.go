@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -229,6 +230,27 @@ func DaemonSet(ns, name string) *appsv1.DaemonSet {
 		Spec: appsv1.DaemonSetSpec{
 			Selector: selectorFor(name),
 			Template: podTemplate(name),
+		},
+	}
+}
+
+// Job returns a Job of simulated pods labelled app=name that run until
+// they complete (kwok completes them at once). Its pod failure policy ignores
+// disruptions, as a Job that tolerates drains should: an evicted pod is
+// replaced without counting against the backoff limit.
+func Job(ns, name string, parallelism int32) *batchv1.Job {
+	t := podTemplate(name)
+	t.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{FixtureLabel: "true"}},
+		Spec: batchv1.JobSpec{
+			Parallelism: ptr.To(parallelism),
+			Completions: ptr.To(parallelism),
+			Template:    t,
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+			}}},
 		},
 	}
 }

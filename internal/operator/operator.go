@@ -126,3 +126,28 @@ func slimObjects(obj any) (any, error) {
 }
 
 var _ toolscache.TransformFunc = slimObjects
+
+// InProcessOptions run a controller inside another program (the demo,
+// tests, `vacate dev controller`): no listeners, no leader election.
+func InProcessOptions() Options {
+	opts := DefaultOptions()
+	opts.MetricsAddr, opts.ProbeAddr, opts.LeaderElect, opts.SeveralInProcess = "0", "0", false, true
+	return opts
+}
+
+// Start runs the operator in the background until stop is called, which
+// cancels it and returns its error.
+func Start(ctx context.Context, cfg *rest.Config, opts Options) (stop func() error, err error) {
+	mctx, cancel := context.WithCancel(ctx)
+	mgr, err := New(mctx, cfg, opts)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}, nil
+}

@@ -28,7 +28,7 @@ func (t *Tracker) Summary(w io.Writer, now time.Time) error {
 		met := make([]string, 0, len(n.Met))
 		for _, k := range n.MetKeys() {
 			m := n.Met[k]
-			met = append(met, fmt.Sprintf("%s (%d pod(s), %s)", k, len(m.Pods), Duration(m.Held())))
+			met = append(met, fmt.Sprintf("%s (%d pod(s), %s)", k, len(m.Pods), Duration(m.Held(now))))
 		}
 		if len(met) == 0 {
 			met = append(met, "-")
@@ -89,7 +89,7 @@ func (t *Tracker) Report(now time.Time) Report {
 				pods = append(pods, p)
 			}
 			sort.Strings(pods)
-			nr.BlockersMet = append(nr.BlockersMet, BlockerReport{Holder: k, Pods: pods, HeldSeconds: m.Held().Seconds()})
+			nr.BlockersMet = append(nr.BlockersMet, BlockerReport{Holder: k, Pods: pods, HeldSeconds: m.Held(now).Seconds()})
 		}
 		r.Nodes = append(r.Nodes, nr)
 	}

@@ -46,10 +46,18 @@ type Met struct {
 	Pods map[string]bool
 	// First and Last are when it was first and last seen holding a pod.
 	First, Last time.Time
+	// Holding is set while the drain's status still lists it.
+	Holding bool
 }
 
-// Held is how long the blocker held the drain up, as seen.
-func (m *Met) Held() time.Duration { return m.Last.Sub(m.First) }
+// Held is how long the blocker held the drain up: until now while it still
+// holds, else until it was last seen.
+func (m *Met) Held(now time.Time) time.Duration {
+	if m.Holding && now.After(m.Last) {
+		return now.Sub(m.First)
+	}
+	return m.Last.Sub(m.First)
+}
 
 // Ended reports whether the drain reached an end: Drained, Failed or
 // cancelled.
@@ -151,6 +159,9 @@ func (t *Tracker) Observe(nd *v1alpha1.NodeDrain, now time.Time) {
 		n.End = st.CompletionTime.Time
 	}
 	n.Waiting = waitingReason(nd)
+	for _, m := range n.Met {
+		m.Holding = false
+	}
 	for _, b := range st.Blockers {
 		key := b.Holder
 		if key == "" {
@@ -165,7 +176,7 @@ func (t *Tracker) Observe(nd *v1alpha1.NodeDrain, now time.Time) {
 			n.Met[key] = m
 		}
 		m.Pods[b.Pod] = true
-		m.Last = now
+		m.Last, m.Holding = now, true
 	}
 }
 

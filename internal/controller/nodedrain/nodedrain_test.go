@@ -40,19 +40,12 @@ func startEnv(t *testing.T) *env {
 	t.Helper()
 	c := testenv.Start(t)
 	cl := testenv.DrainClient(t, c)
-	opts := operator.DefaultOptions()
-	opts.MetricsAddr, opts.ProbeAddr, opts.LeaderElect, opts.SeveralInProcess = "0", "0", false, true
-	mctx, cancel := context.WithCancel(context.Background())
-	mgr, err := operator.New(mctx, c.RESTConfig, opts)
+	stop, err := operator.Start(context.Background(), c.RESTConfig, operator.InProcessOptions())
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("controller exited with %v", err)
 		}
 	})
