@@ -62,4 +62,3 @@ func runExplain(ctx context.Context, flags *genericclioptions.ConfigFlags, s Str
 	in.Now = clk.Now()
 	return explain.Explain(in).Write(s.Out, in.Now)
 }
-

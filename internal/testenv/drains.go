@@ -49,3 +49,20 @@ func WaitForDrain(t testing.TB, cl client.Client, name, what string, timeout tim
 	}
 	return nd
 }
+
+// Controller installs vacate's CRDs, runs the vacate controller in process
+// until the test ends, and returns a client for vacate's kinds.
+func Controller(t testing.TB, c *devcluster.Cluster) client.Client {
+	t.Helper()
+	cl := DrainClient(t, c)
+	stop, err := operator.Start(context.Background(), c.RESTConfig, operator.InProcessOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("controller exited with %v", err)
+		}
+	})
+	return cl
+}

@@ -21,7 +21,6 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
 )
@@ -39,16 +38,7 @@ type env struct {
 func startEnv(t *testing.T) *env {
 	t.Helper()
 	c := testenv.Start(t)
-	cl := testenv.DrainClient(t, c)
-	stop, err := operator.Start(context.Background(), c.RESTConfig, operator.InProcessOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("controller exited with %v", err)
-		}
-	})
+	cl := testenv.Controller(t, c)
 	return &env{c: c, cl: cl}
 }
 
