@@ -88,6 +88,31 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 		t.Errorf("kubectl get nodes does not show cli-node-0 Ready:\n%s", got)
 	}
 
+	// The CLI on a cluster without vacate says what to install.
+	code, _, errOut = run(t, "status", "--kubeconfig", kubeconfig)
+	oneError(t, code, errOut, ExitError, "vacate is not installed in the cluster at", "vacate manifests crds | kubectl apply -f -")
+
+	// `dev controller` installs the CRDs and runs the controller until
+	// stopped: the CLI then drains the node.
+	ctlCtx, stopCtl := context.WithCancel(context.Background())
+	ctlDone := make(chan int, 1)
+	var ctlErr bytes.Buffer
+	go func() {
+		ctlDone <- Run(ctlCtx, []string{"dev", "controller", "--name", "clitest", "--log-file", filepath.Join(dir, "controller.log")},
+			Streams{In: strings.NewReader(""), Out: io.Discard, Err: &ctlErr}, clock.RealClock{})
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for code, _, _ = run(t, "status", "--kubeconfig", kubeconfig); code != ExitOK && time.Now().Before(deadline); code, _, _ = run(t, "status", "--kubeconfig", kubeconfig) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code, out, errOut := run(t, "drain", "cli-node-0", "--wait", "--timeout", "1m", "--kubeconfig", kubeconfig); code != ExitOK || !strings.Contains(out, "cli-node-0 Drained 0/0") {
+		t.Errorf("drain with dev controller: exit %d\n%s%s", code, out, errOut)
+	}
+	stopCtl()
+	if code := <-ctlDone; code != ExitOK {
+		t.Errorf("dev controller exited %d: %s", code, ctlErr.String())
+	}
+
 	code, out, _ = run(t, "dev", "status", "--name", "clitest")
 	t.Logf("dev status:\n%s", out)
 	if code != ExitOK {

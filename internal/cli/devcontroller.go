@@ -53,7 +53,7 @@ has something to talk to. 'vacate dev down' stops it too.`,
 				return err
 			}
 			opts := operator.DefaultOptions()
-			opts.MetricsAddr, opts.ProbeAddr = "0", "0"
+			opts.MetricsAddr, opts.ProbeAddr, opts.SeveralInProcess = "0", "0", true
 			mgr, err := operator.New(cmd.Context(), cfg, opts)
 			if err != nil {
 				return err
