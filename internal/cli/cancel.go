@@ -115,6 +115,7 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 		fmt.Fprintf(out, "nodedrain/%s: %s is not a requester (requesters: %s)\n", node, requester, requesterList(nd))
 		return false, nil
 	}
+	evicted := nd.Status.Evicted // the undo resets the counts
 	if nd, err = o.withdraw(ctx, s, nd, requester); err != nil {
 		return false, err
 	}
@@ -129,7 +130,7 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 	if !o.wait {
 		return true, nil
 	}
-	return true, o.showRestore(ctx, s, nd)
+	return true, o.showRestore(ctx, s, nd, evicted)
 }
 
 // withdraw removes the requester's entry: by applying the drain without it
@@ -205,7 +206,7 @@ func deleteIfIdle(ctx context.Context, s *session, nd *v1alpha1.NodeDrain) error
 
 // showRestore waits until the NodeDrain is gone (the controller undid the
 // drain and released its finalizer) and says what became of the node.
-func (o *cancelOptions) showRestore(ctx context.Context, s *session, nd *v1alpha1.NodeDrain) error {
+func (o *cancelOptions) showRestore(ctx context.Context, s *session, nd *v1alpha1.NodeDrain, evicted int32) error {
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, o.timeout, true, func(ctx context.Context) (bool, error) {
 		err := s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, &v1alpha1.NodeDrain{})
 		if apierrors.IsNotFound(err) {
@@ -226,7 +227,7 @@ func (o *cancelOptions) showRestore(ctx context.Context, s *session, nd *v1alpha
 	case node.Annotations[nodedrain.AnnotationCordonedBy] != "":
 		fmt.Fprintf(o.streams.Out, "node/%s: restored; still annotated %s=%s\n", node.Name, nodedrain.AnnotationCordonedBy, node.Annotations[nodedrain.AnnotationCordonedBy])
 	default:
-		fmt.Fprintf(o.streams.Out, "node/%s: restored: schedulable again; %d pod(s) that left stay where they were rescheduled\n", node.Name, nd.Status.Evicted)
+		fmt.Fprintf(o.streams.Out, "node/%s: restored: schedulable again; %d pod(s) that left stay where they were rescheduled\n", node.Name, evicted)
 	}
 	return nil
 }

@@ -20,8 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 )
@@ -38,6 +40,9 @@ var (
 // Its directory (logs included) is removed when every test passed and kept,
 // with its path printed, otherwise.
 func Main(m *testing.M) int {
+	// Controllers run in the test process log nowhere; tests assert on
+	// what the controllers write to the cluster.
+	ctrllog.SetLogger(logr.Discard())
 	mainUsed = true
 	code := m.Run()
 	if shared != nil {
