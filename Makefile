@@ -22,6 +22,20 @@ help: ## List the targets
 build: ## Build vacate, vacate-controller and vacate-agent into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+PREFIX     ?= $(HOME)/.local
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: install
+install: build ## Install vacate, and the same binary as the kubectl plugin kubectl-vacate, into $(PREFIX)/bin
+	install -d $(PREFIX)/bin
+	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/vacate
+	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/kubectl-vacate
+	@echo "installed $(PREFIX)/bin/vacate and $(PREFIX)/bin/kubectl-vacate; with $(PREFIX)/bin on PATH, 'kubectl vacate --help' works"
+
+.PHONY: dist
+dist: ## Build kubectl-vacate archives per platform and their krew manifest into dist/
+	$(GO) run ./hack/dist --version $(VERSION) --out dist
+
 .PHONY: tools
 tools: $(STATICCHECK) $(CONTROLLER_GEN) controlplane ## Build the developer tools and the pinned control plane
 

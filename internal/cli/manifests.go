@@ -8,25 +8,32 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/config/crd"
+	"github.com/vacate-dev/vacate/config/manager"
 	"github.com/vacate-dev/vacate/config/rbac"
 )
 
 // manifestKinds are what 'vacate manifests' prints.
-var manifestKinds = []string{"crds", "controller-role", "user-role"}
+var manifestKinds = []string{"install", "crds", "controller-role", "controller", "user-role"}
 
 func newManifestsCommand(s Streams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "manifests crds|controller-role|user-role...",
+	var image string
+	cmd := &cobra.Command{
+		Use:   "manifests install|crds|controller-role|controller|user-role...",
 		Short: "Print the manifests vacate needs in a cluster, for kubectl apply",
 		Long: `Prints, as YAML for 'kubectl apply -f -', the manifests built into this vacate:
+  install          everything below, in order: what a cluster needs to run vacate
   crds             the NodeDrain and DrainPolicy CustomResourceDefinitions
   controller-role  the ClusterRole vacate-controller needs
+  controller       namespace vacate-system, service account, role binding, a
+                   Deployment of vacate-controller (needs --image) and its PDB
   user-role        the ClusterRole vacate-user, for the people who run this CLI`,
-		Example: `  # Install the CRDs
+		Example: `  # Install vacate in the current cluster
+  vacate manifests install --image ghcr.io/acme/vacate-controller:v0.1.0 | kubectl apply -f -
+
+  # Only the CRDs (to run the controller elsewhere, with --kubeconfig)
   vacate manifests crds | kubectl apply -f -
 
   # Let alice drain nodes with the CLI
-  vacate manifests user-role | kubectl apply -f -
   kubectl create clusterrolebinding alice-vacate --clusterrole vacate-user --user alice`,
 		ValidArgs: manifestKinds,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -37,32 +44,64 @@ func newManifestsCommand(s Streams) *cobra.Command {
 				if !slices.Contains(manifestKinds, a) {
 					return argsError{fmt.Sprintf("unknown manifest %q: choose from %s", a, strings.Join(manifestKinds, ", "))}
 				}
+				if (a == "controller" || a == "install") && image == "" {
+					return argsError{fmt.Sprintf("%q needs --image, the vacate-controller image to run", a)}
+				}
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var parts []string
 			for _, a := range args {
-				var b []byte
-				var err error
-				switch a {
-				case "crds":
-					b, err = crd.YAML()
-				case "controller-role":
-					b = rbac.ControllerRoleYAML
-				case "user-role":
-					b = rbac.UserRoleYAML
-				}
+				docs, err := manifest(a, image)
 				if err != nil {
 					return err
 				}
-				if !strings.HasPrefix(string(b), "---") {
-					fmt.Fprintln(s.Out, "---")
+				parts = append(parts, docs...)
+			}
+			for _, p := range parts {
+				if !strings.HasPrefix(p, "---") {
+					p = "---\n" + p
 				}
-				if _, err := s.Out.Write(b); err != nil {
+				if !strings.HasSuffix(p, "\n") {
+					p += "\n"
+				}
+				if _, err := fmt.Fprint(s.Out, p); err != nil {
 					return err
 				}
 			}
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&image, "image", "", "the vacate-controller image, for controller and install")
+	return cmd
+}
+
+func manifest(kind, image string) ([]string, error) {
+	switch kind {
+	case "install":
+		var all []string
+		for _, k := range []string{"crds", "controller-role", "user-role", "controller"} {
+			docs, err := manifest(k, image)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, docs...)
+		}
+		return all, nil
+	case "crds":
+		b, err := crd.YAML()
+		return []string{string(b)}, err
+	case "controller-role":
+		return []string{string(rbac.ControllerRoleYAML)}, nil
+	case "user-role":
+		return []string{string(rbac.UserRoleYAML)}, nil
+	case "controller":
+		y, err := manager.ControllerYAML(image)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return []string{y}, nil
+	}
+	return nil, fmt.Errorf("unknown manifest %q", kind)
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -75,7 +77,13 @@ did when a drain is cancelled.`,
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-") {
+		asKubectlPlugin(root)
+	}
 	flags.AddFlags(root.PersistentFlags())
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(),
+		"\n\nGlobal Flags:\n{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}",
+		"\n\nConnection flags (--kubeconfig, --context, --user, --request-timeout, ...): see '{{.Root.DisplayName}} --help'.", 1))
 	root.AddCommand(
 		newDrainCommand(flags, s, clk),
 		newCancelCommand(flags, s),
@@ -87,7 +95,24 @@ did when a drain is cancelled.`,
 		newDemoCommand(s),
 	)
 	addCompletionExamples(root)
+	if root.Annotations[cobra.CommandDisplayNameAnnotation] != "" {
+		pluginExamples(root)
+	}
 	return root
+}
+
+// asKubectlPlugin names the command "kubectl vacate" in help and usage, as
+// kubectl runs it when it is installed as kubectl-vacate.
+func asKubectlPlugin(root *cobra.Command) {
+	root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl vacate"}
+}
+
+// pluginExamples rewrites the examples of every command for the plugin.
+func pluginExamples(c *cobra.Command) {
+	c.Example = strings.ReplaceAll(c.Example, "  vacate ", "  kubectl vacate ")
+	for _, sub := range c.Commands() {
+		pluginExamples(sub)
+	}
 }
 
 // Main runs the vacate command and returns its exit code. Ctrl-C cancels the
