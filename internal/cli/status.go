@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"text/tabwriter"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -151,13 +150,13 @@ type drainPrinter struct {
 	clock  clock.WithTicker
 	format string
 	single bool
-	tw     *tabwriter.Writer
+	cols   *columns
 	listed map[string]string // name -> resourceVersion of the first listing
 }
 
 func (o *statusOptions) printer(single bool) *drainPrinter {
 	return &drainPrinter{out: o.streams.Out, clock: o.clock, format: o.output, single: single && !o.watch,
-		tw: tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0), listed: map[string]string{}}
+		cols: &columns{}, listed: map[string]string{}}
 }
 
 func (p *drainPrinter) list(drains []v1alpha1.NodeDrain) error {
@@ -190,15 +189,52 @@ func (p *drainPrinter) list(drains []v1alpha1.NodeDrain) error {
 		fmt.Fprintln(p.out, "No drains. Start one with 'vacate drain NODE'.")
 		return nil
 	}
-	header := "NODE\tPHASE\tEVICTED/TOTAL\tBLOCKED\tREQUESTERS\tAGE"
+	header := []string{"NODE", "PHASE", "EVICTED/TOTAL", "BLOCKED", "REQUESTERS", "AGE"}
 	if p.format == "wide" {
-		header += "\tMODE\tPOLICY\tTOOK\tWHY"
+		header = append(header, "MODE", "POLICY", "TOOK", "WHY")
 	}
-	fmt.Fprintln(p.tw, header)
+	rows := [][]string{header}
 	for i := range drains {
-		p.tableRow(&drains[i])
+		rows = append(rows, p.fields(&drains[i]))
 	}
-	return p.tw.Flush()
+	p.cols.fit([]string{"", string(v1alpha1.PhaseEvacuating)}) // the longest phase, for --watch
+	for _, r := range rows {
+		p.cols.fit(r)
+	}
+	for _, r := range rows {
+		if err := p.cols.print(p.out, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// columns pads table cells to widths that only grow, so the rows printed
+// by --watch line up with the table above them.
+type columns struct{ widths []int }
+
+func (c *columns) fit(fields []string) {
+	for i, f := range fields {
+		if i >= len(c.widths) {
+			c.widths = append(c.widths, 0)
+		}
+		c.widths[i] = max(c.widths[i], len(f))
+	}
+}
+
+func (c *columns) print(w io.Writer, fields []string) error {
+	c.fit(fields)
+	var b strings.Builder
+	for i, f := range fields {
+		if i == len(fields)-1 {
+			b.WriteString(f)
+			break
+		}
+		fmt.Fprintf(&b, "%-*s   ", c.widths[i], f)
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // row prints one drain after the listing, in the chosen format.
@@ -210,8 +246,7 @@ func (p *drainPrinter) row(nd *v1alpha1.NodeDrain) error {
 		_, err := fmt.Fprintf(p.out, "nodedrain.%s/%s\n", v1alpha1.GroupVersion.Group, nd.Name)
 		return err
 	}
-	p.tableRow(nd)
-	return p.tw.Flush()
+	return p.cols.print(p.out, p.fields(nd))
 }
 
 func (p *drainPrinter) objectPrinter() printers.ResourcePrinter {
@@ -221,7 +256,8 @@ func (p *drainPrinter) objectPrinter() printers.ResourcePrinter {
 	return &printers.JSONPrinter{}
 }
 
-func (p *drainPrinter) tableRow(nd *v1alpha1.NodeDrain) {
+// fields are a drain's table cells.
+func (p *drainPrinter) fields(nd *v1alpha1.NodeDrain) []string {
 	now := p.clock.Now()
 	phase := string(nd.Status.Phase)
 	if phase == "" {
@@ -244,7 +280,7 @@ func (p *drainPrinter) tableRow(nd *v1alpha1.NodeDrain) {
 		}
 		fields = append(fields, string(nd.Spec.Mode), policy, took, why(nd))
 	}
-	fmt.Fprintln(p.tw, strings.Join(fields, "\t"))
+	return fields
 }
 
 // why is the one thing that holds the drain, or "-".

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -391,33 +392,43 @@ func (d *demo) keep(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the vacate controller: %w", err)
 	}
+	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
+	drained := d.drained(ctx)
+	idle := "node-0"
+	for i := 0; i < d.opts.Nodes; i++ {
+		if n := fmt.Sprintf("node-%d", i); !slices.Contains(drained, n) {
+			idle = n
+			break
+		}
+	}
 	fmt.Fprintf(d.out, `
 The cluster keeps running, with a vacate controller (pid %d, log %s).
 Try the CLI on it:
   export KUBECONFIG=%s
   vacate status -o wide
-  vacate plan node-0
-  vacate drain node-0 --wait
-  vacate cancel %s
+  vacate plan %s
+  vacate drain %s --wait
+  vacate explain %s
+  vacate cancel %s --requester %s    # give back the nodes the demo drained
 Stop it all with:
   vacate dev down --name %s
-`, cmd.Process.Pid, logPath, d.c.Kubeconfig, strings.Join(d.targetsOrNode(ctx), " "), ClusterName)
+`, pid, logPath, d.c.Kubeconfig, idle, idle, idle, strings.Join(drained, " "), Requester, ClusterName)
 	return nil
 }
 
-// targetsOrNode names the demo's drains, for the cancel example.
-func (d *demo) targetsOrNode(ctx context.Context) []string {
+// drained names the nodes the demo drained.
+func (d *demo) drained(ctx context.Context) []string {
 	list := &v1alpha1.NodeDrainList{}
-	if err := d.cl.List(ctx, list); err != nil || len(list.Items) == 0 {
-		return []string{"NODE", "--requester", Requester}
+	if err := d.cl.List(ctx, list); err != nil {
+		return nil
 	}
 	names := []string{}
 	for _, nd := range list.Items {
 		names = append(names, nd.Name)
 	}
 	sort.Strings(names)
-	return append(names, "--requester", Requester)
+	return names
 }
 
 // printNodes shows each node's zone and the pods it runs, by workload.
