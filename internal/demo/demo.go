@@ -385,6 +385,9 @@ func (d *demo) keep(ctx context.Context) error {
 		}
 	}
 	logPath := filepath.Join(d.c.Dir, "controller-kept.log")
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved // as /proc/<pid>/exe names it, which Down checks
+	}
 	// The log's path names the cluster's directory, so `vacate dev down`
 	// finds and stops this process with the cluster's own.
 	cmd := exec.Command(exe, "dev", "controller", "--name", ClusterName, "--log-file", logPath)
@@ -394,6 +397,9 @@ func (d *demo) keep(ctx context.Context) error {
 	}
 	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
+	if err := devcluster.Attach(d.c.Dir, devcluster.ComponentState{Name: "vacate-controller", PID: pid, Binary: exe, Log: logPath}); err != nil {
+		return fmt.Errorf("recording the vacate controller with the cluster: %w", err)
+	}
 	drained := d.drained(ctx)
 	idle := "node-0"
 	for i := 0; i < d.opts.Nodes; i++ {

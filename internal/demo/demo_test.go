@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -82,5 +84,59 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 	}
 	if pids := devcluster.ProcessesUsing(filepath.Join(clusters, ClusterName)); len(pids) > 0 {
 		t.Errorf("processes left running after the demo: %v", pids)
+	}
+}
+
+// TestDemoKeepLeavesAWorkingController: with --keep the cluster stays up
+// with a vacate controller, the CLI drains a node on it, and `vacate dev
+// down` stops everything, the controller included.
+func TestDemoKeepLeavesAWorkingController(t *testing.T) {
+	clusters := t.TempDir()
+	t.Setenv(devcluster.EnvClustersDir, clusters)
+	dir := filepath.Join(clusters, ClusterName)
+	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
+	bin := filepath.Join(t.TempDir(), "vacate")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
+		t.Fatalf("building vacate: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := Run(ctx, &out, Options{Keep: true, Executable: bin, ReportDir: t.TempDir()}); err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	m := regexp.MustCompile(`(?m)^  export KUBECONFIG=(\S+)$`).FindStringSubmatch(got)
+	idle := regexp.MustCompile(`(?m)^  vacate drain (node-\d) --wait$`).FindStringSubmatch(got)
+	if m == nil || idle == nil {
+		t.Fatalf("demo --keep does not say how to use the cluster:\n%s", got)
+	}
+	vacate := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append(args, "--kubeconfig", m[1])...)
+		b, err := cmd.CombinedOutput()
+		t.Logf("$ vacate %s\n%s", strings.Join(args, " "), b)
+		return string(b), err
+	}
+	if _, err := vacate("drain", idle[1], "--wait", "--timeout", "1m"); err != nil {
+		t.Fatalf("drain on the kept cluster: %v", err)
+	}
+	if _, err := vacate("cancel", idle[1]); err != nil {
+		t.Fatalf("cancel on the kept cluster: %v", err)
+	}
+	controllers := 0
+	for _, pid := range devcluster.ProcessesUsing(dir) {
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmdline), "dev\x00controller") {
+			controllers++
+		}
+	}
+	if controllers != 1 {
+		t.Errorf("%d kept controller processes, want 1", controllers)
+	}
+	down := exec.Command(bin, "dev", "down", "--name", ClusterName)
+	if b, err := down.CombinedOutput(); err != nil {
+		t.Fatalf("dev down: %v\n%s", err, b)
+	}
+	if pids := devcluster.ProcessesUsing(dir); len(pids) > 0 {
+		t.Errorf("processes left after dev down: %v", pids)
 	}
 }

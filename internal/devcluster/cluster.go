@@ -87,6 +87,9 @@ type ComponentState struct {
 	Port   int    `json:"port"`
 	Health string `json:"health"` // URL of its health endpoint
 	Log    string `json:"log"`
+	// Extra marks a process attached to the cluster after it started (see
+	// Attach): stopped with it, but not part of whether it runs.
+	Extra bool `json:"extra,omitempty"`
 }
 
 func (o *Options) defaults() error {
@@ -301,7 +304,7 @@ func (c *Cluster) Stop() {
 // Running reports whether any of the cluster's recorded processes is alive.
 func (s State) Running() bool {
 	for _, comp := range s.Components {
-		if ProcessAlive(comp.PID, comp.Binary) {
+		if !comp.Extra && ProcessAlive(comp.PID, comp.Binary) {
 			return true
 		}
 	}
@@ -320,6 +323,18 @@ func writeState(s State) error {
 		return fmt.Errorf("writing cluster state: %w", err)
 	}
 	return os.Rename(tmp, statePath(s.Dir))
+}
+
+// Attach records a process started for the running cluster in dir (such as
+// a vacate controller), so that Down stops it with the cluster's own.
+func Attach(dir string, comp ComponentState) error {
+	s, err := ReadState(dir)
+	if err != nil {
+		return err
+	}
+	comp.Extra = true
+	s.Components = append(s.Components, comp)
+	return writeState(s)
 }
 
 // ErrNotRunning means no cluster of that name was started.
