@@ -1,0 +1,142 @@
+package explain
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/testutil"
+)
+
+var now = time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC)
+
+func stuck(blockers ...v1alpha1.Blocker) *v1alpha1.NodeDrain {
+	nd := testutil.NodeDrain("n1", "", "cli:alice")
+	nd.Status = v1alpha1.NodeDrainStatus{Phase: v1alpha1.PhaseEvicting, Total: 4, Evicted: 2, Remaining: 2,
+		Blocked: int32(len(blockers)), Blockers: blockers}
+	return nd
+}
+
+func pdbBlocker(pod, pdb string) v1alpha1.Blocker {
+	return v1alpha1.Blocker{Pod: pod, Reason: "PodDisruptionBudget", Holder: "PodDisruptionBudget " + pdb,
+		Detail: "PodDisruptionBudget " + pdb + " allows no disruption now", Since: metav1.NewTime(now.Add(-90 * time.Second))}
+}
+
+func pdb(name string, min intstr.IntOrString, healthy, desired, expected, allowed int32) *policyv1.PodDisruptionBudget {
+	p := testutil.PDB("shop", name, name, 0, allowed)
+	p.Spec.MaxUnavailable, p.Spec.MinAvailable = nil, &min
+	p.Status.CurrentHealthy, p.Status.DesiredHealthy, p.Status.ExpectedPods = healthy, desired, expected
+	return p
+}
+
+func TestExplain(t *testing.T) {
+	readyPod := func(name string) *corev1.Pod {
+		p := testutil.Pod(name).Namespace("shop").Obj()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		return p
+	}
+	pending := testutil.Pod("web-3").Namespace("shop").Obj()
+	pending.Status.Phase = corev1.PodPending
+	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Message: "0/8 nodes are available: 8 node(s) were unschedulable"}}
+	notReady := readyPod("web-2")
+	notReady.Status.Conditions[0] = corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse,
+		LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Minute)), Message: "readiness probe failed"}
+
+	failed := stuck()
+	failed.Status.Phase = v1alpha1.PhaseFailed
+	failed.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionDrained, Status: metav1.ConditionFalse,
+		Reason: nodedrain.ReasonDrainTimeout, Message: "the drain did not finish within 10m0s"}}
+	noPolicy := stuck()
+	noPolicy.Status.Phase = v1alpha1.PhasePending
+	noPolicy.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse,
+		Reason: nodedrain.ReasonPolicyNotFound, Message: `DrainPolicy "strict" named by spec.policyName does not exist`}}
+
+	for _, tc := range []struct {
+		name string
+		in   Input
+		want []string // in the written explanation, in order
+	}{{
+		name: "PDB short of healthy pods names them and why",
+		in: Input{Drain: stuck(pdbBlocker("shop/web-1", "shop/web")),
+			PDBs:    map[string]*policyv1.PodDisruptionBudget{"shop/web": pdb("web", intstr.FromInt32(3), 1, 3, 3, 0)},
+			PDBPods: map[string][]*corev1.Pod{"shop/web": {readyPod("web-1"), notReady, pending}}},
+		want: []string{
+			"drain of node n1: Evicting, 2 of 4 pod(s) evicted, 1 blocked",
+			"1. pod shop/web-1 (for 1m30s)",
+			"why:  PDB shop/web allows 0 disruptions: 1 of 3 pods are healthy and it needs 3 (minAvailable 3); not healthy: " +
+				"shop/web-2 is not Ready for 2m0s (readiness probe failed); shop/web-3 is Pending (0/8 nodes are available: 8 node(s) were unschedulable)",
+			"do:   the drain continues by itself when they are healthy; or relax the PDB (kubectl edit pdb -n shop web; now minAvailable 3)",
+		},
+	}, {
+		name: "PDB that never allows an eviction, one finding for its two pods",
+		in: Input{Drain: stuck(pdbBlocker("shop/db-0", "shop/db"), pdbBlocker("shop/db-1", "shop/db")),
+			PDBs:    map[string]*policyv1.PodDisruptionBudget{"shop/db": pdb("db", intstr.FromString("100%"), 3, 3, 3, 0)},
+			PDBPods: map[string][]*corev1.Pod{"shop/db": {readyPod("db-0"), readyPod("db-1"), readyPod("db-2")}}},
+		want: []string{
+			"1. pod shop/db-0, shop/db-1 (for 1m30s)",
+			"why:  PDB shop/db allows 0 disruptions even with all 3 of its pods healthy: minAvailable 100% never allows an eviction",
+			"do:   relax the PDB (kubectl edit pdb -n shop db; now minAvailable 100%), or scale the workload up so it has a spare pod",
+		},
+	}, {
+		name: "PDB that allows again, and one that is gone",
+		in: Input{Drain: stuck(pdbBlocker("shop/web-1", "shop/web"), pdbBlocker("shop/x-1", "shop/x")),
+			PDBs: map[string]*policyv1.PodDisruptionBudget{"shop/web": pdb("web", intstr.FromInt32(2), 3, 2, 3, 1), "shop/x": nil}},
+		want: []string{
+			"why:  PDB shop/web refused an eviction, but allows 1 disruption(s) now",
+			"do:   nothing: vacate retries the eviction as soon as the PDB allows it",
+			"why:  PDB shop/x refused the eviction, and it no longer exists",
+		},
+	}, {
+		name: "pods the policy will not evict get their choices",
+		in: Input{Drain: stuck(
+			v1alpha1.Blocker{Pod: "shop/loner", Reason: "Unmanaged", Detail: "no controller", Since: metav1.NewTime(now)},
+			v1alpha1.Blocker{Pod: "shop/cache", Reason: "LocalStorage", Detail: "emptyDir scratch would be lost", Since: metav1.NewTime(now)},
+			v1alpha1.Blocker{Pod: "shop/job-1", Reason: "WaitForCompletion", Detail: "waiting", Since: metav1.NewTime(now)})},
+		want: []string{
+			"pod shop/loner", "no controller owns it, so evicting it would delete it for good",
+			"kubectl delete pod -n shop loner", "vacate.dev/drain=skip", "pods.unmanaged: Delete",
+			"pod shop/cache", "emptyDir scratch would be lost", "pods.localStorage: Evict", "kubectl annotate pod -n shop cache vacate.dev/drain=skip",
+			"pod shop/job-1", "it asked the drain to wait until it completes (vacate.dev/drain=wait-completed)",
+			"kubectl annotate pod -n shop job-1 vacate.dev/drain-",
+		},
+	}, {
+		name: "a failed drain says how to start again",
+		in:   Input{Drain: failed},
+		want: []string{"nodedrain/n1", "why:  the drain did not finish within 10m0s", "'vacate cancel n1' and request it again"},
+	}, {
+		name: "a missing policy",
+		in:   Input{Drain: noPolicy},
+		want: []string{`why:  not admitted: DrainPolicy "strict" named by spec.policyName does not exist`, "create that DrainPolicy, or clear spec.policyName"},
+	}, {
+		name: "nothing holds a drained node",
+		in:   Input{Drain: func() *v1alpha1.NodeDrain { nd := stuck(); nd.Status.Phase = v1alpha1.PhaseDrained; return nd }()},
+		want: []string{"Nothing holds it: the node is drained."},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Now = now
+			var buf bytes.Buffer
+			if err := Explain(tc.in).Write(&buf, now); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			rest := out
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("explanation lacks (in order) %q:\n%s", w, out)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
