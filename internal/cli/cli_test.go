@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -481,4 +482,41 @@ func mustKubeconfig(t *testing.T, c *devcluster.Cluster, username string) string
 		t.Fatal(err)
 	}
 	return kc
+}
+
+// TestCompletion: the shells' completion scripts are generated, and node
+// names complete from the cluster.
+func TestCompletion(t *testing.T) {
+	c := testenv.Start(t)
+	testenv.DrainClient(t, c)
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-complete", Count: 2})
+	u := user{t: t, kubeconfig: c.Kubeconfig}
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		if out := u.must(ExitOK, "completion", shell); !strings.Contains(out, "vacate") || len(out) < 500 {
+			t.Errorf("completion %s printed %d bytes", shell, len(out))
+		}
+	}
+	// The word being completed is the last: the kubeconfig goes first.
+	complete := func(args ...string) string {
+		var out bytes.Buffer
+		code := Run(context.Background(), append([]string{"__complete", "--kubeconfig", c.Kubeconfig}, args...),
+			Streams{In: strings.NewReader(""), Out: &out, Err: io.Discard}, clock.RealClock{})
+		if code != ExitOK {
+			t.Fatalf("__complete %v exited %d", args, code)
+		}
+		return out.String()
+	}
+	out := complete("drain", nodes[0], "cli-complete")
+	if strings.Contains(out, nodes[0]+"\n") || !strings.Contains(out, nodes[1]+"\n") || !strings.Contains(out, ":4\n") {
+		t.Errorf("completing a second node after %s:\n%s", nodes[0], out)
+	}
+	if out := complete("plan", "nothing-like-this"); strings.Contains(out, "cli-complete") {
+		t.Errorf("completion offers nodes that do not match the prefix:\n%s", out)
+	}
+	out = complete("status", "-o", "")
+	for _, f := range outputFormats {
+		if !strings.Contains(out, f+"\n") {
+			t.Errorf("-o completion lacks %s:\n%s", f, out)
+		}
+	}
 }

@@ -93,14 +93,20 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	oneError(t, code, errOut, ExitError, "vacate is not installed in the cluster at", "vacate manifests crds | kubectl apply -f -")
 
 	// `dev controller` installs the CRDs and runs the controller until
-	// stopped: the CLI then drains the node.
-	ctlCtx, stopCtl := context.WithCancel(context.Background())
-	ctlDone := make(chan int, 1)
+	// stopped: the CLI then drains the node. It sets process-wide loggers,
+	// so it runs as its own process, as people run it.
+	bin := filepath.Join(t.TempDir(), "vacate")
+	if b, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
+		t.Fatalf("building vacate: %v\n%s", err, b)
+	}
+	ctl := exec.Command(bin, "dev", "controller", "--name", "clitest", "--log-file", filepath.Join(dir, "controller.log"))
+	ctl.Env = append(os.Environ(), devcluster.EnvClustersDir+"="+clusters)
 	var ctlErr bytes.Buffer
-	go func() {
-		ctlDone <- Run(ctlCtx, []string{"dev", "controller", "--name", "clitest", "--log-file", filepath.Join(dir, "controller.log")},
-			Streams{In: strings.NewReader(""), Out: io.Discard, Err: &ctlErr}, clock.RealClock{})
-	}()
+	ctl.Stderr = &ctlErr
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ctl.Process.Kill() })
 	deadline := time.Now().Add(time.Minute)
 	for code, _, _ = run(t, "status", "--kubeconfig", kubeconfig); code != ExitOK && time.Now().Before(deadline); code, _, _ = run(t, "status", "--kubeconfig", kubeconfig) {
 		time.Sleep(200 * time.Millisecond)
@@ -108,9 +114,11 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	if code, out, errOut := run(t, "drain", "cli-node-0", "--wait", "--timeout", "1m", "--kubeconfig", kubeconfig); code != ExitOK || !strings.Contains(out, "cli-node-0 Drained 0/0") {
 		t.Errorf("drain with dev controller: exit %d\n%s%s", code, out, errOut)
 	}
-	stopCtl()
-	if code := <-ctlDone; code != ExitOK {
-		t.Errorf("dev controller exited %d: %s", code, ctlErr.String())
+	if err := ctl.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Wait(); err != nil {
+		t.Errorf("dev controller exited with %v: %s", err, ctlErr.String())
 	}
 
 	code, out, _ = run(t, "dev", "status", "--name", "clitest")

@@ -128,7 +128,8 @@ func Main(args []string, s Streams) int {
 func Run(ctx context.Context, args []string, s Streams, clk clock.WithTicker) int {
 	root := NewRootCommand(s, clk)
 	root.SetArgs(args)
-	if _, _, err := root.Find(args); err != nil { // unknown command
+	completing := len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd)
+	if _, _, err := root.Find(args); err != nil && !completing { // unknown command
 		fmt.Fprintf(s.Err, "error: %v; see 'vacate --help'\n", err)
 		return ExitUsage
 	}

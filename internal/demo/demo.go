@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -135,9 +136,7 @@ func (d *demo) startController(ctx context.Context) (func() error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller's log: %w", err)
 	}
-	logger := zap.New(zap.WriteTo(logFile))
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger)
+	logger := useLog(logFile)
 	opts := operator.InProcessOptions()
 	stop, err := operator.Start(logr.NewContext(ctx, logger), d.c.RESTConfig, opts)
 	if err != nil {
@@ -153,9 +152,47 @@ func (d *demo) startController(ctx context.Context) (func() error, error) {
 	}
 	return func() error {
 		err := stop()
+		useLog(io.Discard)
 		logFile.Close()
 		return err
 	}, nil
+}
+
+// The process-wide loggers (controller-runtime's, klog's) are set once and
+// write to the current demo's log file: setting them again while the
+// previous controller's goroutines wind down would race.
+var (
+	logOnce sync.Once
+	logTo   = &switchWriter{w: io.Discard}
+	logger  logr.Logger
+)
+
+func useLog(w io.Writer) logr.Logger {
+	logOnce.Do(func() {
+		logger = zap.New(zap.WriteTo(logTo))
+		ctrl.SetLogger(logger)
+		klog.SetLogger(logger)
+	})
+	logTo.set(w)
+	return logger
+}
+
+// switchWriter writes to a writer that can be replaced.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w = w
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 // setup creates the nodes and the workload, shows where the pods run, and
