@@ -201,7 +201,7 @@ func ownsRequester(nd *v1alpha1.NodeDrain, manager, requester string) bool {
 				Requesters map[string]any `json:"f:requesters"`
 			} `json:"f:spec"`
 		}
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err == nil && fields.Spec.Requesters[key] != nil {
+		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err == nil && fields.Spec.Requesters[key] != nil {
 			return true
 		}
 	}
