@@ -97,7 +97,14 @@ func archive(path string, files map[string]string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	sum, err := writeArchive(f, files)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return sum, err
+}
+
+func writeArchive(f io.Writer, files map[string]string) (string, error) {
 	h := sha256.New()
 	gz := gzip.NewWriter(io.MultiWriter(f, h))
 	tw := tar.NewWriter(gz)

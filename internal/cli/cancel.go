@@ -55,7 +55,7 @@ By default waits for the restore and shows it (--wait=false returns at once).`,
 	f.StringVarP(&o.selector, "selector", "l", "", "cancel for the nodes with these labels instead of naming them")
 	f.StringVar(&o.requester, "requester", "", "the requester name to withdraw (default: cli:<your user name>)")
 	f.BoolVarP(&o.wait, "wait", "w", true, "wait for the restore and show it")
-	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the restore")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the restore (0: as long as it takes)")
 	return cmd
 }
 
@@ -67,6 +67,8 @@ func (o *cancelOptions) run(ctx context.Context, args []string) error {
 		return argsError{"name the nodes or pass --selector, not both"}
 	case o.requester != "" && !validRequester.MatchString(o.requester):
 		return argsError{fmt.Sprintf("--requester %q: use letters, digits and . _ : @ / - (starting with a letter or digit)", o.requester)}
+	case o.timeout < 0:
+		return argsError{fmt.Sprintf("--timeout %s: must not be negative", o.timeout)}
 	}
 	s, err := connect(ctx, o.flags)
 	if err != nil {
@@ -82,14 +84,27 @@ func (o *cancelOptions) run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	// Withdraw everywhere first, then wait for the restores together, so a
+	// slow restore never leaves later nodes requested.
 	var notMine []string
+	var restoring []restore
 	for _, node := range nodes {
-		mine, err := o.cancel(ctx, s, node, requester)
+		r, mine, err := o.cancel(ctx, s, node, requester)
 		if err != nil {
 			return err
 		}
 		if !mine {
 			notMine = append(notMine, node)
+		}
+		if r != nil {
+			restoring = append(restoring, *r)
+		}
+	}
+	if o.wait {
+		for _, r := range restoring {
+			if err := o.showRestore(ctx, s, r); err != nil {
+				return err
+			}
 		}
 	}
 	if len(notMine) > 0 {
@@ -98,39 +113,53 @@ func (o *cancelOptions) run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// cancel withdraws the requester from one node's drain. It returns false
-// when the drain exists but the requester is not among its requesters.
-func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester string) (bool, error) {
+// restore is a drain whose NodeDrain was deleted, to be undone.
+type restore struct {
+	drain   *v1alpha1.NodeDrain
+	evicted int32 // before the undo reset the counts
+}
+
+// cancel withdraws the requester from one node's drain. It returns the
+// restore to wait for when the NodeDrain was deleted, and false when the
+// drain exists with other requesters but not this one.
+func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester string) (*restore, bool, error) {
 	out := o.streams.Out
 	nd := &v1alpha1.NodeDrain{}
 	err := s.client.Get(ctx, types.NamespacedName{Name: node}, nd)
 	if apierrors.IsNotFound(err) {
 		fmt.Fprintf(out, "nodedrain/%s: no drain requested; nothing to cancel\n", node)
-		return true, nil
+		return nil, true, nil
 	}
 	if err != nil {
-		return false, s.explain(err, "reading NodeDrain "+node)
+		return nil, false, s.explain(err, "reading NodeDrain "+node)
 	}
-	if !hasRequester(nd, requester) {
+	evicted := nd.Status.Evicted
+	switch {
+	case len(nd.Spec.Requesters) == 0:
+		// Nobody wants it (an earlier cancel was interrupted): remove it.
+		fmt.Fprintf(out, "nodedrain/%s: no requester is left; deleting it\n", node)
+	case !hasRequester(nd, requester):
 		fmt.Fprintf(out, "nodedrain/%s: %s is not a requester (requesters: %s)\n", node, requester, requesterList(nd))
-		return false, nil
+		return nil, false, nil
+	default:
+		if nd, err = o.withdraw(ctx, s, nd, requester); err != nil {
+			return nil, false, err
+		}
+		if len(nd.Spec.Requesters) > 0 {
+			fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; the drain goes on for %s\n", node, requester, requesterList(nd))
+			return nil, true, nil
+		}
 	}
-	evicted := nd.Status.Evicted // the undo resets the counts
-	if nd, err = o.withdraw(ctx, s, nd, requester); err != nil {
-		return false, err
+	deleted, err := deleteIfIdle(ctx, s, nd)
+	if err != nil {
+		return nil, false, err
 	}
-	if len(nd.Spec.Requesters) > 0 {
-		fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; the drain goes on for %s\n", node, requester, requesterList(nd))
-		return true, nil
-	}
-	if err := deleteIfIdle(ctx, s, nd); err != nil {
-		return false, err
+	if !deleted {
+		fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; %s joined meanwhile, so the drain goes on\n", node, requester, requesterList(nd))
+		return nil, true, nil
 	}
 	fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; it was the last: restoring the node\n", node, requester)
-	if !o.wait {
-		return true, nil
-	}
-	return true, o.showRestore(ctx, s, nd, evicted)
+	return &restore{drain: nd, evicted: evicted}, true, nil
 }
 
 // withdraw removes the requester's entry: by applying the drain without it
@@ -138,96 +167,116 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 // drain added it), else, for an entry someone wrote another way, by a JSON
 // patch that tests the entry is still the one it removes.
 func (o *cancelOptions) withdraw(ctx context.Context, s *session, nd *v1alpha1.NodeDrain, requester string) (*v1alpha1.NodeDrain, error) {
+	// Restate the drain's mode and policy: leaving them out would remove
+	// them for the other requesters if this manager were their only owner.
+	spec := map[string]any{"nodeName": nd.Spec.NodeName}
+	if nd.Spec.Mode != "" {
+		spec["mode"] = string(nd.Spec.Mode)
+	}
+	if nd.Spec.PolicyName != "" {
+		spec["policyName"] = nd.Spec.PolicyName
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(),
 		"kind":       "NodeDrain",
 		"metadata":   map[string]any{"name": nd.Name, "uid": string(nd.UID)},
-		"spec":       map[string]any{"nodeName": nd.Spec.NodeName},
+		"spec":       spec,
 	}}
 	if err := s.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager(requester))); err != nil {
 		return nil, s.explain(err, "withdrawing the request on NodeDrain "+nd.Name)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+	for range 10 {
 		if err := s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); err != nil {
-			return false, s.explain(err, "reading NodeDrain "+nd.Name)
+			return nil, s.explain(err, "reading NodeDrain "+nd.Name)
 		}
 		i := requesterIndex(nd, requester)
 		if i < 0 {
-			return true, nil
+			return nd, nil
 		}
-		ops, _ := json.Marshal([]map[string]any{
+		ops, err := json.Marshal([]map[string]any{
 			{"op": "test", "path": fmt.Sprintf("/spec/requesters/%d/name", i), "value": requester},
 			{"op": "remove", "path": fmt.Sprintf("/spec/requesters/%d", i)},
 		})
-		err := s.client.Patch(ctx, nd, client.RawPatch(types.JSONPatchType, ops))
-		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || isTestFailed(err) {
-			return false, nil // the list changed under us: look again
-		}
 		if err != nil {
-			return false, s.explain(err, "withdrawing the request on NodeDrain "+nd.Name)
+			return nil, err
 		}
-		return false, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("withdrawing %s from NodeDrain %s: %w", requester, nd.Name, err)
+		err = s.client.Patch(ctx, nd, client.RawPatch(types.JSONPatchType, ops))
+		switch {
+		case err == nil:
+		case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+			// The test failed (422) or the object moved: read it again.
+		default:
+			return nil, s.explain(err, "withdrawing the request on NodeDrain "+nd.Name)
+		}
 	}
-	return nd, nil
-}
-
-// isTestFailed recognises a JSON patch whose test operation failed: the API
-// server answers 422 (handled as Invalid) or, for some versions, 500 with
-// a StatusReasonInternalError; both mean the list moved.
-func isTestFailed(err error) bool {
-	return apierrors.IsInternalError(err) || apierrors.IsBadRequest(err)
+	return nil, fmt.Errorf("NodeDrain %s kept changing while withdrawing %s; cancel again", nd.Name, requester)
 }
 
 // deleteIfIdle deletes a NodeDrain that has no requester left, so the
 // controller undoes the drain and releases it. The preconditions make sure
-// nobody joined the drain in between; if someone did, it stays.
-func deleteIfIdle(ctx context.Context, s *session, nd *v1alpha1.NodeDrain) error {
+// nobody joined the drain in between; if someone did, it stays and
+// deleteIfIdle returns false.
+func deleteIfIdle(ctx context.Context, s *session, nd *v1alpha1.NodeDrain) (bool, error) {
 	for range 10 {
 		uid, rv := nd.UID, nd.ResourceVersion
 		err := s.client.Delete(ctx, nd, client.Preconditions{UID: &uid, ResourceVersion: &rv})
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
-			return nil
+			return true, nil
 		case !apierrors.IsConflict(err):
-			return s.explain(err, "deleting NodeDrain "+nd.Name)
+			return false, s.explain(err, "deleting NodeDrain "+nd.Name)
 		}
-		if err := s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); err != nil {
-			return client.IgnoreNotFound(s.explain(err, "reading NodeDrain "+nd.Name))
+		err = s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, nd)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, s.explain(err, "reading NodeDrain "+nd.Name)
 		}
 		if len(nd.Spec.Requesters) > 0 {
-			return nil // someone joined: the drain goes on for them
+			return false, nil // someone joined: the drain goes on for them
 		}
 	}
-	return fmt.Errorf("NodeDrain %s kept changing; cancel again", nd.Name)
+	return false, fmt.Errorf("NodeDrain %s kept changing; cancel again", nd.Name)
 }
 
 // showRestore waits until the NodeDrain is gone (the controller undid the
 // drain and released its finalizer) and says what became of the node.
-func (o *cancelOptions) showRestore(ctx context.Context, s *session, nd *v1alpha1.NodeDrain, evicted int32) error {
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, o.timeout, true, func(ctx context.Context) (bool, error) {
+func (o *cancelOptions) showRestore(ctx context.Context, s *session, r restore) error {
+	nd := r.drain
+	poll := func(ctx context.Context) (bool, error) {
 		err := s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, &v1alpha1.NodeDrain{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
 		return false, s.explain(err, "reading NodeDrain "+nd.Name)
-	})
-	if err != nil {
-		return exitError{code: ExitTimeout, err: fmt.Errorf("NodeDrain %s is not restored after %s: is the vacate controller running? (%v)", nd.Name, o.timeout, err)}
+	}
+	var err error
+	if o.timeout > 0 {
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, o.timeout, true, poll)
+	} else {
+		err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, poll)
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return exitError{code: ExitTimeout, err: fmt.Errorf("stopped waiting for the restore of %s; vacate goes on with it in the cluster", nd.Spec.NodeName)}
+	case wait.Interrupted(err):
+		return exitError{code: ExitTimeout, err: fmt.Errorf("NodeDrain %s is still there after %s: is the vacate controller running? ('vacate status %s')", nd.Name, o.timeout, nd.Name)}
+	default:
+		return err
 	}
 	node, err := s.node(ctx, nd.Spec.NodeName)
 	if err != nil {
 		return err
 	}
 	switch {
-	case node.Spec.Unschedulable:
-		fmt.Fprintf(o.streams.Out, "node/%s: restored; left cordoned because vacate did not cordon it (someone else did)\n", node.Name)
 	case node.Annotations[nodedrain.AnnotationCordonedBy] != "":
 		fmt.Fprintf(o.streams.Out, "node/%s: restored; still annotated %s=%s\n", node.Name, nodedrain.AnnotationCordonedBy, node.Annotations[nodedrain.AnnotationCordonedBy])
+	case node.Spec.Unschedulable:
+		fmt.Fprintf(o.streams.Out, "node/%s: restored; left cordoned because vacate did not cordon it (someone else did)\n", node.Name)
 	default:
-		fmt.Fprintf(o.streams.Out, "node/%s: restored: schedulable again; %d pod(s) that left stay where they were rescheduled\n", node.Name, evicted)
+		fmt.Fprintf(o.streams.Out, "node/%s: restored: schedulable again; %d pod(s) that left stay where they were rescheduled\n", node.Name, r.evicted)
 	}
 	return nil
 }

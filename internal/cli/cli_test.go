@@ -27,6 +27,7 @@ import (
 	"github.com/vacate-dev/vacate/config/rbac"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -125,9 +126,15 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 	leave := mustLeave(t, c, target)
 	alice := user{t: t, kubeconfig: c.Kubeconfig}
 
-	out := alice.must(ExitOK, "drain", target, "--wait", "--reason", "CHG-1")
+	policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gentle"}}
+	if err := cl.Create(context.Background(), policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), policy) })
+
+	out := alice.must(ExitOK, "drain", target, "--wait", "--reason", "CHG-1", "--mode", "Decommission", "--policy", "gentle")
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^nodedrain/` + target + ` requested by ` + admin + `, mode Maintenance$`),
+		regexp.MustCompile(`(?m)^nodedrain/` + target + ` requested by ` + admin + `, mode Decommission$`),
 		regexp.MustCompile(fmt.Sprintf(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ %s Drained %d/%d "in \d+s"$`, target, leave, leave)),
 		regexp.MustCompile(`(?m)^NODE\s+RESULT\s+EVICTED\s+TOOK\s+BLOCKERS MET$`),
 		regexp.MustCompile(fmt.Sprintf(`(?m)^%s\s+Drained\s+%d/%d\s+\d+s\s+`, target, leave, leave)),
@@ -160,9 +167,22 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 		t.Errorf("status -o json: %v, kind %q phase %q", err, got.Kind, got.Status.Phase)
 	}
 
+	// Following the drain again keeps what the first request set.
+	alice.must(ExitOK, "drain", target, "--wait")
+	if err := cl.Get(context.Background(), types.NamespacedName{Name: target}, nd); err != nil {
+		t.Fatal(err)
+	}
+	if nd.Spec.Mode != v1alpha1.ModeDecommission || nd.Spec.PolicyName != "gentle" || nd.Spec.Requesters[0].Reason != "CHG-1" {
+		t.Errorf("after a second drain: mode %s, policy %q, reason %q; want Decommission, gentle, CHG-1", nd.Spec.Mode, nd.Spec.PolicyName, nd.Spec.Requesters[0].Reason)
+	}
+
 	bob := newUser(t, c, "bob", "system:masters")
+	code, _, errOut := bob.vacate("drain", target, "--mode", "Maintenance")
+	oneError(t, code, errOut, ExitError, "already being drained in mode Decommission for "+admin, "drop --mode to join it")
+	code, _, errOut = bob.vacate("drain", target, "--policy", "missing")
+	oneError(t, code, errOut, ExitError, `DrainPolicy "missing" not found`)
 	out = bob.must(ExitOK, "drain", target)
-	if !strings.Contains(out, "nodedrain/"+target+" joined as cli:bob (also requested by "+admin+"), mode Maintenance") {
+	if !strings.Contains(out, "nodedrain/"+target+" joined as cli:bob (also requested by "+admin+"), mode Decommission") {
 		t.Errorf("bob's drain does not say it joined")
 	}
 	out = alice.must(ExitOK, "cancel", target)
@@ -171,6 +191,13 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 	}
 	if !getNode(t, c, target).Spec.Unschedulable {
 		t.Fatal("the node was uncordoned while bob still requests the drain")
+	}
+	// alice's withdrawal leaves the drain's settings to bob.
+	if err := cl.Get(context.Background(), types.NamespacedName{Name: target}, nd); err != nil {
+		t.Fatal(err)
+	}
+	if nd.Spec.Mode != v1alpha1.ModeDecommission || nd.Spec.PolicyName != "gentle" {
+		t.Errorf("after alice's cancel: mode %s, policy %q; want them kept for bob", nd.Spec.Mode, nd.Spec.PolicyName)
 	}
 	out = bob.must(ExitOK, "cancel", target)
 	for _, want := range []string{"it was the last: restoring the node", "node/" + target + ": restored: schedulable again"} {
@@ -187,6 +214,17 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 	out = bob.must(ExitOK, "cancel", target)
 	if !strings.Contains(out, "no drain requested; nothing to cancel") {
 		t.Errorf("a second cancel does not say there is nothing to cancel")
+	}
+
+	// A drain left with no requester (an interrupted cancel) is cleaned up by
+	// anyone's cancel.
+	orphan := testutil.NodeDrain(nodes[1], "")
+	if err := cl.Create(context.Background(), orphan); err != nil {
+		t.Fatal(err)
+	}
+	out = bob.must(ExitOK, "cancel", nodes[1])
+	if !strings.Contains(out, "no requester is left; deleting it") || !strings.Contains(out, "node/"+nodes[1]+": restored") {
+		t.Errorf("cancel of a drain without requesters did not remove it")
 	}
 }
 

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -101,6 +103,11 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.policy != "" {
+		if err := s.policyExists(ctx, o.policy); err != nil {
+			return err
+		}
+	}
 	requester := o.requester
 	if requester == "" {
 		if requester, err = s.whoAmI(ctx, o.flags); err != nil {
@@ -126,26 +133,53 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 	return waitForDrains(ctx, s, o.streams, o.clock, nodes, o.timeout)
 }
 
-// request applies this requester's entry on the node's NodeDrain.
+// request applies this requester's entry on the node's NodeDrain. On a
+// drain that exists, the apply restates its mode and policy (so this
+// manager shares them rather than dropping them) and keeps the requester's
+// reason unless a new one is given; asking for another mode or policy than
+// the drain has is refused, never applied over the other requesters.
 func (o *drainOptions) request(ctx context.Context, s *session, node, requester string) (*v1alpha1.NodeDrain, error) {
 	existing := &v1alpha1.NodeDrain{}
 	err := s.client.Get(ctx, types.NamespacedName{Name: node}, existing)
+	found := err == nil
 	switch {
-	case err == nil && !existing.DeletionTimestamp.IsZero():
+	case found && !existing.DeletionTimestamp.IsZero():
 		return nil, fmt.Errorf("the drain of node %s is being cancelled and undone; request it again once 'vacate status %s' no longer lists it", node, node)
 	case err != nil && !apierrors.IsNotFound(err):
 		return nil, s.explain(err, "reading NodeDrain "+node)
 	}
+	mode, policyName, reason := o.mode, o.policy, o.reason
+	if found && len(otherRequesters(existing, requester)) > 0 {
+		if mode != "" && mode != string(existing.Spec.Mode) {
+			return nil, fmt.Errorf("node %s is already being drained in mode %s for %s; drop --mode to join it, or ask them",
+				node, existing.Spec.Mode, strings.Join(otherRequesters(existing, requester), ", "))
+		}
+		if policyName != "" && policyName != existing.Spec.PolicyName {
+			return nil, fmt.Errorf("node %s is already being drained under policy %q for %s; drop --policy to join it, or ask them",
+				node, orDefault(existing.Spec.PolicyName), strings.Join(otherRequesters(existing, requester), ", "))
+		}
+	}
+	if found {
+		if mode == "" {
+			mode = string(existing.Spec.Mode)
+		}
+		if policyName == "" {
+			policyName = existing.Spec.PolicyName
+		}
+		if i := requesterIndex(existing, requester); i >= 0 && reason == "" {
+			reason = existing.Spec.Requesters[i].Reason
+		}
+	}
 	entry := map[string]any{"name": requester}
-	if o.reason != "" {
-		entry["reason"] = o.reason
+	if reason != "" {
+		entry["reason"] = reason
 	}
 	spec := map[string]any{"nodeName": node, "requesters": []any{entry}}
-	if o.mode != "" {
-		spec["mode"] = o.mode
+	if mode != "" {
+		spec["mode"] = mode
 	}
-	if o.policy != "" {
-		spec["policyName"] = o.policy
+	if policyName != "" {
+		spec["policyName"] = policyName
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(),
@@ -170,12 +204,20 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 	return nd, nil
 }
 
+func orDefault(policyName string) string {
+	if policyName == "" {
+		return "(default)"
+	}
+	return policyName
+}
+
 // fieldManager is the server-side apply manager of a requester: each owns
 // its own entry in spec.requesters.
 func fieldManager(requester string) string {
 	m := "vacate-" + requester
-	if len(m) > 128 {
-		m = m[:128]
+	if len(m) > 128 { // the API's limit: keep it unique with a hash of the whole
+		sum := sha256.Sum256([]byte(requester))
+		m = m[:128-17] + "-" + hex.EncodeToString(sum[:8])
 	}
 	return m
 }
@@ -232,6 +274,8 @@ func waitForDrains(ctx context.Context, s *session, streams Streams, clk clock.W
 		return exitError{code: ExitTimeout, err: fmt.Errorf("stopped waiting with %d drain(s) still running; they go on in the cluster", running)}
 	case err != nil:
 		return s.explain(err, "watching NodeDrains")
+	case running > 0: // cannot happen: the follower returns only when all ended
+		return exitError{code: ExitTimeout, err: fmt.Errorf("stopped waiting with %d drain(s) still running", running)}
 	case failed > 0:
 		return exitError{code: ExitError, err: fmt.Errorf("%d of %d drain(s) failed or were cancelled; see 'vacate explain NODE'", failed, len(nodes))}
 	}

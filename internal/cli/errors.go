@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -75,6 +76,10 @@ func (s *session) explain(err error, doing string) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s: interrupted", doing)
+	case errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err):
+		return fmt.Errorf("%s: %s did not answer in time (see --request-timeout)", doing, s.where)
 	case meta.IsNoMatchError(err):
 		return missingCRDsError{where: s.where}
 	case errors.As(err, &status) && apierrors.IsForbidden(err):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -55,7 +57,8 @@ func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*sessio
 	if flags.Context != nil && *flags.Context != "" {
 		context = *flags.Context
 	}
-	if context == "" && (flags.APIServer == nil || *flags.APIServer == "") {
+	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+	if context == "" && !inCluster && (flags.APIServer == nil || *flags.APIServer == "") {
 		return nil, noConfigError{err: errors.New("the kubeconfig names no current context")}
 	}
 	s := &session{config: cfg, where: fmt.Sprintf("the cluster at %s (context %q)", cfg.Host, context)}
@@ -149,7 +152,13 @@ func (s *session) whoAmI(ctx context.Context, flags *genericclioptions.ConfigFla
 		if rerr != nil {
 			return "", fmt.Errorf("reading kubeconfig: %w", rerr)
 		}
-		if c, ok := raw.Contexts[raw.CurrentContext]; ok {
+		name := raw.CurrentContext
+		if flags.Context != nil && *flags.Context != "" {
+			name = *flags.Context
+		}
+		if flags.AuthInfoName != nil && *flags.AuthInfoName != "" {
+			user = *flags.AuthInfoName
+		} else if c, ok := raw.Contexts[name]; ok {
 			user = c.AuthInfo
 		}
 	default:
@@ -163,4 +172,14 @@ func (s *session) whoAmI(ctx context.Context, flags *genericclioptions.ConfigFla
 		name = name[:253]
 	}
 	return name, nil
+}
+
+// policyExists checks a DrainPolicy named on the command line, so a typo
+// is an error now rather than a drain that waits for a policy forever.
+func (s *session) policyExists(ctx context.Context, name string) error {
+	err := s.client.Get(ctx, types.NamespacedName{Name: name}, &v1alpha1.DrainPolicy{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("DrainPolicy %q not found in %s; see 'kubectl get drainpolicies'", name, s.where)
+	}
+	return s.explain(err, "reading DrainPolicy "+name)
 }

@@ -198,6 +198,9 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdb
 		return NodePlan{}, s.explain(err, "reading NodeDrain "+name)
 	}
 	pol, err := policy.Resolve(ctx, s.client, policyName)
+	if policy.IsNotFound(err) {
+		return NodePlan{}, fmt.Errorf("DrainPolicy %q not found in %s; see 'kubectl get drainpolicies'", policyName, s.where)
+	}
 	if err != nil {
 		return NodePlan{}, s.explain(err, "reading the DrainPolicy")
 	}

@@ -149,8 +149,8 @@ func Run(ctx context.Context, args []string, s Streams, clk clock.WithTicker) in
 	return ExitError
 }
 
-// isCobraUsageError recognises cobra's own argument errors, which it returns
-// as plain errors from Args validators and unknown commands.
+// isCobraUsageError recognises the argument errors of our Args validators
+// (noArgs, asGroup and the commands' own), which cobra returns as they are.
 func isCobraUsageError(err error) bool {
 	var ae argsError
 	return errors.As(err, &ae)

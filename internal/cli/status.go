@@ -151,7 +151,9 @@ type drainPrinter struct {
 	format string
 	single bool
 	cols   *columns
-	listed map[string]string // name -> resourceVersion of the first listing
+	// printer prints objects for -o json|yaml.
+	printer printers.ResourcePrinter
+	listed  map[string]string // name -> resourceVersion of the first listing
 }
 
 func (o *statusOptions) printer(single bool) *drainPrinter {
@@ -249,11 +251,16 @@ func (p *drainPrinter) row(nd *v1alpha1.NodeDrain) error {
 	return p.cols.print(p.out, p.fields(nd))
 }
 
+// objectPrinter is one printer for the whole run: the YAML printer
+// separates the documents it prints with "---".
 func (p *drainPrinter) objectPrinter() printers.ResourcePrinter {
-	if p.format == "yaml" {
-		return &printers.YAMLPrinter{}
+	if p.printer == nil {
+		p.printer = &printers.JSONPrinter{}
+		if p.format == "yaml" {
+			p.printer = &printers.YAMLPrinter{}
+		}
 	}
-	return &printers.JSONPrinter{}
+	return p.printer
 }
 
 // fields are a drain's table cells.

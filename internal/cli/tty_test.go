@@ -121,6 +121,12 @@ func TestProgressViewInTerminal(t *testing.T) {
 		t.Fatalf("db-0 runs on %q, not on one of %v", target, nodes)
 	}
 	leave := mustLeave(t, c, target)
+	dbPods := 0
+	for _, p := range testenv.PodsOnNode(t, c, target) {
+		if p.Labels[devcluster.AppLabel] == "db" {
+			dbPods++
+		}
+	}
 
 	bin := filepath.Join(t.TempDir(), "vacate")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
@@ -216,7 +222,7 @@ func TestProgressViewInTerminal(t *testing.T) {
 	}
 	for _, want := range []string{
 		fmt.Sprintf("%s [%s] %7s  Drained in", target, strings.Repeat("█", 24), fmt.Sprintf("%d/%d", leave, leave)),
-		"PodDisruptionBudget " + ns + "/db (1 pod(s), ",
+		fmt.Sprintf("PodDisruptionBudget %s/db (%d pod(s), ", ns, dbPods),
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("final screen lacks %q", want)

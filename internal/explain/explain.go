@@ -57,8 +57,11 @@ func Explain(in Input) Explanation {
 	nd := in.Drain
 	st := nd.Status
 	e := Explanation{State: state(nd), Idle: "Nothing holds it up now; evictions are in progress. Follow with 'vacate status --watch'."}
-	if st.Phase == v1alpha1.PhaseDrained {
+	switch st.Phase {
+	case v1alpha1.PhaseDrained:
 		e.Idle = "Nothing holds it: the node is drained."
+	case "", v1alpha1.PhasePending:
+		e.Idle = "The controller has not started it yet: is vacate-controller running? ('kubectl get pods -A -l app.kubernetes.io/name=vacate-controller')"
 	}
 	e.Findings = append(e.Findings, drainFindings(nd)...)
 	// Blockers that share a holder share most of the explanation; a PDB is

@@ -23,20 +23,24 @@ import (
 // the clocks (elapsed, blocked for, ETA) move.
 const redrawEvery = 500 * time.Millisecond
 
-// Terminal reports whether w is a terminal, and a function returning its
-// width (0 if unknown).
-func Terminal(w io.Writer) (bool, func() int) {
+// Terminal reports whether w is a terminal whose size is known, and a
+// function returning its width and height.
+func Terminal(w io.Writer) (bool, func() (int, int)) {
 	f, ok := w.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return false, nil
 	}
-	return true, func() int {
-		width, _, err := term.GetSize(int(f.Fd()))
+	size := func() (int, int) {
+		width, height, err := term.GetSize(int(f.Fd()))
 		if err != nil {
-			return 0
+			return 0, 0
 		}
-		return width
+		return width, height
 	}
+	if width, _ := size(); width <= 0 {
+		return false, nil // a terminal of unknown size: lines are safer
+	}
+	return true, size
 }
 
 // Follower shows the drains of some nodes until they end: a live view on a
@@ -47,15 +51,15 @@ type Follower struct {
 	clock   clock.WithTicker
 	Tracker *Tracker
 	screen  *Screen // nil: line output
-	width   func() int
+	size    func() (int, int)
 	lines   *Lines
 }
 
 // NewFollower follows the drains of nodes, writing to out.
 func NewFollower(out io.Writer, clk clock.WithTicker, nodes []string) *Follower {
 	f := &Follower{out: out, clock: clk, Tracker: NewTracker(nodes, clk.Now()), lines: NewLines()}
-	if tty, width := Terminal(out); tty {
-		f.screen, f.width = NewScreen(out), width
+	if tty, size := Terminal(out); tty {
+		f.screen, f.size = NewScreen(out), size
 	}
 	return f
 }
@@ -64,7 +68,8 @@ func NewFollower(out io.Writer, clk clock.WithTicker, nodes []string) *Follower 
 func (f *Follower) Show() error {
 	now := f.clock.Now()
 	if f.screen != nil {
-		return f.screen.Draw(f.Tracker.Frame(now, f.width()))
+		width, height := f.size()
+		return f.screen.Draw(Fit(f.Tracker.Frame(now, width), height))
 	}
 	for _, l := range f.lines.Changes(f.Tracker, now) {
 		if _, err := fmt.Fprintln(f.out, l); err != nil {
@@ -84,6 +89,9 @@ func (f *Follower) Until(ctx context.Context, c client.WithWatch, timeout time.D
 	var deadline <-chan time.Time
 	if timeout > 0 {
 		deadline = f.clock.After(timeout)
+	}
+	if f.screen != nil {
+		f.screen.Reset() // whatever was printed since belongs above the next frame
 	}
 	tick := f.clock.NewTicker(redrawEvery)
 	defer tick.Stop()
@@ -123,6 +131,12 @@ func (f *Follower) Until(ctx context.Context, c client.WithWatch, timeout time.D
 			}
 			return ErrTimedOut
 		case err := <-watchErr:
+			if err == nil { // the watch ends without error only when ctx does
+				err = ctx.Err()
+			}
+			if err == nil {
+				err = errors.New("the watch of NodeDrains ended")
+			}
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
@@ -131,6 +145,19 @@ func (f *Follower) Until(ctx context.Context, c client.WithWatch, timeout time.D
 }
 
 func (f *Follower) observe(ev watch.Event) {
+	if list, ok := ev.Object.(*v1alpha1.NodeDrainList); ok && ev.Type == Listed {
+		// What a listing lacks is gone, even if no watch saw it go.
+		present := map[string]bool{}
+		for _, nd := range list.Items {
+			present[nd.Spec.NodeName] = true
+		}
+		for _, n := range f.Tracker.Nodes() {
+			if !present[n.Name] {
+				f.Tracker.Gone(n.Name)
+			}
+		}
+		return
+	}
 	nd, ok := ev.Object.(*v1alpha1.NodeDrain)
 	if !ok {
 		return
@@ -142,9 +169,19 @@ func (f *Follower) observe(ev watch.Event) {
 	f.Tracker.Observe(nd, f.clock.Now())
 }
 
-// WatchDrains lists the NodeDrains, sends them as Added events, then sends
-// what changes. It lists again when the watch ends or its resource version
-// is too old, and returns only when ctx ends or the API refuses.
+// Listed is the event WatchDrains sends after the Added events of each
+// listing, with the list: what it lacks is gone.
+const Listed watch.EventType = "Listed"
+
+// watchFailures is how many list or watch calls in a row may fail before
+// WatchDrains gives up.
+const watchFailures = 5
+
+// WatchDrains lists the NodeDrains and sends them as Added events, then a
+// Listed event with the list, then what changes. It lists again when the
+// watch ends or its resource version is too old. It returns nil when ctx
+// ends, and an error when the API refuses the list or watch (RBAC) or
+// keeps failing.
 func WatchDrains(ctx context.Context, c client.WithWatch, events chan<- watch.Event) error {
 	send := func(ev watch.Event) bool {
 		select {
@@ -155,29 +192,43 @@ func WatchDrains(ctx context.Context, c client.WithWatch, events chan<- watch.Ev
 		}
 	}
 	failures := 0
+	fail := func(err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if failures++; failures > watchFailures || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(failures) * 200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	}
 	for ctx.Err() == nil {
 		list := &v1alpha1.NodeDrainList{}
 		if err := c.List(ctx, list); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if failures++; failures > 5 || apierrors.IsForbidden(err) {
+			if err := fail(err); err != nil {
 				return err
 			}
-			time.Sleep(time.Duration(failures) * 200 * time.Millisecond)
 			continue
 		}
-		failures = 0
 		for i := range list.Items {
 			if !send(watch.Event{Type: watch.Added, Object: &list.Items[i]}) {
 				return nil
 			}
 		}
+		if !send(watch.Event{Type: Listed, Object: list}) {
+			return nil
+		}
 		w, err := c.Watch(ctx, &v1alpha1.NodeDrainList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 		if err != nil {
-			time.Sleep(200 * time.Millisecond)
+			if err := fail(err); err != nil {
+				return err
+			}
 			continue
 		}
+		failures = 0
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
 				break // most often "too old resource version": list again

@@ -147,3 +147,48 @@ func TestScreenRedrawsInPlace(t *testing.T) {
 		t.Fatalf("got %q\nwant %q", buf.String(), want)
 	}
 }
+
+func TestFitCutAndGone(t *testing.T) {
+	lines := []string{"a", "b", "c", "d", "e"}
+	if got := Fit(lines, 10); len(got) != 5 {
+		t.Errorf("Fit cut a frame that fits: %q", got)
+	}
+	got := Fit(lines, 4)
+	if len(got) != 3 || got[2] != "... 3 more line(s): enlarge the terminal, or pipe the output for one line per change" {
+		t.Errorf("Fit(5 lines, height 4) = %q", got)
+	}
+	if got := Cut("held: line one\nline two\x1b[2J", 0); got != "held: line one line two [2J" {
+		t.Errorf("Cut left control characters: %q", got)
+	}
+
+	tr := NewTracker([]string{"gone-early", "drained", "running"}, t0)
+	tr.Observe(drain("drained", v1alpha1.PhaseDrained, 2, 2), t0)
+	tr.Observe(drain("running", v1alpha1.PhaseEvicting, 1, 2), t0)
+	for _, n := range []string{"gone-early", "drained", "running"} {
+		tr.Gone(n)
+	}
+	if n := tr.Node("gone-early"); !n.Cancelled || !n.Ended() {
+		t.Error("a drain never seen and missing from a listing is not ended as cancelled")
+	}
+	if n := tr.Node("drained"); n.Cancelled || n.Result() != "Drained" {
+		t.Errorf("a drained drain deleted afterwards reads %s", n.Result())
+	}
+	if n := tr.Node("running"); n.Result() != "Cancelled" {
+		t.Errorf("a running drain that disappeared reads %s", n.Result())
+	}
+	if !tr.Done() {
+		t.Error("tracker not done though every drain ended or is gone")
+	}
+}
+
+func TestScreenResetDrawsBelow(t *testing.T) {
+	var buf bytes.Buffer
+	s := NewScreen(&buf)
+	_ = s.Draw([]string{"a", "b"})
+	s.Reset()
+	buf.Reset()
+	_ = s.Draw([]string{"c"})
+	if got := buf.String(); got != "\r\x1b[2Kc\n" {
+		t.Errorf("after Reset the frame is %q, want it drawn below without moving up", got)
+	}
+}

@@ -187,6 +187,14 @@ func (t *Tracker) Forget(node string) {
 	}
 }
 
+// Gone records that a listing of the NodeDrains lacks the node's: deleted
+// before or while it was followed. A drain that ended stays as it ended.
+func (t *Tracker) Gone(node string) {
+	if n, ok := t.nodes[node]; ok && !(n.Seen && n.Ended()) {
+		n.Seen, n.Cancelled = true, true
+	}
+}
+
 // waitingReason says why a drain does not progress: the message of a false
 // Admitted or Cordoned condition (policy or node missing), or of Drained
 // when it failed.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -114,9 +115,27 @@ func Duration(d time.Duration) string {
 	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 }
 
-// Cut shortens s to width cells (runes), marking the cut. width <= 0 means
-// no limit.
+// Fit keeps a frame within height lines, so the cursor can move back over
+// it: the last line then says how many were left out. height <= 0 means no
+// limit.
+func Fit(lines []string, height int) []string {
+	if height <= 1 || len(lines) < height {
+		return lines
+	}
+	kept := append([]string(nil), lines[:height-2]...)
+	return append(kept, fmt.Sprintf("... %d more line(s): enlarge the terminal, or pipe the output for one line per change", len(lines)-len(kept)))
+}
+
+// Cut shortens s to width cells (runes), marking the cut, after turning
+// control characters (newlines, escapes from messages) into spaces so a
+// line stays one line. width <= 0 means no limit.
 func Cut(s string, width int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 	if width <= 0 || utf8.RuneCountInString(s) <= width {
 		return s
 	}
@@ -136,6 +155,10 @@ type Screen struct {
 
 // NewScreen draws on w, which must be a terminal.
 func NewScreen(w io.Writer) *Screen { return &Screen{w: w} }
+
+// Reset forgets the previous frame: the next one is drawn below whatever
+// was printed since, instead of over it.
+func (s *Screen) Reset() { s.lines = 0 }
 
 // Draw replaces the previous frame with lines.
 func (s *Screen) Draw(lines []string) error {
