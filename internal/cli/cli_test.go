@@ -453,10 +453,14 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 	// With vacate-user bound, every command works.
 	bindUserRole(t, c, "nobody")
 	nobody.must(ExitOK, "plan", nodes[0])
-	nobody.must(ExitOK, "drain", nodes[0], "--wait", "--timeout", "1m")
+	byLabel := devcluster.HostnameLabel + "=" + nodes[0]
+	out := nobody.must(ExitOK, "drain", "--selector", byLabel, "--wait", "--timeout", "1m")
+	if !strings.Contains(out, "nodedrain/"+nodes[0]+" requested by cli:nobody") {
+		t.Errorf("drain --selector %s did not request %s", byLabel, nodes[0])
+	}
 	nobody.must(ExitOK, "status", "-o", "wide")
 	nobody.must(ExitOK, "explain", nodes[0])
-	out := nobody.must(ExitOK, "cancel", nodes[0])
+	out = nobody.must(ExitOK, "cancel", "--selector", byLabel)
 	if !strings.Contains(out, "restored: schedulable again") {
 		t.Errorf("cancel under vacate-user did not restore the node")
 	}
