@@ -63,7 +63,7 @@ func (p *process) start(detach bool) error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if !detach {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		dieWithParent(cmd.SysProcAttr)
 	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", p.name, err)
