@@ -197,7 +197,10 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdb
 	case !apierrors.IsNotFound(err):
 		return NodePlan{}, s.explain(err, "reading NodeDrain "+name)
 	}
-	pol, err := policy.Resolve(ctx, s.client, policyName)
+	pol, err := policy.Resolve(ctx, s.client, policyName, node)
+	if policy.IsAmbiguous(err) {
+		return NodePlan{}, fmt.Errorf("node %s: %w", name, err)
+	}
 	if policy.IsNotFound(err) {
 		return NodePlan{}, fmt.Errorf("DrainPolicy %q not found in %s; see 'kubectl get drainpolicies'", policyName, s.where)
 	}

@@ -113,8 +113,12 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 	}
 	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
 		fix := "the drain starts when this is resolved"
-		if c.Reason == nodedrain.ReasonPolicyNotFound {
+		switch c.Reason {
+		case nodedrain.ReasonPolicyNotFound:
 			fix = "create that DrainPolicy, or clear spec.policyName to use the default policy (cancel and request again without --policy)"
+		case nodedrain.ReasonAmbiguousPolicy:
+			fix = "narrow the policies' nodeSelectors so exactly one selects the node ('kubectl get drainpolicies' shows the Overlapping condition), " +
+				"or cancel and request again with --policy NAME"
 		}
 		out = append(out, Finding{Subject: subject, Cause: "not admitted: " + c.Message, Fix: fix, Since: c.LastTransitionTime.Time})
 	}

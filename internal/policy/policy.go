@@ -1,5 +1,6 @@
-// Package policy resolves the DrainPolicy that governs a drain into plain
-// settings, with defaults applied. The controller acts on them and
+// Package policy chooses the DrainPolicy that governs a node (Select: by
+// nodeSelector, else the default; ambiguity is an error, never resolved
+// silently) and resolves it into plain settings, with defaults applied. The controller acts on them and
 // `vacate plan` predicts with the same values.
 package policy
 
@@ -7,10 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,6 +31,8 @@ const DefaultEvictionsPerNode = 10
 type Policy struct {
 	// Name is the DrainPolicy's name, "" for built-in defaults (no policy).
 	Name string
+	// Why says how the policy was chosen, for people.
+	Why string
 	// Rules are the pod rules for the planner.
 	Rules drain.Rules
 	// Grace overrides the pods' grace period in evictions when set.
@@ -38,33 +45,137 @@ type Policy struct {
 	PerNode int
 }
 
-// Describe names the policy for people.
+// Describe names the policy, and why it applies, for people.
 func (p Policy) Describe() string {
+	name := "DrainPolicy " + p.Name
 	if p.Name == "" {
-		return "built-in defaults (no DrainPolicy " + v1alpha1.DefaultPolicyName + ")"
+		name = "built-in defaults"
 	}
-	return "DrainPolicy " + p.Name
+	if p.Why == "" {
+		return name
+	}
+	return name + " (" + p.Why + ")"
 }
 
-// Resolve reads the drain's policy: policyName, else the policy named
-// "default", else built-in defaults (the same as an empty policy).
-func Resolve(ctx context.Context, c client.Reader, policyName string) (Policy, error) {
-	name := policyName
-	explicit := name != ""
-	if !explicit {
-		name = v1alpha1.DefaultPolicyName
+// Resolve reads the policy of a drain of node: policyName when set (it
+// must exist), else the one DrainPolicy whose nodeSelector matches the
+// node, else the policy named "default", else built-in defaults (the same
+// as an empty policy). More than one match is an *AmbiguousError.
+func Resolve(ctx context.Context, c client.Reader, policyName string, node *corev1.Node) (Policy, error) {
+	if policyName != "" {
+		dp := &v1alpha1.DrainPolicy{}
+		err := c.Get(ctx, types.NamespacedName{Name: policyName}, dp)
+		switch {
+		case apierrors.IsNotFound(err):
+			return Policy{}, &NotFoundError{Name: policyName}
+		case err != nil:
+			return Policy{}, fmt.Errorf("reading DrainPolicy %s: %w", policyName, err)
+		}
+		p, err := FromSpec(dp.Name, dp.Spec)
+		p.Why = "named by the drain's spec.policyName"
+		return p, err
 	}
-	dp := &v1alpha1.DrainPolicy{}
-	err := c.Get(ctx, types.NamespacedName{Name: name}, dp)
+	list := &v1alpha1.DrainPolicyList{}
+	if err := c.List(ctx, list); err != nil {
+		return Policy{}, fmt.Errorf("listing DrainPolicies: %w", err)
+	}
+	var nodeLabels map[string]string
+	if node != nil {
+		nodeLabels = node.Labels
+	}
+	dp, why, err := Select(nodeLabels, list.Items)
+	if err != nil {
+		return Policy{}, err
+	}
+	if dp == nil {
+		p, err := FromSpec("", v1alpha1.DrainPolicySpec{})
+		p.Why = why
+		return p, err
+	}
+	p, err := FromSpec(dp.Name, dp.Spec)
+	p.Why = why
+	return p, err
+}
+
+// Select picks the DrainPolicy that governs a node with these labels: the
+// one whose nodeSelector matches; the policy named "default" when none
+// does; nil (built-in defaults) without a default either. why says which
+// rule chose it. Two or more matches are an *AmbiguousError, and a policy
+// whose selector cannot be read an *InvalidError: nothing is drained under
+// a policy that may not be the one meant.
+func Select(nodeLabels map[string]string, policies []v1alpha1.DrainPolicy) (chosen *v1alpha1.DrainPolicy, why string, err error) {
+	var matched []string
+	var fallback *v1alpha1.DrainPolicy
+	for i := range policies {
+		dp := &policies[i]
+		if dp.Name == v1alpha1.DefaultPolicyName {
+			fallback = dp
+			continue
+		}
+		if dp.Spec.NodeSelector == nil {
+			continue // only for drains that name it
+		}
+		sel, err := metav1.LabelSelectorAsSelector(dp.Spec.NodeSelector)
+		if err != nil {
+			return nil, "", &InvalidError{Name: dp.Name, Err: err}
+		}
+		if sel.Matches(labels.Set(nodeLabels)) {
+			matched = append(matched, dp.Name)
+			chosen = dp
+		}
+	}
 	switch {
-	case apierrors.IsNotFound(err) && explicit:
-		return Policy{}, &NotFoundError{Name: name}
-	case apierrors.IsNotFound(err):
-		return FromSpec("", v1alpha1.DrainPolicySpec{})
-	case err != nil:
-		return Policy{}, fmt.Errorf("reading DrainPolicy %s: %w", name, err)
+	case len(matched) > 1:
+		sort.Strings(matched)
+		return nil, "", &AmbiguousError{Names: matched}
+	case chosen != nil:
+		return chosen, "its nodeSelector matches the node", nil
+	case fallback != nil:
+		return fallback, "no other DrainPolicy selects the node", nil
 	}
-	return FromSpec(dp.Name, dp.Spec)
+	return nil, "no DrainPolicy selects the node and there is no DrainPolicy " + v1alpha1.DefaultPolicyName, nil
+}
+
+// Governs reports whether the policy governs a node with these labels,
+// given all the policies (the default governs what no other selects).
+func Governs(dp *v1alpha1.DrainPolicy, nodeLabels map[string]string, policies []v1alpha1.DrainPolicy) bool {
+	if dp.Name == v1alpha1.DefaultPolicyName {
+		chosen, _, err := Select(nodeLabels, policies)
+		return err == nil && chosen != nil && chosen.Name == dp.Name
+	}
+	if dp.Spec.NodeSelector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(dp.Spec.NodeSelector)
+	return err == nil && sel.Matches(labels.Set(nodeLabels))
+}
+
+// AmbiguousError: more than one DrainPolicy selects the node.
+type AmbiguousError struct{ Names []string }
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("DrainPolicies %s all select the node; nothing is drained until exactly one does (narrow their nodeSelectors, or name one in spec.policyName)",
+		strings.Join(e.Names, ", "))
+}
+
+// InvalidError: a DrainPolicy's nodeSelector cannot be read.
+type InvalidError struct {
+	Name string
+	Err  error
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("DrainPolicy %s has an invalid nodeSelector (%v); nothing is drained by selection until it is fixed", e.Name, e.Err)
+}
+
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+// IsAmbiguous reports whether err says the node's policy is not clear: more
+// than one selects it, or a selector cannot be read.
+func IsAmbiguous(err error) bool {
+	var a *AmbiguousError
+	var i *InvalidError
+	return errors.As(err, &a) || errors.As(err, &i)
 }
 
 // FromSpec resolves a DrainPolicy's spec.

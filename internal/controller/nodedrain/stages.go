@@ -28,6 +28,7 @@ const (
 	ReasonAdmitted        = "Admitted"
 	ReasonNodeNotFound    = "NodeNotFound"
 	ReasonPolicyNotFound  = "PolicyNotFound"
+	ReasonAmbiguousPolicy = "AmbiguousPolicy"
 	ReasonCordoned        = "Cordoned"
 	ReasonAlreadyCordoned = "AlreadyCordoned"
 	ReasonNoEvacuations   = "NoEvacuations"
@@ -60,21 +61,12 @@ func (s *scope) setCondition(t string, status metav1.ConditionStatus, reason, ms
 	})
 }
 
-// loadNode finds the node and the policy; without either the drain waits.
+// loadNode finds the node and its policy; without either, or with more than
+// one policy that selects the node, the drain waits.
 func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName)
-	if policy.IsNotFound(err) {
-		nd.Status.Phase = v1alpha1.PhasePending
-		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonPolicyNotFound, err.Error())
-		return reconcile.Result{RequeueAfter: resync}, nil
-	}
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	s.policy = p
 	node := &corev1.Node{}
-	err = r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	if apierrors.IsNotFound(err) {
 		nd.Status.Phase = v1alpha1.PhasePending
 		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonNodeNotFound,
@@ -85,6 +77,20 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
 	s.node = node
+	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName, node)
+	switch {
+	case policy.IsNotFound(err):
+		nd.Status.Phase = v1alpha1.PhasePending
+		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonPolicyNotFound, err.Error())
+		return reconcile.Result{RequeueAfter: resync}, nil
+	case policy.IsAmbiguous(err):
+		nd.Status.Phase = v1alpha1.PhasePending
+		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonAmbiguousPolicy, err.Error())
+		return reconcile.Result{RequeueAfter: resync}, nil
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	s.policy = p
 	return reconcile.Result{}, nil
 }
 
