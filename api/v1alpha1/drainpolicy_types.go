@@ -174,6 +174,8 @@ type DrainPolicyStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=dp,categories=vacate
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Overlapping",type=string,JSONPath=`.status.conditions[?(@.type=="Overlapping")].status`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name != 'default' || !has(self.spec) || !has(self.spec.nodeSelector)",message="the DrainPolicy named default governs the nodes no other policy selects: it takes no nodeSelector"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DrainPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -124,6 +124,12 @@ func TestDrainPolicyValidation(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cl.Delete(ctx, three) })
 
+	defaultWithSelector := policy(v1alpha1.DefaultPolicyName, func(s *v1alpha1.DrainPolicySpec) {
+		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}
+	})
+	wantRejected(t, "default with a nodeSelector", cl.Create(ctx, defaultWithSelector),
+		"the DrainPolicy named default governs the nodes no other policy selects: it takes no nodeSelector")
+
 	for _, tc := range []struct {
 		name   string
 		mutate func(*v1alpha1.DrainPolicySpec)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 )
@@ -52,6 +53,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		})
 	for _, c := range []controllerSetup{
 		drains,
+		&drainpolicy.Reconciler{Client: mgr.GetClient()},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %T: %w", c, err)
