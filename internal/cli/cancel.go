@@ -2,22 +2,20 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/requests"
 )
 
 type cancelOptions struct {
@@ -142,17 +140,17 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 		fmt.Fprintf(out, "nodedrain/%s: %s is not a requester (requesters: %s)\n", node, requester, requesterList(nd))
 		return nil, false, nil
 	default:
-		if nd, err = o.withdraw(ctx, s, nd, requester); err != nil {
-			return nil, false, err
+		if nd, err = requests.Withdraw(ctx, s.client, nd, requester); err != nil {
+			return nil, false, s.explain(err, "withdrawing the request on NodeDrain "+node)
 		}
 		if len(nd.Spec.Requesters) > 0 {
 			fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; the drain goes on for %s\n", node, requester, requesterList(nd))
 			return nil, true, nil
 		}
 	}
-	deleted, err := deleteIfIdle(ctx, s, nd)
+	deleted, err := requests.DeleteIfIdle(ctx, s.client, nd)
 	if err != nil {
-		return nil, false, err
+		return nil, false, s.explain(err, "deleting NodeDrain "+node)
 	}
 	if !deleted {
 		fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; %s joined meanwhile, so the drain goes on\n", node, requester, requesterList(nd))
@@ -160,84 +158,6 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 	}
 	fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; it was the last: restoring the node\n", node, requester)
 	return &restore{drain: nd, evicted: evicted}, true, nil
-}
-
-// withdraw removes the requester's entry: by applying the drain without it
-// under the requester's field manager (which owns the entry when vacate
-// drain added it), else, for an entry someone wrote another way, by a JSON
-// patch that tests the entry is still the one it removes.
-func (o *cancelOptions) withdraw(ctx context.Context, s *session, nd *v1alpha1.NodeDrain, requester string) (*v1alpha1.NodeDrain, error) {
-	// Restate the drain's mode and policy: leaving them out would remove
-	// them for the other requesters if this manager were their only owner.
-	spec := map[string]any{"nodeName": nd.Spec.NodeName}
-	if nd.Spec.Mode != "" {
-		spec["mode"] = string(nd.Spec.Mode)
-	}
-	if nd.Spec.PolicyName != "" {
-		spec["policyName"] = nd.Spec.PolicyName
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "NodeDrain",
-		"metadata":   map[string]any{"name": nd.Name, "uid": string(nd.UID)},
-		"spec":       spec,
-	}}
-	if err := s.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager(requester))); err != nil {
-		return nil, s.explain(err, "withdrawing the request on NodeDrain "+nd.Name)
-	}
-	for range 10 {
-		if err := s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); err != nil {
-			return nil, s.explain(err, "reading NodeDrain "+nd.Name)
-		}
-		i := requesterIndex(nd, requester)
-		if i < 0 {
-			return nd, nil
-		}
-		ops, err := json.Marshal([]map[string]any{
-			{"op": "test", "path": fmt.Sprintf("/spec/requesters/%d/name", i), "value": requester},
-			{"op": "remove", "path": fmt.Sprintf("/spec/requesters/%d", i)},
-		})
-		if err != nil {
-			return nil, err
-		}
-		err = s.client.Patch(ctx, nd, client.RawPatch(types.JSONPatchType, ops))
-		switch {
-		case err == nil:
-		case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
-			// The test failed (422) or the object moved: read it again.
-		default:
-			return nil, s.explain(err, "withdrawing the request on NodeDrain "+nd.Name)
-		}
-	}
-	return nil, fmt.Errorf("NodeDrain %s kept changing while withdrawing %s; cancel again", nd.Name, requester)
-}
-
-// deleteIfIdle deletes a NodeDrain that has no requester left, so the
-// controller undoes the drain and releases it. The preconditions make sure
-// nobody joined the drain in between; if someone did, it stays and
-// deleteIfIdle returns false.
-func deleteIfIdle(ctx context.Context, s *session, nd *v1alpha1.NodeDrain) (bool, error) {
-	for range 10 {
-		uid, rv := nd.UID, nd.ResourceVersion
-		err := s.client.Delete(ctx, nd, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-		switch {
-		case err == nil, apierrors.IsNotFound(err):
-			return true, nil
-		case !apierrors.IsConflict(err):
-			return false, s.explain(err, "deleting NodeDrain "+nd.Name)
-		}
-		err = s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, nd)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		if err != nil {
-			return false, s.explain(err, "reading NodeDrain "+nd.Name)
-		}
-		if len(nd.Spec.Requesters) > 0 {
-			return false, nil // someone joined: the drain goes on for them
-		}
-	}
-	return false, fmt.Errorf("NodeDrain %s kept changing; cancel again", nd.Name)
 }
 
 // showRestore waits until the NodeDrain is gone (the controller undid the
@@ -281,16 +201,7 @@ func (o *cancelOptions) showRestore(ctx context.Context, s *session, r restore) 
 	return nil
 }
 
-func requesterIndex(nd *v1alpha1.NodeDrain, name string) int {
-	for i, r := range nd.Spec.Requesters {
-		if r.Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
-func hasRequester(nd *v1alpha1.NodeDrain, name string) bool { return requesterIndex(nd, name) >= 0 }
+func hasRequester(nd *v1alpha1.NodeDrain, name string) bool { return requests.Index(nd, name) >= 0 }
 
 func requesterList(nd *v1alpha1.NodeDrain) string {
 	if len(nd.Spec.Requesters) == 0 {

@@ -2,24 +2,21 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/progress"
+	"github.com/vacate-dev/vacate/internal/requests"
 )
 
 type drainOptions struct {
@@ -166,28 +163,11 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 		if policyName == "" {
 			policyName = existing.Spec.PolicyName
 		}
-		if i := requesterIndex(existing, requester); i >= 0 && reason == "" {
+		if i := requests.Index(existing, requester); i >= 0 && reason == "" {
 			reason = existing.Spec.Requesters[i].Reason
 		}
 	}
-	entry := map[string]any{"name": requester}
-	if reason != "" {
-		entry["reason"] = reason
-	}
-	spec := map[string]any{"nodeName": node, "requesters": []any{entry}}
-	if mode != "" {
-		spec["mode"] = mode
-	}
-	if policyName != "" {
-		spec["policyName"] = policyName
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "NodeDrain",
-		"metadata":   map[string]any{"name": node},
-		"spec":       spec,
-	}}
-	err = s.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager(requester)))
+	err = requests.Apply(ctx, s.client, node, v1alpha1.Requester{Name: requester, Reason: reason}, v1alpha1.DrainMode(mode), policyName)
 	switch {
 	case apierrors.IsConflict(err):
 		return nil, fmt.Errorf("node %s is already being drained with other settings (%s); drop --mode/--policy to join the drain as it is, or ask its requesters",
@@ -209,17 +189,6 @@ func orDefault(policyName string) string {
 		return "(default)"
 	}
 	return policyName
-}
-
-// fieldManager is the server-side apply manager of a requester: each owns
-// its own entry in spec.requesters.
-func fieldManager(requester string) string {
-	m := "vacate-" + requester
-	if len(m) > 128 { // the API's limit: keep it unique with a hash of the whole
-		sum := sha256.Sum256([]byte(requester))
-		m = m[:128-17] + "-" + hex.EncodeToString(sum[:8])
-	}
-	return m
 }
 
 func otherRequesters(nd *v1alpha1.NodeDrain, me string) []string {
