@@ -11,6 +11,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/eviction"
 )
 
@@ -54,6 +55,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	for _, c := range []controllerSetup{
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
+		&trigger.Reconciler{Client: mgr.GetClient()},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %T: %w", c, err)

@@ -43,7 +43,23 @@ type Policy struct {
 	ForceDelete bool
 	// PerNode bounds the evictions in flight on the node.
 	PerNode int
+	// Triggers are the signals that request a drain of the node.
+	Triggers Triggers
 }
+
+// Triggers are a policy's drain triggers, resolved.
+type Triggers struct {
+	// Taint: the taint vacate.dev/drain requests a drain.
+	Taint bool
+	// OnUnschedulable: a node cordoned by anyone but vacate is drained.
+	OnUnschedulable bool
+	// ExternalTaints are other taint keys that request a drain.
+	ExternalTaints []string
+}
+
+// DefaultExternalTaints are the taints of the cluster autoscaler and
+// Karpenter on nodes they are about to remove.
+var DefaultExternalTaints = []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted"}
 
 // Describe names the policy, and why it applies, for people.
 func (p Policy) Describe() string {
@@ -193,6 +209,14 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 	}
 	if p.PerNode <= 0 {
 		p.PerNode = DefaultEvictionsPerNode
+	}
+	p.Triggers = Triggers{
+		Taint:           s.Triggers.Taint == nil || *s.Triggers.Taint,
+		OnUnschedulable: s.Triggers.OnUnschedulable == "Drain",
+		ExternalTaints:  s.Triggers.ExternalTaints,
+	}
+	if len(p.Triggers.ExternalTaints) == 0 {
+		p.Triggers.ExternalTaints = DefaultExternalTaints
 	}
 	if s.Timeouts.Drain != nil {
 		p.DrainTimeout = s.Timeouts.Drain.Duration
