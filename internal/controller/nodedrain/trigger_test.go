@@ -1,0 +1,165 @@
+package nodedrain_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/trigger"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/requests"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+// updateNode changes a node, retrying on conflicts.
+func updateNode(t *testing.T, e *env, name string, change func(*corev1.Node)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(n)
+		_, err = e.c.Client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func withoutTaint(key string) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		var kept []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != key {
+				kept = append(kept, t)
+			}
+		}
+		n.Spec.Taints = kept
+	}
+}
+
+func requesterNames(nd *v1alpha1.NodeDrain) []string {
+	var out []string
+	for _, r := range nd.Spec.Requesters {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// TestTaintTriggerAndAnotherRequester: the taint vacate.dev/drain drains the
+// node as requester "taint"; a person joins; removing the taint withdraws
+// only the taint's request (the node stays drained); the person's cancel
+// restores the node and removes the NodeDrain.
+func TestTaintTriggerAndAnotherRequester(t *testing.T) {
+	e := startEnv(t)
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "taint", Count: 1})
+	node := nodes[0]
+	t.Cleanup(func() {
+		_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+
+	updateNode(t, e, node, func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: trigger.TaintKey, Effect: corev1.TaintEffectNoSchedule})
+	})
+	nd := e.waitDrain(t, node, "Drained for the taint", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	if got := requesterNames(nd); len(got) != 1 || got[0] != trigger.RequesterTaint {
+		t.Fatalf("requesters %v, want only %q", got, trigger.RequesterTaint)
+	}
+	if err := requests.Apply(context.Background(), e.cl, node, v1alpha1.Requester{Name: "cli:alice"}, nd.Spec.Mode, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	updateNode(t, e, node, withoutTaint(trigger.TaintKey))
+	nd = e.waitDrain(t, node, "left with alice's request only", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		got := requesterNames(nd)
+		return len(got) == 1 && got[0] == "cli:alice"
+	})
+	time.Sleep(time.Second)
+	if n := getNode(t, e, node); !n.Spec.Unschedulable {
+		t.Fatal("the node was uncordoned while alice still requests the drain")
+	}
+
+	after, err := requests.Withdraw(context.Background(), e.cl, nd, "cli:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := requests.DeleteIfIdle(context.Background(), e.cl, after); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, node)
+	if n := getNode(t, e, node); n.Spec.Unschedulable {
+		t.Error("the node is still cordoned after the last requester left")
+	}
+}
+
+// TestCordonAndExternalTaintTriggers: with onUnschedulable Drain a node that
+// someone cordons is drained, and uncordoning withdraws the request; with
+// Ignore nothing happens. The cluster autoscaler's taint drains a node under
+// the default external taints.
+func TestCordonAndExternalTaintTriggers(t *testing.T) {
+	e := startEnv(t)
+	drainPool := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "cordon-drain", Count: 1, Labels: map[string]string{"pool": "cordon-drain"}})
+	ignorePool := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "cordon-ignore", Count: 1, Labels: map[string]string{"pool": "cordon-ignore"}})
+	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cordon-drain"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cordon-drain"}},
+		Triggers:     v1alpha1.Triggers{OnUnschedulable: "Drain"}}})
+	for _, n := range append(drainPool, ignorePool...) {
+		name := n
+		t.Cleanup(func() {
+			_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		})
+	}
+	// Give the policy's informer a moment, then cordon both as kubectl would.
+	waitPolicy(t, e, "cordon-drain", "governing its node", func(dp *v1alpha1.DrainPolicy) bool { return dp.Status.Nodes == 1 })
+	for _, n := range []string{drainPool[0], ignorePool[0]} {
+		updateNode(t, e, n, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	}
+	nd := e.waitDrain(t, drainPool[0], "Drained for the cordon", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	if got := requesterNames(nd); len(got) != 1 || got[0] != trigger.RequesterCordon {
+		t.Errorf("requesters %v, want only %q", got, trigger.RequesterCordon)
+	}
+	if err := e.cl.Get(context.Background(), types.NamespacedName{Name: ignorePool[0]}, &v1alpha1.NodeDrain{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a node cordoned under onUnschedulable Ignore got a NodeDrain (%v)", err)
+	}
+	updateNode(t, e, drainPool[0], func(n *corev1.Node) { n.Spec.Unschedulable = false })
+	waitGone(t, e, drainPool[0])
+
+	// The cluster autoscaler marks the ignore-pool node for deletion.
+	updateNode(t, e, ignorePool[0], func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule})
+	})
+	nd = e.waitDrain(t, ignorePool[0], "Drained for the autoscaler's taint", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	if got := requesterNames(nd); len(got) != 1 || got[0] != "external:ToBeDeletedByClusterAutoscaler" {
+		t.Errorf("requesters %v, want only external:ToBeDeletedByClusterAutoscaler", got)
+	}
+	updateNode(t, e, ignorePool[0], withoutTaint("ToBeDeletedByClusterAutoscaler"))
+	waitGone(t, e, ignorePool[0])
+	// It was cordoned by "kubectl" before vacate came: it stays cordoned.
+	if n := getNode(t, e, ignorePool[0]); !n.Spec.Unschedulable {
+		t.Error("vacate uncordoned a node that someone else had cordoned")
+	}
+}
+
+func getNode(t *testing.T, e *env, name string) *corev1.Node {
+	t.Helper()
+	n, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
