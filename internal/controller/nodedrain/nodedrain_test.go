@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -171,8 +172,14 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	}
 
 	t.Log("relaxing the policy: unmanaged pods Delete, localStorage Evict")
-	strict.Spec.Pods.Unmanaged, strict.Spec.Pods.LocalStorage = "Delete", "Evict"
-	if err := e.cl.Update(ctx, strict); err != nil {
+	// The policy controller writes its status: update on the latest copy.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(strict), strict); err != nil {
+			return err
+		}
+		strict.Spec.Pods.Unmanaged, strict.Spec.Pods.LocalStorage = "Delete", "Evict"
+		return e.cl.Update(ctx, strict)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	done := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
@@ -511,7 +518,7 @@ func TestEmptyingRequestersUndoes(t *testing.T) {
 	ns := testenv.Namespace(t, e.c)
 	apiBehindPDB(t, e, ns, sel, 2, "0")
 	target := nodes[0]
-	nd := testutil.NodeDrain(target, "", "cli:alice", "taint")
+	nd := testutil.NodeDrain(target, "", "cli:alice", "cli:bob")
 	if err := e.cl.Create(ctx, nd); err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +533,7 @@ func TestEmptyingRequestersUndoes(t *testing.T) {
 		}
 	}
 	t.Log("one requester leaves: the drain goes on")
-	setRequesters(`[{"name":"taint"}]`)
+	setRequesters(`[{"name":"cli:bob"}]`)
 	e.waitDrain(t, target, "still draining", 10*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		return len(nd.Spec.Requesters) == 1 && nd.Status.Phase == v1alpha1.PhaseEvicting
 	})
