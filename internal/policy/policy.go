@@ -55,6 +55,8 @@ type Triggers struct {
 	OnUnschedulable bool
 	// ExternalTaints are other taint keys that request a drain.
 	ExternalTaints []string
+	// OnNodeDelete: a deleted node is held (finalizer) until it is drained.
+	OnNodeDelete bool
 }
 
 // DefaultExternalTaints are the taints of the cluster autoscaler and
@@ -214,6 +216,7 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 		Taint:           s.Triggers.Taint == nil || *s.Triggers.Taint,
 		OnUnschedulable: s.Triggers.OnUnschedulable == "Drain",
 		ExternalTaints:  s.Triggers.ExternalTaints,
+		OnNodeDelete:    s.Triggers.OnNodeDelete == "Drain",
 	}
 	if len(p.Triggers.ExternalTaints) == 0 {
 		p.Triggers.ExternalTaints = DefaultExternalTaints

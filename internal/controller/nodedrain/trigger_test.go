@@ -9,7 +9,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
@@ -162,4 +165,105 @@ func getNode(t *testing.T, e *env, name string) *corev1.Node {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestNodeDeletionDrainsFirst: under onNodeDelete Drain a governed node
+// carries vacate's finalizer; deleting it drains it first (its pods are
+// evicted, respecting their PDB), then the node goes and its NodeDrain with
+// it. A node under Orphan goes at once, and turning a policy to Orphan
+// releases its nodes.
+func TestNodeDeletionDrainsFirst(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	sel := map[string]string{testLabel: "delete"}
+	held := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "del-held", Count: 1, Labels: map[string]string{testLabel: "delete", "pool": "del-held"}})
+	testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "del-spare", Count: 1, Labels: sel})
+	orphan := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "del-orphan", Count: 1})
+	policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "del-held"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "del-held"}},
+		Triggers:     v1alpha1.Triggers{OnNodeDelete: "Drain"}}}
+	create(t, e, policy)
+	ns := testenv.Namespace(t, e.c)
+	apiBehindPDB(t, e, ns, sel, 4, "1")
+	target := held[0]
+	t.Cleanup(func() {
+		_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: target}})
+	})
+	onTarget := len(podsOn(t, e, ns, target))
+	if onTarget == 0 {
+		t.Fatalf("no api pod landed on %s", target)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return controllerutil.ContainsFinalizer(getNode(t, e, target), trigger.FinalizerDrain), nil
+	})
+	if err != nil {
+		t.Fatalf("node %s never got the finalizer %s", target, trigger.FinalizerDrain)
+	}
+	if controllerutil.ContainsFinalizer(getNode(t, e, orphan[0]), trigger.FinalizerDrain) {
+		t.Errorf("node %s under the default (Orphan) got the finalizer", orphan[0])
+	}
+
+	t.Logf("deleting %s with %d api pod(s) on it", target, onTarget)
+	if err := e.c.Client.CoreV1().Nodes().Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nd := e.waitDrain(t, target, "requested by the deletion", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		got := requesterNames(nd)
+		return len(got) == 1 && got[0] == trigger.RequesterDelete
+	})
+	if nd.Spec.Mode != v1alpha1.ModeDecommission {
+		t.Errorf("a drain for a deleted node has mode %s, want Decommission", nd.Spec.Mode)
+	}
+	// The node stays until its pods are gone, then goes.
+	var lastSeenWith int
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		lastSeenWith = len(podsOn(t, e, ns, target))
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("node %s was never released; %d api pod(s) still on it", target, lastSeenWith)
+	}
+	if left := len(podsOn(t, e, ns, target)); left != 0 {
+		t.Errorf("node %s is gone with %d api pod(s) still bound to it", target, left)
+	}
+	waitGone(t, e, target)
+
+	// Orphan: deleted at once.
+	if err := e.c.Client.CoreV1().Nodes().Delete(ctx, orphan[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := e.c.Client.CoreV1().Nodes().Get(ctx, orphan[0], metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("node %s under Orphan was not deleted at once", orphan[0])
+	}
+
+	// The policy turns to Orphan: its nodes' finalizers are released.
+	later := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "del-later", Count: 1, Labels: map[string]string{"pool": "del-held"}})
+	hasFinalizer := func(want bool) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) {
+			return controllerutil.ContainsFinalizer(getNode(t, e, later[0]), trigger.FinalizerDrain) == want, nil
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, hasFinalizer(true)); err != nil {
+		t.Fatalf("node %s never got the finalizer", later[0])
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
+			return err
+		}
+		policy.Spec.Triggers.OnNodeDelete = "Orphan"
+		return e.cl.Update(ctx, policy)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, hasFinalizer(false)); err != nil {
+		t.Errorf("node %s kept the finalizer after its policy turned to Orphan", later[0])
+	}
 }

@@ -8,7 +8,10 @@
 //   - "cordon": the node is unschedulable and vacate did not cordon it
 //     (triggers.onUnschedulable: Drain);
 //   - "external:<key>": a taint of triggers.externalTaints, by default the
-//     cluster autoscaler's and Karpenter's.
+//     cluster autoscaler's and Karpenter's;
+//   - "delete": the node is being deleted (triggers.onNodeDelete: Drain). The
+//     finalizer vacate.dev/drain on governed nodes holds a deleted node until
+//     its drain is Drained, then is released; under Orphan it is removed.
 package trigger
 
 import (
@@ -23,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -43,17 +47,20 @@ const (
 	// Requester names of the triggers.
 	RequesterTaint    = "taint"
 	RequesterCordon   = "cordon"
+	RequesterDelete   = "delete"
 	requesterExternal = "external:"
+	// FinalizerDrain holds a deleted node until vacate drained it.
+	FinalizerDrain = "vacate.dev/drain"
 )
 
 // IsTrigger reports whether a requester name is one of the triggers'.
 func IsTrigger(name string) bool {
-	return name == RequesterTaint || name == RequesterCordon || strings.HasPrefix(name, requesterExternal)
+	return name == RequesterTaint || name == RequesterCordon || name == RequesterDelete || strings.HasPrefix(name, requesterExternal)
 }
 
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
 // Reconciler keeps the triggers' requester entries in step with the nodes.
 type Reconciler struct {
@@ -72,6 +79,9 @@ func Wanted(node *corev1.Node, t policy.Triggers) []v1alpha1.Requester {
 			out = append(out, v1alpha1.Requester{Name: requesterExternal + taint.Key, Reason: "taint " + taint.Key + " from outside vacate"})
 		}
 	}
+	if t.OnNodeDelete && !node.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(node, FinalizerDrain) {
+		out = append(out, v1alpha1.Requester{Name: RequesterDelete, Reason: "the node is being deleted (policy triggers.onNodeDelete: Drain)"})
+	}
 	if t.OnUnschedulable && node.Spec.Unschedulable && node.Annotations[nodedrain.AnnotationCordonedBy] == "" {
 		out = append(out, v1alpha1.Requester{Name: RequesterCordon, Reason: "the node was cordoned (policy triggers.onUnschedulable: Drain)"})
 	}
@@ -89,6 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	var wanted []v1alpha1.Requester
+	onDelete, nodeExists := false, err == nil
 	if err == nil {
 		p, err := policy.Resolve(ctx, r.Client, "", node)
 		if policy.IsAmbiguous(err) {
@@ -99,6 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 		wanted = Wanted(node, p.Triggers)
+		onDelete = p.Triggers.OnNodeDelete
 	}
 	nd := &v1alpha1.NodeDrain{}
 	err = r.Client.Get(ctx, types.NamespacedName{Name: req.Name}, nd)
@@ -115,12 +127,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		var mode v1alpha1.DrainMode
 		var policyName string
+		if w.Name == RequesterDelete {
+			mode = v1alpha1.ModeDecommission // the node goes away
+		}
 		if exists { // restate the drain's own settings, never change them
 			mode, policyName = nd.Spec.Mode, nd.Spec.PolicyName
 		}
 		log.Info("requesting drain for a trigger", "node", req.Name, "requester", w.Name)
 		if err := requests.Apply(ctx, r.Client, req.Name, w, mode, policyName); err != nil {
 			return reconcile.Result{}, fmt.Errorf("requesting the drain of %s for %s: %w", req.Name, w.Name, err)
+		}
+	}
+	if nodeExists {
+		if err := r.nodeFinalizer(ctx, node, onDelete, exists && nd.Status.Phase == v1alpha1.PhaseDrained); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 	if !exists {
@@ -143,6 +163,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
+// nodeFinalizer keeps vacate.dev/drain on the nodes whose policy drains
+// them on deletion, and releases it from a deleted node once its drain is
+// Drained, or at once when the policy no longer asks for it (Orphan).
+func (r *Reconciler) nodeFinalizer(ctx context.Context, node *corev1.Node, onDelete, drained bool) error {
+	has := controllerutil.ContainsFinalizer(node, FinalizerDrain)
+	deleting := !node.DeletionTimestamp.IsZero()
+	var change func(client.Object, string) bool
+	switch {
+	case onDelete && !deleting && !has:
+		change = controllerutil.AddFinalizer
+	case has && (!onDelete || (deleting && drained)):
+		change = controllerutil.RemoveFinalizer
+	default:
+		return nil
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	change(node, FinalizerDrain)
+	logf.FromContext(ctx).Info("updating vacate's finalizer on the node", "node", node.Name, "add", !has, "deleting", deleting)
+	if err := r.Client.Patch(ctx, node, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("updating finalizer %s on node %s: %w", FinalizerDrain, node.Name, err)
+	}
+	return nil
+}
+
 // SetupWithManager watches what the triggers read: the nodes' taints,
 // cordon and labels (which choose the policy), the policies, and the
 // NodeDrains (a deleted one is requested again while a trigger holds).
@@ -154,8 +198,11 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.NodeDrain).Spec.NodeName}}}
 		}), builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
-			UpdateFunc:  func(e event.UpdateEvent) bool { return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() },
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				o, n := e.ObjectOld.(*v1alpha1.NodeDrain), e.ObjectNew.(*v1alpha1.NodeDrain)
+				return o.Generation != n.Generation || o.Status.Phase != n.Status.Phase
+			},
 			DeleteFunc:  func(event.DeleteEvent) bool { return true },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
@@ -168,6 +215,8 @@ func triggerFieldsChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 		return o.Spec.Unschedulable != n.Spec.Unschedulable ||
+			!o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
+			controllerutil.ContainsFinalizer(o, FinalizerDrain) != controllerutil.ContainsFinalizer(n, FinalizerDrain) ||
 			taintKeys(o) != taintKeys(n) ||
 			!equalLabels(o.Labels, n.Labels) ||
 			o.Annotations[nodedrain.AnnotationCordonedBy] != n.Annotations[nodedrain.AnnotationCordonedBy]
