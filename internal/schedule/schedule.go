@@ -1,0 +1,184 @@
+// Package schedule decides which of the requested drains may start now
+// (admission), as a pure function of the drains, their nodes' topology, the
+// PDBs and the policy's limits. It is the planner of many drains at once;
+// the controller carries its verdicts out (Admitted=True, or False with the
+// reason and the drain's place in the queue).
+//
+// Rules, in order, for the drains not yet admitted:
+//   - at most MaxParallel drains run at once (admitted ones count);
+//   - per topology key (for example the zone), at most MaxUnavailable
+//     domains have running drains;
+//   - drains whose pods' PDBs have headroom go first; a drain whose pods a
+//     PDB could not let go now waits while another drain runs (it would
+//     hold a slot and a cordoned node and evict nothing);
+//   - otherwise first requested, first admitted.
+package schedule
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Reasons a drain waits.
+const (
+	WaitingForSlot        = "WaitingForSlot"
+	WaitingForZone        = "WaitingForZone"
+	WaitingForPDBHeadroom = "WaitingForPDBHeadroom"
+)
+
+// Drain is one requested drain, as admission sees it.
+type Drain struct {
+	Node string
+	// Topology are the node's values of the limited topology keys.
+	Topology map[string]string
+	// Requested is when the drain was requested (its NodeDrain's creation).
+	Requested time.Time
+	// Admitted is set for drains already running.
+	Admitted bool
+	// PDBs are, per PDB (namespace/name) guarding pods that must leave the
+	// node, how many of those pods it guards.
+	PDBs map[string]int
+}
+
+// TopologyLimit bounds the domains of a key with running drains.
+type TopologyLimit struct {
+	Key            string
+	MaxUnavailable int
+}
+
+// Limits are a policy's concurrency settings, resolved.
+type Limits struct {
+	MaxParallel int
+	Topology    []TopologyLimit
+}
+
+// MaxParallel resolves maxParallelNodes (a number, or a percentage of the
+// governed nodes, rounded down but at least 1). Unset means 1.
+func MaxParallel(v *intstr.IntOrString, governed int) (int, error) {
+	if v == nil {
+		return 1, nil
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, governed, false)
+	if err != nil {
+		return 0, fmt.Errorf("maxParallelNodes %s: %w", v.String(), err)
+	}
+	return max(n, 1), nil
+}
+
+// Verdict is admission's answer for one waiting drain.
+type Verdict struct {
+	Node   string
+	Admit  bool
+	Reason string
+	// Position is the drain's place in the queue (1 is next), for waiting drains.
+	Position int
+	Message  string
+}
+
+// Admit decides, for each drain not yet admitted, whether it starts now,
+// given the PDBs' current allowed disruptions. It admits greedily, best
+// first: a drain whose PDBs have room now (counting what the drains admitted
+// before it will take), then the earliest requested, then by name. A drain
+// without room waits (WaitingForPDBHeadroom) while any other drain runs; it
+// starts only when nothing else does, so something always moves. Verdicts
+// come in that order: the admitted, then the queue.
+func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Verdict {
+	allowed := map[string]int{}
+	for _, p := range pdbs {
+		allowed[p.Namespace+"/"+p.Name] = int(p.Status.DisruptionsAllowed)
+	}
+	running := 0
+	domains := map[string]map[string]bool{} // key -> values with running drains
+	for _, lim := range l.Topology {
+		domains[lim.Key] = map[string]bool{}
+	}
+	var waiting []Drain
+	for _, d := range drains {
+		if !d.Admitted {
+			waiting = append(waiting, d)
+			continue
+		}
+		running++
+		for key, vals := range domains {
+			vals[d.Topology[key]] = true
+		}
+	}
+	headroom := func(d Drain) bool {
+		for name, n := range d.PDBs {
+			if allowed[name] < min(n, 1) {
+				return false
+			}
+		}
+		return true
+	}
+	fits := func(d Drain) (bool, string) {
+		for _, lim := range l.Topology {
+			v := d.Topology[lim.Key]
+			if !domains[lim.Key][v] && len(domains[lim.Key]) >= lim.MaxUnavailable {
+				return false, fmt.Sprintf("%s %s would make %d %s domains with draining nodes; at most %d at once",
+					lim.Key, v, len(domains[lim.Key])+1, lim.Key, lim.MaxUnavailable)
+			}
+		}
+		return true, ""
+	}
+	better := func(a, b Drain) bool {
+		if !a.Requested.Equal(b.Requested) {
+			return a.Requested.Before(b.Requested)
+		}
+		return a.Node < b.Node
+	}
+	var verdicts []Verdict
+	for running < l.MaxParallel {
+		best := -1
+		for i, d := range waiting {
+			if ok, _ := fits(d); !ok {
+				continue
+			}
+			switch {
+			case best < 0:
+				best = i
+			case headroom(d) != headroom(waiting[best]):
+				if headroom(d) {
+					best = i
+				}
+			case better(d, waiting[best]):
+				best = i
+			}
+		}
+		// A drain whose PDBs have no room would hold a slot and a cordoned
+		// node while evicting nothing: it starts only when nothing else runs.
+		if best < 0 || (!headroom(waiting[best]) && running > 0) {
+			break
+		}
+		d := waiting[best]
+		waiting = append(waiting[:best], waiting[best+1:]...)
+		verdicts = append(verdicts, Verdict{Node: d.Node, Admit: true})
+		running++
+		for key, vals := range domains {
+			vals[d.Topology[key]] = true
+		}
+		for name, n := range d.PDBs { // taken from the PDB for the drains after
+			allowed[name] -= n
+		}
+	}
+	sort.SliceStable(waiting, func(i, j int) bool { return better(waiting[i], waiting[j]) })
+	for i, d := range waiting {
+		v := Verdict{Node: d.Node, Position: i + 1}
+		ok, why := fits(d)
+		switch {
+		case running >= l.MaxParallel:
+			v.Reason, v.Message = WaitingForSlot, fmt.Sprintf("%d of %d drains run at once (maxParallelNodes)", running, l.MaxParallel)
+		case !ok:
+			v.Reason, v.Message = WaitingForZone, why
+		default:
+			v.Reason, v.Message = WaitingForPDBHeadroom, "a PDB of its pods has no room now; drains whose PDBs have room go first"
+		}
+		v.Message = fmt.Sprintf("queued at position %d: %s", v.Position, v.Message)
+		verdicts = append(verdicts, v)
+	}
+	return verdicts
+}

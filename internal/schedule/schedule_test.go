@@ -1,0 +1,137 @@
+package schedule
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/vacate-dev/vacate/internal/testutil"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func drainAt(node, zone string, minute int, pdbs map[string]int) Drain {
+	return Drain{Node: node, Topology: map[string]string{"zone": zone}, Requested: t0.Add(time.Duration(minute) * time.Minute), PDBs: pdbs}
+}
+
+func admitted(vs []Verdict) []string {
+	var out []string
+	for _, v := range vs {
+		if v.Admit {
+			out = append(out, v.Node)
+		}
+	}
+	return out
+}
+
+func waitingFor(vs []Verdict) map[string]string {
+	out := map[string]string{}
+	for _, v := range vs {
+		if !v.Admit {
+			out[v.Node] = v.Reason
+		}
+	}
+	return out
+}
+
+func TestAdmitSlotsZonesAndOrder(t *testing.T) {
+	// 12 nodes in 3 zones requested at once, 3 at a time, one zone at a time.
+	var drains []Drain
+	for i := range 12 {
+		drains = append(drains, drainAt(fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", i%3), 0, nil))
+	}
+	l := Limits{MaxParallel: 3, Topology: []TopologyLimit{{Key: "zone", MaxUnavailable: 1}}}
+	vs := Admit(drains, nil, l)
+	// Zone z0 holds n00, n03, n06, n09: the first three by name start.
+	if got := strings.Join(admitted(vs), " "); got != "n00 n03 n06" {
+		t.Fatalf("admitted %q, want n00 n03 n06", got)
+	}
+	w := waitingFor(vs)
+	if w["n09"] != WaitingForSlot || w["n01"] != WaitingForSlot {
+		t.Errorf("queue reasons %v: with the slots full every drain waits for a slot", w)
+	}
+	// With slots to spare, the other zones wait for the zone limit.
+	l.MaxParallel = 6
+	vs = Admit(drains, nil, l)
+	if got := strings.Join(admitted(vs), " "); got != "n00 n03 n06 n09" {
+		t.Fatalf("admitted %q, want all of zone z0", got)
+	}
+	if w := waitingFor(vs); w["n01"] != WaitingForZone || !strings.Contains(vs[4].Message, "queued at position 1: zone z1 would make 2 zone domains") {
+		t.Errorf("queue %v; first message %q", w, vs[4].Message)
+	}
+
+	// Admitted drains count: two running in z1 leave one slot, in z1 only.
+	drains[1].Admitted, drains[4].Admitted = true, true
+	l.MaxParallel = 3
+	vs = Admit(drains, nil, l)
+	if got := strings.Join(admitted(vs), " "); got != "n07" {
+		t.Errorf("admitted %q next to two running drains in z1, want n07 (first by name in z1)", got)
+	}
+
+	// First requested, first admitted.
+	late := []Drain{drainAt("a", "z0", 5, nil), drainAt("b", "z0", 1, nil)}
+	if got := admitted(Admit(late, nil, Limits{MaxParallel: 1})); len(got) != 1 || got[0] != "b" {
+		t.Errorf("admitted %v, want the earlier request b", got)
+	}
+}
+
+// TestAdmitPDBAwareAvoidsDeadlock: two Deployments whose PDBs allow one
+// disruption each, spread over the requested nodes. Naive first-come order
+// would start nodes whose PDBs have no room left; PDB-aware admission starts
+// a node with room, and those without wait while it runs.
+func TestAdmitPDBAwareAvoidsDeadlock(t *testing.T) {
+	pdbs := []*policyv1.PodDisruptionBudget{testutil.PDB("shop", "a", "a", 1, 1), testutil.PDB("shop", "b", "b", 1, 1)}
+	drains := []Drain{
+		drainAt("n1", "z0", 0, map[string]int{"shop/a": 1, "shop/b": 1}), // takes both PDBs' room
+		drainAt("n2", "z0", 1, map[string]int{"shop/a": 1}),
+		drainAt("n3", "z0", 2, map[string]int{"shop/b": 1}),
+		drainAt("n4", "z0", 3, nil), // nothing guarded: always has room
+	}
+	vs := Admit(drains, pdbs, Limits{MaxParallel: 3})
+	if got := strings.Join(admitted(vs), " "); got != "n1 n4" {
+		t.Fatalf("admitted %q, want n1 (room in both PDBs) and n4 (unguarded)", got)
+	}
+	w := waitingFor(vs)
+	if w["n2"] != WaitingForPDBHeadroom || w["n3"] != WaitingForPDBHeadroom {
+		t.Errorf("queue %v: n2 and n3 must wait for PDB room while n1 runs", w)
+	}
+
+	// A PDB already at 0: its node starts only when nothing else runs.
+	zero := []*policyv1.PodDisruptionBudget{testutil.PDB("shop", "a", "a", 0, 0)}
+	stuck := []Drain{drainAt("s", "z0", 0, map[string]int{"shop/a": 1})}
+	if got := admitted(Admit(stuck, zero, Limits{MaxParallel: 2})); len(got) != 1 {
+		t.Errorf("alone, a drain without PDB room is admitted (something must move); got %v", got)
+	}
+	stuck = append(stuck, drainAt("free", "z0", 1, nil))
+	if got := strings.Join(admitted(Admit(stuck, zero, Limits{MaxParallel: 2})), " "); got != "free" {
+		t.Errorf("admitted %q, want only the drain with room", got)
+	}
+}
+
+func TestMaxParallel(t *testing.T) {
+	for _, tc := range []struct {
+		v        *intstr.IntOrString
+		governed int
+		want     int
+	}{
+		{nil, 50, 1},
+		{ptr(intstr.FromInt32(3)), 50, 3},
+		{ptr(intstr.FromString("10%")), 50, 5},
+		{ptr(intstr.FromString("10%")), 5, 1}, // rounds down, at least 1
+		{ptr(intstr.FromString("100%")), 7, 7},
+	} {
+		got, err := MaxParallel(tc.v, tc.governed)
+		if err != nil || got != tc.want {
+			t.Errorf("MaxParallel(%v, %d) = %d, %v; want %d", tc.v, tc.governed, got, err, tc.want)
+		}
+	}
+	if _, err := MaxParallel(ptr(intstr.FromString("ten")), 5); err == nil {
+		t.Error("a malformed percentage is accepted")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
