@@ -58,6 +58,17 @@ const (
 	ReasonUnmanaged      Reason = "Unmanaged"
 	ReasonLocalStorage   Reason = "LocalStorage"
 	ReasonEvictable      Reason = "Evictable"
+	// ReasonVacateLast: one of vacate's own pods waits until every other
+	// pod that must leave the node has left, so vacate finishes its work
+	// there before it moves itself.
+	ReasonVacateLast Reason = "VacateComponentLast"
+)
+
+// ComponentLabel marks vacate's own pods (controller, agent, providers'
+// agents): label app.kubernetes.io/part-of=vacate.
+const (
+	ComponentLabel = "app.kubernetes.io/part-of"
+	ComponentValue = "vacate"
 )
 
 // Rules are the pod rules of a DrainPolicy, resolved and defaulted.
@@ -133,7 +144,30 @@ func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now 
 		}
 		plan.Decisions = append(plan.Decisions, d)
 	}
+	plan.vacateLast()
 	return plan
+}
+
+// vacateLast holds vacate's own pods back while any other pod must still
+// leave: their evictions wait for the rest of the drain.
+func (p *Plan) vacateLast() {
+	others := false
+	for _, d := range p.Decisions {
+		if d.Action != Skip && d.Pod.Labels[ComponentLabel] != ComponentValue {
+			others = true
+			break
+		}
+	}
+	if !others {
+		return
+	}
+	for i, d := range p.Decisions {
+		if d.Action == Evict && d.Pod.Labels[ComponentLabel] == ComponentValue {
+			p.Decisions[i].Action, p.Decisions[i].Reason = Wait, ReasonVacateLast
+			p.Decisions[i].Detail = "vacate's own pod leaves after the node's other pods"
+			p.Decisions[i].PDBBlocked, p.Decisions[i].BlockingPDBs = false, nil
+		}
+	}
 }
 
 func decide(p *corev1.Pod, r Rules, now time.Time) Decision {

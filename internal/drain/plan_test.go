@@ -214,3 +214,33 @@ func TestForecastRoundsAndStuck(t *testing.T) {
 		t.Errorf("rounds with 1 eviction in flight = %d, want 3", f.Rounds)
 	}
 }
+
+func TestVacateComponentsLeaveLast(t *testing.T) {
+	ctl := testutil.Pod("vacate-controller-1").Namespace("vacate-system").OnNode("n1").OwnedBy("ReplicaSet", "vacate-controller-x").
+		Labels(ComponentLabel, ComponentValue).Obj()
+	web := testutil.Pod("web-1").Namespace("shop").OnNode("n1").OwnedBy("ReplicaSet", "web-x").Obj()
+	ds := testutil.Pod("agent-1").Namespace("shop").OnNode("n1").OwnedBy("DaemonSet", "agent").Obj()
+
+	plan := New([]*corev1.Pod{ctl, web, ds}, nil, Rules{}, now)
+	byPod := map[string]Decision{}
+	for _, d := range plan.Decisions {
+		byPod[d.Pod.Name] = d
+	}
+	if d := byPod["vacate-controller-1"]; d.Action != Wait || d.Reason != ReasonVacateLast {
+		t.Errorf("vacate's pod while web-1 must leave: %s %s, want Wait %s", d.Action, d.Reason, ReasonVacateLast)
+	}
+	if d := byPod["web-1"]; d.Action != Evict {
+		t.Errorf("web-1: %s, want Evict", d.Action)
+	}
+	if plan.Completed() {
+		t.Error("plan completed with vacate's own pod still on the node")
+	}
+	// Once the others are gone (the DaemonSet pod stays: it is skipped),
+	// vacate's pod is evicted.
+	plan = New([]*corev1.Pod{ctl, ds}, nil, Rules{}, now)
+	for _, d := range plan.Decisions {
+		if d.Pod.Name == "vacate-controller-1" && d.Action != Evict {
+			t.Errorf("vacate's pod alone: %s %s, want Evict", d.Action, d.Reason)
+		}
+	}
+}
