@@ -2,12 +2,14 @@ package nodedrain_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -17,8 +19,10 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // updateNode changes a node, retrying on conflicts.
@@ -267,3 +271,75 @@ func TestNodeDeletionDrainsFirst(t *testing.T) {
 		t.Errorf("node %s kept the finalizer after its policy turned to Orphan", later[0])
 	}
 }
+
+// TestVacatePodsLeaveLast: on a draining node, a pod of vacate's own
+// (app.kubernetes.io/part-of=vacate) is evicted only after the node's other
+// pods: the API server's audit log shows its eviction after theirs.
+func TestVacatePodsLeaveLast(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	pool := map[string]string{testLabel: "last"}
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "last", Count: 2, Labels: pool})
+	target := nodes[0]
+	ns := testenv.Namespace(t, e.c)
+	if err := devcluster.WaitForServiceAccount(ctx, e.c.Client, ns, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	onTarget := map[string]string{testLabel: "last", corev1.LabelHostname: target}
+	for _, name := range []string{"vacate-agent", "web"} {
+		dep := devcluster.Deployment(ns, name, 2)
+		dep.Spec.Template.Spec.NodeSelector = onTarget
+		if name == "vacate-agent" {
+			dep.Spec.Replicas = ptr(int32(1))
+			dep.Spec.Template.Labels[drain.ComponentLabel] = drain.ComponentValue
+		}
+		if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, e.c.Client, ns, labels.Everything(), 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Replacements may land on the other node of the pool.
+	for _, name := range []string{"vacate-agent", "web"} {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep, err := e.c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			dep.Spec.Template.Spec.NodeSelector = pool
+			_, err = e.c.Client.AppsV1().Deployments(ns).Update(ctx, dep, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	create(t, e, testutil.NodeDrain(target, "", "cli:test"))
+	e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+
+	events, err := devcluster.ReadAudit(e.c.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastOther, vacatePod time.Time
+	for _, ev := range events {
+		if ev.Verb != "create" || ev.ObjectRef == nil || ev.ObjectRef.Subresource != "eviction" || ev.ObjectRef.Namespace != ns ||
+			!ev.Succeeded() || ev.Received.Before(start) {
+			continue
+		}
+		if strings.HasPrefix(ev.ObjectRef.Name, "vacate-agent-") {
+			vacatePod = ev.Received
+		} else if ev.Received.After(lastOther) {
+			lastOther = ev.Received
+		}
+	}
+	if vacatePod.IsZero() || lastOther.IsZero() {
+		t.Fatalf("audit log lacks the evictions (vacate's pod %v, others %v)", vacatePod, lastOther)
+	}
+	if !vacatePod.After(lastOther) {
+		t.Errorf("vacate's own pod was evicted at %s, before the last other pod (%s)", vacatePod.Format(time.StampMicro), lastOther.Format(time.StampMicro))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
