@@ -19,10 +19,10 @@ import (
 )
 
 type cancelOptions struct {
-	flags     *genericclioptions.ConfigFlags
-	streams   Streams
-	selector  string
-	requester string
+	flags   *genericclioptions.ConfigFlags
+	streams Streams
+	targets
+	requester requesterFlag
 	wait      bool
 	timeout   time.Duration
 }
@@ -50,22 +50,21 @@ By default waits for the restore and shows it (--wait=false returns at once).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.selector, "selector", "l", "", "cancel for the nodes with these labels instead of naming them")
-	f.StringVar(&o.requester, "requester", "", "the requester name to withdraw (default: cli:<your user name>)")
+	o.targets.addFlag(f, "cancel for")
+	o.requester.addFlag(f, "the requester name to withdraw (default: cli:<your user name>)")
 	f.BoolVarP(&o.wait, "wait", "w", true, "wait for the restore and show it")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the restore (0: as long as it takes)")
 	return cmd
 }
 
 func (o *cancelOptions) run(ctx context.Context, args []string) error {
-	switch {
-	case len(args) == 0 && o.selector == "":
-		return argsError{"name the nodes whose drain to cancel, or pass --selector; see 'vacate cancel --help'"}
-	case len(args) > 0 && o.selector != "":
-		return argsError{"name the nodes or pass --selector, not both"}
-	case o.requester != "" && !validRequester.MatchString(o.requester):
-		return argsError{fmt.Sprintf("--requester %q: use letters, digits and . _ : @ / - (starting with a letter or digit)", o.requester)}
-	case o.timeout < 0:
+	if err := o.targets.check("cancel", "the nodes whose drain to cancel", args); err != nil {
+		return err
+	}
+	if err := o.requester.check(); err != nil {
+		return err
+	}
+	if o.timeout < 0 {
 		return argsError{fmt.Sprintf("--timeout %s: must not be negative", o.timeout)}
 	}
 	s, err := connect(ctx, o.flags)
@@ -76,11 +75,9 @@ func (o *cancelOptions) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	requester := o.requester
-	if requester == "" {
-		if requester, err = s.whoAmI(ctx, o.flags); err != nil {
-			return err
-		}
+	requester, err := o.requester.resolve(ctx, s, o.flags)
+	if err != nil {
+		return err
 	}
 	// Withdraw everywhere first, then wait for the restores together, so a
 	// slow restore never leaves later nodes requested.

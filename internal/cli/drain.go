@@ -20,14 +20,14 @@ import (
 )
 
 type drainOptions struct {
-	flags     *genericclioptions.ConfigFlags
-	streams   Streams
-	clock     clock.WithTicker
-	selector  string
+	flags   *genericclioptions.ConfigFlags
+	streams Streams
+	clock   clock.WithTicker
+	targets
 	reason    string
 	mode      string
 	policy    string
-	requester string
+	requester requesterFlag
 	wait      bool
 	timeout   time.Duration
 }
@@ -62,28 +62,28 @@ drains go on in the cluster).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.selector, "selector", "l", "", "drain the nodes with these labels (kubectl label selector syntax) instead of naming them")
+	o.targets.addFlag(f, "drain")
 	f.StringVar(&o.reason, "reason", "", "why, for people (a ticket, a change number); shown in status")
 	f.StringVar(&o.mode, "mode", "", "Maintenance (the node comes back) or Decommission (it goes away); default: the drain's current mode, Maintenance for a new one")
 	f.StringVar(&o.policy, "policy", "", "the DrainPolicy to apply (default: the policy named \"default\", else built-in defaults)")
-	f.StringVar(&o.requester, "requester", "", "your requester name on the NodeDrain (default: cli:<your user name as the API server knows it>)")
+	o.requester.addFlag(f, "your requester name on the NodeDrain (default: cli:<your user name as the API server knows it>)")
 	f.BoolVarP(&o.wait, "wait", "w", false, "show progress until the drains end")
 	f.DurationVar(&o.timeout, "timeout", 0, "with --wait, stop waiting after this long and exit 3 (0: wait as long as it takes); implies --wait")
 	return cmd
 }
 
 func (o *drainOptions) validate(args []string) error {
+	if err := o.targets.check("drain", "the nodes to drain", args); err != nil {
+		return err
+	}
+	if err := o.requester.check(); err != nil {
+		return err
+	}
 	switch {
-	case len(args) == 0 && o.selector == "":
-		return argsError{"name the nodes to drain, or pass --selector; see 'vacate drain --help'"}
-	case len(args) > 0 && o.selector != "":
-		return argsError{"name the nodes or pass --selector, not both"}
 	case o.mode != "" && o.mode != string(v1alpha1.ModeMaintenance) && o.mode != string(v1alpha1.ModeDecommission):
 		return argsError{fmt.Sprintf("--mode %q: must be Maintenance or Decommission", o.mode)}
 	case o.timeout < 0:
 		return argsError{fmt.Sprintf("--timeout %s: must not be negative", o.timeout)}
-	case o.requester != "" && !validRequester.MatchString(o.requester):
-		return argsError{fmt.Sprintf("--requester %q: use letters, digits and . _ : @ / - (starting with a letter or digit)", o.requester)}
 	}
 	return nil
 }
@@ -105,11 +105,9 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	requester := o.requester
-	if requester == "" {
-		if requester, err = s.whoAmI(ctx, o.flags); err != nil {
-			return err
-		}
+	requester, err := o.requester.resolve(ctx, s, o.flags)
+	if err != nil {
+		return err
 	}
 	for _, node := range nodes {
 		nd, err := o.request(ctx, s, node, requester)
@@ -146,14 +144,14 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 		return nil, s.explain(err, "reading NodeDrain "+node)
 	}
 	mode, policyName, reason := o.mode, o.policy, o.reason
-	if found && len(otherRequesters(existing, requester)) > 0 {
+	if others := otherRequesters(existing, requester); found && len(others) > 0 {
 		if mode != "" && mode != string(existing.Spec.Mode) {
 			return nil, fmt.Errorf("node %s is already being drained in mode %s for %s; drop --mode to join it, or ask them",
-				node, existing.Spec.Mode, strings.Join(otherRequesters(existing, requester), ", "))
+				node, existing.Spec.Mode, strings.Join(others, ", "))
 		}
 		if policyName != "" && policyName != existing.Spec.PolicyName {
 			return nil, fmt.Errorf("node %s is already being drained under policy %q for %s; drop --policy to join it, or ask them",
-				node, orDefault(existing.Spec.PolicyName), strings.Join(otherRequesters(existing, requester), ", "))
+				node, orDefault(existing.Spec.PolicyName), strings.Join(others, ", "))
 		}
 	}
 	if found {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/spf13/pflag"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -182,4 +183,47 @@ func (s *session) policyExists(ctx context.Context, name string) error {
 		return fmt.Errorf("DrainPolicy %q not found in %s; see 'kubectl get drainpolicies'", name, s.where)
 	}
 	return s.explain(err, "reading DrainPolicy "+name)
+}
+
+// targets are the nodes a command acts on: named on the command line, or
+// chosen by --selector.
+type targets struct{ selector string }
+
+// addFlag adds --selector; verb says what the command does to the nodes.
+func (t *targets) addFlag(f *pflag.FlagSet, verb string) {
+	f.StringVarP(&t.selector, "selector", "l", "", verb+" the nodes with these labels (kubectl label selector syntax) instead of naming them")
+}
+
+// check wants node names or --selector, not both; what is the usage hint
+// ("the nodes to drain").
+func (t targets) check(command, what string, args []string) error {
+	switch {
+	case len(args) == 0 && t.selector == "":
+		return argsError{fmt.Sprintf("name %s, or pass --selector; see 'vacate %s --help'", what, command)}
+	case len(args) > 0 && t.selector != "":
+		return argsError{"name the nodes or pass --selector, not both"}
+	}
+	return nil
+}
+
+// requesterFlag is --requester: the name the user requests drains under.
+type requesterFlag struct{ name string }
+
+func (r *requesterFlag) addFlag(f *pflag.FlagSet, usage string) {
+	f.StringVar(&r.name, "requester", "", usage)
+}
+
+func (r requesterFlag) check() error {
+	if r.name != "" && !validRequester.MatchString(r.name) {
+		return argsError{fmt.Sprintf("--requester %q: use letters, digits and . _ : @ / - (starting with a letter or digit)", r.name)}
+	}
+	return nil
+}
+
+// resolve is --requester, else cli:<the user the API server sees>.
+func (r requesterFlag) resolve(ctx context.Context, s *session, flags *genericclioptions.ConfigFlags) (string, error) {
+	if r.name != "" {
+		return r.name, nil
+	}
+	return s.whoAmI(ctx, flags)
 }

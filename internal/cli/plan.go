@@ -36,12 +36,12 @@ const (
 )
 
 type planOptions struct {
-	flags    *genericclioptions.ConfigFlags
-	streams  Streams
-	clock    clock.WithTicker
-	selector string
-	policy   string
-	output   string
+	flags   *genericclioptions.ConfigFlags
+	streams Streams
+	clock   clock.WithTicker
+	targets
+	policy string
+	output string
 }
 
 func newPlanCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
@@ -65,7 +65,7 @@ would run; and an estimate of how long the evictions take.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.selector, "selector", "l", "", "plan for the nodes with these labels instead of naming them")
+	o.targets.addFlag(f, "plan for")
 	f.StringVar(&o.policy, "policy", "", "plan with this DrainPolicy (default: the drain's own, else \"default\", else built-in defaults)")
 	f.StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: text)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
@@ -122,11 +122,10 @@ type Estimate struct {
 }
 
 func (o *planOptions) run(ctx context.Context, args []string) error {
+	if err := o.targets.check("plan", "the nodes to plan for", args); err != nil {
+		return err
+	}
 	switch {
-	case len(args) == 0 && o.selector == "":
-		return argsError{"name the nodes to plan for, or pass --selector; see 'vacate plan --help'"}
-	case len(args) > 0 && o.selector != "":
-		return argsError{"name the nodes or pass --selector, not both"}
 	case o.output != "" && o.output != "json" && o.output != "yaml":
 		return argsError{fmt.Sprintf("-o %q: must be json or yaml", o.output)}
 	}

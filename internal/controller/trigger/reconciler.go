@@ -17,6 +17,8 @@ package trigger
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -75,7 +77,7 @@ func Wanted(node *corev1.Node, t policy.Triggers) []v1alpha1.Requester {
 		switch {
 		case taint.Key == TaintKey && t.Taint:
 			out = append(out, v1alpha1.Requester{Name: RequesterTaint, Reason: "taint " + TaintKey + " (" + string(taint.Effect) + ")"})
-		case contains(t.ExternalTaints, taint.Key):
+		case slices.Contains(t.ExternalTaints, taint.Key):
 			out = append(out, v1alpha1.Requester{Name: requesterExternal + taint.Key, Reason: "taint " + taint.Key + " from outside vacate"})
 		}
 	}
@@ -147,7 +149,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	for _, have := range nd.Spec.Requesters {
-		if !IsTrigger(have.Name) || containsRequester(wanted, have.Name) {
+		if !IsTrigger(have.Name) || slices.ContainsFunc(wanted, func(w v1alpha1.Requester) bool { return w.Name == have.Name }) {
 			continue
 		}
 		log.Info("withdrawing a trigger's drain request", "node", req.Name, "requester", have.Name)
@@ -194,7 +196,8 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("trigger").
 		For(&corev1.Node{}, builder.WithPredicates(triggerFieldsChanged())).
-		Watches(&v1alpha1.DrainPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes)).
+		Watches(&v1alpha1.DrainPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})). // not on status writes
 		Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.NodeDrain).Spec.NodeName}}}
 		}), builder.WithPredicates(predicate.Funcs{
@@ -218,7 +221,7 @@ func triggerFieldsChanged() predicate.Predicate {
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
 			controllerutil.ContainsFinalizer(o, FinalizerDrain) != controllerutil.ContainsFinalizer(n, FinalizerDrain) ||
 			taintKeys(o) != taintKeys(n) ||
-			!equalLabels(o.Labels, n.Labels) ||
+			!maps.Equal(o.Labels, n.Labels) ||
 			o.Annotations[nodedrain.AnnotationCordonedBy] != n.Annotations[nodedrain.AnnotationCordonedBy]
 	}}
 }
@@ -242,36 +245,6 @@ func taintKeys(n *corev1.Node) string {
 	}
 	sort.Strings(keys)
 	return strings.Join(keys, ",")
-}
-
-func equalLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func containsRequester(list []v1alpha1.Requester, name string) bool {
-	for _, r := range list {
-		if r.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // dedupe drops repeated names (a taint key with two effects), keeping the
