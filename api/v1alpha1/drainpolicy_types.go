@@ -35,7 +35,50 @@ type DrainPolicySpec struct {
 	// HTTPHooks allows the HTTP evacuation protocol for annotated pods.
 	// +optional
 	HTTPHooks HTTPHooks `json:"httpHooks,omitempty"`
+
+	// Schedule limits when new drains start: outside its windows, requested
+	// drains wait (a drain already running goes on). Unset: any time.
+	// +optional
+	Schedule *Schedule `json:"schedule,omitempty"`
 }
+
+// Schedule is a set of maintenance windows in one time zone.
+type Schedule struct {
+	// TimeZone is an IANA time zone name, such as Europe/Berlin, in which
+	// the windows' days and hours are read. Default UTC.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+	// Windows are the times new drains may start.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Windows []MaintenanceWindow `json:"windows"`
+}
+
+// MaintenanceWindow opens at Start on each of Days and closes at End.
+// +kubebuilder:validation:XValidation:rule="self.start != self.end",message="start and end are the same time: the window would be empty (a whole day is 00:00 to 24:00)"
+type MaintenanceWindow struct {
+	// Days the window opens on; empty means every day.
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=set
+	// +optional
+	Days []Weekday `json:"days,omitempty"`
+	// Start is the opening time, "HH:MM" on a 24-hour clock.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	// +kubebuilder:validation:MaxLength=5
+	Start string `json:"start"`
+	// End is the closing time, "HH:MM", or "24:00" for midnight at the end
+	// of the day. An end before the start closes the window on the next day
+	// (22:00 to 04:00 runs over midnight).
+	// +kubebuilder:validation:Pattern=`^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$`
+	// +kubebuilder:validation:MaxLength=5
+	End string `json:"end"`
+}
+
+// Weekday is a day of the week, in three letters.
+// +kubebuilder:validation:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+type Weekday string
 
 // Triggers are the signals that request a drain of a governed node.
 type Triggers struct {
@@ -93,6 +136,14 @@ type Concurrency struct {
 	// +listMapKey=topologyKey
 	// +optional
 	MaxUnavailablePerTopologyKey []TopologyLimit `json:"maxUnavailablePerTopologyKey,omitempty"`
+	// BatchWindow is how long a requested drain waits for others to be
+	// requested with it. Every drain requested in the window is cordoned
+	// before any of them evicts a pod, so evicted pods never land on a node
+	// about to be drained. Default 2s; 0s starts drains as soon as they are
+	// admitted.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 2s or 1m"
+	// +optional
+	BatchWindow *metav1.Duration `json:"batchWindow,omitempty"`
 }
 
 // PodPolicy says what to do with each kind of pod on a draining node.

@@ -154,6 +154,16 @@ type NodeDrainStatus struct {
 	// +optional
 	Hooks []HookStatus `json:"hooks,omitempty"`
 
+	// RequestTime is when the drain was requested: when its first requester
+	// arrived, or came back after the drain was undone. Admission takes
+	// drains in this order.
+	// +optional
+	RequestTime *metav1.Time `json:"requestTime,omitempty"`
+	// QueuePosition is the drain's place in its policy's admission queue
+	// (1 is next) while it waits; the Admitted condition says why.
+	// +optional
+	QueuePosition int32 `json:"queuePosition,omitempty"`
+
 	// StartTime is when the drain was first admitted.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
@@ -168,6 +178,8 @@ type NodeDrainStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=nd,categories=vacate
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Admitted",type=string,JSONPath=`.status.conditions[?(@.type=="Admitted")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=1
 // +kubebuilder:printcolumn:name="Evicted/Total",type=string,JSONPath=`.status.progress`
 // +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.blocked`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

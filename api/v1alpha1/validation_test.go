@@ -118,7 +118,14 @@ func TestDrainPolicyValidation(t *testing.T) {
 		t.Errorf("defaults not applied: pods %+v, onTimeout %q, maxParallelEvictionsPerNode %d",
 			good.Spec.Pods, good.Spec.Timeouts.OnTimeout, good.Spec.Concurrency.MaxParallelEvictionsPerNode)
 	}
-	three := policy("three", func(s *v1alpha1.DrainPolicySpec) { s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromInt32(3)) })
+	three := policy("three", func(s *v1alpha1.DrainPolicySpec) {
+		s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromInt32(3))
+		s.Concurrency.BatchWindow = &metav1.Duration{Duration: 5e9}
+		s.Schedule = &v1alpha1.Schedule{TimeZone: "Europe/Berlin", Windows: []v1alpha1.MaintenanceWindow{
+			{Days: []v1alpha1.Weekday{"Sat", "Sun"}, Start: "00:00", End: "24:00"},
+			{Start: "22:00", End: "04:30"},
+		}}
+	})
 	if err := cl.Create(ctx, three); err != nil {
 		t.Fatalf("maxParallelNodes 3 rejected: %v", err)
 	}
@@ -147,9 +154,23 @@ func TestDrainPolicyValidation(t *testing.T) {
 			`Unsupported value: "Drop"`},
 		{"zero grace period", func(s *v1alpha1.DrainPolicySpec) { s.Pods.GracePeriodOverride = ptr.To[int64](0) },
 			"should be greater than or equal to 1"},
+		{"window hour 25", func(s *v1alpha1.DrainPolicySpec) { s.Schedule = window(nil, "25:00", "04:00") },
+			`spec.schedule.windows[0].start: Invalid value: "25:00"`},
+		{"window end without minutes", func(s *v1alpha1.DrainPolicySpec) { s.Schedule = window(nil, "22:00", "4") },
+			`spec.schedule.windows[0].end: Invalid value: "4"`},
+		{"empty window", func(s *v1alpha1.DrainPolicySpec) { s.Schedule = window(nil, "10:00", "10:00") },
+			"start and end are the same time: the window would be empty"},
+		{"unknown day", func(s *v1alpha1.DrainPolicySpec) { s.Schedule = window([]v1alpha1.Weekday{"Monday"}, "10:00", "12:00") },
+			`Unsupported value: "Monday"`},
+		{"no windows", func(s *v1alpha1.DrainPolicySpec) { s.Schedule = &v1alpha1.Schedule{TimeZone: "UTC"} },
+			"spec.schedule.windows"},
 	} {
 		wantRejected(t, tc.name, cl.Create(ctx, policy("bad", tc.mutate)), tc.msg)
 	}
+}
+
+func window(days []v1alpha1.Weekday, start, end string) *v1alpha1.Schedule {
+	return &v1alpha1.Schedule{Windows: []v1alpha1.MaintenanceWindow{{Days: days, Start: start, End: end}}}
 }
 
 // TestDrainPolicyRejectsMalformedDuration sends raw JSON, since a typed

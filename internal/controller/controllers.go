@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -24,7 +25,15 @@ type Options struct {
 	// EvictionQPS and EvictionBurst bound the rate of eviction calls.
 	EvictionQPS   float64
 	EvictionBurst int
-	Clock         clock.WithTicker
+	// Clock drives every controller; tests may pass one whose time they move.
+	Clock Clock
+}
+
+// Clock is what the controllers need of a clock: tickers for the eviction
+// queue, timers for waking drains when a maintenance window opens.
+type Clock interface {
+	clock.WithTicker
+	AfterFunc(d time.Duration, f func()) clock.Timer
 }
 
 // controllerSetup registers one controller.

@@ -37,6 +37,22 @@ var (
 		Name: "vacate_pods_blocked",
 		Help: "Pods that hold a drain up now, by reason.",
 	}, []string{LabelReason})
+	// DrainsQueued is the number of requested drains waiting for admission, by reason.
+	DrainsQueued = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vacate_drains_queued",
+		Help: "Requested drains waiting for admission now, by reason (WaitingForSlot, WaitingForZone, WaitingForPDBHeadroom, WaitingForBatch, OutsideMaintenanceWindow, InvalidSchedule).",
+	}, []string{LabelReason})
+	// Admissions counts drains admitted.
+	Admissions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "vacate_drain_admissions_total",
+		Help: "Drains admitted to start.",
+	})
+	// QueueWait observes the time from a drain's request to its admission.
+	QueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "vacate_drain_queue_wait_seconds",
+		Help:    "Time from a drain's request to its admission.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 16),
+	})
 )
 
 var registerOnce sync.Once
@@ -45,6 +61,6 @@ var registerOnce sync.Once
 // nothing.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked)
+		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait)
 	})
 }

@@ -17,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
 // DefaultEvictionsPerNode bounds the evictions in flight per node when the
@@ -45,6 +47,29 @@ type Policy struct {
 	PerNode int
 	// Triggers are the signals that request a drain of the node.
 	Triggers Triggers
+	// Admission bounds how many of the policy's drains run at once, and when.
+	Admission Admission
+}
+
+// DefaultBatchWindow is how long a requested drain waits for others to be
+// requested with it, when the policy does not say.
+const DefaultBatchWindow = 2 * time.Second
+
+// Admission is a policy's concurrency and schedule, resolved.
+type Admission struct {
+	// MaxParallelNodes is the policy's maxParallelNodes (nil: 1); a
+	// percentage needs the number of governed nodes (schedule.MaxParallel).
+	MaxParallelNodes *intstr.IntOrString
+	// Topology limits the domains with running drains per node label.
+	Topology []schedule.TopologyLimit
+	// BatchWindow: drains requested within it are cordoned together before
+	// any of them evicts.
+	BatchWindow time.Duration
+	// Windows are the maintenance windows; the zero value is any time.
+	Windows schedule.Windows
+	// ScheduleErr says why the schedule cannot be read; no drain of the
+	// policy is admitted while it is set.
+	ScheduleErr error
 }
 
 // Triggers are a policy's drain triggers, resolved.
@@ -224,6 +249,14 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 	if s.Timeouts.Drain != nil {
 		p.DrainTimeout = s.Timeouts.Drain.Duration
 	}
+	p.Admission = Admission{MaxParallelNodes: s.Concurrency.MaxParallelNodes, BatchWindow: DefaultBatchWindow}
+	if s.Concurrency.BatchWindow != nil {
+		p.Admission.BatchWindow = s.Concurrency.BatchWindow.Duration
+	}
+	for _, l := range s.Concurrency.MaxUnavailablePerTopologyKey {
+		p.Admission.Topology = append(p.Admission.Topology, schedule.TopologyLimit{Key: l.TopologyKey, MaxUnavailable: int(l.MaxUnavailable)})
+	}
+	p.Admission.Windows, p.Admission.ScheduleErr = schedule.ParseSchedule(s.Schedule)
 	if s.Pods.SkipSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(s.Pods.SkipSelector)
 		if err != nil {

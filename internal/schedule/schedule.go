@@ -8,9 +8,10 @@
 //   - at most MaxParallel drains run at once (admitted ones count);
 //   - per topology key (for example the zone), at most MaxUnavailable
 //     domains have running drains;
-//   - drains whose pods' PDBs have headroom go first; a drain whose pods a
-//     PDB could not let go now waits while another drain runs (it would
-//     hold a slot and a cordoned node and evict nothing);
+//   - drains whose pods' PDBs have headroom go first, counting the
+//     disruptions the running drains still need; a drain whose pods a PDB
+//     could not let go now waits while another drain runs (it would hold a
+//     slot and evict nothing, and compete for the PDB with the running one);
 //   - otherwise first requested, first admitted.
 package schedule
 
@@ -39,8 +40,9 @@ type Drain struct {
 	Requested time.Time
 	// Admitted is set for drains already running.
 	Admitted bool
-	// PDBs are, per PDB (namespace/name) guarding pods that must leave the
-	// node, how many of those pods it guards.
+	// PDBs are, per PDB (namespace/name) guarding pods that must still leave
+	// the node, how many of those pods it guards. For a running drain these
+	// are the disruptions it will still need.
 	PDBs map[string]int
 }
 
@@ -105,6 +107,9 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 		running++
 		for key, vals := range domains {
 			vals[d.Topology[key]] = true
+		}
+		for name, n := range d.PDBs { // its pods still to go will take that room
+			allowed[name] -= n
 		}
 	}
 	headroom := func(d Drain) bool {

@@ -100,6 +100,22 @@ func TestAdmitPDBAwareAvoidsDeadlock(t *testing.T) {
 		t.Errorf("queue %v: n2 and n3 must wait for PDB room while n1 runs", w)
 	}
 
+	// A running drain still needs PDB a's one disruption: n2 waits for it,
+	// though the PDB allows one now; n3 (PDB b) starts.
+	running := []Drain{
+		drainAt("n1", "z0", 0, map[string]int{"shop/a": 1}),
+		drainAt("n2", "z0", 1, map[string]int{"shop/a": 1}),
+		drainAt("n3", "z0", 2, map[string]int{"shop/b": 1}),
+	}
+	running[0].Admitted = true
+	vs = Admit(running, pdbs, Limits{MaxParallel: 3})
+	if got := strings.Join(admitted(vs), " "); got != "n3" {
+		t.Errorf("admitted %q next to a running drain that needs PDB a, want n3", got)
+	}
+	if w := waitingFor(vs); w["n2"] != WaitingForPDBHeadroom {
+		t.Errorf("queue %v: n2 must wait for the room the running drain needs", w)
+	}
+
 	// A PDB already at 0: its node starts only when nothing else runs.
 	zero := []*policyv1.PodDisruptionBudget{testutil.PDB("shop", "a", "a", 0, 0)}
 	stuck := []Drain{drainAt("s", "z0", 0, map[string]int{"shop/a": 1})}

@@ -15,7 +15,7 @@ import (
 )
 
 // DrainClient installs vacate's CRDs in the cluster and returns a client
-// that knows vacate's kinds and the built-in ones.
+// that knows vacate's kinds and the built-in ones (a client.WithWatch).
 func DrainClient(t testing.TB, c *devcluster.Cluster) client.Client {
 	t.Helper()
 	if err := devcluster.InstallCRDs(Context(t), c.RESTConfig); err != nil {
@@ -25,7 +25,7 @@ func DrainClient(t testing.TB, c *devcluster.Cluster) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
+	cl, err := client.NewWithWatch(c.RESTConfig, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +51,16 @@ func WaitForDrain(t testing.TB, cl client.Client, name, what string, timeout tim
 }
 
 // Controller installs vacate's CRDs, runs the vacate controller in process
-// until the test ends, and returns a client for vacate's kinds.
-func Controller(t testing.TB, c *devcluster.Cluster) client.Client {
+// until the test ends, and returns a client for vacate's kinds. tune may
+// change the controller's options (a test's clock).
+func Controller(t testing.TB, c *devcluster.Cluster, tune ...func(*operator.Options)) client.Client {
 	t.Helper()
 	cl := DrainClient(t, c)
-	stop, err := operator.Start(context.Background(), c.RESTConfig, operator.InProcessOptions())
+	opts := operator.InProcessOptions()
+	for _, f := range tune {
+		f(&opts)
+	}
+	stop, err := operator.Start(context.Background(), c.RESTConfig, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

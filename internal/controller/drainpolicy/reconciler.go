@@ -27,6 +27,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/policy"
+	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
 // Condition types and reasons on a DrainPolicy.
@@ -96,7 +97,11 @@ func (r *Reconciler) report(dp *v1alpha1.DrainPolicy, policies []v1alpha1.DrainP
 		}
 		own = sel
 	}
-	set(ConditionValid, metav1.ConditionTrue, ReasonValid, "the nodeSelector is valid")
+	if _, err := schedule.ParseSchedule(dp.Spec.Schedule); err != nil {
+		set(ConditionValid, metav1.ConditionFalse, schedule.InvalidSchedule, fmt.Sprintf("spec.%v; no drain under this policy is admitted until it is fixed", err))
+	} else {
+		set(ConditionValid, metav1.ConditionTrue, ReasonValid, "the nodeSelector and schedule are valid")
+	}
 
 	governed := int32(0)
 	shared := map[string][]string{} // other policy -> nodes both select

@@ -26,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
@@ -68,22 +70,25 @@ const conflictRetry = 100 * time.Millisecond
 // caches that passes refill.
 type Reconciler struct {
 	Client    ctrl.Client
-	Clock     clock.PassiveClock
+	Clock     clock.WithDelayedExecution
 	Events    events.EventRecorder
 	Evictions *eviction.Queue
 
 	refusals refusalCache
-	blocked  blockedGauge
+	queue    admissions
+	blocked  reasonGauge // vacate_pods_blocked
+	queued   reasonGauge // vacate_drains_queued
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
 	Wake chan event.GenericEvent
 }
 
 // NewReconciler wires a reconciler to its eviction queue: every outcome
 // updates the refusal cache and wakes the node's drain.
-func NewReconciler(c ctrl.Client, clk clock.PassiveClock, rec events.EventRecorder, newQueue func(onOutcome func(eviction.Outcome)) *eviction.Queue) *Reconciler {
-	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
+func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, newQueue func(onOutcome func(eviction.Outcome)) *eviction.Queue) *Reconciler {
+	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024), queue: newAdmissions()}
 	r.refusals.m = map[types.UID]refusal{}
-	r.blocked.byDrain = map[string]map[string]int{}
+	r.blocked = newReasonGauge(metrics.PodsBlocked)
+	r.queued = newReasonGauge(metrics.DrainsQueued)
 	r.Evictions = newQueue(r.onOutcome)
 	return r
 }
@@ -225,10 +230,15 @@ func (c *refusalCache) record(o eviction.Outcome) {
 func (r *Reconciler) onOutcome(o eviction.Outcome) {
 	metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
 	r.refusals.record(o)
-	ev := event.GenericEvent{Object: &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: o.Node}}}
+	r.wake(o.Node)
+}
+
+// wake queues a pass of the named drain.
+func (r *Reconciler) wake(name string) {
+	ev := event.GenericEvent{Object: &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name}}}
 	select {
 	case r.Wake <- ev:
-	default: // a wake-up is already pending; the resync covers the rest
+	default: // the channel is full of wake-ups; the resync covers the rest
 	}
 }
 
@@ -257,18 +267,25 @@ func (r *Reconciler) pdbs(ctx context.Context) ([]*policyv1.PodDisruptionBudget,
 	return out, nil
 }
 
-// blockedGauge keeps vacate_pods_blocked{reason} as the sum over drains.
-type blockedGauge struct {
+// reasonGauge keeps a gauge by reason as the sum over drains, such as
+// vacate_pods_blocked{reason} and vacate_drains_queued{reason}.
+type reasonGauge struct {
 	mu      sync.Mutex
+	vec     *prometheus.GaugeVec
 	byDrain map[string]map[string]int
 }
 
-func (g *blockedGauge) set(drainName string, blockers []v1alpha1.Blocker) {
+func newReasonGauge(vec *prometheus.GaugeVec) reasonGauge {
+	return reasonGauge{vec: vec, byDrain: map[string]map[string]int{}}
+}
+
+// set replaces a drain's reasons (none clears it) and republishes the sums.
+func (g *reasonGauge) set(drainName string, reasons ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	counts := map[string]int{}
-	for _, b := range blockers {
-		counts[b.Reason]++
+	for _, r := range reasons {
+		counts[r]++
 	}
 	if len(counts) == 0 {
 		delete(g.byDrain, drainName)
@@ -281,8 +298,8 @@ func (g *blockedGauge) set(drainName string, blockers []v1alpha1.Blocker) {
 			total[reason] += n
 		}
 	}
-	metrics.PodsBlocked.Reset()
+	g.vec.Reset()
 	for reason, n := range total {
-		metrics.PodsBlocked.WithLabelValues(reason).Set(float64(n))
+		g.vec.WithLabelValues(reason).Set(float64(n))
 	}
 }

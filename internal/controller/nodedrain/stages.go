@@ -94,17 +94,6 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	return reconcile.Result{}, nil
 }
 
-// admit lets the drain start. Scheduling many drains within a budget comes
-// with the triggers and policies; until then every drain is admitted.
-func (r *Reconciler) admit(_ context.Context, s *scope) (reconcile.Result, error) {
-	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, "the drain may proceed")
-	if s.drain.Status.StartTime == nil {
-		s.drain.Status.StartTime = &metav1.Time{Time: s.now}
-		s.log.Info("starting drain", "node", s.drain.Spec.NodeName, "policy", s.policy.Name)
-	}
-	return reconcile.Result{}, nil
-}
-
 // cordon marks the node unschedulable, recording that vacate did it; a node
 // someone else cordoned is left as it is and never uncordoned by vacate.
 func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, error) {
@@ -219,7 +208,11 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		blockers = blockers[:maxBlockers]
 	}
 	st.Blockers = blockers
-	r.blocked.set(s.drain.Name, blockers)
+	reasons := make([]string, 0, len(blockers))
+	for _, b := range blockers {
+		reasons = append(reasons, b.Reason)
+	}
+	r.blocked.set(s.drain.Name, reasons...)
 
 	if plan.Completed() {
 		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionTrue, ReasonAllEvicted, plan.ConditionMessage())
@@ -371,7 +364,9 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		nd.Status.Phase != v1alpha1.PhaseRestoring
 	nd.Status.Phase = v1alpha1.PhaseRestoring
 	dropped := r.Evictions.ForgetNode(nd.Spec.NodeName)
-	r.blocked.set(nd.Name, nil)
+	r.blocked.set(nd.Name)
+	r.queued.set(nd.Name)
+	r.queue.forget(nd)
 
 	node := &corev1.Node{}
 	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
@@ -415,8 +410,9 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	// A requester that returns starts a new drain, counted from zero.
 	nd.Status.Blockers, nd.Status.Blocked = nil, 0
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
-	nd.Status.StartTime, nd.Status.CompletionTime = nil, nil
+	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
 	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonRestored, "no requester is left; vacate undid its changes")
+	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
 	if err := r.patchFinalizer(ctx, nd, controllerutil.RemoveFinalizer); err != nil {

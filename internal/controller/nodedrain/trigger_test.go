@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -290,7 +291,7 @@ func TestVacatePodsLeaveLast(t *testing.T) {
 		dep := devcluster.Deployment(ns, name, 2)
 		dep.Spec.Template.Spec.NodeSelector = onTarget
 		if name == "vacate-agent" {
-			dep.Spec.Replicas = ptr(int32(1))
+			dep.Spec.Replicas = ptr.To(int32(1))
 			dep.Spec.Template.Labels[drain.ComponentLabel] = drain.ComponentValue
 		}
 		if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
@@ -341,5 +342,3 @@ func TestVacatePodsLeaveLast(t *testing.T) {
 		t.Errorf("vacate's own pod was evicted at %s, before the last other pod (%s)", vacatePod.Format(time.StampMicro), lastOther.Format(time.StampMicro))
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
