@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
@@ -314,12 +315,37 @@ func TestDrainTimeoutExplainAndCancel(t *testing.T) {
 		}
 	}
 
-	out = alice.must(ExitOK, "cancel", target)
+	// Under the built-in policy one node drains at a time: a second drain
+	// queues behind the stuck one, and status and explain say so.
+	other := nodes[0]
+	if other == target {
+		other = nodes[1]
+	}
+	alice.must(ExitOK, "drain", other)
+	queued := regexp.MustCompile(`(?m)^` + other + `\s+Queued #1 WaitingForSlot\s`)
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, out, _ := alice.vacate("status")
+		return queued.MatchString(out), nil
+	})
+	if err != nil {
+		t.Errorf("status never showed %s queued behind the running drain", other)
+	}
+	out = alice.must(ExitOK, "explain", other)
+	for _, want := range []string{"not admitted: queued at position 1: 1 of 1 drains run at once (maxParallelNodes)",
+		"it starts when a running drain of the same policy ends"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain of the queued drain lacks %q", want)
+		}
+	}
+
+	out = alice.must(ExitOK, "cancel", target, other)
 	if !strings.Contains(out, "node/"+target+": restored: schedulable again") {
 		t.Errorf("cancel does not show the restore")
 	}
-	if getNode(t, c, target).Spec.Unschedulable {
-		t.Error("node still cordoned after cancel")
+	for _, n := range []string{target, other} {
+		if getNode(t, c, n).Spec.Unschedulable {
+			t.Errorf("node %s still cordoned after cancel", n)
+		}
 	}
 }
 

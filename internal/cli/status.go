@@ -150,6 +150,7 @@ type drainPrinter struct {
 	clock  clock.WithTicker
 	format string
 	single bool
+	watch  bool
 	cols   *columns
 	// printer prints objects for -o json|yaml.
 	printer printers.ResourcePrinter
@@ -157,7 +158,7 @@ type drainPrinter struct {
 }
 
 func (o *statusOptions) printer(single bool) *drainPrinter {
-	return &drainPrinter{out: o.streams.Out, clock: o.clock, format: o.output, single: single && !o.watch,
+	return &drainPrinter{out: o.streams.Out, clock: o.clock, format: o.output, single: single && !o.watch, watch: o.watch,
 		cols: &columns{}, listed: map[string]string{}}
 }
 
@@ -199,7 +200,9 @@ func (p *drainPrinter) list(drains []v1alpha1.NodeDrain) error {
 	for i := range drains {
 		rows = append(rows, p.fields(&drains[i]))
 	}
-	p.cols.fit([]string{"", string(v1alpha1.PhaseEvacuating)}) // the longest phase, for --watch
+	if p.watch { // rows printed later line up with the table
+		p.cols.fit([]string{"", "Queued #10 WaitingForPDBHeadroom"})
+	}
 	for _, r := range rows {
 		p.cols.fit(r)
 	}
@@ -266,11 +269,7 @@ func (p *drainPrinter) objectPrinter() printers.ResourcePrinter {
 // fields are a drain's table cells.
 func (p *drainPrinter) fields(nd *v1alpha1.NodeDrain) []string {
 	now := p.clock.Now()
-	phase := string(nd.Status.Phase)
-	if phase == "" {
-		phase = string(v1alpha1.PhasePending)
-	}
-	fields := []string{nd.Name, phase, fmt.Sprintf("%d/%d", nd.Status.Evicted, nd.Status.Total),
+	fields := []string{nd.Name, phaseCell(nd), fmt.Sprintf("%d/%d", nd.Status.Evicted, nd.Status.Total),
 		fmt.Sprint(nd.Status.Blocked), requesterList(nd), progress.Duration(now.Sub(nd.CreationTimestamp.Time))}
 	if p.format == "wide" {
 		took := "-"
@@ -288,6 +287,24 @@ func (p *drainPrinter) fields(nd *v1alpha1.NodeDrain) []string {
 		fields = append(fields, string(nd.Spec.Mode), policy, took, why(nd))
 	}
 	return fields
+}
+
+// phaseCell is the drain's phase; for a drain waiting for admission,
+// "Queued", its place in the queue and the reason, such as
+// "Queued #2 WaitingForSlot".
+func phaseCell(nd *v1alpha1.NodeDrain) string {
+	phase := string(nd.Status.Phase)
+	if phase == "" {
+		phase = string(v1alpha1.PhasePending)
+	}
+	c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
+	if nd.Status.Phase != v1alpha1.PhasePending || c == nil || c.Status != "False" || len(nd.Spec.Requesters) == 0 {
+		return phase
+	}
+	if nd.Status.QueuePosition > 0 {
+		return fmt.Sprintf("Queued #%d %s", nd.Status.QueuePosition, c.Reason)
+	}
+	return "Queued " + c.Reason
 }
 
 // why is the one thing that holds the drain, or "-".

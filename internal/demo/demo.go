@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -207,6 +208,12 @@ func (d *demo) setup(ctx context.Context) ([]string, error) {
 	}
 	if err := devcluster.WaitForNodesReady(ctx, cs, nodes, time.Minute); err != nil {
 		return nil, err
+	}
+	d.step("creating DrainPolicy default: 2 nodes at a time, in PDB-aware order, drains requested together cordoned together")
+	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultPolicyName},
+		Spec: v1alpha1.DrainPolicySpec{Concurrency: v1alpha1.Concurrency{MaxParallelNodes: ptr.To(intstr.FromInt32(2))}}}
+	if err := d.cl.Create(ctx, dp); err != nil {
+		return nil, fmt.Errorf("creating DrainPolicy default: %w", err)
 	}
 	d.step("creating namespace %s: Deployments web (12, PDB maxUnavailable 1) and api (6, PDB minAvailable 50%%), "+
 		"StatefulSet db (3, PDB minAvailable 3: tight), DaemonSet agent, Job report (2 pods)", ns)

@@ -18,6 +18,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
 // Input is what the explanation reads.
@@ -119,6 +120,21 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 		case nodedrain.ReasonAmbiguousPolicy:
 			fix = "narrow the policies' nodeSelectors so exactly one selects the node ('kubectl get drainpolicies' shows the Overlapping condition), " +
 				"or cancel and request again with --policy NAME"
+		case schedule.WaitingForSlot:
+			fix = "nothing to do: it starts when a running drain of the same policy ends ('vacate status' shows the queue); " +
+				"to run more at once, raise the policy's concurrency.maxParallelNodes"
+		case schedule.WaitingForZone:
+			fix = "nothing to do: it starts when the drains in the other topology domain end; " +
+				"to drain more domains at once, raise the policy's concurrency.maxUnavailablePerTopologyKey"
+		case schedule.WaitingForPDBHeadroom:
+			fix = "nothing to do while other drains run: it starts when its pods' PDBs have room, or when it is the only drain left; " +
+				"'vacate plan " + nd.Spec.NodeName + "' shows the PDBs"
+		case nodedrain.WaitingForBatch:
+			fix = "nothing to do: drains requested together are all cordoned before any eviction (the policy's concurrency.batchWindow)"
+		case schedule.OutsideWindow:
+			fix = "wait for the window, or request the drain under a policy without a schedule (--policy NAME)"
+		case schedule.InvalidSchedule:
+			fix = "fix the policy's schedule ('kubectl get drainpolicy -o yaml' shows the Valid condition)"
 		}
 		out = append(out, Finding{Subject: subject, Cause: "not admitted: " + c.Message, Fix: fix, Since: c.LastTransitionTime.Time})
 	}

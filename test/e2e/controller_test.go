@@ -408,11 +408,15 @@ func TestMetricsAndProbes(t *testing.T) {
 			t.Errorf("%s answered %d", path, code)
 		}
 	}
+	// The controller counts a transition right after writing it, so a
+	// client can see Drained a moment before the counter moves.
+	waitMetric(t, metricsAddr, `vacate_drains_total{result="Drained"} 1`)
 	code, body := get(t, "http://"+metricsAddr+"/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics answered %d", code)
 	}
 	want := []string{
+		`vacate_drain_admissions_total 1`,
 		`vacate_drains_total{result="Drained"} 1`,
 		fmt.Sprintf(`vacate_evictions_total{result="Evicted"} %d`, nd.Status.Evicted),
 		"vacate_drain_duration_seconds_count 1",
@@ -424,6 +428,9 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 	if strings.Contains(body, "vacate_pods_blocked{") {
 		t.Errorf("/metrics still reports blocked pods after the drain finished")
+	}
+	if strings.Contains(body, "vacate_drains_queued{") {
+		t.Errorf("/metrics still reports a queued drain after the drain was admitted")
 	}
 	guard.Check(t)
 }
