@@ -55,6 +55,9 @@ func (e unknownNodeError) Error() string {
 type permissionError struct {
 	doing string
 	cause *apierrors.StatusError
+	// need says what to do instead of binding vacate-user, for commands
+	// that need more than it (uninstall).
+	need string
 }
 
 func (e permissionError) Error() string {
@@ -62,8 +65,11 @@ func (e permissionError) Error() string {
 	if _, after, ok := strings.Cut(msg, "is forbidden: "); ok {
 		msg = after
 	}
-	return fmt.Sprintf("permission denied while %s: %s; ask a cluster admin to bind the ClusterRole vacate-user to you "+
-		"('vacate manifests user-role' prints it)", e.doing, msg)
+	need := e.need
+	if need == "" {
+		need = "ask a cluster admin to bind the ClusterRole vacate-user to you ('vacate manifests user-role' prints it)"
+	}
+	return fmt.Sprintf("permission denied while %s: %s; %s", e.doing, msg, need)
 }
 
 func (e permissionError) Unwrap() error { return e.cause }

@@ -46,6 +46,22 @@ type session struct {
 // request, that the cluster answers and serves vacate's API. The errors say
 // what to do: point at the cluster, start it, or install the CRDs.
 func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*session, error) {
+	s, err := dial(flags)
+	if err != nil {
+		return nil, err
+	}
+	served, err := s.servesVacate()
+	switch {
+	case err != nil:
+		return nil, err
+	case !served:
+		return nil, missingCRDsError{where: s.where}
+	}
+	return s, nil
+}
+
+// dial builds clients from the flags, without a request.
+func dial(flags *genericclioptions.ConfigFlags) (*session, error) {
 	raw, err := flags.ToRawKubeConfigLoader().RawConfig()
 	if err != nil {
 		return nil, noConfigError{err: err}
@@ -74,14 +90,20 @@ func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*sessio
 	if s.client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("building a client for %s: %w", s.where, err)
 	}
-	_, err = s.clientset.Discovery().ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	return s, nil
+}
+
+// servesVacate asks, with one discovery request, whether the cluster
+// answers and serves vacate's API (the CRDs are installed).
+func (s *session) servesVacate() (bool, error) {
+	_, err := s.clientset.Discovery().ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, missingCRDsError{where: s.where}
+		return false, nil
 	case err != nil:
-		return nil, s.explain(err, "checking for vacate's API")
+		return false, s.explain(err, "checking for vacate's API")
 	}
-	return s, nil
+	return true, nil
 }
 
 // node reads a node, with a clear error when it does not exist.

@@ -91,6 +91,7 @@ did when a drain is cancelled.`,
 		newPlanCommand(flags, s, clk),
 		newExplainCommand(flags, s, clk),
 		newManifestsCommand(s),
+		newUninstallCommand(flags, s, clk),
 		newDevCommand(s),
 		newDemoCommand(s),
 	)

@@ -1,0 +1,773 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/trigger"
+	"github.com/vacate-dev/vacate/internal/operator"
+	"github.com/vacate-dev/vacate/internal/policy"
+)
+
+type uninstallOptions struct {
+	flags        *genericclioptions.ConfigFlags
+	streams      Streams
+	clk          clock.PassiveClock
+	cancelDrains bool
+	keepCRDs     bool
+	dryRun       bool
+	timeout      time.Duration
+}
+
+func newUninstallCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.PassiveClock) *cobra.Command {
+	o := &uninstallOptions{flags: flags, streams: s, clk: clk}
+	cmd := &cobra.Command{
+		Use:   "uninstall [--cancel-drains] [--keep-crds] [--dry-run]",
+		Short: "Remove vacate from the cluster, giving every node back first",
+		Long: `Removes what 'vacate manifests install' created, in an order that leaves
+no node behind:
+
+  1. drains: every NodeDrain is deleted, so the running controller undoes it
+     (uncordons the node if vacate cordoned it; pods that left stay away).
+     Finished drains count too: a Drained node stays cordoned until its
+     NodeDrain goes. This needs --cancel-drains; without it, uninstall
+     refuses while any drain exists. It also refuses, changing nothing,
+     when a trigger would request a drain again at once (the node is
+     tainted vacate.dev/drain, for example): remove the trigger first. It
+     waits (--timeout) until the controller has restored every node.
+  2. controller: the Deployment vacate-controller and its PDB are deleted,
+     and uninstall waits until its pods and any vacate-controller holding
+     the leader Lease have stopped, so nothing re-adds vacate's finalizers.
+  3. node finalizers: vacate.dev/drain (policy triggers.onNodeDelete: Drain)
+     is removed from every node; other finalizers are kept.
+  4. the DrainPolicies, the namespace, service account and RBAC objects,
+     the ClusterRoles vacate-controller and vacate-user, and the CRDs
+     (--keep-crds keeps the CRDs and the DrainPolicies).
+
+Objects already gone are skipped, so uninstall can be run again. Uninstalling
+needs cluster admin rights.`,
+		Example: `  # See what would be done, changing nothing
+  vacate uninstall --cancel-drains --dry-run
+
+  # Cancel every drain (their nodes are restored), then remove vacate
+  vacate uninstall --cancel-drains
+
+  # Remove the controller but keep the CRDs and DrainPolicies, for a reinstall
+  vacate uninstall --keep-crds`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.cancelDrains, "cancel-drains", false, "cancel every drain, finished or not, and wait until the controller has restored their nodes")
+	f.BoolVar(&o.keepCRDs, "keep-crds", false, "keep the CRDs and the DrainPolicies")
+	f.BoolVar(&o.dryRun, "dry-run", false, "print what would be done; change nothing")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for each step: the restores, the controller to stop (0: as long as it takes)")
+	return cmd
+}
+
+// uninstaller runs one uninstall.
+type uninstaller struct {
+	*uninstallOptions
+	s *session
+	// served: the cluster serves vacate.dev/v1alpha1 (the CRDs are there).
+	served bool
+	installed
+}
+
+// installed are the objects 'vacate manifests install' creates, in the
+// order it creates them, by role.
+type installed struct {
+	crds, controller, rest []*unstructured.Unstructured
+}
+
+func (o *uninstallOptions) run(ctx context.Context) error {
+	if o.timeout < 0 {
+		return argsError{fmt.Sprintf("--timeout %s: must not be negative", o.timeout)}
+	}
+	objs, err := installedObjects()
+	if err != nil {
+		return err
+	}
+	s, err := dial(o.flags)
+	if err != nil {
+		return err
+	}
+	u := &uninstaller{uninstallOptions: o, s: s, installed: objs}
+	if u.served, err = s.servesVacate(); err != nil {
+		return u.explain(err, "checking for vacate's API")
+	}
+	for _, step := range []func(context.Context) error{
+		u.cancelAll, u.stopController, u.checkNoDrains, u.releaseNodes, u.deletePolicies, u.deleteRest, u.deleteCRDs, u.noteBindings,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	switch {
+	case o.dryRun:
+		u.say("dry run: nothing was changed in %s", s.where)
+	case o.keepCRDs:
+		u.say("vacate is uninstalled from %s; its CRDs and DrainPolicies are kept", s.where)
+	default:
+		u.say("vacate is uninstalled from %s", s.where)
+	}
+	return nil
+}
+
+func (u *uninstaller) say(format string, args ...any) {
+	fmt.Fprintf(u.streams.Out, format+"\n", args...)
+}
+
+// explain is session.explain, with what an uninstall needs when permission
+// is denied.
+func (u *uninstaller) explain(err error, doing string) error {
+	err = u.s.explain(err, doing)
+	var pe permissionError
+	if errors.As(err, &pe) {
+		pe.need = "uninstalling vacate needs cluster admin rights (it deletes CRDs, ClusterRoles and the controller): run it as a cluster admin"
+		return pe
+	}
+	return err
+}
+
+// installedObjects decodes what 'vacate manifests install' prints.
+func installedObjects() (installed, error) {
+	docs, err := manifest("install", "vacate-controller")
+	if err != nil {
+		return installed{}, err
+	}
+	objs, err := decodeManifests(strings.Join(docs, "\n---\n"))
+	if err != nil {
+		return installed{}, fmt.Errorf("decoding the install manifests: %w", err)
+	}
+	var out installed
+	for _, obj := range objs {
+		switch obj.GetKind() {
+		case "CustomResourceDefinition":
+			out.crds = append(out.crds, obj)
+		case "Deployment", "PodDisruptionBudget":
+			out.controller = append(out.controller, obj)
+		default:
+			out.rest = append(out.rest, obj)
+		}
+	}
+	return out, nil
+}
+
+// decodeManifests decodes a multi-document YAML stream, skipping documents
+// of comments only.
+func decodeManifests(text string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		obj := &unstructured.Unstructured{}
+		if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&obj.Object); err != nil {
+			return nil, err
+		}
+		if len(obj.Object) > 0 {
+			out = append(out, obj)
+		}
+	}
+}
+
+// Step 1: drains.
+
+// cancelAll deletes every NodeDrain, so the controller restores its node,
+// and waits until all are gone. Without --cancel-drains it refuses while
+// any exists.
+func (u *uninstaller) cancelAll(ctx context.Context) error {
+	if !u.served {
+		u.say("drains: none (the cluster does not serve vacate's API)")
+		return nil
+	}
+	list := &v1alpha1.NodeDrainList{}
+	if err := u.s.client.List(ctx, list); err != nil {
+		return u.explain(err, "listing NodeDrains")
+	}
+	drains := list.Items
+	if len(drains) == 0 {
+		u.say("drains: none")
+		return nil
+	}
+	if !u.cancelDrains {
+		return fmt.Errorf("%d drain(s) in place: %s; every one, finished or not, must be cancelled so the controller restores its node "+
+			"(uncordons it if vacate cordoned it): run 'vacate uninstall --cancel-drains' to do that, or 'vacate cancel' them first",
+			len(drains), describeDrains(drains))
+	}
+	if err := u.checkTriggers(ctx, drains); err != nil {
+		return err
+	}
+	if u.dryRun {
+		u.say("drains: would cancel %d: %s; the controller would restore their nodes", len(drains), describeDrains(drains))
+		return nil
+	}
+	u.say("drains: cancelling %d: %s; waiting for the controller to restore their nodes", len(drains), describeDrains(drains))
+	uids := map[types.UID]bool{}
+	for i := range drains {
+		nd := &drains[i]
+		uids[nd.UID] = true
+		if !nd.DeletionTimestamp.IsZero() {
+			continue // already being restored
+		}
+		if err := u.s.client.Delete(ctx, nd, client.Preconditions{UID: &nd.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return u.explain(err, "deleting NodeDrain "+nd.Name)
+		}
+	}
+	var left, again []v1alpha1.NodeDrain // the cancelled ones, new ones
+	err := u.poll(ctx, func(ctx context.Context) (bool, error) {
+		now := &v1alpha1.NodeDrainList{}
+		if err := u.s.client.List(ctx, now); err != nil {
+			return false, u.explain(err, "listing NodeDrains")
+		}
+		left, again = nil, nil
+		for _, nd := range now.Items {
+			if uids[nd.UID] {
+				left = append(left, nd)
+			} else {
+				again = append(again, nd)
+			}
+		}
+		return len(left) == 0, nil
+	})
+	switch {
+	case errors.Is(err, errWaitTimedOut):
+		return fmt.Errorf("%d drain(s) still there after %s: %s; the vacate controller must be running to restore their nodes: "+
+			"start it (see 'vacate status'), then run uninstall again; nothing else was removed", len(left), u.timeout, describeDrains(left))
+	case err != nil:
+		return u.waitErr(ctx, err, "the restores")
+	}
+	if len(again) > 0 {
+		return fmt.Errorf("drain(s) requested again after the cancel: %s; remove what requests them, then run uninstall again; nothing else was removed", describeDrains(again))
+	}
+	return u.sayRestored(ctx, drains)
+}
+
+// checkTriggers refuses to cancel drains that a trigger of their node's
+// policy would request again at once (a taint, a cordon, the node's own
+// deletion): the controller would drain the node again.
+func (u *uninstaller) checkTriggers(ctx context.Context, drains []v1alpha1.NodeDrain) error {
+	var held []string
+	for _, nd := range drains {
+		node := &corev1.Node{}
+		err := u.s.client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return u.explain(err, "reading node "+nd.Spec.NodeName)
+		}
+		p, err := policy.Resolve(ctx, u.s.client, "", node)
+		if policy.IsAmbiguous(err) {
+			continue // the triggers do nothing under an ambiguous policy
+		}
+		if err != nil {
+			return u.explain(err, "resolving the DrainPolicy of node "+node.Name)
+		}
+		var reasons []string
+		for _, r := range trigger.Wanted(node, p.Triggers) {
+			reasons = append(reasons, r.Reason)
+		}
+		if len(reasons) > 0 {
+			held = append(held, node.Name+" ("+strings.Join(reasons, "; ")+")")
+		}
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("cannot cancel every drain: a trigger would request these again at once: %s; remove the taint or cordon, "+
+			"or let the drain finish, then run uninstall again; nothing was changed", strings.Join(truncated(held, 5), ", "))
+	}
+	return nil
+}
+
+// sayRestored reports what became of the restored drains' nodes.
+func (u *uninstaller) sayRestored(ctx context.Context, drains []v1alpha1.NodeDrain) error {
+	schedulable, cordoned, gone := 0, 0, 0
+	for _, nd := range drains {
+		node := &corev1.Node{}
+		err := u.s.client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+		switch {
+		case apierrors.IsNotFound(err):
+			gone++
+		case err != nil:
+			return u.explain(err, "reading node "+nd.Spec.NodeName)
+		case node.Spec.Unschedulable:
+			cordoned++
+		default:
+			schedulable++
+		}
+	}
+	msg := fmt.Sprintf("drains: %d cancelled and restored: %d node(s) schedulable again", len(drains), schedulable)
+	if cordoned > 0 {
+		msg += fmt.Sprintf(", %d left cordoned (vacate did not cordon them)", cordoned)
+	}
+	if gone > 0 {
+		msg += fmt.Sprintf(", %d node(s) no longer exist", gone)
+	}
+	u.say("%s", msg)
+	return nil
+}
+
+// describeDrains names drains with their phase and requesters, the first
+// few of them.
+func describeDrains(drains []v1alpha1.NodeDrain) string {
+	out := make([]string, 0, len(drains))
+	for _, nd := range drains {
+		phase := string(nd.Status.Phase)
+		switch {
+		case !nd.DeletionTimestamp.IsZero():
+			phase = "being restored"
+		case phase == "":
+			phase = string(v1alpha1.PhasePending)
+		}
+		who := "no requester"
+		if len(nd.Spec.Requesters) > 0 {
+			who = "for " + requesterList(&nd)
+		}
+		out = append(out, fmt.Sprintf("%s (%s, %s)", nd.Name, phase, who))
+	}
+	return strings.Join(truncated(out, 5), ", ")
+}
+
+func truncated(items []string, n int) []string {
+	if len(items) <= n {
+		return items
+	}
+	return append(slices.Clone(items[:n]), fmt.Sprintf("and %d more", len(items)-n))
+}
+
+// Step 2: the controller.
+
+// stopController deletes the controller's Deployment and PDB and waits
+// until its pods are gone and no vacate-controller holds the leader Lease
+// (one run outside the cluster included), so nothing re-adds vacate's
+// finalizers once they are removed.
+func (u *uninstaller) stopController(ctx context.Context) error {
+	var deploy *unstructured.Unstructured
+	for _, o := range u.controller {
+		if o.GetKind() == "Deployment" {
+			deploy = o
+		}
+	}
+	if deploy == nil {
+		return errors.New("the install manifests hold no Deployment") // a broken build
+	}
+	r, err := u.deleteAll(ctx, u.controller)
+	if err != nil {
+		return err
+	}
+	ns := deploy.GetNamespace()
+	selector, err := podSelector(deploy)
+	if err != nil {
+		return err
+	}
+	pods, err := u.s.clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return u.explain(err, "listing the controller's pods")
+	}
+	running := len(pods.Items)
+	switch {
+	case r.none():
+		u.say("controller: no Deployment %s/%s installed; nothing to delete", ns, deploy.GetName())
+	case u.dryRun:
+		u.say("controller: %s; its %d pod(s) would stop", r.summary(true), running)
+	default:
+		u.say("controller: %s; waiting for its %d pod(s) to stop", r.summary(false), running)
+	}
+	if u.dryRun {
+		return u.sayLeaseHolders(ctx, ns)
+	}
+	err = u.poll(ctx, func(ctx context.Context) (bool, error) {
+		pods, err = u.s.clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, u.explain(err, "listing the controller's pods")
+		}
+		return len(pods.Items) == 0, nil
+	})
+	switch {
+	case errors.Is(err, errWaitTimedOut):
+		return fmt.Errorf("%d pod(s) of vacate-controller still in namespace %s after %s: they would add vacate's finalizers again; "+
+			"see 'kubectl get pods -n %s -l %s', then run uninstall again", len(pods.Items), ns, u.timeout, ns, selector)
+	case err != nil:
+		return u.waitErr(ctx, err, "the controller's pods to stop")
+	}
+	return u.waitForLeases(ctx, ns)
+}
+
+func podSelector(deploy *unstructured.Unstructured) (string, error) {
+	match, _, err := unstructured.NestedStringMap(deploy.Object, "spec", "selector", "matchLabels")
+	if err != nil || len(match) == 0 {
+		return "", fmt.Errorf("the install manifests' Deployment has no spec.selector.matchLabels: %v", err)
+	}
+	return labels.SelectorFromSet(match).String(), nil
+}
+
+// leases are where a vacate-controller holds its leader Lease: the
+// Deployment's namespace, and the controller's default (out of cluster).
+func leases(ns string) []types.NamespacedName {
+	d := operator.DefaultOptions()
+	out := []types.NamespacedName{{Namespace: ns, Name: d.LeaderElectionID}}
+	if d.LeaderElectionNamespace != ns {
+		out = append(out, types.NamespacedName{Namespace: d.LeaderElectionNamespace, Name: d.LeaderElectionID})
+	}
+	return out
+}
+
+// leaseHolder is who holds the Lease now, or "" (free, expired, absent).
+func (u *uninstaller) leaseHolder(ctx context.Context, key types.NamespacedName) (string, error) {
+	l, err := u.s.clientset.CoordinationV1().Leases(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", u.explain(err, "reading Lease "+key.String())
+	}
+	sp := l.Spec
+	if sp.HolderIdentity == nil || *sp.HolderIdentity == "" || sp.RenewTime == nil || sp.LeaseDurationSeconds == nil {
+		return "", nil
+	}
+	if u.clk.Since(sp.RenewTime.Time) > time.Duration(*sp.LeaseDurationSeconds)*time.Second {
+		return "", nil // expired: its holder stopped without releasing it
+	}
+	return *sp.HolderIdentity, nil
+}
+
+func (u *uninstaller) sayLeaseHolders(ctx context.Context, ns string) error {
+	for _, key := range leases(ns) {
+		holder, err := u.leaseHolder(ctx, key)
+		if err != nil {
+			return err
+		}
+		if holder != "" {
+			u.say("controller: a vacate-controller holds Lease %s (%s); uninstall would wait until it stops", key, holder)
+		}
+	}
+	return nil
+}
+
+// waitForLeases waits until no vacate-controller holds a leader Lease: one
+// that runs outside the Deployment would re-add vacate's finalizers.
+func (u *uninstaller) waitForLeases(ctx context.Context, ns string) error {
+	for _, key := range leases(ns) {
+		holder, err := u.leaseHolder(ctx, key)
+		if err != nil {
+			return err
+		}
+		if holder == "" {
+			continue
+		}
+		u.say("controller: a vacate-controller still holds Lease %s (%s); waiting until it stops", key, holder)
+		err = u.poll(ctx, func(ctx context.Context) (bool, error) {
+			holder, err = u.leaseHolder(ctx, key)
+			return holder == "", err
+		})
+		switch {
+		case errors.Is(err, errWaitTimedOut):
+			return fmt.Errorf("a vacate-controller outside the Deployment still runs (it holds Lease %s as %s after %s): "+
+				"stop it ('vacate dev controller': Ctrl-C), then run uninstall again", key, holder, u.timeout)
+		case err != nil:
+			return u.waitErr(ctx, err, "the vacate-controller to stop")
+		}
+	}
+	return nil
+}
+
+// checkNoDrains: with the controller stopped, no drain may be left (a
+// trigger could request one while the controller stopped): deleting the
+// CRDs would hang on its finalizer, and its node may be cordoned.
+func (u *uninstaller) checkNoDrains(ctx context.Context) error {
+	if !u.served || u.dryRun {
+		return nil
+	}
+	list := &v1alpha1.NodeDrainList{}
+	if err := u.s.client.List(ctx, list); err != nil {
+		return u.explain(err, "listing NodeDrains")
+	}
+	if len(list.Items) > 0 {
+		return fmt.Errorf("drain(s) requested while the controller stopped: %s; install the controller again "+
+			"('vacate manifests install'), then run uninstall again", describeDrains(list.Items))
+	}
+	return nil
+}
+
+// Step 3: node finalizers.
+
+// releaseNodes removes vacate's finalizer from every node that has it.
+func (u *uninstaller) releaseNodes(ctx context.Context) error {
+	nodes, err := u.s.clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return u.explain(err, "listing nodes")
+	}
+	var held []string
+	for _, n := range nodes.Items {
+		if slices.Contains(n.Finalizers, trigger.FinalizerDrain) {
+			held = append(held, n.Name)
+		}
+	}
+	switch {
+	case len(held) == 0:
+		u.say("node finalizers: none of %d node(s) has %s", len(nodes.Items), trigger.FinalizerDrain)
+		return nil
+	case u.dryRun:
+		u.say("node finalizers: would remove %s from %d of %d node(s)", trigger.FinalizerDrain, len(held), len(nodes.Items))
+		return nil
+	}
+	removed := 0
+	for _, name := range held {
+		done, err := u.removeFinalizer(ctx, name)
+		if err != nil {
+			return u.explain(err, "removing finalizer "+trigger.FinalizerDrain+" from node "+name)
+		}
+		if done {
+			removed++
+		}
+	}
+	u.say("node finalizers: removed %s from %d of %d node(s)", trigger.FinalizerDrain, removed, len(nodes.Items))
+	return nil
+}
+
+// jsonPatchOp is one operation of a JSON patch (RFC 6902).
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// removeFinalizer drops vacate's finalizer from a node with a JSON patch
+// that first tests the finalizers are what was read, so another's finalizer
+// added meanwhile is never lost; a failed test reads the node again. It
+// reports whether it removed the finalizer.
+func (u *uninstaller) removeFinalizer(ctx context.Context, name string) (bool, error) {
+	removed := false
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsInvalid(err) || apierrors.IsConflict(err) // the test failed, or a race
+	}, func() error {
+		node, err := u.s.clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil || !slices.Contains(node.Finalizers, trigger.FinalizerDrain) {
+			return err
+		}
+		kept := slices.DeleteFunc(slices.Clone(node.Finalizers), func(f string) bool { return f == trigger.FinalizerDrain })
+		patch, err := json.Marshal([]jsonPatchOp{
+			{Op: "test", Path: "/metadata/finalizers", Value: node.Finalizers},
+			{Op: "replace", Path: "/metadata/finalizers", Value: kept},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = u.s.clientset.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		removed = err == nil
+		return err
+	})
+	return removed, err
+}
+
+// Step 4: policies, RBAC, CRDs.
+
+func (u *uninstaller) deletePolicies(ctx context.Context) error {
+	if !u.served {
+		u.say("drain policies: none (the cluster does not serve vacate's API)")
+		return nil
+	}
+	list := &v1alpha1.DrainPolicyList{}
+	if err := u.s.client.List(ctx, list); err != nil {
+		return u.explain(err, "listing DrainPolicies")
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	switch {
+	case len(names) == 0:
+		u.say("drain policies: none")
+		return nil
+	case u.keepCRDs:
+		u.say("drain policies: %d kept (--keep-crds): %s", len(names), strings.Join(truncated(names, 5), ", "))
+		return nil
+	case u.dryRun:
+		u.say("drain policies: would delete %d: %s", len(names), strings.Join(truncated(names, 5), ", "))
+		return nil
+	}
+	for i := range list.Items {
+		if err := u.s.client.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+			return u.explain(err, "deleting DrainPolicy "+list.Items[i].Name)
+		}
+	}
+	u.say("drain policies: deleted %d: %s", len(names), strings.Join(truncated(names, 5), ", "))
+	return nil
+}
+
+func (u *uninstaller) deleteRest(ctx context.Context) error {
+	r, err := u.deleteAll(ctx, u.rest)
+	if err != nil {
+		return err
+	}
+	u.say("rbac and namespace: %s", r.summary(u.dryRun))
+	return nil
+}
+
+func (u *uninstaller) deleteCRDs(ctx context.Context) error {
+	if u.keepCRDs {
+		names := make([]string, 0, len(u.crds))
+		for _, o := range u.crds {
+			names = append(names, o.GetName())
+		}
+		u.say("crds: kept (--keep-crds): %s", strings.Join(names, ", "))
+		return nil
+	}
+	r, err := u.deleteAll(ctx, u.crds)
+	if err != nil {
+		return err
+	}
+	u.say("crds: %s", r.summary(u.dryRun))
+	return nil
+}
+
+// noteBindings names the ClusterRoleBindings that bind vacate's
+// ClusterRoles and that uninstall leaves: someone made them for people.
+func (u *uninstaller) noteBindings(ctx context.Context) error {
+	ours, roles := map[string]bool{}, map[string]bool{}
+	for _, o := range u.rest {
+		switch o.GetKind() {
+		case "ClusterRoleBinding":
+			ours[o.GetName()] = true
+		case "ClusterRole":
+			roles[o.GetName()] = true
+		}
+	}
+	list, err := u.s.clientset.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return u.explain(err, "listing ClusterRoleBindings")
+	}
+	var left []string
+	for _, b := range list.Items {
+		if roles[b.RoleRef.Name] && b.RoleRef.Kind == "ClusterRole" && !ours[b.Name] {
+			left = append(left, b.Name+" (to "+b.RoleRef.Name+")")
+		}
+	}
+	if len(left) > 0 {
+		u.say("note: ClusterRoleBinding(s) not made by 'vacate manifests install' still bind vacate's roles: %s; delete them if nobody needs them",
+			strings.Join(truncated(left, 5), ", "))
+	}
+	return nil
+}
+
+// deleted counts what deleteAll found.
+type deleted struct {
+	done, deleting, absent []string
+}
+
+func (r deleted) none() bool { return len(r.done) == 0 && len(r.deleting) == 0 }
+
+func (r deleted) summary(dryRun bool) string {
+	var parts []string
+	if len(r.done) > 0 {
+		verb := "deleted"
+		if dryRun {
+			verb = "would delete"
+		}
+		parts = append(parts, fmt.Sprintf("%s %d: %s", verb, len(r.done), strings.Join(r.done, ", ")))
+	}
+	if len(r.deleting) > 0 {
+		parts = append(parts, fmt.Sprintf("%d already being deleted: %s", len(r.deleting), strings.Join(r.deleting, ", ")))
+	}
+	if len(r.absent) > 0 {
+		parts = append(parts, fmt.Sprintf("%d not there", len(r.absent)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// deleteAll deletes objects of the install manifests, last created first.
+// Objects that are absent or already being deleted are left as they are;
+// so are kinds the cluster does not serve.
+func (u *uninstaller) deleteAll(ctx context.Context, objs []*unstructured.Unstructured) (deleted, error) {
+	var r deleted
+	for _, want := range slices.Backward(objs) {
+		name := want.GetKind() + " " + want.GetName()
+		if want.GetNamespace() != "" {
+			name = want.GetKind() + " " + want.GetNamespace() + "/" + want.GetName()
+		}
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(want.GroupVersionKind())
+		err := u.s.client.Get(ctx, client.ObjectKeyFromObject(want), obj)
+		switch {
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+			r.absent = append(r.absent, name)
+			continue
+		case err != nil:
+			return r, u.explain(err, "reading "+name)
+		case obj.GetDeletionTimestamp() != nil:
+			r.deleting = append(r.deleting, name)
+			continue
+		}
+		if !u.dryRun {
+			err := u.s.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return r, u.explain(err, "deleting "+name)
+			}
+		}
+		r.done = append(r.done, name)
+	}
+	return r, nil
+}
+
+// errWaitTimedOut: a wait of uninstall took longer than --timeout.
+var errWaitTimedOut = errors.New("timed out")
+
+// poll runs cond until it holds, for at most --timeout (0: no limit). The
+// requests run under ctx, never cut short by the timeout itself.
+func (u *uninstaller) poll(ctx context.Context, cond wait.ConditionWithContextFunc) error {
+	deadline := u.clk.Now().Add(u.timeout)
+	return wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		if !ok && err == nil && u.timeout > 0 && !u.clk.Now().Before(deadline) {
+			return false, errWaitTimedOut
+		}
+		return ok, err
+	})
+}
+
+// waitErr explains an error of a wait that did not time out.
+func (u *uninstaller) waitErr(ctx context.Context, err error, what string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("stopped waiting for %s: interrupted; run uninstall again to finish", what)
+	}
+	return err
+}
