@@ -136,11 +136,11 @@ type Concurrency struct {
 	// +listMapKey=topologyKey
 	// +optional
 	MaxUnavailablePerTopologyKey []TopologyLimit `json:"maxUnavailablePerTopologyKey,omitempty"`
-	// BatchWindow is how long a requested drain waits for others to be
-	// requested with it. Every drain requested in the window is cordoned
-	// before any of them evicts a pod, so evicted pods never land on a node
-	// about to be drained. Default 2s; 0s starts drains as soon as they are
-	// admitted.
+	// BatchWindow gathers drains requested together: the batch closes this
+	// long after its last request (at most five windows after a drain's own
+	// request). Every drain of a batch is cordoned before any of them evicts
+	// a pod, so evicted pods never land on a node about to be drained.
+	// Default 2s; 0s admits drains as soon as they are requested.
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 2s or 1m"
 	// +optional
 	BatchWindow *metav1.Duration `json:"batchWindow,omitempty"`

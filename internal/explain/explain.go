@@ -112,7 +112,9 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 		out = append(out, Finding{Subject: subject, Cause: "no requester is left, so the drain is idle and vacate undid its changes",
 			Fix: "request it again with 'vacate drain " + nd.Spec.NodeName + "', or delete the NodeDrain"})
 	}
-	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
+	// A missing node is explained once, below, from the Cordoned condition.
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse &&
+		c.Reason != nodedrain.ReasonNodeNotFound {
 		fix := "the drain starts when this is resolved"
 		switch c.Reason {
 		case nodedrain.ReasonPolicyNotFound:

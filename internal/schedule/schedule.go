@@ -17,7 +17,10 @@ package schedule
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
@@ -76,7 +79,8 @@ type Verdict struct {
 	Node   string
 	Admit  bool
 	Reason string
-	// Position is the drain's place in the queue (1 is next), for waiting drains.
+	// Position is the drain's place in the queue by request order, for
+	// waiting drains; a later drain whose PDBs have room may start first.
 	Position int
 	Message  string
 }
@@ -112,6 +116,17 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 			allowed[name] -= n
 		}
 	}
+	// short are the PDBs without room for a drain's pods, with what they allow.
+	short := func(d Drain) []string {
+		var out []string
+		for name, n := range d.PDBs {
+			if allowed[name] < min(n, 1) {
+				out = append(out, fmt.Sprintf("PDB %s (allows %d, its pods here %d)", name, max(allowed[name], 0), n))
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
 	headroom := func(d Drain) bool {
 		for name, n := range d.PDBs {
 			if allowed[name] < min(n, 1) {
@@ -124,8 +139,8 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 		for _, lim := range l.Topology {
 			v := d.Topology[lim.Key]
 			if !domains[lim.Key][v] && len(domains[lim.Key]) >= lim.MaxUnavailable {
-				return false, fmt.Sprintf("%s %s would make %d %s domains with draining nodes; at most %d at once",
-					lim.Key, v, len(domains[lim.Key])+1, lim.Key, lim.MaxUnavailable)
+				return false, fmt.Sprintf("%s %s would make %d %s domains with draining nodes; at most %d at once (draining now: %s)",
+					lim.Key, v, len(domains[lim.Key])+1, lim.Key, lim.MaxUnavailable, strings.Join(slices.Sorted(maps.Keys(domains[lim.Key])), ", "))
 			}
 		}
 		return true, ""
@@ -180,7 +195,8 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 		case !ok:
 			v.Reason, v.Message = WaitingForZone, why
 		default:
-			v.Reason, v.Message = WaitingForPDBHeadroom, "a PDB of its pods has no room now; drains whose PDBs have room go first"
+			v.Reason, v.Message = WaitingForPDBHeadroom, fmt.Sprintf("no room now in %s (counting what running drains still need); drains whose PDBs have room go first",
+				strings.Join(short(d), ", "))
 		}
 		v.Message = fmt.Sprintf("queued at position %d: %s", v.Position, v.Message)
 		verdicts = append(verdicts, v)

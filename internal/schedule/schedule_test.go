@@ -60,7 +60,8 @@ func TestAdmitSlotsZonesAndOrder(t *testing.T) {
 	if got := strings.Join(admitted(vs), " "); got != "n00 n03 n06 n09" {
 		t.Fatalf("admitted %q, want all of zone z0", got)
 	}
-	if w := waitingFor(vs); w["n01"] != WaitingForZone || !strings.Contains(vs[4].Message, "queued at position 1: zone z1 would make 2 zone domains") {
+	if w := waitingFor(vs); w["n01"] != WaitingForZone ||
+		!strings.Contains(vs[4].Message, "queued at position 1: zone z1 would make 2 zone domains with draining nodes; at most 1 at once (draining now: z0)") {
 		t.Errorf("queue %v; first message %q", w, vs[4].Message)
 	}
 
@@ -98,6 +99,11 @@ func TestAdmitPDBAwareAvoidsDeadlock(t *testing.T) {
 	w := waitingFor(vs)
 	if w["n2"] != WaitingForPDBHeadroom || w["n3"] != WaitingForPDBHeadroom {
 		t.Errorf("queue %v: n2 and n3 must wait for PDB room while n1 runs", w)
+	}
+	for _, v := range vs {
+		if v.Node == "n2" && !strings.Contains(v.Message, "no room now in PDB shop/a (allows 0, its pods here 1)") {
+			t.Errorf("n2's message does not name the PDB without room: %q", v.Message)
+		}
 	}
 
 	// A running drain still needs PDB a's one disruption: n2 waits for it,

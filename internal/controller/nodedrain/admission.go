@@ -3,12 +3,14 @@ package nodedrain
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,21 +36,45 @@ const WaitingForBatch = "WaitingForBatch"
 // (its status written) before it cordons alone or evicts anything, so a new
 // leader sees every admission.
 type admissions struct {
-	mu       sync.Mutex
-	admitted map[types.UID]bool
+	mu sync.Mutex
+	// admitted are the drains this process admitted, with the admission's
+	// message, until the cache shows it.
+	admitted map[types.UID]string
 	// windowTimers wake drains waiting for a maintenance window when it opens.
 	windowTimers map[string]clock.Timer
+	// verdicts are the scheduler's last answers for a policy's queue. Every
+	// queued drain is woken by the same events, so the first pass computes
+	// and the others reuse it; any event that may change the answers, and
+	// any admission, clears it.
+	verdicts verdictCache
 }
+
+type verdictCache struct {
+	policy string
+	at     time.Time
+	byNode map[string]schedule.Verdict
+}
+
+// verdictTTL bounds how long a queue's verdicts are reused without an event.
+const verdictTTL = time.Second
 
 func newAdmissions() admissions {
-	return admissions{admitted: map[types.UID]bool{}, windowTimers: map[string]clock.Timer{}}
+	return admissions{admitted: map[types.UID]string{}, windowTimers: map[string]clock.Timer{}}
 }
 
-// holds reports whether this process admitted the drain.
-func (a *admissions) holds(nd *v1alpha1.NodeDrain) bool {
+// invalidate drops the cached verdicts: something that may change them happened.
+func (a *admissions) invalidate() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.admitted[nd.UID]
+	a.verdicts = verdictCache{}
+}
+
+// holds reports whether this process admitted the drain, and with what message.
+func (a *admissions) holds(nd *v1alpha1.NodeDrain) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	msg, ok := a.admitted[nd.UID]
+	return msg, ok
 }
 
 // settled drops a drain whose admission the cache now shows.
@@ -109,10 +135,17 @@ func (r *Reconciler) admit(ctx context.Context, s *scope) (reconcile.Result, err
 		r.queue.settled(nd)
 		return reconcile.Result{}, nil
 	}
-	if r.queue.holds(nd) { // admitted by an earlier pass; the cache has not caught up
-		return r.admitted(s, "the drain may proceed")
+	if msg, ok := r.queue.holds(nd); ok { // admitted by an earlier pass; the cache has not caught up
+		return r.admitted(s, msg)
 	}
 	if v, open := r.gate(s); !open {
+		// Not cordoned while it waits for a window: that may be days.
+		if err := r.uncordon(ctx, s, s.node); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		} else if err != nil {
+			return reconcile.Result{}, err
+		}
+		meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionCordoned)
 		return r.queueUp(s, v, resync)
 	}
 	// Every drain that may start soon is cordoned now, so pods evicted by
@@ -128,6 +161,24 @@ func (r *Reconciler) admit(ctx context.Context, s *scope) (reconcile.Result, err
 		return r.queueUp(s, v, wake)
 	}
 	return r.admitted(s, v.Message)
+}
+
+// hold stops a drain that may not go on, or not start: its node or its
+// policy is missing or unclear. It gives up any admission (it holds no slot
+// and evicts nothing; it is admitted again, like a new drain, once the cause
+// clears) and waits with the reason. The node stays as it is.
+func (r *Reconciler) hold(s *scope, reason, msg string) {
+	nd := s.drain
+	nd.Status.Phase = v1alpha1.PhasePending
+	nd.Status.StartTime, nd.Status.QueuePosition = nil, 0
+	nd.Status.Blockers, nd.Status.Blocked = nil, 0
+	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
+	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, msg)
+	r.Evictions.ForgetNode(nd.Spec.NodeName)
+	r.queue.forget(nd)
+	r.queue.invalidate()
+	r.blocked.set(nd.Name)
+	r.queued.set(nd.Name, reason)
 }
 
 // queueUp records why the drain waits, and its place in the queue.
@@ -174,7 +225,7 @@ func (r *Reconciler) gate(s *scope) (schedule.Verdict, bool) {
 		next := adm.Windows.Next(s.now)
 		r.queue.wakeAt(s.drain.Name, next.Sub(s.now), r)
 		v.Reason = schedule.OutsideWindow
-		v.Message = fmt.Sprintf("outside the maintenance windows of %s: %s; the next opens %s (in %s); the node is not cordoned until then",
+		v.Message = fmt.Sprintf("outside the maintenance windows of %s: %s; the next opens %s (in %s); vacate leaves the node schedulable until then",
 			s.policy.Describe(), adm.Windows, next.In(adm.Windows.Location()).Format("Mon 2006-01-02 15:04 MST"), next.Sub(s.now).Round(time.Second))
 	default:
 		return v, true
@@ -191,21 +242,36 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (schedule.Verdict, ti
 	waiting := func(reason, msg string, wake time.Duration) (schedule.Verdict, time.Duration, error) {
 		return schedule.Verdict{Node: nd.Name, Reason: reason, Message: msg}, wake, nil
 	}
-	if left := nd.Status.RequestTime.Add(adm.BatchWindow).Sub(s.now); left > 0 {
-		return waiting(WaitingForBatch, fmt.Sprintf("gathering the drains requested with it for %s (batchWindow), to cordon them all before any eviction", adm.BatchWindow), left)
-	}
 	members, err := r.members(ctx, s)
 	if err != nil {
 		return schedule.Verdict{}, 0, err
 	}
 	var uncordoned []string
+	newest := nd.Status.RequestTime.Time
 	for _, m := range members {
-		if !m.admitted && !m.node.Spec.Unschedulable {
+		if m.admitted {
+			continue
+		}
+		if !m.node.Spec.Unschedulable {
 			uncordoned = append(uncordoned, m.node.Name)
 		}
+		if t := m.drain.Status.RequestTime; t != nil && t.After(newest) {
+			newest = t.Time
+		}
+	}
+	if left := batchLeft(nd.Status.RequestTime.Time, newest, s.now, adm.BatchWindow); left > 0 {
+		return waiting(WaitingForBatch, fmt.Sprintf("gathering the drains requested with it, to cordon them all before any eviction: "+
+			"the batch closes %s after the last request (batchWindow), at most %s after its own", adm.BatchWindow, maxBatch*adm.BatchWindow), left)
 	}
 	if len(uncordoned) > 0 {
-		return waiting(WaitingForBatch, fmt.Sprintf("waiting for node(s) %s, requested with it, to be cordoned before any eviction", strings.Join(uncordoned, ", ")), resync)
+		// Their cordon is under way; the node's update may reach this
+		// cache after the event that woke us.
+		return waiting(WaitingForBatch, fmt.Sprintf("waiting for %s, requested with it, to be cordoned before any eviction",
+			nodeList(uncordoned)), time.Second)
+	}
+	c := &r.queue.verdicts
+	if v, ok := c.byNode[nd.Spec.NodeName]; ok && c.policy == s.policy.Name && s.now.Sub(c.at) < verdictTTL && !v.Admit {
+		return v, resync, nil
 	}
 	limits, err := r.limits(ctx, s)
 	if err != nil {
@@ -227,17 +293,41 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (schedule.Verdict, ti
 		}
 		drains = append(drains, d)
 	}
+	*c = verdictCache{policy: s.policy.Name, at: s.now, byNode: map[string]schedule.Verdict{}}
 	for _, v := range schedule.Admit(drains, pdbs, limits) {
-		if v.Node != nd.Spec.NodeName {
-			continue
-		}
-		if v.Admit {
-			r.queue.admitted[nd.UID] = true
-			v.Message = fmt.Sprintf("admitted by %s: %d of at most %d drains running", s.policy.Describe(), runningNow+1, limits.MaxParallel)
-		}
-		return v, resync, nil
+		c.byNode[v.Node] = v
 	}
-	return schedule.Verdict{}, 0, fmt.Errorf("admission gave no verdict for node %s", nd.Spec.NodeName)
+	v, ok := c.byNode[nd.Spec.NodeName]
+	if !ok {
+		return schedule.Verdict{}, 0, fmt.Errorf("admission gave no verdict for node %s", nd.Spec.NodeName)
+	}
+	if v.Admit {
+		*c = verdictCache{} // the others' answers change with this admission
+		v.Message = fmt.Sprintf("admitted by %s: %d of at most %d drains running", s.policy.Describe(), runningNow+1, limits.MaxParallel)
+		r.queue.admitted[nd.UID] = v.Message
+	}
+	return v, resync, nil
+}
+
+// maxBatch bounds a batch that keeps growing: a drain waits at most this
+// many batch windows after its own request.
+const maxBatch = 5
+
+// batchLeft is how long a drain requested at own waits for its batch to
+// close: until window after the newest request of its policy's queue, and
+// at most maxBatch windows after its own.
+func batchLeft(own, newest, now time.Time, window time.Duration) time.Duration {
+	return min(newest.Add(window).Sub(now), own.Add(maxBatch*window).Sub(now))
+}
+
+// nodeList names a few nodes, sorted: "node(s) a, b, c and 7 more".
+func nodeList(names []string) string {
+	const show = 5
+	sort.Strings(names)
+	if len(names) <= show {
+		return "node(s) " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("node(s) %s and %d more", strings.Join(names[:show], ", "), len(names)-show)
 }
 
 // member is a drain that competes for the same policy's slots.
@@ -248,8 +338,9 @@ type member struct {
 }
 
 // members are the running drains governed by the same policy as s's, this
-// one included. A drain whose node or policy cannot be read is left out: it
-// is waiting itself and holds no slot.
+// one included. A queued drain whose node or policy cannot be read is left
+// out (it waits itself); an admitted one is counted until its own pass
+// gives its admission up.
 func (r *Reconciler) members(ctx context.Context, s *scope) ([]member, error) {
 	list := &v1alpha1.NodeDrainList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -269,24 +360,31 @@ func (r *Reconciler) members(ctx context.Context, s *scope) ([]member, error) {
 		if !running(nd) {
 			continue
 		}
+		_, held := r.queue.admitted[nd.UID]
+		admitted := isAdmitted(nd) || held
 		node := &corev1.Node{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node); err != nil {
+			if admitted { // it holds its slot until its own pass gives it up
+				out = append(out, member{drain: nd, node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nd.Spec.NodeName}}, admitted: true})
+			}
 			continue
 		}
 		name := nd.Spec.PolicyName
 		if name == "" {
 			dp, _, err := policy.Select(node.Labels, policies.Items)
-			if err != nil {
+			switch {
+			case err != nil && admitted: // unclear now: counted, to be safe
+				name = s.policy.Name
+			case err != nil:
 				continue
-			}
-			if dp != nil {
+			case dp != nil:
 				name = dp.Name
 			}
 		}
 		if name != s.policy.Name {
 			continue
 		}
-		out = append(out, member{drain: nd, node: node, admitted: isAdmitted(nd) || r.queue.admitted[nd.UID]})
+		out = append(out, member{drain: nd, node: node, admitted: admitted})
 	}
 	return out, nil
 }

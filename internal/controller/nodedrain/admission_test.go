@@ -22,6 +22,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -39,6 +40,7 @@ type drainWatch struct {
 	state       map[string]*v1alpha1.NodeDrain
 	maxEvicting int
 	maxZones    int
+	maxPosition int32
 	limit       int
 	zoneLimit   int
 	violations  []string
@@ -81,6 +83,7 @@ func (dw *drainWatch) observe(typ watch.EventType, nd *v1alpha1.NodeDrain) {
 	} else {
 		dw.state[nd.Name] = nd
 	}
+	dw.maxPosition = max(dw.maxPosition, nd.Status.QueuePosition)
 	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
 		if dw.reasons[c.Reason] == 0 || strings.Contains(c.Message, "position") {
 			dw.messages = append(dw.messages, nd.Name+": "+c.Reason+": "+c.Message)
@@ -173,7 +176,9 @@ func fleet(t *testing.T, e *env, prefix string, requested, spare int, conc v1alp
 	pool := map[string]string{"pool": prefix}
 	zones := []string{"zone-a", "zone-b", "zone-c"}
 	drained = testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: requested, Zones: zones, Labels: map[string]string{"pool": prefix, "fleet": prefix}})
-	spares = testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix + "-spare", Count: spare, Zones: zones, Labels: pool})
+	if spare > 0 {
+		spares = testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix + "-spare", Count: spare, Zones: zones, Labels: pool})
+	}
 	zone = map[string]string{}
 	for i, n := range drained {
 		zone[n] = zones[i%len(zones)]
@@ -251,7 +256,9 @@ func TestManyDrainsWithinBudget(t *testing.T) {
 		MaxParallelNodes:             ptr.To(intstr.FromInt32(3)),
 		MaxUnavailablePerTopologyKey: []v1alpha1.TopologyLimit{{TopologyKey: devcluster.ZoneLabel, MaxUnavailable: 1}},
 	})
-	deployOnPool(t, e, ns, "many", "web", int32(len(nodes)+len(spares)), "3")
+	// The PDB allows more than the policy, so only the policy's limits hold
+	// the drains back.
+	deployOnPool(t, e, ns, "many", "web", int32(len(nodes)+len(spares)), "6")
 	guard := testenv.WatchPDBs(t, e.c, ns)
 	dw := watchDrains(t, e, zone, 3, 1)
 	pw := watchPodsLanding(t, e, ns, nodes)
@@ -267,7 +274,7 @@ func TestManyDrainsWithinBudget(t *testing.T) {
 	for _, v := range dw.violations {
 		t.Errorf("over the policy's limits: %s", v)
 	}
-	t.Logf("at most %d drains ran at once, in at most %d zone(s); queue reasons seen: %v", dw.maxEvicting, dw.maxZones, dw.reasons)
+	t.Logf("at most %d drains ran at once, in at most %d zone(s); furthest queue position %d; queue reasons seen: %v", dw.maxEvicting, dw.maxZones, dw.maxPosition, dw.reasons)
 	if dw.maxEvicting < 2 {
 		t.Errorf("at most %d drain ran at once: the policy allows 3 and the nodes of a zone could run together", dw.maxEvicting)
 	}
@@ -276,8 +283,10 @@ func TestManyDrainsWithinBudget(t *testing.T) {
 			t.Errorf("no drain ever waited with reason %s (seen: %v)", want, dw.reasons)
 		}
 	}
-	if !slices.ContainsFunc(dw.messages, func(m string) bool { return strings.Contains(m, "queued at position 9") }) {
-		t.Errorf("no drain reported its place at the back of the queue; messages: %s", strings.Join(dw.messages, "\n"))
+	// Nine wait behind the first three; how far back the last one is seen
+	// depends on how soon the first ones finish.
+	if dw.maxPosition < 6 {
+		t.Errorf("the furthest queue position seen is %d; messages: %s", dw.maxPosition, strings.Join(dw.messages, "\n"))
 	}
 	for _, n := range nodes {
 		node, err := e.c.Client.CoreV1().Nodes().Get(testenv.Context(t), n, metav1.GetOptions{})
@@ -312,6 +321,67 @@ func TestPDBAwareOrderCompletes(t *testing.T) {
 	t.Logf("queue reasons seen: %v; at most %d drains ran at once", dw.reasons, dw.maxEvicting)
 	if dw.reasons[schedule.WaitingForPDBHeadroom] == 0 {
 		t.Errorf("no drain waited for PDB headroom though all four need the same two disruptions (seen %v)", dw.reasons)
+	}
+	// One runs while the others wait for its disruptions; the next may be
+	// admitted as the first's last pods leave, before it is marked Drained.
+	if dw.maxEvicting > 2 {
+		t.Errorf("%d drains ran at once, each needing the one disruption both PDBs allow", dw.maxEvicting)
+	}
+}
+
+// TestNodeGoneGivesUpAdmission: an admitted drain whose node disappears
+// gives its slot up (a queued drain starts); when a node of that name comes
+// back, its drain queues again rather than resume beside the other.
+func TestNodeGoneGivesUpAdmission(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	nodes, _, zone := fleet(t, e, "gone", 2, 0, v1alpha1.Concurrency{MaxParallelNodes: ptr.To(intstr.FromInt32(1))})
+	ns := testenv.Namespace(t, e.c)
+	if err := devcluster.WaitForServiceAccount(ctx, e.c.Client, ns, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes { // a pod without a controller holds each drain (built-in rules)
+		if _, err := e.c.Client.CoreV1().Pods(ns).Create(ctx, devcluster.BarePod(ns, "loner-"+n, n), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dw := watchDrains(t, e, zone, 1, 1)
+	admittedNow := func(nd *v1alpha1.NodeDrain) bool {
+		return meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
+	}
+	waitingWith := func(reason string) func(*v1alpha1.NodeDrain) bool {
+		return func(nd *v1alpha1.NodeDrain) bool {
+			c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason
+		}
+	}
+	requestAll(t, e, nodes[:1])
+	e.waitDrain(t, nodes[0], "admitted", time.Minute, admittedNow)
+	requestAll(t, e, nodes[1:])
+	e.waitDrain(t, nodes[1], "queued behind the first", time.Minute, waitingWith(schedule.WaitingForSlot))
+
+	old, err := e.c.Client.CoreV1().Nodes().Get(ctx, nodes[0], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Client.CoreV1().Nodes().Delete(ctx, nodes[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDrain(t, nodes[0], "holding with NodeNotFound", time.Minute, waitingWith(nodedrain.ReasonNodeNotFound))
+	e.waitDrain(t, nodes[1], "admitted once the slot is free", time.Minute, admittedNow)
+
+	back := devcluster.SimulatedNode(nodes[0], zone[nodes[0]], 110)
+	back.Labels = old.Labels
+	if _, err := e.c.Client.CoreV1().Nodes().Create(ctx, back, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDrain(t, nodes[0], "queued again behind the running drain", time.Minute, waitingWith(schedule.WaitingForSlot))
+	time.Sleep(2 * time.Second) // a moment in which a wrong controller would resume it
+	dw.stop()
+	dw.mu.Lock()
+	defer dw.mu.Unlock()
+	for _, v := range dw.violations {
+		t.Errorf("over the policy's limit of 1: %s", v)
 	}
 }
 

@@ -73,6 +73,7 @@ func slotMayFree(e event.UpdateEvent) bool {
 
 // queuedDrains are the drains waiting for admission, but the one that changed.
 func (r *Reconciler) queuedDrains(ctx context.Context, o client.Object) []reconcile.Request {
+	r.queue.invalidate()
 	list := &v1alpha1.NodeDrainList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil
@@ -110,6 +111,7 @@ func (r *Reconciler) drainNamed(ctx context.Context, name string) []reconcile.Re
 // activeDrains wakes every drain still in progress: a PDB or policy change
 // may unblock any of them.
 func (r *Reconciler) activeDrains(ctx context.Context, _ client.Object) []reconcile.Request {
+	r.queue.invalidate()
 	list := &v1alpha1.NodeDrainList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil

@@ -68,9 +68,9 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	node := &corev1.Node{}
 	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	if apierrors.IsNotFound(err) {
-		nd.Status.Phase = v1alpha1.PhasePending
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonNodeNotFound,
-			fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName))
+		msg := fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName)
+		r.hold(s, ReasonNodeNotFound, msg)
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonNodeNotFound, msg)
 		return reconcile.Result{RequeueAfter: resync}, nil
 	}
 	if err != nil {
@@ -80,12 +80,10 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName, node)
 	switch {
 	case policy.IsNotFound(err):
-		nd.Status.Phase = v1alpha1.PhasePending
-		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonPolicyNotFound, err.Error())
+		r.hold(s, ReasonPolicyNotFound, err.Error())
 		return reconcile.Result{RequeueAfter: resync}, nil
 	case policy.IsAmbiguous(err):
-		nd.Status.Phase = v1alpha1.PhasePending
-		s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, ReasonAmbiguousPolicy, err.Error())
+		r.hold(s, ReasonAmbiguousPolicy, err.Error())
 		return reconcile.Result{RequeueAfter: resync}, nil
 	case err != nil:
 		return reconcile.Result{}, err
@@ -351,6 +349,27 @@ func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, er
 	return reconcile.Result{}, nil
 }
 
+// uncordon gives the node back if vacate cordoned it for this drain (the
+// annotation names it): schedulable again, annotation removed. A conflict
+// is returned as such, for the caller to retry.
+func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) error {
+	if node.Annotations[AnnotationCordonedBy] != s.drain.Name {
+		return nil
+	}
+	patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	node.Spec.Unschedulable = false
+	delete(node.Annotations, AnnotationCordonedBy)
+	s.log.Info("uncordoning node that vacate cordoned", "node", klogRef(node.Name))
+	if err := r.Client.Patch(ctx, node, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("uncordoning node %s: %w", node.Name, err)
+	}
+	r.Events.Eventf(s.drain, node, corev1.EventTypeNormal, EventRestored, "Restore", "uncordoned node %s", node.Name)
+	return nil
+}
+
 // undo stops the drain and restores exactly what vacate changed: it
 // uncordons the node only if vacate cordoned it (the annotation names this
 // drain), removes vacate's annotation, then releases the finalizer.
@@ -375,17 +394,11 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	case node.Annotations[AnnotationCordonedBy] == nd.Name:
-		patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-		node.Spec.Unschedulable = false
-		delete(node.Annotations, AnnotationCordonedBy)
-		s.log.Info("uncordoning node that vacate cordoned", "node", klogRef(node.Name))
-		if err := r.Client.Patch(ctx, node, patch); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("uncordoning node %s: %w", node.Name, err)
+		if err := r.uncordon(ctx, s, node); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		} else if err != nil {
+			return reconcile.Result{}, err
 		}
-		r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventRestored, "Restore", "uncordoned node %s", node.Name)
 	default:
 		if wasActive {
 			r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventRestored, "Restore",
