@@ -120,21 +120,29 @@ func (w Windows) Open(t time.Time) bool {
 	if w.Always() {
 		return true
 	}
-	open, _ := w.scan(t)
+	open, _, _ := w.scan(t)
 	return open
 }
 
 // Next is when the next window opens after t (the zero time without a
 // schedule). It looks a week ahead, so it always finds one.
 func (w Windows) Next(t time.Time) time.Time {
-	_, next := w.scan(t)
+	_, next, _ := w.scan(t)
 	return next
 }
 
-// scan reports whether t is in a window, and the first opening after t.
-// Windows open on local calendar days, so a day shortened or lengthened by
-// a daylight saving change is handled by the time package.
-func (w Windows) scan(t time.Time) (open bool, next time.Time) {
+// Closes is when the windows that hold t close (the zero time when t is in
+// none, or without a schedule).
+func (w Windows) Closes(t time.Time) time.Time {
+	_, _, closes := w.scan(t)
+	return closes
+}
+
+// scan reports whether t is in a window, the first opening after t, and
+// when the windows holding t close. Windows open on local calendar days, so
+// a day shortened or lengthened by a daylight saving change is handled by
+// the time package.
+func (w Windows) scan(t time.Time) (open bool, next, closes time.Time) {
 	local := t.In(w.loc)
 	for day := -1; day <= 8; day++ {
 		d := time.Date(local.Year(), local.Month(), local.Day()+day, 0, 0, 0, 0, w.loc)
@@ -146,13 +154,16 @@ func (w Windows) scan(t time.Time) (open bool, next time.Time) {
 			to := time.Date(d.Year(), d.Month(), d.Day(), 0, sp.start+sp.length, 0, 0, w.loc)
 			if !t.Before(from) && t.Before(to) {
 				open = true
+				if to.After(closes) {
+					closes = to
+				}
 			}
 			if from.After(t) && (next.IsZero() || from.Before(next)) {
 				next = from
 			}
 		}
 	}
-	return open, next
+	return open, next, closes
 }
 
 // String describes the windows for people, such as

@@ -54,6 +54,17 @@ func TestWindowsOpenAndNext(t *testing.T) {
 			t.Errorf("Next(%s) = %s, want %s", tc.at, got.In(berlin), tc.next)
 		}
 	}
+	for at0, want := range map[string]string{
+		"2026-11-24 23:00": "2026-11-25 04:00", // Tuesday night, over midnight
+		"2026-11-28 12:00": "2026-11-29 00:00", // Saturday's window ends at midnight (Sunday's opens then)
+	} {
+		if got := w.Closes(at(at0)); !got.Equal(at(want)) {
+			t.Errorf("Closes(%s) = %s, want %s", at0, got.In(berlin), want)
+		}
+	}
+	if got := w.Closes(at("2026-11-30 12:00")); !got.IsZero() {
+		t.Errorf("Closes outside every window = %s, want the zero time", got)
+	}
 	// The same instant in UTC: the zone decides, not the clock's location.
 	if !w.Open(at("2026-11-24 22:30").UTC()) {
 		t.Error("an instant given in UTC is not read in the schedule's time zone")

@@ -158,6 +158,11 @@ func (r *Reconciler) admit(ctx context.Context, s *scope) (reconcile.Result, err
 		return reconcile.Result{}, err
 	}
 	if !v.Admit {
+		// Queued inside a window: look again when it closes, to give the
+		// node back while the drain waits for the next one.
+		if closes := s.policy.Admission.Windows.Closes(s.now); !closes.IsZero() {
+			r.queue.wakeAt(nd.Name, closes.Sub(s.now), r)
+		}
 		return r.queueUp(s, v, wake)
 	}
 	return r.admitted(s, v.Message)

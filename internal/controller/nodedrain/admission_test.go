@@ -395,7 +395,7 @@ func TestMaintenanceWindow(t *testing.T) {
 	c := testenv.Start(t)
 	e := &env{c: c, cl: testenv.Controller(t, c, func(o *operator.Options) { o.Controllers.Clock = clk })}
 	ctx := testenv.Context(t)
-	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "win", Count: 2, Labels: map[string]string{"pool": "win"}})
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "win", Count: 3, Labels: map[string]string{"pool": "win"}})
 	ns := testenv.Namespace(t, e.c)
 	if err := devcluster.WaitForServiceAccount(ctx, e.c.Client, ns, time.Minute); err != nil {
 		t.Fatal(err)
@@ -432,6 +432,26 @@ func TestMaintenanceWindow(t *testing.T) {
 
 	clk.Shift(opens.Sub(clk.Now()) + time.Second)
 	e.waitDrain(t, nodes[0], "Drained once the window opened", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+
+	// A drain queued inside the window (here: a long batch window) is
+	// cordoned; when the window closes first, vacate gives the node back
+	// while the drain waits for the next window.
+	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "win-late"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "win", devcluster.HostnameLabel: nodes[2]}},
+		Concurrency:  v1alpha1.Concurrency{BatchWindow: &metav1.Duration{Duration: 10 * time.Minute}},
+		Schedule:     &v1alpha1.Schedule{TimeZone: "UTC", Windows: []v1alpha1.MaintenanceWindow{win}},
+	}})
+	requestAll(t, e, nodes[2:])
+	e.waitDrain(t, nodes[2], "queued and cordoned in the window", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
+		return c != nil && c.Reason == nodedrain.WaitingForBatch && meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionCordoned)
+	})
+	clk.Shift(time.Hour) // past the window's end
+	e.waitDrain(t, nodes[2], "waiting for the next window", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
+		return c != nil && c.Reason == schedule.OutsideWindow
+	})
+	untouched(t, e, ns, nodes[2])
 
 	// A schedule in an unknown time zone passes the API server's checks;
 	// the policy says what is wrong and its drains wait, node untouched.
