@@ -4,8 +4,9 @@
 // Setup, identical for both runs, each on a fresh cluster: 20 simulated
 // nodes, 10 Deployments of 45 pods each behind a PDB of maxUnavailable 10%,
 // a StatefulSet of 30 and a DaemonSet (25 pods per node). Then 10 nodes are
-// drained: by vacate all at once (one NodeDrain each, vacate-controller as
-// its own process), and by kubectl one node after another, as a person would.
+// drained: by vacate all requested at once (one NodeDrain each, under a
+// DrainPolicy default of maxParallelNodes 10, vacate-controller as its own
+// process), and by kubectl one node after another, as a person would.
 package main
 
 import (
@@ -29,7 +30,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -222,6 +225,11 @@ func drainWithVacate(ctx context.Context, c *devcluster.Cluster, bin string, tar
 	}
 	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
 	if err != nil {
+		return 0, err
+	}
+	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultPolicyName},
+		Spec: v1alpha1.DrainPolicySpec{Concurrency: v1alpha1.Concurrency{MaxParallelNodes: ptr.To(intstr.FromInt32(drainNodes))}}}
+	if err := cl.Create(ctx, dp); err != nil {
 		return 0, err
 	}
 	for _, n := range targets {
