@@ -127,6 +127,9 @@ func (w Windows) Open(t time.Time) bool {
 // Next is when the next window opens after t (the zero time without a
 // schedule). It looks a week ahead, so it always finds one.
 func (w Windows) Next(t time.Time) time.Time {
+	if w.Always() {
+		return time.Time{}
+	}
 	_, next, _ := w.scan(t)
 	return next
 }
@@ -134,6 +137,9 @@ func (w Windows) Next(t time.Time) time.Time {
 // Closes is when the windows that hold t close (the zero time when t is in
 // none, or without a schedule).
 func (w Windows) Closes(t time.Time) time.Time {
+	if w.Always() {
+		return time.Time{}
+	}
 	_, _, closes := w.scan(t)
 	return closes
 }

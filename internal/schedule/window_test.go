@@ -82,7 +82,8 @@ func TestWindowsOpenAndNext(t *testing.T) {
 
 	// No schedule: always open, nothing to wait for.
 	var none Windows
-	if !none.Open(at("2026-11-24 12:00")) || !none.Always() || none.String() != "any time" {
+	if !none.Open(at("2026-11-24 12:00")) || !none.Always() || none.String() != "any time" ||
+		!none.Next(at("2026-11-24 12:00")).IsZero() || !none.Closes(at("2026-11-24 12:00")).IsZero() {
 		t.Error("no schedule must mean any time")
 	}
 }

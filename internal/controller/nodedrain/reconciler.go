@@ -123,6 +123,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	s := &scope{drain: nd, now: r.Clock.Now(), log: log.FromContext(ctx).WithValues("nodeDrain", klog.KObj(nd))}
 	before := nd.DeepCopy()
 	defer func() {
+		if p := recover(); p != nil {
+			panic(p) // a pass that broke off halfway records nothing
+		}
 		written, perr := r.patchStatus(ctx, before, nd)
 		if perr != nil {
 			err = errors.Join(err, perr)
