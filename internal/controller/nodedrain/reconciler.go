@@ -100,6 +100,8 @@ type scope struct {
 	policy policy.Policy
 	now    time.Time
 	log    klog.Logger
+	// evac is what the evacuate stage learned, for evict and finalize.
+	evac evacState
 	// stop ends the pass after the current stage, with nothing to requeue:
 	// the drain reached an end (Failed) and waits for a change.
 	stop bool

@@ -49,6 +49,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainOfPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
 		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains)).
+		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.drainNamed(ctx, o.(*v1alpha1.Evacuation).Spec.NodeName)
+		})).
+		Watches(&v1alpha1.EvacuationProvider{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains)).
 		Watches(&v1alpha1.DrainPolicy{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})). // not on status writes
 		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{})).

@@ -126,12 +126,6 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 	return reconcile.Result{}, nil
 }
 
-// evacuate waits for evacuations; they arrive with the evacuation protocols.
-func (r *Reconciler) evacuate(_ context.Context, s *scope) (reconcile.Result, error) {
-	s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonNoEvacuations, "no evacuation protects pods on this node")
-	return reconcile.Result{}, nil
-}
-
 // evict plans the node's pods, queues the evictions, and reports progress
 // and blockers. It waits until no pod that must leave is left.
 func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
@@ -152,6 +146,9 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		if d.Action != drain.Evict {
 			continue
 		}
+		if _, held := s.evac.holding[d.Pod.UID]; held {
+			continue // its evacuation is not Completed
+		}
 		if err := r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -163,8 +160,10 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	}
 	r.report(s, plan)
 	if !plan.Completed() {
-		nd.Status.Phase = v1alpha1.PhaseEvicting
-		return reconcile.Result{RequeueAfter: r.waitFor(s)}, nil
+		if nd.Status.Phase != v1alpha1.PhaseEvacuating {
+			nd.Status.Phase = v1alpha1.PhaseEvicting
+		}
+		return reconcile.Result{RequeueAfter: min(r.waitFor(s), s.evac.recheck)}, nil
 	}
 	return reconcile.Result{}, nil
 }
@@ -186,7 +185,10 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	}
 	var blockers []v1alpha1.Blocker
 	for _, d := range plan.Decisions {
-		b, ok := r.blockerFor(d, s.now)
+		b, ok := s.evac.holding[d.Pod.UID]
+		if !ok {
+			b, ok = r.blockerFor(d, s.now)
+		}
 		if !ok {
 			continue
 		}
@@ -330,9 +332,16 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (re
 	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
-// finalize marks the drain Drained, once.
+// finalize marks the drain Drained, once, when the evacuations after
+// eviction are Completed.
 func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
+	if len(s.evac.afterPending) > 0 {
+		nd.Status.Phase = v1alpha1.PhaseEvacuating
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonWaitingAfterEvict,
+			"the pods have left; waiting for the evacuations after eviction: "+strings.Join(s.evac.afterPending, "; "))
+		return reconcile.Result{RequeueAfter: s.evac.recheck}, nil
+	}
 	nd.Status.Phase = v1alpha1.PhaseDrained
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
 	took := s.now.Sub(nd.Status.StartTime.Time)
@@ -387,6 +396,10 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	r.queued.set(nd.Name)
 	r.queue.forget(nd)
 
+	// The providers undo their evacuations before the node is given back.
+	if gone, err := r.cancelEvacuations(ctx, s); err != nil || !gone {
+		return reconcile.Result{RequeueAfter: resync}, err
+	}
 	node := &corev1.Node{}
 	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	switch {

@@ -1,0 +1,178 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EvacuationStage says when a provider's evacuation must be Completed.
+// +kubebuilder:validation:Enum=BeforeEviction;AfterEviction
+type EvacuationStage string
+
+// Stages of an evacuation.
+const (
+	// StageBeforeEviction: the pods the provider protects are evicted only
+	// once its evacuation is Completed.
+	StageBeforeEviction EvacuationStage = "BeforeEviction"
+	// StageAfterEviction: the pods go first; the node is Drained only once
+	// the evacuation is Completed (for example, deleting a replica that is
+	// no longer in use).
+	StageAfterEviction EvacuationStage = "AfterEviction"
+)
+
+// EvacuationProviderSpec says which pods a stateful system protects and how
+// it takes part in drains.
+type EvacuationProviderSpec struct {
+	// PodSelector picks the pods the provider protects.
+	PodSelector metav1.LabelSelector `json:"podSelector"`
+	// NamespaceSelector limits the namespaces of those pods; unset means all.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// Stage: BeforeEviction (default) or AfterEviction.
+	// +kubebuilder:default=BeforeEviction
+	// +optional
+	Stage EvacuationStage `json:"stage,omitempty"`
+	// Modes are the drain modes the provider takes part in; default both.
+	// +kubebuilder:validation:MaxItems=2
+	// +listType=set
+	// +optional
+	Modes []DrainMode `json:"modes,omitempty"`
+	// Timeout is how long the provider may go without a heartbeat on an
+	// evacuation that is not finished; after it the drain reports the
+	// provider stale and holds its pods. Default 1m.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s or 2m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// EvacuationProviderStatus is reserved for what vacate reports about a provider.
+type EvacuationProviderStatus struct {
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions about the provider.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EvacuationProvider registers a stateful system that moves its data off a
+// node when the node is drained.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=evp,categories=vacate
+// +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.spec.stage`
+// +kubebuilder:printcolumn:name="Timeout",type=string,JSONPath=`.spec.timeout`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EvacuationProvider struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   EvacuationProviderSpec   `json:"spec"`
+	Status EvacuationProviderStatus `json:"status,omitempty"`
+}
+
+// EvacuationProviderList is a list of EvacuationProviders.
+// +kubebuilder:object:root=true
+type EvacuationProviderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EvacuationProvider `json:"items"`
+}
+
+// Desired is what the controller asks of an evacuation.
+// +kubebuilder:validation:Enum=Evacuate;Cancel
+type Desired string
+
+// What an evacuation is asked to do.
+const (
+	DesiredEvacuate Desired = "Evacuate"
+	DesiredCancel   Desired = "Cancel"
+)
+
+// EvacuationPhase is where a provider is with an evacuation.
+// +kubebuilder:validation:Enum=Pending;InProgress;Completed;Failed;Cancelled
+type EvacuationPhase string
+
+// Phases of an evacuation, written by the provider.
+const (
+	EvacuationPending    EvacuationPhase = "Pending"
+	EvacuationInProgress EvacuationPhase = "InProgress"
+	EvacuationCompleted  EvacuationPhase = "Completed"
+	EvacuationFailed     EvacuationPhase = "Failed"
+	EvacuationCancelled  EvacuationPhase = "Cancelled"
+)
+
+// EvacuationSpec is the controller's request to one provider for one drain.
+// +kubebuilder:validation:XValidation:rule="self.nodeName == oldSelf.nodeName && self.provider == oldSelf.provider",message="nodeName and provider are immutable"
+type EvacuationSpec struct {
+	// NodeName is the node being drained.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+	// Provider is the EvacuationProvider asked.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Provider string `json:"provider"`
+	// Mode is the drain's mode.
+	// +kubebuilder:validation:Enum=Maintenance;Decommission
+	Mode DrainMode `json:"mode"`
+	// Desired: Evacuate, or Cancel to undo what was done.
+	Desired Desired `json:"desired"`
+	// DrainUID is the UID of the NodeDrain this evacuation belongs to.
+	// +kubebuilder:validation:MaxLength=64
+	DrainUID string `json:"drainUID"`
+}
+
+// EvacuationStatus is written by the provider.
+type EvacuationStatus struct {
+	// Phase: Pending, InProgress, Completed, Failed or Cancelled.
+	// +optional
+	Phase EvacuationPhase `json:"phase,omitempty"`
+	// Message says what the provider is doing or why it failed.
+	// +kubebuilder:validation:MaxLength=2048
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Remaining is how much is left to move (items or bytes, the provider's unit).
+	// +optional
+	Remaining int64 `json:"remaining,omitempty"`
+	// HeartbeatTime is when the provider last reported, finished or not.
+	// +optional
+	HeartbeatTime *metav1.Time `json:"heartbeatTime,omitempty"`
+	// ObservedGeneration is the spec generation the phase answers; a phase
+	// for an older generation (before a Cancel, say) does not count.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// Evacuation asks one provider to move its data off one node, for one drain.
+// The controller creates it and sets spec.desired; the provider writes the
+// status.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=evac,categories=vacate
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.spec.desired`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Remaining",type=integer,JSONPath=`.status.remaining`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeatTime`
+type Evacuation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   EvacuationSpec   `json:"spec"`
+	Status EvacuationStatus `json:"status,omitempty"`
+}
+
+// EvacuationList is a list of Evacuations.
+// +kubebuilder:object:root=true
+type EvacuationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Evacuation `json:"items"`
+}
+
+func init() {
+	knownTypes = append(knownTypes, &EvacuationProvider{}, &EvacuationProviderList{}, &Evacuation{}, &EvacuationList{})
+}

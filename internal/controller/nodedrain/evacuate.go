@@ -1,0 +1,306 @@
+package nodedrain
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/drain"
+)
+
+// RBAC for evacuations.
+// +kubebuilder:rbac:groups=vacate.dev,resources=evacuationproviders,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// BlockerEvacuation: a pod waits for its provider's evacuation.
+const BlockerEvacuation = "Evacuation"
+
+// Condition reasons of evacuations.
+const (
+	ReasonEvacuating        = "Evacuating"
+	ReasonEvacuated         = "EvacuationsCompleted"
+	ReasonWaitingAfterEvict = "WaitingForAfterEviction"
+	ReasonCancelling        = "CancellingEvacuations"
+)
+
+// DefaultProviderTimeout bounds a provider's silence when it does not say.
+const DefaultProviderTimeout = time.Minute
+
+// evacState is what a pass learned about the drain's evacuations.
+type evacState struct {
+	// holding: protected pods (by UID) that wait for a BeforeEviction
+	// evacuation, with the blocker that says why.
+	holding map[types.UID]v1alpha1.Blocker
+	// afterPending describes AfterEviction evacuations not Completed.
+	afterPending []string
+	// recheck is when a waiting evacuation may turn stale.
+	recheck time.Duration
+}
+
+// EvacuationName is the name of the Evacuation of node for provider.
+func EvacuationName(node, provider string) string {
+	name := node + "." + provider
+	if len(name) <= 253 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:253-17] + "-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// evacuate asks every provider whose pods are on the node to evacuate them:
+// one Evacuation each, for this drain. Pods a BeforeEviction evacuation
+// protects wait until it is Completed (evict holds them); the node is not
+// Drained until the AfterEviction ones are (finalize). Unknown, stale or
+// failed answers are never taken as done.
+func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	s.evac = evacState{holding: map[types.UID]v1alpha1.Blocker{}, recheck: resync}
+	providers := &v1alpha1.EvacuationProviderList{}
+	if err := r.Client.List(ctx, providers); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing EvacuationProviders: %w", err)
+	}
+	sort.Slice(providers.Items, func(i, j int) bool { return providers.Items[i].Name < providers.Items[j].Name })
+	pods, err := r.podsOnNode(ctx, nd.Spec.NodeName)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	pdbs, err := r.pdbs(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var leaving []*corev1.Pod // the pods this drain moves, and so the ones an evacuation can protect
+	for _, d := range drain.New(pods, pdbs, s.policy.Rules, s.now).Decisions {
+		if d.Action != drain.Skip {
+			leaving = append(leaving, d.Pod)
+		}
+	}
+	mode := nd.Spec.Mode
+	if mode == "" {
+		mode = v1alpha1.ModeMaintenance
+	}
+	var hooks []v1alpha1.HookStatus
+	before, completed := 0, 0
+	for i := range providers.Items {
+		p := &providers.Items[i]
+		if len(p.Spec.Modes) > 0 && !slices.Contains(p.Spec.Modes, mode) {
+			continue
+		}
+		protected, err := r.protectedBy(ctx, p, leaving)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		ev, err := r.ensureEvacuation(ctx, nd, p.Name, mode, len(protected) > 0)
+		if err != nil || ev == nil {
+			return reconcile.Result{}, err
+		}
+		done, why, staleIn := judge(ev, p, s.now)
+		s.evac.recheck = min(s.evac.recheck, staleIn)
+		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate(why, maxDetail)})
+		stage := p.Spec.Stage
+		if stage == "" {
+			stage = v1alpha1.StageBeforeEviction
+		}
+		switch {
+		case stage == v1alpha1.StageAfterEviction && !done:
+			s.evac.afterPending = append(s.evac.afterPending, ev.Name+": "+why)
+		case stage == v1alpha1.StageBeforeEviction:
+			before++
+			if done {
+				completed++
+				continue
+			}
+			for _, pod := range protected {
+				s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: BlockerEvacuation,
+					Holder: "Evacuation " + ev.Name, Detail: truncate(why, maxDetail), Since: ev.CreationTimestamp}
+			}
+		}
+	}
+	nd.Status.Hooks = hooks
+	switch {
+	case len(hooks) == 0:
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonNoEvacuations, "no evacuation protects pods on this node")
+	case before > completed:
+		nd.Status.Phase = v1alpha1.PhaseEvacuating
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonEvacuating,
+			fmt.Sprintf("%d of %d evacuation(s) before eviction Completed; the pods they protect wait", completed, before))
+	default:
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonEvacuated,
+			fmt.Sprintf("%d evacuation(s) before eviction Completed", before))
+	}
+	return reconcile.Result{}, nil
+}
+
+// protectedBy are the leaving pods that the provider protects.
+func (r *Reconciler) protectedBy(ctx context.Context, p *v1alpha1.EvacuationProvider, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+	if err != nil {
+		return nil, fmt.Errorf("EvacuationProvider %s: podSelector: %w", p.Name, err)
+	}
+	nsSel := labels.Everything()
+	if p.Spec.NamespaceSelector != nil {
+		if nsSel, err = metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector); err != nil {
+			return nil, fmt.Errorf("EvacuationProvider %s: namespaceSelector: %w", p.Name, err)
+		}
+	}
+	var out []*corev1.Pod
+	for _, pod := range pods {
+		if !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		if p.Spec.NamespaceSelector != nil {
+			ns := &corev1.Namespace{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
+				return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+			}
+			if !nsSel.Matches(labels.Set(ns.Labels)) {
+				continue
+			}
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// ensureEvacuation returns the drain's Evacuation for the provider,
+// creating it when the provider protects pods here (nil when it does not
+// and none exists). One left by an earlier drain of the node is taken over.
+func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, provider string, mode v1alpha1.DrainMode, protects bool) (*v1alpha1.Evacuation, error) {
+	name := EvacuationName(nd.Spec.NodeName, provider)
+	ev := &v1alpha1.Evacuation{}
+	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ev)
+	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, Provider: provider, Mode: mode,
+		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID)}
+	switch {
+	case apierrors.IsNotFound(err):
+		if !protects {
+			return nil, nil
+		}
+		ev = &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: want}
+		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
+			return nil, err
+		}
+		if err := r.Client.Create(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating Evacuation %s: %w", name, err)
+		}
+		return ev, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Evacuation %s: %w", name, err)
+	case ev.Spec != want:
+		patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+		ev.Spec = want
+		if err := r.Client.Patch(ctx, ev, patch); err != nil {
+			return nil, fmt.Errorf("updating Evacuation %s: %w", name, err)
+		}
+	}
+	return ev, nil
+}
+
+// judge says whether an evacuation counts as done, why not, and how soon
+// it turns stale if nothing changes. Only Completed for the current spec
+// is done; silence past the provider's timeout is reported as such.
+func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Time) (done bool, why string, staleIn time.Duration) {
+	timeout := DefaultProviderTimeout
+	if p != nil && p.Spec.Timeout != nil {
+		timeout = p.Spec.Timeout.Duration
+	}
+	st := ev.Status
+	current := st.ObservedGeneration == ev.Generation && ev.Generation > 0
+	if current && st.Phase == v1alpha1.EvacuationCompleted {
+		return true, "Completed: " + st.Message, resync
+	}
+	last := ev.CreationTimestamp.Time
+	if st.HeartbeatTime != nil && st.HeartbeatTime.After(last) {
+		last = st.HeartbeatTime.Time
+	}
+	silent := now.Sub(last)
+	if !current || st.Phase == "" {
+		if silent >= timeout {
+			return false, fmt.Sprintf("provider %s has not taken up the request for %s (timeout %s): is it running?", ev.Spec.Provider, silent.Round(time.Second), timeout), resync
+		}
+		return false, fmt.Sprintf("waiting for provider %s to take up the request", ev.Spec.Provider), timeout - silent
+	}
+	if silent >= timeout {
+		return false, fmt.Sprintf("provider %s is stale: no heartbeat for %s (timeout %s); its last word: %s %s", ev.Spec.Provider,
+			silent.Round(time.Second), timeout, st.Phase, st.Message), resync
+	}
+	if st.Phase == v1alpha1.EvacuationFailed {
+		return false, fmt.Sprintf("provider %s failed: %s", ev.Spec.Provider, st.Message), timeout - silent
+	}
+	msg := fmt.Sprintf("%s: %s", st.Phase, st.Message)
+	if st.Remaining > 0 {
+		msg += fmt.Sprintf(" (%d remaining)", st.Remaining)
+	}
+	return false, msg, timeout - silent
+}
+
+func phaseOf(ev *v1alpha1.Evacuation) string {
+	if ev.Status.Phase == "" || ev.Status.ObservedGeneration != ev.Generation {
+		return string(v1alpha1.EvacuationPending)
+	}
+	return string(ev.Status.Phase)
+}
+
+// cancelEvacuations asks every provider that worked for a drain of this
+// node to undo it (desired: Cancel), deletes each Evacuation once its
+// provider reports Cancelled (or if it never took the request up), and
+// reports whether all are gone.
+func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope) (bool, error) {
+	list := &v1alpha1.EvacuationList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return false, fmt.Errorf("listing Evacuations: %w", err)
+	}
+	var waiting []string
+	var hooks []v1alpha1.HookStatus
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if ev.Spec.NodeName != s.drain.Spec.NodeName || !ev.DeletionTimestamp.IsZero() {
+			continue
+		}
+		untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
+		cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
+			ev.Spec.Desired == v1alpha1.DesiredCancel
+		if untouched || cancelled {
+			if err := r.Client.Delete(ctx, ev, ctrl.Preconditions{UID: &ev.UID}); err != nil && !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("deleting Evacuation %s: %w", ev.Name, err)
+			}
+			continue
+		}
+		if ev.Spec.Desired != v1alpha1.DesiredCancel {
+			patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+			ev.Spec.Desired = v1alpha1.DesiredCancel
+			if err := r.Client.Patch(ctx, ev, patch); err != nil {
+				return false, fmt.Errorf("cancelling Evacuation %s: %w", ev.Name, err)
+			}
+		}
+		provider := &v1alpha1.EvacuationProvider{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider); err != nil {
+			provider = nil
+		}
+		_, why, _ := judge(ev, provider, s.now)
+		waiting = append(waiting, ev.Name)
+		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate("cancelling: "+why, maxDetail)})
+	}
+	s.drain.Status.Hooks = hooks
+	if len(waiting) > 0 {
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
+			"waiting for the providers to undo their evacuations before restoring the node: "+strings.Join(waiting, ", "))
+		return false, nil
+	}
+	return true, nil
+}
