@@ -105,7 +105,7 @@ func (r *Runner) SetupWithManager(mgr ctrl.Manager) error {
 		return ok && ev.Spec.Provider == r.Name
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("evacuation-" + r.Name).
+		Named("evacuation-"+r.Name).
 		For(&v1alpha1.Evacuation{}, builder.WithPredicates(mine, predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
