@@ -49,6 +49,10 @@ type Policy struct {
 	Triggers Triggers
 	// Admission bounds how many of the policy's drains run at once, and when.
 	Admission Admission
+	// HTTPHooks: whether annotated pods' HTTP evacuation hooks are called,
+	// and in which namespaces (nil: all).
+	HTTPHooks      bool
+	HookNamespaces labels.Selector
 }
 
 // DefaultBatchWindow is how long a requested drain waits for others to be
@@ -257,6 +261,14 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 		p.Admission.Topology = append(p.Admission.Topology, schedule.TopologyLimit{Key: l.TopologyKey, MaxUnavailable: int(l.MaxUnavailable)})
 	}
 	p.Admission.Windows, p.Admission.ScheduleErr = schedule.ParseSchedule(s.Schedule)
+	p.HTTPHooks = s.HTTPHooks.Enabled
+	if s.HTTPHooks.NamespaceSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(s.HTTPHooks.NamespaceSelector)
+		if err != nil {
+			return Policy{}, fmt.Errorf("DrainPolicy %s: httpHooks.namespaceSelector: %w", name, err)
+		}
+		p.HookNamespaces = sel
+	}
 	if s.Pods.SkipSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(s.Pods.SkipSelector)
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/hook"
 )
 
 // RBAC for evacuations.
@@ -51,6 +52,14 @@ type evacState struct {
 	afterPending []string
 	// recheck is when a waiting evacuation may turn stale.
 	recheck time.Duration
+}
+
+// modeOf is the drain's mode, Maintenance when unset.
+func modeOf(nd *v1alpha1.NodeDrain) v1alpha1.DrainMode {
+	if nd.Spec.Mode == "" {
+		return v1alpha1.ModeMaintenance
+	}
+	return nd.Spec.Mode
 }
 
 // EvacuationName is the name of the Evacuation of node for provider.
@@ -90,10 +99,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 			leaving = append(leaving, d.Pod)
 		}
 	}
-	mode := nd.Spec.Mode
-	if mode == "" {
-		mode = v1alpha1.ModeMaintenance
-	}
+	mode := modeOf(nd)
 	var hooks []v1alpha1.HookStatus
 	before, completed := 0, 0
 	for i := range providers.Items {
@@ -130,6 +136,15 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 					Holder: "Evacuation " + ev.Name, Detail: truncate(why, maxDetail), Since: ev.CreationTimestamp}
 			}
 		}
+	}
+	httpHooks, withHook, hooksDone, err := r.callHooks(ctx, s, leaving)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	hooks = append(hooks, httpHooks...)
+	before, completed = before+withHook, completed+hooksDone
+	if withHook > hooksDone {
+		s.evac.recheck = min(s.evac.recheck, 2*time.Second) // answers arrive in the background; Changed wakes us too
 	}
 	nd.Status.Hooks = hooks
 	switch {
@@ -296,10 +311,125 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope) (bool, err
 		waiting = append(waiting, ev.Name)
 		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate("cancelling: "+why, maxDetail)})
 	}
-	s.drain.Status.Hooks = hooks
 	if len(waiting) > 0 {
+		s.drain.Status.Hooks = hooks
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
 			"waiting for the providers to undo their evacuations before restoring the node: "+strings.Join(waiting, ", "))
+		return false, nil
+	}
+	return true, nil
+}
+
+// BlockerHTTPHook: a pod waits for its own HTTP evacuation hook.
+const BlockerHTTPHook = "HTTPHook"
+
+// hookTargets are the leaving pods whose HTTP hooks the policy allows, with
+// their targets (or why the annotations cannot be used).
+func (r *Reconciler) hookTargets(ctx context.Context, s *scope, pods []*corev1.Pod) ([]*corev1.Pod, []hook.Target, []error, error) {
+	var outPods []*corev1.Pod
+	var targets []hook.Target
+	var errs []error
+	if !s.policy.HTTPHooks {
+		return nil, nil, nil, nil
+	}
+	mode := string(modeOf(s.drain))
+	for _, pod := range pods {
+		if !hook.Wants(pod) {
+			continue
+		}
+		if s.policy.HookNamespaces != nil {
+			ns := &corev1.Namespace{}
+			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
+				return nil, nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+			}
+			if !s.policy.HookNamespaces.Matches(labels.Set(ns.Labels)) {
+				continue
+			}
+		}
+		t, err := hook.TargetFor(pod, string(s.drain.UID), s.drain.Spec.NodeName, mode)
+		outPods, targets, errs = append(outPods, pod), append(targets, t), append(errs, err)
+	}
+	return outPods, targets, errs, nil
+}
+
+// callHooks runs the HTTP hooks of the leaving pods: each pod is held until
+// its own hook answers Completed for this drain.
+func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.Pod) ([]v1alpha1.HookStatus, int, int, error) {
+	pods, targets, errs, err := r.hookTargets(ctx, s, leaving)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	var hooks []v1alpha1.HookStatus
+	done := 0
+	for i, pod := range pods {
+		name := "pod/" + pod.Namespace + "/" + pod.Name
+		var phase, why string
+		if errs[i] != nil {
+			phase, why = string(v1alpha1.EvacuationPending), errs[i].Error()+"; the pod stays until it is fixed"
+		} else {
+			res := r.Hooks.Evacuate(targets[i])
+			why = "HTTP hook " + targets[i].URL() + ": " + res.Describe()
+			switch {
+			case res.Done():
+				done++
+				hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: string(v1alpha1.EvacuationCompleted), Message: truncate(why, maxDetail)})
+				continue
+			case res.State == hook.Failed:
+				phase = string(v1alpha1.EvacuationFailed)
+			case res.State == "":
+				phase = string(v1alpha1.EvacuationPending)
+			default:
+				phase = string(v1alpha1.EvacuationInProgress)
+			}
+		}
+		hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: phase, Message: truncate(why, maxDetail)})
+		if _, held := s.evac.holding[pod.UID]; !held { // a provider's hold is shown first; both must finish
+			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: BlockerHTTPHook,
+				Holder: "HTTP hook of pod " + pod.Namespace + "/" + pod.Name, Detail: truncate(why, maxDetail), Since: metav1.NewTime(s.now)}
+		}
+	}
+	return hooks, len(pods), done, nil
+}
+
+// cancelHooks asks the hooks of the node's pods that took part in the drain
+// to undo (DELETE) and reports whether every one acknowledged. A pod that
+// has left cannot be asked, and holds nothing.
+func (r *Reconciler) cancelHooks(ctx context.Context, s *scope) (bool, error) {
+	started := map[string]bool{}
+	for _, h := range s.drain.Status.Hooks {
+		if strings.HasPrefix(h.Name, "pod/") && h.Phase != string(v1alpha1.EvacuationPending) {
+			started[h.Name] = true
+		}
+	}
+	if len(started) == 0 {
+		return true, nil
+	}
+	pods, err := r.podsOnNode(ctx, s.drain.Spec.NodeName)
+	if err != nil {
+		return false, err
+	}
+	var hooks []v1alpha1.HookStatus
+	for _, pod := range pods {
+		name := "pod/" + pod.Namespace + "/" + pod.Name
+		if !started[name] || !hook.Wants(pod) { // started under the policy of then: cancelled whatever it says now
+			continue
+		}
+		t, err := hook.TargetFor(pod, string(s.drain.UID), s.drain.Spec.NodeName, string(modeOf(s.drain)))
+		if err != nil {
+			continue // it cannot be called; it was never started with these annotations
+		}
+		res, acknowledged := r.Hooks.Cancel(t)
+		if acknowledged {
+			r.Hooks.Forget(pod.UID)
+			continue
+		}
+		hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: string(v1alpha1.EvacuationInProgress),
+			Message: truncate("cancelling: "+res.Describe(), maxDetail)})
+	}
+	if len(hooks) > 0 {
+		s.drain.Status.Hooks = hooks
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
+			fmt.Sprintf("waiting for %d HTTP hook(s) to acknowledge the cancel before restoring the node", len(hooks)))
 		return false, nil
 	}
 	return true, nil

@@ -30,6 +30,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
@@ -73,6 +74,8 @@ type Reconciler struct {
 	Clock     clock.WithDelayedExecution
 	Events    events.EventRecorder
 	Evictions *eviction.Queue
+	// Hooks runs the pods' HTTP evacuation hooks in the background.
+	Hooks *hook.Prober
 
 	refusals refusalCache
 	queue    admissions
@@ -90,6 +93,7 @@ func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.Eve
 	r.blocked = newReasonGauge(metrics.PodsBlocked)
 	r.queued = newReasonGauge(metrics.DrainsQueued)
 	r.Evictions = newQueue(r.onOutcome)
+	r.Hooks = hook.NewProber(r.wake)
 	return r
 }
 

@@ -344,6 +344,7 @@ func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, er
 	}
 	nd.Status.Phase = v1alpha1.PhaseDrained
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	took := s.now.Sub(nd.Status.StartTime.Time)
 	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, ReasonDrained,
 		fmt.Sprintf("%d pod(s) left the node in %s", nd.Status.Evicted, took.Round(time.Second)))
@@ -400,6 +401,10 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	if gone, err := r.cancelEvacuations(ctx, s); err != nil || !gone {
 		return reconcile.Result{RequeueAfter: resync}, err
 	}
+	if acked, err := r.cancelHooks(ctx, s); err != nil || !acked {
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, err
+	}
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	node := &corev1.Node{}
 	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	switch {
@@ -434,7 +439,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	// No requester is left but the object stays: it is idle until one returns.
 	nd.Status.Phase = v1alpha1.PhasePending
 	// A requester that returns starts a new drain, counted from zero.
-	nd.Status.Blockers, nd.Status.Blocked = nil, 0
+	nd.Status.Blockers, nd.Status.Blocked, nd.Status.Hooks = nil, 0, nil
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
 	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonRestored, "no requester is left; vacate undid its changes")

@@ -1,0 +1,379 @@
+// Package hook speaks the HTTP evacuation protocol v1 (see DESIGN.md) with
+// pods that move their own data: POST starts (idempotent for a drain), GET
+// polls, DELETE cancels. It only ever calls the pod's own IP, at the port
+// and path of its annotations. A Prober runs each pod's conversation in the
+// background and keeps the latest answer for the controller's passes, which
+// therefore never wait on the network.
+//
+// Nothing but a well-formed "Completed" for the current drain counts as
+// done: timeouts, refused connections, HTTP errors, redirects, oversized or
+// malformed bodies and unknown states are reported, retried with backoff,
+// and never taken for success.
+package hook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Pod annotations of the protocol.
+const (
+	AnnotationPort = "vacate.dev/evacuate-port"
+	AnnotationPath = "vacate.dev/evacuate-path"
+	// DefaultPath is used when the pod gives a port but no path.
+	DefaultPath = "/evacuate"
+)
+
+// States an app reports.
+const (
+	InProgress = "InProgress"
+	Completed  = "Completed"
+	Failed     = "Failed"
+)
+
+// MaxBody bounds what is read of an answer.
+const MaxBody = 64 << 10
+
+// Target is one pod's hook, for one drain.
+type Target struct {
+	Pod   types.UID
+	Name  string // namespace/name, for messages
+	IP    string
+	Port  int
+	Path  string
+	Drain string // the NodeDrain's UID
+	Node  string
+	Mode  string
+}
+
+// Wants reports whether the pod asks for the protocol (has the port annotation).
+func Wants(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[AnnotationPort]
+	return ok
+}
+
+// TargetFor reads a pod's annotations into a target. Bad annotations are an
+// error that says what is wrong; the pod is then held, not evicted.
+func TargetFor(pod *corev1.Pod, drainUID, node, mode string) (Target, error) {
+	t := Target{Pod: pod.UID, Name: pod.Namespace + "/" + pod.Name, IP: pod.Status.PodIP, Drain: drainUID, Node: node, Mode: mode, Path: DefaultPath}
+	port, err := strconv.Atoi(pod.Annotations[AnnotationPort])
+	if err != nil || port < 1 || port > 65535 {
+		return t, fmt.Errorf("annotation %s=%q is not a port number (1-65535)", AnnotationPort, pod.Annotations[AnnotationPort])
+	}
+	t.Port = port
+	if p, ok := pod.Annotations[AnnotationPath]; ok {
+		u, err := url.Parse(p)
+		if err != nil || !strings.HasPrefix(p, "/") || u.Host != "" || u.RawQuery != "" || u.Fragment != "" || strings.Contains(p, "..") {
+			return t, fmt.Errorf("annotation %s=%q is not an absolute path such as /evacuate (no host, query or fragment)", AnnotationPath, p)
+		}
+		t.Path = p
+	}
+	if net.ParseIP(t.IP) == nil {
+		return t, fmt.Errorf("pod %s has no IP yet", t.Name)
+	}
+	return t, nil
+}
+
+// URL is where the hook is called: the pod's own IP, never a host from an annotation.
+func (t Target) URL() string {
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.IP, strconv.Itoa(t.Port)), Path: t.Path}
+	return u.String()
+}
+
+// Result is the latest the prober knows of a hook.
+type Result struct {
+	// State is the app's last well-formed answer (InProgress, Completed,
+	// Failed), or "" before any.
+	State     string
+	Message   string
+	Remaining int64
+	// Problem says why the last call did not give a usable answer; "" when it did.
+	Problem string
+	// Calls counts the calls made.
+	Calls int
+}
+
+// Done reports whether the hook is Completed, with no problem since.
+func (r Result) Done() bool { return r.State == Completed && r.Problem == "" }
+
+// Describe is the result for people.
+func (r Result) Describe() string {
+	var b strings.Builder
+	switch {
+	case r.State == "" && r.Problem == "":
+		b.WriteString("calling the hook")
+	case r.State != "":
+		fmt.Fprintf(&b, "%s: %s", r.State, r.Message)
+		if r.Remaining > 0 {
+			fmt.Fprintf(&b, " (%d remaining)", r.Remaining)
+		}
+	}
+	if r.Problem != "" {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("last call: " + r.Problem + " (not counted as done; retrying)")
+	}
+	return b.String()
+}
+
+// Prober runs the hooks' conversations in the background.
+type Prober struct {
+	Client *http.Client
+	// Poll is the time between GETs while a hook is in progress; Backoff
+	// the first pause after a failed call, doubling up to MaxBackoff.
+	Poll, Backoff, MaxBackoff time.Duration
+	// Changed is called (with the target's node) when a result changes.
+	Changed func(node string)
+
+	mu    sync.Mutex
+	convs map[types.UID]*conversation
+}
+
+// NewProber returns a prober with a client that times out, follows no
+// redirects and uses no proxy.
+func NewProber(changed func(node string)) *Prober {
+	return &Prober{
+		Client: &http.Client{
+			Timeout:       5 * time.Second,
+			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		Poll: time.Second, Backoff: time.Second, MaxBackoff: 30 * time.Second,
+		Changed: changed, convs: map[types.UID]*conversation{},
+	}
+}
+
+type conversation struct {
+	target Target
+	cancel bool // DELETE instead of POST/GET
+	stop   context.CancelFunc
+	mu     sync.Mutex
+	result Result
+	done   bool // the conversation ended (Completed, or cancel acknowledged)
+}
+
+func (c *conversation) get() (Result, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.result, c.done
+}
+
+// Evacuate starts (once) the hook's evacuation and returns what is known.
+func (p *Prober) Evacuate(t Target) Result {
+	r, _ := p.run(t, false)
+	return r
+}
+
+// Cancel asks the hook to undo (DELETE) and reports whether it acknowledged.
+func (p *Prober) Cancel(t Target) (Result, bool) { return p.run(t, true) }
+
+// Forget stops and drops a pod's conversation.
+func (p *Prober) Forget(pod types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.convs[pod]; ok {
+		c.stop()
+		delete(p.convs, pod)
+	}
+}
+
+// ForgetNode stops and drops the conversations of a node's pods.
+func (p *Prober) ForgetNode(node string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pod, c := range p.convs {
+		if c.target.Node == node {
+			c.stop()
+			delete(p.convs, pod)
+		}
+	}
+}
+
+func (p *Prober) run(t Target, cancel bool) (Result, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.convs[t.Pod]
+	if ok && c.target == t && c.cancel == cancel {
+		return c.get()
+	}
+	if ok {
+		c.stop()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	c = &conversation{target: t, cancel: cancel, stop: stop}
+	p.convs[t.Pod] = c
+	go p.converse(ctx, c)
+	return c.get()
+}
+
+// converse calls the hook until the conversation ends or is stopped.
+func (p *Prober) converse(ctx context.Context, c *conversation) {
+	t := c.target
+	started := false
+	pause := p.Backoff
+	for ctx.Err() == nil {
+		var res Result
+		var err error
+		end := false
+		switch {
+		case c.cancel:
+			err = p.call(ctx, http.MethodDelete, t, nil, nil)
+			end = err == nil
+		case !started:
+			body, _ := json.Marshal(map[string]string{"drain": t.Drain, "node": t.Node, "mode": t.Mode})
+			err = p.call(ctx, http.MethodPost, t, body, &res)
+			started = err == nil
+		default:
+			err = p.call(ctx, http.MethodGet, t, nil, &res)
+			var nf notFound
+			if errors.As(err, &nf) {
+				started = false // the app lost the drain (restarted): start it again
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		before := c.result
+		c.result.Calls++
+		if err != nil {
+			c.result.Problem = err.Error()
+		} else {
+			c.result.Problem = ""
+			if res.State != "" {
+				c.result.State, c.result.Message, c.result.Remaining = res.State, res.Message, res.Remaining
+			}
+		}
+		if end || (!c.cancel && c.result.Done()) {
+			c.done = true
+		}
+		changed := before.State != c.result.State || before.Problem != c.result.Problem ||
+			before.Remaining != c.result.Remaining || before.Message != c.result.Message || c.done
+		done := c.done
+		c.mu.Unlock()
+		if changed && p.Changed != nil {
+			p.Changed(t.Node)
+		}
+		if done {
+			return
+		}
+		wait := p.Poll
+		if err != nil {
+			wait, pause = pause, min(pause*2, p.MaxBackoff)
+		} else {
+			pause = p.Backoff
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+type notFound struct{ error }
+
+// call makes one request and reads a status answer into res (when res is
+// not nil and the answer has a body).
+func (p *Prober) call(ctx context.Context, method string, t Target, body []byte, res *Result) error {
+	u := t.URL() + "?drain=" + url.QueryEscape(t.Drain)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := p.Client.Do(req)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return fmt.Errorf("%s %s timed out after %s", method, t.URL(), p.Client.Timeout)
+		}
+		return fmt.Errorf("%s %s: %v", method, t.URL(), unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
+	if err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %v", method, t.URL(), err)
+	}
+	if len(data) > MaxBody {
+		return fmt.Errorf("%s %s: answer larger than %d bytes", method, t.URL(), MaxBody)
+	}
+	switch {
+	case method == http.MethodDelete && (resp.StatusCode == http.StatusNotFound || resp.StatusCode/100 == 2):
+		return nil // cancelled, or nothing to cancel
+	case resp.StatusCode == http.StatusNotFound && method == http.MethodGet:
+		return notFound{fmt.Errorf("GET %s: HTTP 404: the app does not know drain %s", t.URL(), t.Drain)}
+	case resp.StatusCode/100 != 2:
+		return fmt.Errorf("%s %s: HTTP %d: %s", method, t.URL(), resp.StatusCode, snippet(data))
+	case res == nil || len(bytes.TrimSpace(data)) == 0:
+		if method == http.MethodGet {
+			return fmt.Errorf("GET %s: HTTP %d with an empty body; want a JSON status", t.URL(), resp.StatusCode)
+		}
+		return nil
+	}
+	var ans struct {
+		State     string `json:"state"`
+		Message   string `json:"message"`
+		Remaining *int64 `json:"remaining"`
+	}
+	if err := json.Unmarshal(data, &ans); err != nil {
+		return fmt.Errorf("%s %s: malformed answer (%v): %s", method, t.URL(), err, snippet(data))
+	}
+	switch ans.State {
+	case InProgress, Completed, Failed:
+	default:
+		return fmt.Errorf("%s %s: unknown state %q (want InProgress, Completed or Failed)", method, t.URL(), ans.State)
+	}
+	res.State, res.Message = ans.State, ans.Message
+	if ans.Remaining != nil {
+		res.Remaining = *ans.Remaining
+	}
+	if ans.State == Completed && res.Remaining > 0 {
+		return fmt.Errorf("%s %s: says Completed with %d remaining", method, t.URL(), res.Remaining)
+	}
+	return nil
+}
+
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// snippet is the start of a body, printable, for messages.
+func snippet(b []byte) string {
+	const n = 120
+	s := strings.Map(func(r rune) rune {
+		if r < 32 || r == 127 {
+			return ' '
+		}
+		return r
+	}, string(b))
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return strconv.Quote(s)
+}
