@@ -1,0 +1,57 @@
+// Command broker runs the reference message broker (package
+// examples/broker) on one address, with its data in one directory.
+//
+//	broker --name broker-0 --listen 127.64.0.2:7070 --data /var/lib/broker \
+//	       --peers http://127.64.0.3:7070,http://127.64.0.4:7070
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vacate-dev/vacate/examples/broker"
+)
+
+func main() {
+	b := &broker.Broker{}
+	listen := flag.String("listen", "127.0.0.1:7070", "address to serve on (the pod's IP and port)")
+	peers := flag.String("peers", "", "comma-separated base URLs of the peer brokers")
+	flag.StringVar(&b.Name, "name", "", "broker name, the prefix of its message ids (required)")
+	flag.StringVar(&b.Dir, "data", "", "data directory (required)")
+	flag.DurationVar(&b.ForwardDelay, "forward-delay", 0, "pause after forwarding each message (for tests)")
+	flag.BoolVar(&b.NoSync, "no-fsync", false, "do not fsync writes (survives a killed process, not a crashed machine)")
+	flag.Parse()
+	if b.Name == "" || b.Dir == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: broker --name NAME --data DIR [--listen ADDR] [--peers URL,...]")
+		os.Exit(2)
+	}
+	if *peers != "" {
+		b.Peers = strings.Split(*peers, ",")
+	}
+	if err := b.Open(); err != nil {
+		fmt.Fprintln(os.Stderr, "broker:", err)
+		os.Exit(1)
+	}
+	srv := &http.Server{Addr: *listen, Handler: b.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	fmt.Printf("broker %s serving on %s, data in %s, peers %v\n", b.Name, *listen, b.Dir, b.Peers)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(os.Stderr, "broker:", err)
+		os.Exit(1)
+	}
+}
