@@ -54,7 +54,7 @@ type Broker struct {
 	// NoSync skips fsync: a killed process loses nothing (the kernel has
 	// the data), a crashed machine may. For tests on slow disks.
 	NoSync bool
-	Client       *http.Client
+	Client *http.Client
 
 	mu    sync.Mutex
 	seq   int64
