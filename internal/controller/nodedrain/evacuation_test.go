@@ -16,13 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
@@ -51,33 +48,10 @@ func (s *slowStore) Cancel(_ context.Context, node string) (evacuation.Progress,
 // runProvider runs a provider in its own manager until stop is called.
 func runProvider(t *testing.T, c *devcluster.Cluster, name string, p evacuation.Provider) (stop func()) {
 	t.Helper()
-	scheme, err := operator.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(c.RESTConfig, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptrTo(true)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &evacuation.Runner{Client: mgr.GetClient(), Name: name, Provider: p, Heartbeat: 300 * time.Millisecond}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("provider %s: %v", name, err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
+		r := &evacuation.Runner{Client: mgr.GetClient(), Name: name, Provider: p, Heartbeat: 300 * time.Millisecond}
+		return r.SetupWithManager(mgr)
+	})
 }
 
 func ptrTo[T any](v T) *T { return &v }
