@@ -134,7 +134,9 @@ func (e *env) drain(t *testing.T, node string) {
 	if err := requests.Apply(testenv.Context(t), e.cl, node, v1alpha1.Requester{Name: "cli:test"}, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	t.Cleanup(func() {
+		_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
 }
 
 func (e *env) waitPhase(t *testing.T, node string, phase v1alpha1.DrainPhase) {
