@@ -181,7 +181,7 @@ func podFinding(b v1alpha1.Blocker, in Input) Finding {
 	return f
 }
 
-// holderFindings explain the pods one object holds; today PDBs.
+// holderFindings explain the pods one object holds: PDBs, evacuations, HTTP hooks.
 func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Finding {
 	pods := make([]string, 0, len(blockers))
 	since := blockers[0].Since.Time
@@ -193,7 +193,22 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 	}
 	subject := fmt.Sprintf("pod %s", strings.Join(pods, ", "))
 	kind, names, _ := strings.Cut(holder, " ")
-	if kind != "PodDisruptionBudget" {
+	switch kind {
+	case "Evacuation":
+		node, provider, _ := strings.Cut(names, ".")
+		return []Finding{{Subject: subject, Since: since,
+			Cause: "waiting for EvacuationProvider " + provider + " to move its data off " + node + ": " + blockers[0].Detail,
+			Fix: "nothing, while it makes progress (kubectl get evacuation " + names + "); if it is stale or failed, check the provider's controller; " +
+				"to stop waiting, cancel the drain ('vacate cancel " + node + "'): the provider is asked to undo"}}
+	case "HTTP":
+		pod := strings.TrimPrefix(names, "hook of pod ")
+		ns, name, _ := strings.Cut(pod, "/")
+		return []Finding{{Subject: subject, Since: since,
+			Cause: "waiting for the pod's own evacuation hook to answer Completed: " + blockers[0].Detail,
+			Fix: "nothing, while it makes progress; if it fails or does not answer, see the app's logs (kubectl logs -n " + ns + " " + name +
+				"); the pod is not evicted until its hook says Completed, or until the drain is cancelled"}}
+	case "PodDisruptionBudget":
+	default:
 		return []Finding{{Subject: subject, Cause: "held by " + holder + ": " + blockers[0].Detail, Since: since}}
 	}
 	var out []Finding

@@ -140,3 +140,28 @@ func TestExplain(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainEvacuations: pods held by a provider's evacuation or by their
+// own HTTP hook are explained with who is waited for and what to do.
+func TestExplainEvacuations(t *testing.T) {
+	nd := stuck(
+		v1alpha1.Blocker{Pod: "shop/store-0", Reason: nodedrain.BlockerEvacuation, Holder: "Evacuation n1.replicated-volume",
+			Detail: "provider replicated-volume is stale: no heartbeat for 2m0s (timeout 1m0s)", Since: metav1.NewTime(now.Add(-2 * time.Minute))},
+		v1alpha1.Blocker{Pod: "shop/broker-0", Reason: nodedrain.BlockerHTTPHook, Holder: "HTTP hook of pod shop/broker-0",
+			Detail: `HTTP hook http://127.64.0.2:7070/evacuate: last call: HTTP 500: "disk full"`, Since: metav1.NewTime(now.Add(-time.Minute))},
+	)
+	var out bytes.Buffer
+	if err := Explain(Input{Drain: nd, Now: now}).Write(&out, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"why:  waiting for EvacuationProvider replicated-volume to move its data off n1: provider replicated-volume is stale",
+		"kubectl get evacuation n1.replicated-volume",
+		"why:  waiting for the pod's own evacuation hook to answer Completed: HTTP hook http://127.64.0.2:7070/evacuate: last call: HTTP 500",
+		"kubectl logs -n shop broker-0",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain lacks %q:\n%s", want, out.String())
+		}
+	}
+}
