@@ -13,6 +13,7 @@ import (
 //	2026-11-22T15:30:01Z node-1 Evicting 3/10
 //	2026-11-22T15:30:02Z node-1 Blocked shop/db-0 PodDisruptionBudget "PodDisruptionBudget shop/db" "..."
 //	2026-11-22T15:30:09Z node-1 Unblocked shop/db-0 PodDisruptionBudget
+//	2026-11-22T15:30:09Z node-2 Evacuation node-2.volumes InProgress "3 of 6 volume(s) ... (3 remaining)"
 //	2026-11-22T15:30:10Z node-1 Drained 10/10 "in 9s"
 //
 // A line is written only when something changed, so the output is the same
@@ -24,6 +25,7 @@ type Lines struct {
 type lineState struct {
 	state    string
 	blockers map[string]string // pod -> reason
+	hooks    map[string]string // evacuation -> phase and message
 }
 
 // NewLines starts with nothing printed.
@@ -38,7 +40,14 @@ func (l *Lines) Changes(t *Tracker, now time.Time) []string {
 			continue
 		}
 		prev := l.last[n.Name]
-		cur := lineState{state: stateLine(n, now), blockers: map[string]string{}}
+		cur := lineState{state: stateLine(n, now), blockers: map[string]string{}, hooks: map[string]string{}}
+		for _, h := range n.Hooks {
+			line := h.Phase + " " + strconv.Quote(h.Message)
+			cur.hooks[h.Name] = line
+			if prev.hooks[h.Name] != line {
+				out = append(out, fmt.Sprintf("%s %s Evacuation %s %s", ts, n.Name, h.Name, line))
+			}
+		}
 		for _, b := range n.Blockers {
 			cur.blockers[b.Pod] = b.Reason
 			if prev.blockers[b.Pod] != b.Reason {

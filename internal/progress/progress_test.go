@@ -105,6 +105,29 @@ func TestLinesOnlyOnChange(t *testing.T) {
 	}
 }
 
+// TestLinesShowEvacuationProgress: each change of an evacuation's phase or
+// message is a line; an unchanged one is not repeated.
+func TestLinesShowEvacuationProgress(t *testing.T) {
+	tr := NewTracker([]string{"node-2"}, t0)
+	l := NewLines()
+	evac := func(at time.Duration, phase, msg string) []string {
+		nd := drain("node-2", v1alpha1.PhaseEvacuating, 0, 1)
+		nd.Status.Hooks = []v1alpha1.HookStatus{{Name: "node-2.volumes", Phase: phase, Message: msg}}
+		tr.Observe(nd, t0.Add(at))
+		return l.Changes(tr, t0.Add(at))
+	}
+	got := evac(time.Second, "InProgress", "1 of 3 copied")
+	if len(got) != 2 || got[0] != `2026-11-22T15:00:01Z node-2 Evacuation node-2.volumes InProgress "1 of 3 copied"` {
+		t.Fatalf("got %q", got)
+	}
+	if got := evac(2*time.Second, "InProgress", "1 of 3 copied"); len(got) != 0 {
+		t.Fatalf("nothing changed but got %q", got)
+	}
+	if got := evac(3*time.Second, "Completed", "3 of 3 copied"); len(got) != 1 || !strings.Contains(got[0], `Evacuation node-2.volumes Completed "3 of 3 copied"`) {
+		t.Fatalf("got %q", got)
+	}
+}
+
 func TestSummaryAndReportRecordBlockersMet(t *testing.T) {
 	tr := NewTracker([]string{"node-1", "node-2"}, t0)
 	tr.Observe(drain("node-1", v1alpha1.PhaseEvicting, 1, 3, pdbBlocker("shop/db-0", t0.Add(2*time.Second))), t0.Add(3*time.Second))

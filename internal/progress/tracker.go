@@ -25,6 +25,8 @@ type Node struct {
 	Blocked int32
 	// Blockers are the current blockers, as the NodeDrain reports them.
 	Blockers []v1alpha1.Blocker
+	// Hooks are the drain's evacuations (providers' and HTTP hooks).
+	Hooks []v1alpha1.HookStatus
 	// Waiting says why a drain that has not started waits (Admitted=False,
 	// node not found), or why it failed.
 	Waiting string
@@ -151,6 +153,7 @@ func (t *Tracker) Observe(nd *v1alpha1.NodeDrain, now time.Time) {
 	}
 	n.Evicted, n.Total, n.Blocked = st.Evicted, st.Total, st.Blocked
 	n.Blockers = append([]v1alpha1.Blocker(nil), st.Blockers...)
+	n.Hooks = append([]v1alpha1.HookStatus(nil), st.Hooks...)
 	n.Start, n.End = time.Time{}, time.Time{}
 	if st.StartTime != nil {
 		n.Start = st.StartTime.Time
