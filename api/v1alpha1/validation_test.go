@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -215,4 +216,121 @@ func kubectlErr(err error, out []byte) error {
 		return nil
 	}
 	return kubectlError{strings.TrimSpace(string(out))}
+}
+
+func evacuation(name string) *v1alpha1.Evacuation {
+	return &v1alpha1.Evacuation{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.EvacuationSpec{NodeName: "node-1", Provider: "store", Mode: v1alpha1.ModeMaintenance,
+			Desired: v1alpha1.DesiredEvacuate, DrainUID: "0b5e6a53-7a57-4a5e-9a57-2f1c1d0e4b2a"},
+	}
+}
+
+func TestEvacuationValidation(t *testing.T) {
+	cl, _ := apiClient(t)
+	ctx := testenv.Context(t)
+
+	ev := evacuation("node-1.store")
+	if err := cl.Create(ctx, ev); err != nil {
+		t.Fatalf("valid Evacuation rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, ev) })
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.EvacuationSpec)
+	}{
+		{"nodeName changed", func(s *v1alpha1.EvacuationSpec) { s.NodeName = "node-2" }},
+		{"provider changed", func(s *v1alpha1.EvacuationSpec) { s.Provider = "other-store" }},
+	} {
+		changed := ev.DeepCopy()
+		tc.mutate(&changed.Spec)
+		wantRejected(t, tc.name, cl.Update(ctx, changed), "nodeName and provider are immutable")
+	}
+	cancel := ev.DeepCopy()
+	cancel.Spec.Desired = v1alpha1.DesiredCancel
+	if err := cl.Update(ctx, cancel); err != nil {
+		t.Fatalf("desired Cancel rejected: %v", err)
+	}
+	if cancel.Generation != ev.Generation+1 {
+		t.Errorf("a spec change moved the generation from %d to %d, want +1 (providers answer per generation)", ev.Generation, cancel.Generation)
+	}
+
+	st := cancel.DeepCopy()
+	st.Status = v1alpha1.EvacuationStatus{Phase: v1alpha1.EvacuationCancelled, ObservedGeneration: cancel.Generation,
+		HeartbeatTime: &metav1.Time{Time: time.Now()}, Message: "extra replicas removed"}
+	if err := cl.Status().Update(ctx, st); err != nil {
+		t.Fatalf("valid status rejected: %v", err)
+	}
+	if st.Generation != cancel.Generation {
+		t.Errorf("a status write moved the generation from %d to %d", cancel.Generation, st.Generation)
+	}
+	bad := st.DeepCopy()
+	bad.Status.Phase = "Done"
+	wantRejected(t, "unknown phase", cl.Status().Update(ctx, bad), `Unsupported value: "Done"`)
+	long := st.DeepCopy()
+	long.Status.Message = strings.Repeat("m", 2049)
+	wantRejected(t, "message over 2048", cl.Status().Update(ctx, long), "Too long")
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.EvacuationSpec)
+		msg    string
+	}{
+		{"unknown desired", func(s *v1alpha1.EvacuationSpec) { s.Desired = "Pause" }, `Unsupported value: "Pause"`},
+		{"no desired", func(s *v1alpha1.EvacuationSpec) { s.Desired = "" }, "spec.desired"},
+		{"unknown mode", func(s *v1alpha1.EvacuationSpec) { s.Mode = "Reboot" }, `Unsupported value: "Reboot"`},
+		{"empty nodeName", func(s *v1alpha1.EvacuationSpec) { s.NodeName = "" }, "spec.nodeName"},
+		{"empty provider", func(s *v1alpha1.EvacuationSpec) { s.Provider = "" }, "spec.provider"},
+	} {
+		e := evacuation("bad-evacuation")
+		tc.mutate(&e.Spec)
+		wantRejected(t, tc.name, cl.Create(ctx, e), tc.msg)
+	}
+}
+
+func TestEvacuationProviderValidation(t *testing.T) {
+	cl, c := apiClient(t)
+	ctx := testenv.Context(t)
+	provider := func(name string, mutate func(*v1alpha1.EvacuationProviderSpec)) *v1alpha1.EvacuationProvider {
+		p := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.EvacuationProviderSpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "store"}}}}
+		mutate(&p.Spec)
+		return p
+	}
+	good := provider("good-store", func(s *v1alpha1.EvacuationProviderSpec) {
+		s.Timeout = &metav1.Duration{Duration: 90 * time.Second}
+		s.Modes = []v1alpha1.DrainMode{v1alpha1.ModeDecommission}
+	})
+	if err := cl.Create(ctx, good); err != nil {
+		t.Fatalf("valid EvacuationProvider rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, good) })
+	if good.Spec.Stage != v1alpha1.StageBeforeEviction {
+		t.Errorf("stage defaulted to %q, want %q", good.Spec.Stage, v1alpha1.StageBeforeEviction)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.EvacuationProviderSpec)
+		msg    string
+	}{
+		{"unknown stage", func(s *v1alpha1.EvacuationProviderSpec) { s.Stage = "DuringEviction" }, `Unsupported value: "DuringEviction"`},
+		{"unknown mode", func(s *v1alpha1.EvacuationProviderSpec) { s.Modes = []v1alpha1.DrainMode{"Reboot"} }, `Unsupported value: "Reboot"`},
+		{"duplicate mode", func(s *v1alpha1.EvacuationProviderSpec) {
+			s.Modes = []v1alpha1.DrainMode{v1alpha1.ModeMaintenance, v1alpha1.ModeMaintenance}
+		}, "Duplicate value"},
+	} {
+		wantRejected(t, tc.name, cl.Create(ctx, provider("bad-store", tc.mutate)), tc.msg)
+	}
+
+	// A typed client can only send well-formed durations: send raw JSON.
+	for _, d := range []string{"5 minutes", "10", "1d", "-30s"} {
+		manifest := `{"apiVersion":"vacate.dev/v1alpha1","kind":"EvacuationProvider","metadata":{"name":"bad-timeout"},` +
+			`"spec":{"podSelector":{"matchLabels":{"app":"store"}},"timeout":"` + d + `"}}`
+		cmd := exec.Command(c.Binaries[devcluster.Kubectl], "--kubeconfig", c.Kubeconfig, "create", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		wantRejected(t, "timeout "+d, kubectlErr(err, out), "must be a duration such as 30s or 2m")
+	}
 }
