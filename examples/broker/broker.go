@@ -25,6 +25,7 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,24 @@ func (b *Broker) Open() error {
 	}
 	if b.evacuatingFor() != "" {
 		b.startForwarding()
+	}
+	return nil
+}
+
+// Serve opens the broker and serves its API on listen until ctx ends.
+func (b *Broker) Serve(ctx context.Context, listen string) error {
+	if err := b.Open(); err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: listen, Handler: b.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ Several clusters can run side by side under different --name values.`,
 		newDevEnvCommand(s, &name),
 		newDevBuildCommand(s),
 		newDevControllerCommand(s, &name),
+		newDevBrokerCommand(),
 	)
 	return asGroup(dev)
 }

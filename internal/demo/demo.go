@@ -122,7 +122,21 @@ func Run(ctx context.Context, out io.Writer, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	return d.drain(ctx, targets)
+	var others []string
+	for i := range d.opts.Nodes {
+		if n := fmt.Sprintf("node-%d", i); !slices.Contains(targets, n) {
+			others = append(others, n)
+		}
+	}
+	data, err := d.startStateful(ctx, targets[1], targets[2], others)
+	defer d.closeStateful(context.WithoutCancel(ctx), data)
+	if err != nil {
+		return err
+	}
+	if err := d.drain(ctx, targets); err != nil {
+		return err
+	}
+	return d.reportStateful(ctx, data)
 }
 
 // startController installs the CRDs and runs the vacate controller in this
@@ -209,9 +223,10 @@ func (d *demo) setup(ctx context.Context) ([]string, error) {
 	if err := devcluster.WaitForNodesReady(ctx, cs, nodes, time.Minute); err != nil {
 		return nil, err
 	}
-	d.step("creating DrainPolicy default: 2 nodes at a time, in PDB-aware order, drains requested together cordoned together")
+	d.step("creating DrainPolicy default: 2 nodes at a time, in PDB-aware order, drains requested together cordoned together, HTTP evacuation hooks allowed")
 	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultPolicyName},
-		Spec: v1alpha1.DrainPolicySpec{Concurrency: v1alpha1.Concurrency{MaxParallelNodes: ptr.To(intstr.FromInt32(2))}}}
+		Spec: v1alpha1.DrainPolicySpec{Concurrency: v1alpha1.Concurrency{MaxParallelNodes: ptr.To(intstr.FromInt32(2))},
+			HTTPHooks: v1alpha1.HTTPHooks{Enabled: true}}}
 	if err := d.cl.Create(ctx, dp); err != nil {
 		return nil, fmt.Errorf("creating DrainPolicy default: %w", err)
 	}
@@ -421,17 +436,11 @@ func (d *demo) writeReport(r progress.Report) (string, error) {
 // keep leaves a vacate controller running against the kept cluster, as a
 // detached `vacate dev controller`, and says how to use the CLI on it.
 func (d *demo) keep(ctx context.Context) error {
-	exe := d.opts.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return fmt.Errorf("finding this program to run the controller: %w", err)
-		}
+	exe, err := d.executable()
+	if err != nil {
+		return err
 	}
 	logPath := filepath.Join(d.c.Dir, "controller-kept.log")
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = resolved // as /proc/<pid>/exe names it, which Down checks
-	}
 	// The log's path names the cluster's directory, so `vacate dev down`
 	// finds and stops this process with the cluster's own.
 	cmd := exec.Command(exe, "dev", "controller", "--name", ClusterName, "--log-file", logPath)

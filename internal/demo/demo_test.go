@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := Run(ctx, &out, Options{ReportDir: reports}); err != nil {
+	if err := Run(ctx, &out, Options{ReportDir: reports, Executable: buildVacate(t)}); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
 	got := out.String()
@@ -43,9 +44,29 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 		"NODE    RESULT   EVICTED  TOOK  BLOCKERS MET",
 		"3 of 3 drained, 0 failed; report: " + reports,
 		"stopping the dev cluster",
+		"volumes after the drains: 6 of 6 with every replica's checksum right, 0 still on node-",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	// The broker on a drained node handed every message to its peers.
+	m := regexp.MustCompile(`messages after the drains: broker-0 holds (\d+), broker-1 holds (\d+), broker-2 holds (\d+) \(3000 published\)`).FindStringSubmatch(got)
+	if m == nil || (m[1] != "0" && m[2] != "0" && m[3] != "0") {
+		t.Errorf("no broker was emptied by the drain: %v", m)
+	} else {
+		total := 0
+		for _, n := range m[1:] {
+			v, _ := strconv.Atoi(n)
+			total += v
+		}
+		if total != 3000 {
+			t.Errorf("brokers hold %d messages after the drain, 3000 were published", total)
+		}
+	}
+	for _, want := range []string{`Evacuation pod/shop/broker-`, `Evacuation node-`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the progress lines do not show evacuations (%q)", want)
 		}
 	}
 	// Not a terminal: progress comes as lines, one per change.
@@ -87,6 +108,16 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 	}
 }
 
+// buildVacate builds the vacate binary the demo runs its helper processes with.
+func buildVacate(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "vacate")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
+		t.Fatalf("building vacate: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // TestDemoKeepLeavesAWorkingController: with --keep the cluster stays up
 // with a vacate controller, the CLI drains a node on it, and `vacate dev
 // down` stops everything, the controller included.
@@ -95,10 +126,7 @@ func TestDemoKeepLeavesAWorkingController(t *testing.T) {
 	t.Setenv(devcluster.EnvClustersDir, clusters)
 	dir := filepath.Join(clusters, ClusterName)
 	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
-	bin := filepath.Join(t.TempDir(), "vacate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
-		t.Fatalf("building vacate: %v\n%s", err, out)
-	}
+	bin := buildVacate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

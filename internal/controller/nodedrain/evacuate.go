@@ -112,8 +112,11 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 			return reconcile.Result{}, err
 		}
 		ev, err := r.ensureEvacuation(ctx, nd, p.Name, mode, len(protected) > 0)
-		if err != nil || ev == nil {
+		if err != nil {
 			return reconcile.Result{}, err
+		}
+		if ev == nil {
+			continue // it protects nothing on this node
 		}
 		done, why, staleIn := judge(ev, p, s.now)
 		s.evac.recheck = min(s.evac.recheck, staleIn)

@@ -7,15 +7,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/vacate-dev/vacate/examples/broker"
 )
@@ -36,21 +33,10 @@ func main() {
 	if *peers != "" {
 		b.Peers = strings.Split(*peers, ",")
 	}
-	if err := b.Open(); err != nil {
-		fmt.Fprintln(os.Stderr, "broker:", err)
-		os.Exit(1)
-	}
-	srv := &http.Server{Addr: *listen, Handler: b.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
 	fmt.Printf("broker %s serving on %s, data in %s, peers %v\n", b.Name, *listen, b.Dir, b.Peers)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := b.Serve(ctx, *listen); err != nil {
 		fmt.Fprintln(os.Stderr, "broker:", err)
 		os.Exit(1)
 	}
