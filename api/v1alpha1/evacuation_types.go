@@ -39,7 +39,7 @@ type EvacuationProviderSpec struct {
 	// Timeout is how long the provider may go without a heartbeat on an
 	// evacuation that is not finished; after it the drain reports the
 	// provider stale and holds its pods. Default 1m.
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s or 2m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="must be a positive duration such as 30s or 2m"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }

@@ -331,6 +331,6 @@ func TestEvacuationProviderValidation(t *testing.T) {
 		cmd := exec.Command(c.Binaries[devcluster.Kubectl], "--kubeconfig", c.Kubeconfig, "create", "-f", "-")
 		cmd.Stdin = strings.NewReader(manifest)
 		out, err := cmd.CombinedOutput()
-		wantRejected(t, "timeout "+d, kubectlErr(err, out), "must be a duration such as 30s or 2m")
+		wantRejected(t, "timeout "+d, kubectlErr(err, out), "must be a positive duration such as 30s or 2m")
 	}
 }

@@ -5,10 +5,11 @@
 // Every message is a file under the data directory, named by its id
 // (<broker>-<sequence>), written atomically; consuming removes it. On
 // POST /evacuate the broker stops taking publishes (clients get 503 with the
-// peers to use instead) and forwards every stored message to a peer, which
-// stores it under the same id, before removing its own copy: a message is
-// never in no place, and a crash mid-way only resends what a peer already
-// has (the peer keeps one copy per id). GET /evacuate reports the messages
+// peers to use instead) and forwards every stored message to the peer its
+// id maps to, which stores it under the same id, before removing its own
+// copy: a message is never in no place, and a crash mid-way only resends to
+// the same peer what it already has (a peer keeps one copy per id). GET
+// /evacuate reports the messages
 // remaining; DELETE /evacuate takes publishes again.
 //
 // API (JSON):
@@ -29,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"net/http"
@@ -299,7 +301,7 @@ func (b *Broker) startForwarding() {
 	go b.forward()
 }
 
-// forward sends every stored message to a peer, round robin, and removes
+// forward sends every stored message to its peer (peerFor) and removes
 // the local copy once the peer has it, until none is left or the
 // evacuation is cancelled.
 func (b *Broker) forward() {
@@ -308,7 +310,6 @@ func (b *Broker) forward() {
 		b.forwarding = false
 		b.mu.Unlock()
 	}()
-	next := 0
 	for {
 		b.mu.Lock()
 		if b.evacuatingFor() == "" {
@@ -329,10 +330,8 @@ func (b *Broker) forward() {
 				time.Sleep(time.Second)
 				break
 			}
-			peer := b.Peers[next%len(b.Peers)]
-			next++
-			if err := b.send(peer, id); err != nil {
-				time.Sleep(100 * time.Millisecond) // try another peer next
+			if err := b.send(b.peerFor(id), id); err != nil {
+				time.Sleep(100 * time.Millisecond) // it waits for that peer; the others go on
 				continue
 			}
 			if b.ForwardDelay > 0 {
@@ -346,6 +345,15 @@ func (b *Broker) forward() {
 			}
 		}
 	}
+}
+
+// peerFor is the one peer a message goes to, by its id: a message resent
+// after a crash goes where its first copy went, and that peer keeps one
+// copy per id, so it is never stored twice.
+func (b *Broker) peerFor(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return b.Peers[h.Sum32()%uint32(len(b.Peers))]
 }
 
 // send gives one message to a peer, then removes the local copy.

@@ -15,7 +15,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -269,7 +268,15 @@ func TestVolumesLeaveTheNodeAndChain(t *testing.T) {
 	e.drain(t, a)
 	nd := &v1alpha1.NodeDrain{}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return e.cl.Get(ctx, types.NamespacedName{Name: a}, nd) == nil && meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionEvacuated), nil
+		if e.cl.Get(ctx, types.NamespacedName{Name: a}, nd) != nil {
+			return false, nil
+		}
+		for _, h := range nd.Status.Hooks {
+			if h.Name == a+".vol-volumes" && h.Phase == string(v1alpha1.EvacuationCompleted) {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	if err != nil {
 		t.Fatalf("the copies never completed: %+v", nd.Status.Hooks)

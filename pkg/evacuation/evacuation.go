@@ -43,7 +43,10 @@ import (
 // Provider is a stateful system's part in a drain.
 type Provider interface {
 	// Evacuate moves the provider's data off node (or, for an
-	// AfterEviction provider, cleans up after the node's pods left).
+	// AfterEviction provider, cleans up after the node's pods left). An
+	// AfterEviction provider is asked from the start of the drain, before
+	// the pods leave: it must itself wait until what it removes is no
+	// longer in use.
 	Evacuate(ctx context.Context, node string, mode v1alpha1.DrainMode) (Progress, error)
 	// Cancel undoes what Evacuate did on node, as far as it can.
 	Cancel(ctx context.Context, node string) (Progress, error)
@@ -92,14 +95,18 @@ type Runner struct {
 	Clock     clock.PassiveClock
 }
 
-// SetupWithManager watches the Evacuations addressed to this provider.
-func (r *Runner) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Runner) defaults() {
 	if r.Heartbeat == 0 {
 		r.Heartbeat = DefaultHeartbeat
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+}
+
+// SetupWithManager watches the Evacuations addressed to this provider.
+func (r *Runner) SetupWithManager(mgr ctrl.Manager) error {
+	r.defaults()
 	mine := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ev, ok := o.(*v1alpha1.Evacuation)
 		return ok && ev.Spec.Provider == r.Name
@@ -112,6 +119,7 @@ func (r *Runner) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile does the next step of one evacuation and reports it.
 func (r *Runner) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.defaults()
 	ev := &v1alpha1.Evacuation{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ev); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -127,6 +135,20 @@ func (r *Runner) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	}
 	if ev.Status.Phase == final && ev.Status.ObservedGeneration == ev.Generation {
 		return reconcile.Result{}, nil // finished; nothing to report
+	}
+	if ev.Status.ObservedGeneration != ev.Generation {
+		// Say it is taken up before any work, with a lock: vacate deletes an
+		// Evacuation nobody took up without asking for a cancel, and must
+		// not do so once work may have begun.
+		patch := client.MergeFromWithOptions(ev.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		ev.Status.ObservedGeneration, ev.Status.HeartbeatTime = ev.Generation, &metav1.Time{Time: r.Clock.Now()}
+		ev.Status.Phase, ev.Status.Message = v1alpha1.EvacuationInProgress, "taken up"
+		if err := r.Client.Status().Patch(ctx, ev, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return reconcile.Result{}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("reporting evacuation %s taken up: %w", ev.Name, err)
+		}
 	}
 	p, err := step()
 	st := v1alpha1.EvacuationStatus{ObservedGeneration: ev.Generation, Remaining: p.Remaining, Message: p.Message,

@@ -48,8 +48,9 @@ type evacState struct {
 	// holding: protected pods (by UID) that wait for a BeforeEviction
 	// evacuation, with the blocker that says why.
 	holding map[types.UID]v1alpha1.Blocker
-	// afterPending describes AfterEviction evacuations not Completed.
-	afterPending []string
+	// pending describes the evacuations not Completed: the node is not
+	// Drained while any is (a protected pod may leave by other means).
+	pending []string
 	// recheck is when a waiting evacuation may turn stale.
 	recheck time.Duration
 }
@@ -101,7 +102,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	}
 	mode := modeOf(nd)
 	var hooks []v1alpha1.HookStatus
-	before, completed := 0, 0
+	before, completed, after := 0, 0, 0
 	for i := range providers.Items {
 		p := &providers.Items[i]
 		if len(p.Spec.Modes) > 0 && !slices.Contains(p.Spec.Modes, mode) {
@@ -112,6 +113,9 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 			return reconcile.Result{}, err
 		}
 		ev, err := r.ensureEvacuation(ctx, nd, p.Name, mode, len(protected) > 0)
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -125,9 +129,12 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		if stage == "" {
 			stage = v1alpha1.StageBeforeEviction
 		}
+		if !done {
+			s.evac.pending = append(s.evac.pending, ev.Name+": "+why)
+		}
 		switch {
-		case stage == v1alpha1.StageAfterEviction && !done:
-			s.evac.afterPending = append(s.evac.afterPending, ev.Name+": "+why)
+		case stage == v1alpha1.StageAfterEviction:
+			after++
 		case stage == v1alpha1.StageBeforeEviction:
 			before++
 			if done {
@@ -157,9 +164,12 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		nd.Status.Phase = v1alpha1.PhaseEvacuating
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonEvacuating,
 			fmt.Sprintf("%d of %d evacuation(s) before eviction Completed; the pods they protect wait", completed, before))
+	case len(s.evac.pending) > 0:
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonWaitingAfterEvict,
+			"waiting for the evacuations after eviction: "+strings.Join(s.evac.pending, "; "))
 	default:
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonEvacuated,
-			fmt.Sprintf("%d evacuation(s) before eviction Completed", before))
+			fmt.Sprintf("%d evacuation(s) Completed", before+after))
 	}
 	return reconcile.Result{}, nil
 }
@@ -213,17 +223,21 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
 			return nil, err
 		}
-		if err := r.Client.Create(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating Evacuation %s: %w", name, err)
+		if err := r.Client.Create(ctx, ev); err != nil {
+			return nil, fmt.Errorf("creating Evacuation %s: %w", name, err) // AlreadyExists: the cache is behind; the next pass reads it
 		}
 		return ev, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading Evacuation %s: %w", name, err)
-	case ev.Spec != want:
+	case ev.Spec != want: // left by an earlier drain of the node: this drain takes it over
 		patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 		ev.Spec = want
+		ev.OwnerReferences = nil
+		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
+			return nil, err
+		}
 		if err := r.Client.Patch(ctx, ev, patch); err != nil {
-			return nil, fmt.Errorf("updating Evacuation %s: %w", name, err)
+			return nil, err // a conflict is retried by the caller
 		}
 	}
 	return ev, nil
@@ -293,8 +307,22 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope) (bool, err
 		untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
 		cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
 			ev.Spec.Desired == v1alpha1.DesiredCancel
-		if untouched || cancelled {
-			if err := r.Client.Delete(ctx, ev, ctrl.Preconditions{UID: &ev.UID}); err != nil && !apierrors.IsNotFound(err) {
+		provider := &v1alpha1.EvacuationProvider{}
+		perr := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider)
+		gone := apierrors.IsNotFound(perr)
+		if untouched || cancelled || gone {
+			if gone && !untouched && !cancelled {
+				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, "ProviderGone", "Cancel",
+					"EvacuationProvider %s is gone: nobody can undo Evacuation %s; deleting it", ev.Spec.Provider, ev.Name)
+			}
+			// The resourceVersion precondition: a provider that took it up since
+			// our cache saw it is asked to cancel instead.
+			err := r.Client.Delete(ctx, ev, ctrl.Preconditions{UID: &ev.UID, ResourceVersion: &ev.ResourceVersion})
+			if apierrors.IsConflict(err) {
+				waiting = append(waiting, ev.Name)
+				continue
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
 				return false, fmt.Errorf("deleting Evacuation %s: %w", ev.Name, err)
 			}
 			continue
@@ -302,12 +330,14 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope) (bool, err
 		if ev.Spec.Desired != v1alpha1.DesiredCancel {
 			patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 			ev.Spec.Desired = v1alpha1.DesiredCancel
-			if err := r.Client.Patch(ctx, ev, patch); err != nil {
+			if err := r.Client.Patch(ctx, ev, patch); apierrors.IsConflict(err) {
+				waiting = append(waiting, ev.Name)
+				continue
+			} else if err != nil {
 				return false, fmt.Errorf("cancelling Evacuation %s: %w", ev.Name, err)
 			}
 		}
-		provider := &v1alpha1.EvacuationProvider{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider); err != nil {
+		if perr != nil {
 			provider = nil
 		}
 		_, why, _ := judge(ev, provider, s.now)

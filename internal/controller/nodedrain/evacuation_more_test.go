@@ -334,14 +334,12 @@ func TestEvacuationNeverTakenUp(t *testing.T) {
 	}
 }
 
-// The tests below reproduce bugs found in review; each is skipped until its
-// fix lands (remove the t.Skip then).
+// The tests below reproduce bugs found in review; each failed before its fix.
 
 // TestEvacuationWithUnrelatedProvider: a provider with no pods on the node
 // (sorted first) must not stop the others from being asked: the protected
 // pod stays until its own provider's evacuation is Completed.
 func TestEvacuationWithUnrelatedProvider(t *testing.T) {
-	t.Skip("bug: evacuate() returns at the first provider with nothing on the node (evacuate.go: `if err != nil || ev == nil { return ... }`), so later providers and the HTTP hooks are never asked and their pods are evicted at once")
 	e, ns, nodes := evacScene(t, "evunrel", 1, map[string]int{"unrelstore": 0})
 	target := nodes[0]
 	create(t, e, provider("aaa-elsewhere", v1alpha1.StageBeforeEviction, 5*time.Second, "not-on-this-node"))
@@ -370,7 +368,6 @@ func TestEvacuationWithUnrelatedProvider(t *testing.T) {
 // Completed, a pod that a PDB still holds is reported as Evicting, not
 // Evacuating.
 func TestEvacuationPhaseEvictingOnceCompleted(t *testing.T) {
-	t.Skip("bug: evict() keeps the phase Evacuating that an earlier pass wrote (stages.go: `if nd.Status.Phase != v1alpha1.PhaseEvacuating`)")
 	e, ns, nodes := evacScene(t, "evphase", 1, map[string]int{"phasestore": 0})
 	target := nodes[0]
 	ctx := testenv.Context(t)
@@ -401,7 +398,6 @@ func TestEvacuationPhaseEvictingOnceCompleted(t *testing.T) {
 // the pods left after the drain timeout, but never one whose evacuation is
 // not Completed (safety invariant 3), and the drain is not Drained.
 func TestEvacuationForceDeleteSparesProtected(t *testing.T) {
-	t.Skip("bug: timeout() force-deletes pods that s.evac.holding holds (stages.go, the ForceDelete loop), and the drain ends Drained with Evacuated=False")
 	e, _, nodes := evacScene(t, "evforce", 1, map[string]int{"forcestore": 0, "forceweb": 0})
 	target := nodes[0]
 	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "evforce"}, Spec: v1alpha1.DrainPolicySpec{

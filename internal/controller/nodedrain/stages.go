@@ -160,8 +160,9 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	}
 	r.report(s, plan)
 	if !plan.Completed() {
-		if nd.Status.Phase != v1alpha1.PhaseEvacuating {
-			nd.Status.Phase = v1alpha1.PhaseEvicting
+		nd.Status.Phase = v1alpha1.PhaseEvicting
+		if len(s.evac.holding) > 0 {
+			nd.Status.Phase = v1alpha1.PhaseEvacuating
 		}
 		return reconcile.Result{RequeueAfter: min(r.waitFor(s), s.evac.recheck)}, nil
 	}
@@ -319,6 +320,9 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (re
 		if d.Action != drain.Evict && d.Action != drain.Block {
 			continue
 		}
+		if _, held := s.evac.holding[d.Pod.UID]; held {
+			continue // safety invariant 3: never before its evacuation is Completed
+		}
 		s.log.Info("deleting pod after the drain timeout (policy onTimeout: ForceDelete)", "pod", klogRef(d.Key()))
 		err := r.Client.Delete(ctx, d.Pod, ctrl.Preconditions{UID: &d.Pod.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -336,10 +340,8 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (re
 // eviction are Completed.
 func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	if len(s.evac.afterPending) > 0 {
+	if len(s.evac.pending) > 0 { // the Evacuated condition says which
 		nd.Status.Phase = v1alpha1.PhaseEvacuating
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonWaitingAfterEvict,
-			"the pods have left; waiting for the evacuations after eviction: "+strings.Join(s.evac.afterPending, "; "))
 		return reconcile.Result{RequeueAfter: s.evac.recheck}, nil
 	}
 	nd.Status.Phase = v1alpha1.PhaseDrained
