@@ -8,9 +8,9 @@
 // peers to use instead) and forwards every stored message to the peer its
 // id maps to, which stores it under the same id, before removing its own
 // copy: a message is never in no place, and a crash mid-way only resends to
-// the same peer what it already has (a peer keeps one copy per id). GET
-// /evacuate reports the messages
-// remaining; DELETE /evacuate takes publishes again.
+// the same peer what it already has (a peer keeps one copy per id).
+// GET /evacuate reports the messages remaining; DELETE /evacuate takes
+// publishes again.
 //
 // API (JSON):
 //

@@ -218,3 +218,50 @@ func TestHTTPHookHoldsThePodUntilCompleted(t *testing.T) {
 }
 
 func intstrFromInt(n int32) intstr.IntOrString { return intstr.FromInt32(n) }
+
+// TestHookAndProviderBothComplete: a pod that has the hook annotations and
+// is protected by a provider is evicted only when both are Completed.
+func TestHookAndProviderBothComplete(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "both", Count: 1, Labels: map[string]string{"pool": "both"}})
+	ns := testenv.Namespace(t, e.c)
+	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "both"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "both"}},
+		HTTPHooks:    v1alpha1.HTTPHooks{Enabled: true},
+	}})
+	d := devcluster.Deployment(ns, "both-app", 1)
+	d.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: nodes[0]}
+	d.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: "18081"}
+	if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready, err := devcluster.WaitForPodsReady(ctx, e.c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "both-app"}), 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := ready[0]
+	app := &hookApp{answer: answer(200, `{"state":"InProgress","message":"flushing","remaining":5}`)}
+	serveHook(t, &pod, 18081, app)
+	create(t, e, &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: "both-store"}, Spec: v1alpha1.EvacuationProviderSpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: "both-app"}}}})
+	store := &slowStore{}
+	store.release.Store(true) // the provider finishes at once
+	runProvider(t, e.c, "both-store", store)
+
+	requestAll(t, e, nodes)
+	e.waitDrain(t, nodes[0], "held by the hook after the provider completed", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		provider, hooked := false, false
+		for _, h := range nd.Status.Hooks {
+			provider = provider || (h.Name == nodedrain.EvacuationName(nodes[0], "both-store") && h.Phase == string(v1alpha1.EvacuationCompleted))
+			hooked = hooked || (strings.HasPrefix(h.Name, "pod/") && h.Phase == string(v1alpha1.EvacuationInProgress))
+		}
+		return provider && hooked && len(nd.Status.Blockers) == 1 && nd.Status.Blockers[0].Reason == nodedrain.BlockerHTTPHook
+	})
+	time.Sleep(time.Second) // a moment in which a wrong controller would evict it
+	if p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod was evicted with its hook still in progress (%v)", err)
+	}
+	app.set(answer(200, `{"state":"Completed","message":"flushed"}`))
+	e.waitDrain(t, nodes[0], "Drained once both completed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+}
