@@ -74,7 +74,7 @@ func TestInstallManifestsAreAccepted(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int{"CustomResourceDefinition": 2, "ClusterRole": 2, "Namespace": 1, "ServiceAccount": 1,
+	want := map[string]int{"CustomResourceDefinition": 4, "ClusterRole": 2, "Namespace": 1, "ServiceAccount": 1,
 		"ClusterRoleBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1}
 	for k, n := range want {
 		if kinds[k] != n {

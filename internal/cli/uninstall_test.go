@@ -104,7 +104,8 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 		"node finalizers: would remove vacate.dev/drain from ",
 		"drain policies: would delete 1: default",
 		"rbac and namespace: would delete 5: ClusterRoleBinding vacate-controller, ServiceAccount vacate-system/vacate-controller, Namespace vacate-system, ClusterRole vacate-user, ClusterRole vacate-controller",
-		"crds: would delete 2: CustomResourceDefinition nodedrains.vacate.dev, CustomResourceDefinition drainpolicies.vacate.dev",
+		"crds: would delete 4: CustomResourceDefinition nodedrains.vacate.dev, CustomResourceDefinition evacuations.vacate.dev, " +
+			"CustomResourceDefinition evacuationproviders.vacate.dev, CustomResourceDefinition drainpolicies.vacate.dev",
 		"note: ClusterRoleBinding(s) not made by 'vacate manifests install' still bind vacate's roles: uninstall-test-carol (to vacate-user)",
 		"dry run: nothing was changed in the cluster at ",
 	} {
@@ -132,7 +133,8 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 		regexp.MustCompile(fmt.Sprintf(`(?m)^node finalizers: removed vacate.dev/drain from %d of \d+ node\(s\)$`, len(held))),
 		regexp.MustCompile(`(?m)^drain policies: deleted 1: default$`),
 		regexp.MustCompile(`(?m)^rbac and namespace: deleted 5: ClusterRoleBinding vacate-controller, ServiceAccount vacate-system/vacate-controller, Namespace vacate-system, ClusterRole vacate-user, ClusterRole vacate-controller$`),
-		regexp.MustCompile(`(?m)^crds: deleted 2: CustomResourceDefinition nodedrains.vacate.dev, CustomResourceDefinition drainpolicies.vacate.dev$`),
+		regexp.MustCompile(`(?m)^crds: deleted 4: CustomResourceDefinition nodedrains.vacate.dev, CustomResourceDefinition evacuations.vacate.dev, ` +
+			`CustomResourceDefinition evacuationproviders.vacate.dev, CustomResourceDefinition drainpolicies.vacate.dev$`),
 		regexp.MustCompile(`(?m)^note: .* uninstall-test-carol \(to vacate-user\); delete them if nobody needs them$`),
 		regexp.MustCompile(`(?m)^vacate is uninstalled from the cluster at `),
 	} {

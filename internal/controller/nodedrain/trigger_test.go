@@ -286,10 +286,13 @@ func TestVacatePodsLeaveLast(t *testing.T) {
 	if err := devcluster.WaitForServiceAccount(ctx, e.c.Client, ns, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	onTarget := map[string]string{testLabel: "last", corev1.LabelHostname: target}
+	// The pods start on the target (the other node is cordoned meanwhile);
+	// their replacements may then land on the other node. (Changing the
+	// pods' node selector instead would roll them out, racing the drain.)
+	updateNode(t, e, nodes[1], func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	for _, name := range []string{"vacate-agent", "web"} {
 		dep := devcluster.Deployment(ns, name, 2)
-		dep.Spec.Template.Spec.NodeSelector = onTarget
+		dep.Spec.Template.Spec.NodeSelector = pool
 		if name == "vacate-agent" {
 			dep.Spec.Replicas = ptr.To(int32(1))
 			dep.Spec.Template.Labels[drain.ComponentLabel] = drain.ComponentValue
@@ -301,20 +304,7 @@ func TestVacatePodsLeaveLast(t *testing.T) {
 	if _, err := devcluster.WaitForPodsReady(ctx, e.c.Client, ns, labels.Everything(), 3, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	// Replacements may land on the other node of the pool.
-	for _, name := range []string{"vacate-agent", "web"} {
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			dep, err := e.c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			dep.Spec.Template.Spec.NodeSelector = pool
-			_, err = e.c.Client.AppsV1().Deployments(ns).Update(ctx, dep, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	updateNode(t, e, nodes[1], func(n *corev1.Node) { n.Spec.Unschedulable = false })
 	start := time.Now()
 	create(t, e, testutil.NodeDrain(target, "", "cli:test"))
 	e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
