@@ -174,9 +174,8 @@ func (d *demo) volumes(ctx context.Context, s *stateful, others []string) error 
 	}
 	podSel := metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: "ledger"}}
 	for name, stage := range map[string]v1alpha1.EvacuationStage{volumeProvider: v1alpha1.StageBeforeEviction, volumeProvider + "-cleanup": v1alpha1.StageAfterEviction} {
-		p := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.EvacuationProviderSpec{PodSelector: podSel, Stage: stage}}
-		if err := d.cl.Create(ctx, p); err != nil {
-			return fmt.Errorf("registering EvacuationProvider %s: %w", name, err)
+		if err := evacuation.Register(ctx, d.cl, name, v1alpha1.EvacuationProviderSpec{PodSelector: podSel, Stage: stage}); err != nil {
+			return err
 		}
 	}
 	scheme, err := operator.Scheme()

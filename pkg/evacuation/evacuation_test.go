@@ -339,3 +339,25 @@ func TestIsFailed(t *testing.T) {
 		t.Error("Failed hides the cause from errors.Is")
 	}
 }
+
+// TestRegister creates the provider's registration, then updates it in place.
+func TestRegister(t *testing.T) {
+	s, err := evacuation.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).Build()
+	spec := v1alpha1.EvacuationProviderSpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "store"}}}
+	if err := evacuation.Register(context.Background(), c, "store", spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Stage = v1alpha1.StageAfterEviction
+	if err := evacuation.Register(context.Background(), c, "store", spec); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.EvacuationProvider{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "store"}, got); err != nil || got.Spec.Stage != v1alpha1.StageAfterEviction ||
+		got.Spec.PodSelector.MatchLabels["app"] != "store" {
+		t.Errorf("registration %+v (%v), want the second spec", got.Spec, err)
+	}
+}
