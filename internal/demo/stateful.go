@@ -53,6 +53,12 @@ type stateful struct {
 // other nodes) and the ledger's volumes on volumeNode.
 func (d *demo) startStateful(ctx context.Context, brokerNode, volumeNode string, others []string) (*stateful, error) {
 	s := &stateful{brokers: map[string]string{}, volumeNode: volumeNode, store: &rv.Store{Root: filepath.Join(d.c.Dir, "volumes")}}
+	// The cluster's directory outlives a run: start from empty data.
+	for _, dir := range []string{s.store.Root, filepath.Join(d.c.Dir, "brokers")} {
+		if err := os.RemoveAll(dir); err != nil {
+			return s, fmt.Errorf("clearing the data of an earlier demo: %w", err)
+		}
+	}
 	d.step("creating StatefulSet broker (3, each a real broker process on its pod's IP, with the HTTP evacuation hook) "+
 		"holding %d messages, one replica on %s", brokerMessages, brokerNode)
 	if err := d.brokers(ctx, s, append([]string{brokerNode}, others[:2]...)); err != nil {
@@ -220,6 +226,7 @@ func (d *demo) volumes(ctx context.Context, s *stateful, others []string) error 
 // report says where the data went, after the drains.
 func (d *demo) reportStateful(ctx context.Context, s *stateful) error {
 	var parts []string
+	total, emptied := 0, false
 	for _, name := range []string{"broker-0", "broker-1", "broker-2"} {
 		var st struct{ Stored int }
 		resp, err := http.Get(s.brokers[name] + "/stats")
@@ -230,8 +237,13 @@ func (d *demo) reportStateful(ctx context.Context, s *stateful) error {
 		_ = json.NewDecoder(resp.Body).Decode(&st)
 		resp.Body.Close()
 		parts = append(parts, fmt.Sprintf("%s holds %d", name, st.Stored))
+		total += st.Stored
+		emptied = emptied || st.Stored == 0
 	}
 	d.step("messages after the drains: %s (%d published)", strings.Join(parts, ", "), brokerMessages)
+	if total != brokerMessages || !emptied {
+		return fmt.Errorf("the brokers hold %d messages, %d were published, and the drained one should hold none", total, brokerMessages)
+	}
 	l, err := s.store.Load()
 	if err != nil {
 		return err
