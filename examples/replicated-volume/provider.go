@@ -136,11 +136,7 @@ func (m *Mover) Cancel(ctx context.Context, node string) (evacuation.Progress, e
 	s := m.Store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, err := s.Load()
-	if err != nil {
-		return evacuation.Progress{}, err
-	}
-	use, err := m.InUse(ctx)
+	l, use, err := s.loadInUse(ctx, m.InUse)
 	if err != nil {
 		return evacuation.Progress{}, err
 	}
@@ -188,11 +184,7 @@ func (c *Cleaner) Evacuate(ctx context.Context, node string, _ v1alpha1.DrainMod
 	s := c.Store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, err := s.Load()
-	if err != nil {
-		return evacuation.Progress{}, err
-	}
-	use, err := c.InUse(ctx)
+	l, use, err := s.loadInUse(ctx, c.InUse)
 	if err != nil {
 		return evacuation.Progress{}, err
 	}
@@ -230,6 +222,16 @@ func (c *Cleaner) Evacuate(ctx context.Context, node string, _ v1alpha1.DrainMod
 // replica count on the other nodes.
 func (c *Cleaner) Cancel(context.Context, string) (evacuation.Progress, error) {
 	return evacuation.Progress{Done: true, Message: "nothing to undo: the volumes keep their replicas elsewhere"}, nil
+}
+
+// loadInUse reads the layout and the replicas in use now. Called with mu held.
+func (s *Store) loadInUse(ctx context.Context, inUse InUse) (*Layout, map[string]map[string]bool, error) {
+	l, err := s.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	use, err := inUse(ctx)
+	return l, use, err
 }
 
 func removeReplica(s *Store, v *Volume, node, vol string) error {

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -20,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller"
 	"github.com/vacate-dev/vacate/internal/metrics"
+	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
 // Options configure the operator.
@@ -58,17 +57,9 @@ func DefaultOptions() Options {
 	}
 }
 
-// Scheme holds the kinds vacate reads and writes.
-func Scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
+// Scheme holds the kinds vacate reads and writes: Kubernetes' own and
+// vacate's (the same scheme providers get from pkg/evacuation).
+func Scheme() (*runtime.Scheme, error) { return evacuation.Scheme() }
 
 // New builds the manager with every controller registered.
 func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, error) {

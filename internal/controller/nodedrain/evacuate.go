@@ -86,16 +86,12 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		return reconcile.Result{}, fmt.Errorf("listing EvacuationProviders: %w", err)
 	}
 	sort.Slice(providers.Items, func(i, j int) bool { return providers.Items[i].Name < providers.Items[j].Name })
-	pods, err := r.podsOnNode(ctx, nd.Spec.NodeName)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	pdbs, err := r.pdbs(ctx)
+	plan, err := r.plan(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	var leaving []*corev1.Pod // the pods this drain moves, and so the ones an evacuation can protect
-	for _, d := range drain.New(pods, pdbs, s.policy.Rules, s.now).Decisions {
+	for _, d := range plan.Decisions {
 		if d.Action != drain.Skip {
 			leaving = append(leaving, d.Pod)
 		}

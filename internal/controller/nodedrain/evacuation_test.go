@@ -54,8 +54,6 @@ func runProvider(t *testing.T, c *devcluster.Cluster, name string, p evacuation.
 	})
 }
 
-func ptrTo[T any](v T) *T { return &v }
-
 // guardProtected fails the test if a pod of app starts terminating while
 // the node's Evacuation for provider is not Completed (safety invariant 3).
 func guardProtected(t *testing.T, e *env, ns, app, node, provider string) (check func()) {

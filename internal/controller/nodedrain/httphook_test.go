@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
@@ -105,7 +106,7 @@ func TestHTTPHookHoldsThePodUntilCompleted(t *testing.T) {
 	ns := testenv.Namespace(t, e.c)
 	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "hook"}, Spec: v1alpha1.DrainPolicySpec{
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "hook"}},
-		Concurrency:  v1alpha1.Concurrency{MaxParallelNodes: ptrTo(intstrFromInt(2))},
+		Concurrency:  v1alpha1.Concurrency{MaxParallelNodes: ptr.To(intstr.FromInt32(2))},
 		HTTPHooks:    v1alpha1.HTTPHooks{Enabled: true},
 	}})
 	const port = 18080
@@ -216,8 +217,6 @@ func TestHTTPHookHoldsThePodUntilCompleted(t *testing.T) {
 		t.Errorf("the broker's pod on the cancelled node was evicted: %v", err)
 	}
 }
-
-func intstrFromInt(n int32) intstr.IntOrString { return intstr.FromInt32(n) }
 
 // TestHookAndProviderBothComplete: a pod that has the hook annotations and
 // is protected by a provider is evicted only when both are Completed.

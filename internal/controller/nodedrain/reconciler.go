@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/metrics"
@@ -106,6 +107,8 @@ type scope struct {
 	log    klog.Logger
 	// evac is what the evacuate stage learned, for evict and finalize.
 	evac evacState
+	// plan is the pass's plan of the node's pods (see Reconciler.plan).
+	plan *drain.Plan
 	// stop ends the pass after the current stage, with nothing to requeue:
 	// the drain reached an end (Failed) and waits for a change.
 	stop bool

@@ -126,19 +126,33 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 	return reconcile.Result{}, nil
 }
 
+// plan is the planner's decisions for the node's pods, made once per pass
+// (the evacuate and evict stages both need them).
+func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
+	if s.plan != nil {
+		return *s.plan, nil
+	}
+	pods, err := r.podsOnNode(ctx, s.drain.Spec.NodeName)
+	if err != nil {
+		return drain.Plan{}, err
+	}
+	pdbs, err := r.pdbs(ctx)
+	if err != nil {
+		return drain.Plan{}, err
+	}
+	plan := drain.New(pods, pdbs, s.policy.Rules, s.now)
+	s.plan = &plan
+	return plan, nil
+}
+
 // evict plans the node's pods, queues the evictions, and reports progress
 // and blockers. It waits until no pod that must leave is left.
 func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	pods, err := r.podsOnNode(ctx, nd.Spec.NodeName)
+	plan, err := r.plan(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	pdbs, err := r.pdbs(ctx)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	plan := drain.New(pods, pdbs, s.policy.Rules, s.now)
 	if !plan.Completed() && timedOut(s) {
 		return r.timeout(ctx, s, plan)
 	}
