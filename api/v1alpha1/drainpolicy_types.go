@@ -182,17 +182,42 @@ type Timeouts struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
 	// +optional
 	Drain *metav1.Duration `json:"drain,omitempty"`
-	// Evacuation bounds each evacuation hook.
+	// Evacuation bounds each evacuation (an Evacuation resource or an HTTP
+	// hook), counted from when the drain asked for it (at the earliest its
+	// admission). One not Completed by then is reported EvacuationTimedOut
+	// and handled by onTimeout; the pods it protects are never deleted.
+	// Unset: no bound.
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
 	// +optional
 	Evacuation *metav1.Duration `json:"evacuation,omitempty"`
 	// OnTimeout: Fail stops with the drain Failed and pods in place;
-	// ForceDelete deletes the remaining pods with their own grace period.
-	// ForceDelete is only ever used when chosen here.
+	// ForceDelete deletes the remaining pods with their own grace period,
+	// except pods an unfinished evacuation or HTTP hook protects and pods
+	// annotated wait-completed, which it lists. Either way the drain reaches
+	// a final phase. ForceDelete is only ever used when chosen here.
 	// +kubebuilder:validation:Enum=Fail;ForceDelete
 	// +kubebuilder:default=Fail
 	// +optional
 	OnTimeout string `json:"onTimeout,omitempty"`
+	// UnreachablePods: a pod that has been terminating this long on a node
+	// that is not Ready (its kubelet cannot confirm the pod stopped) no
+	// longer counts as remaining; it is reported, not waited on. Default 5m.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +optional
+	UnreachablePods *metav1.Duration `json:"unreachablePods,omitempty"`
+	// NodeDeletion bounds how long the finalizer vacate.dev/drain holds a
+	// deleted node (triggers.onNodeDelete: Drain), whatever the drain's
+	// state; when it passes the node is released with a Warning event.
+	// Default 1h.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +optional
+	NodeDeletion *metav1.Duration `json:"nodeDeletion,omitempty"`
+	// Cancel bounds an undo: a provider or HTTP hook that has not confirmed
+	// its cancel by then no longer keeps the node cordoned; the undo
+	// completes with a Warning naming who did not confirm. Default 10m.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +optional
+	Cancel *metav1.Duration `json:"cancel,omitempty"`
 }
 
 // HTTPHooks configures the HTTP evacuation protocol.

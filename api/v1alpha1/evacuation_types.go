@@ -105,6 +105,8 @@ const (
 
 // EvacuationSpec is the controller's request to one provider for one drain.
 // +kubebuilder:validation:XValidation:rule="self.nodeName == oldSelf.nodeName && self.provider == oldSelf.provider",message="nodeName and provider are immutable"
+// +kubebuilder:validation:XValidation:rule="self.drainUID != oldSelf.drainUID || !has(oldSelf.protectedPods) || (has(self.protectedPods) && oldSelf.protectedPods.all(p, self.protectedPods.exists(q, q.uid == p.uid)))",message="spec.protectedPods only grows while the evacuation belongs to the same drain: a protected pod is released only by Completed or spec.release"
+// +kubebuilder:validation:XValidation:rule="self.drainUID != oldSelf.drainUID || !has(oldSelf.release) || (has(self.release) && self.release == oldSelf.release)",message="spec.release cannot be withdrawn or changed once set for this drain"
 type EvacuationSpec struct {
 	// NodeName is the node being drained.
 	// +kubebuilder:validation:MinLength=1
@@ -122,6 +124,51 @@ type EvacuationSpec struct {
 	// DrainUID is the UID of the NodeDrain this evacuation belongs to.
 	// +kubebuilder:validation:MaxLength=64
 	DrainUID string `json:"drainUID"`
+	// Stage is the provider's stage when the drain asked: the pods below
+	// are held (BeforeEviction) or the node is not Drained (AfterEviction)
+	// until this evacuation is Completed, whatever happens to the provider
+	// afterwards. Empty (written before the field existed) is BeforeEviction.
+	// +optional
+	Stage EvacuationStage `json:"stage,omitempty"`
+	// ProtectedPods are the pods of the node this evacuation protects,
+	// recorded when the drain asks. Pods are only ever added for the same
+	// drain: editing or deleting the provider, or relabelling a pod, never
+	// releases one. Only Completed for the current generation, or an
+	// explicit release, lets them go.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1024
+	// +optional
+	ProtectedPods []ProtectedPod `json:"protectedPods,omitempty"`
+	// Release, when set, lets the drain go on without this evacuation: the
+	// only way to evict pods whose provider cannot finish (it was deleted,
+	// say). Written by `vacate release`; recorded as an event and in the
+	// drain's status.
+	// +optional
+	Release *EvacuationRelease `json:"release,omitempty"`
+}
+
+// ProtectedPod names one pod an evacuation protects.
+type ProtectedPod struct {
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+}
+
+// EvacuationRelease records who let a drain go on without an evacuation, and why.
+type EvacuationRelease struct {
+	// By is the user who released it, as the API server knows them.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	By string `json:"by"`
+	// Reason is free text for people, such as a ticket number.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Time is when it was released.
+	Time metav1.Time `json:"time"`
 }
 
 // EvacuationStatus is written by the provider.

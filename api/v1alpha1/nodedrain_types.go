@@ -32,6 +32,7 @@ type Requester struct {
 }
 
 // NodeDrainSpec is what is asked.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.mode) || oldSelf.mode != 'Decommission' || (has(self.mode) && self.mode == 'Decommission')",message="spec.mode never goes down: a Decommission drain stays Decommission (cancel it and request a new drain instead)"
 type NodeDrainSpec struct {
 	// NodeName is the node to drain. It equals metadata.name and never changes.
 	// +kubebuilder:validation:MinLength=1
@@ -108,7 +109,8 @@ type Blocker struct {
 type HookStatus struct {
 	// Name of the hook: an Evacuation's name or pod/port for an HTTP hook.
 	Name string `json:"name"`
-	// Phase: Pending, InProgress, Completed, Failed or Cancelled.
+	// Phase: Pending, InProgress, Completed, Failed, Cancelled, Released (let
+	// go by `vacate release`) or TimedOut (past timeouts.evacuation).
 	Phase string `json:"phase"`
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -163,6 +165,21 @@ type NodeDrainStatus struct {
 	// (1 is next) while it waits; the Admitted condition says why.
 	// +optional
 	QueuePosition int32 `json:"queuePosition,omitempty"`
+
+	// NodeUID is the UID of the node this drain works on, recorded when it
+	// first sees the node. A node deleted and recreated under the same name
+	// is another node: nothing recorded for the old one applies to it.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	NodeUID string `json:"nodeUID,omitempty"`
+	// Mode is the mode the stages last ran in. When spec.mode goes up
+	// (Maintenance to Decommission) a Drained drain runs its stages again.
+	// +optional
+	Mode DrainMode `json:"mode,omitempty"`
+	// UndoStartTime is when the undo began (the last requester left, or
+	// the NodeDrain was deleted); timeouts.cancel counts from it.
+	// +optional
+	UndoStartTime *metav1.Time `json:"undoStartTime,omitempty"`
 
 	// StartTime is when the drain was first admitted.
 	// +optional

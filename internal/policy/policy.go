@@ -43,6 +43,15 @@ type Policy struct {
 	DrainTimeout time.Duration
 	// ForceDelete deletes what is left at the timeout instead of failing.
 	ForceDelete bool
+	// EvacuationTimeout bounds each evacuation; 0 means none.
+	EvacuationTimeout time.Duration
+	// UnreachablePods: pods terminating this long on a node that is not
+	// Ready no longer count as remaining.
+	UnreachablePods time.Duration
+	// NodeDeletion bounds how long the node finalizer holds a deleted node.
+	NodeDeletion time.Duration
+	// CancelTimeout bounds the wait for providers and hooks to confirm a cancel.
+	CancelTimeout time.Duration
 	// PerNode bounds the evictions in flight on the node.
 	PerNode int
 	// Triggers are the signals that request a drain of the node.
@@ -54,6 +63,13 @@ type Policy struct {
 	HTTPHooks      bool
 	HookNamespaces labels.Selector
 }
+
+// Defaults of the timeouts the policy may leave unset.
+const (
+	DefaultUnreachablePods = 5 * time.Minute
+	DefaultNodeDeletion    = time.Hour
+	DefaultCancelTimeout   = 10 * time.Minute
+)
 
 // DefaultBatchWindow is how long a requested drain waits for others to be
 // requested with it, when the policy does not say.
@@ -253,6 +269,12 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 	if s.Timeouts.Drain != nil {
 		p.DrainTimeout = s.Timeouts.Drain.Duration
 	}
+	if s.Timeouts.Evacuation != nil {
+		p.EvacuationTimeout = s.Timeouts.Evacuation.Duration
+	}
+	p.UnreachablePods = durationOr(s.Timeouts.UnreachablePods, DefaultUnreachablePods)
+	p.NodeDeletion = durationOr(s.Timeouts.NodeDeletion, DefaultNodeDeletion)
+	p.CancelTimeout = durationOr(s.Timeouts.Cancel, DefaultCancelTimeout)
 	p.Admission = Admission{MaxParallelNodes: s.Concurrency.MaxParallelNodes, BatchWindow: DefaultBatchWindow}
 	if s.Concurrency.BatchWindow != nil {
 		p.Admission.BatchWindow = s.Concurrency.BatchWindow.Duration
@@ -290,4 +312,12 @@ func (e *NotFoundError) Error() string {
 func IsNotFound(err error) bool {
 	var nf *NotFoundError
 	return errors.As(err, &nf)
+}
+
+// durationOr is d's duration, or def when d is unset.
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
 }

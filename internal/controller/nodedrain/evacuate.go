@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -225,7 +226,7 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 		return ev, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading Evacuation %s: %w", name, err)
-	case ev.Spec != want: // left by an earlier drain of the node: this drain takes it over
+	case !equality.Semantic.DeepEqual(ev.Spec, want): // left by an earlier drain of the node: this drain takes it over
 		patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 		ev.Spec = want
 		ev.OwnerReferences = nil
