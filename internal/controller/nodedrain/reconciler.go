@@ -205,46 +205,6 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.No
 	return true, nil
 }
 
-// refusal is the latest PDB refusal of a pod's eviction.
-type refusal struct {
-	since   time.Time
-	message string
-}
-
-type refusalCache struct {
-	mu sync.Mutex
-	m  map[types.UID]refusal
-}
-
-func (c *refusalCache) get(uid types.UID) (refusal, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.m[uid]
-	return r, ok
-}
-
-func (c *refusalCache) record(o eviction.Outcome) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch o.Result {
-	case eviction.PDBBlocked:
-		prev, ok := c.m[o.UID]
-		if !ok {
-			prev.since = o.At
-		}
-		prev.message = o.Message
-		c.m[o.UID] = prev
-	case eviction.Evicted, eviction.Gone:
-		delete(c.m, o.UID)
-	}
-}
-
-func (r *Reconciler) onOutcome(o eviction.Outcome) {
-	metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
-	r.refusals.record(o)
-	r.wake(o.Node)
-}
-
 // wake queues a pass of the named drain.
 func (r *Reconciler) wake(name string) {
 	ev := event.GenericEvent{Object: &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name}}}

@@ -241,44 +241,6 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	}
 }
 
-// Blocker reasons beyond the planner's.
-const (
-	// BlockerPDB: a PodDisruptionBudget refuses the eviction.
-	BlockerPDB = "PodDisruptionBudget"
-)
-
-// blockerFor says whether a decision holds the drain up, and how.
-func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Blocker, bool) {
-	b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(now)}
-	switch {
-	case d.Action == drain.Block:
-		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
-	case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
-		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
-	case d.Action == drain.Evict:
-		ref, refused := r.refusals.get(d.Pod.UID)
-		if !refused && !d.PDBBlocked {
-			return b, false
-		}
-		b.Reason = BlockerPDB
-		pdbs := d.BlockingPDBs
-		if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
-			pdbs = d.PDBs
-		}
-		b.Holder = "PodDisruptionBudget " + strings.Join(pdbs, ", ")
-		b.Detail = b.Holder + " allows no disruption now"
-		if refused {
-			b.Since = metav1.NewTime(ref.since)
-			if ref.message != "" {
-				b.Detail = b.Holder + ": " + truncate(ref.message, maxDetail-len(b.Holder)-2)
-			}
-		}
-	default:
-		return b, false
-	}
-	return b, true
-}
-
 func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
 	parts := make([]string, 0, 3)
 	for i, b := range blockers {
