@@ -61,6 +61,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 				OnOutcome: onOutcome, Clock: opts.Clock,
 			})
 		})
+	drains.APIReader = mgr.GetAPIReader()
 	for _, c := range []controllerSetup{
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},

@@ -40,8 +40,9 @@ import (
 const (
 	// FinalizerRestore holds a NodeDrain until vacate has undone its changes.
 	FinalizerRestore = "vacate.dev/restore"
-	// AnnotationCordonedBy is set on a node vacate cordoned, to the name of
-	// the NodeDrain; undo only uncordons a node that carries it.
+	// AnnotationCordonedBy is set on a node vacate cordoned, to
+	// "<drain name>/<drain uid>" (CordonedByValue); undo only uncordons a
+	// node whose annotation names the drain being undone, UID included.
 	AnnotationCordonedBy = "vacate.dev/cordoned-by"
 	// PodNodeNameIndex indexes cached pods by spec.nodeName.
 	PodNodeNameIndex = "spec.nodeName"
@@ -71,7 +72,10 @@ const conflictRetry = 100 * time.Millisecond
 // recomputes from the cluster; the eviction queue and the refusal cache are
 // caches that passes refill.
 type Reconciler struct {
-	Client    ctrl.Client
+	Client ctrl.Client
+	// APIReader reads around the cache, for decisions that must not act on
+	// a stale copy (undo reads the node it may uncordon); nil uses Client.
+	APIReader ctrl.Reader
 	Clock     clock.WithDelayedExecution
 	Events    events.EventRecorder
 	Evictions *eviction.Queue
@@ -96,6 +100,14 @@ func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.Eve
 	r.Evictions = newQueue(r.onOutcome)
 	r.Hooks = hook.NewProber(r.wake)
 	return r
+}
+
+// fresh is the reader for decisions that must see the latest state.
+func (r *Reconciler) fresh() ctrl.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // scope is what one pass knows about one drain.
@@ -155,9 +167,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 			return reconcile.Result{}, fmt.Errorf("adding finalizer to NodeDrain %s: %w", nd.Name, err)
 		}
 	}
-	if nd.Status.Phase == v1alpha1.PhaseDrained || nd.Status.Phase == v1alpha1.PhaseFailed {
-		return reconcile.Result{}, nil // ended; undo when the requesters leave
+	if ended, err := r.ended(ctx, s); ended || err != nil {
+		return reconcile.Result{}, err // undo when the requesters leave
 	}
+	nd.Status.Mode = modeOf(nd)
 	for _, st := range []stage{r.loadNode, r.admit, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
@@ -165,6 +178,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		}
 	}
 	return reconcile.Result{}, nil
+}
+
+// ended reports whether the drain reached an end and stays there: Drained
+// or Failed, for the node it ran on. A Drained drain whose mode went up
+// (node deletion raises Maintenance to Decommission) runs its stages again,
+// and so does an ended drain whose node was replaced by another of the same
+// name (loadNode starts it over there).
+func (r *Reconciler) ended(ctx context.Context, s *scope) (bool, error) {
+	nd := s.drain
+	if nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed {
+		return false, nil
+	}
+	if nd.Status.Phase == v1alpha1.PhaseDrained && modeOf(nd) == v1alpha1.ModeDecommission && nd.Status.Mode != v1alpha1.ModeDecommission {
+		s.log.Info("running the drain again: its mode went up", "from", nd.Status.Mode, "to", modeOf(nd))
+		return false, nil
+	}
+	node := &corev1.Node{}
+	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
+	}
+	return nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID), nil
 }
 
 // patchFinalizer adds or removes vacate's finalizer. It patches a copy and

@@ -39,6 +39,9 @@ const (
 	ReasonDrainTimeout    = "DrainTimeout"
 	ReasonDrained         = "Drained"
 	ReasonRestored        = "Restored"
+	// ReasonNodeReplaced: the node was deleted and created again; the
+	// drain starts over on the new one.
+	ReasonNodeReplaced = "NodeReplaced"
 )
 
 // Event reasons.
@@ -49,6 +52,7 @@ const (
 	EventRestored        = "Restored"
 	EventFailed          = "Failed"
 	EventForceDeleted    = "ForceDeleted"
+	EventNodeReplaced    = "NodeReplaced"
 )
 
 // maxBlockers bounds status.blockers.
@@ -77,6 +81,11 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
 	s.node = node
+	if nd.Status.NodeUID == "" {
+		nd.Status.NodeUID = string(node.UID)
+	} else if nd.Status.NodeUID != string(node.UID) {
+		return r.nodeReplaced(ctx, s)
+	}
 	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName, node)
 	switch {
 	case policy.IsNotFound(err):
@@ -92,13 +101,62 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	return reconcile.Result{}, nil
 }
 
+// CordonedByValue is what vacate writes in AnnotationCordonedBy when the
+// drain cordons a node: its name and UID, so that a copied or leftover
+// annotation never passes for this drain's.
+func CordonedByValue(nd *v1alpha1.NodeDrain) string {
+	return nd.Name + "/" + string(nd.UID)
+}
+
+// cordonedByUs reports whether the node carries this drain's cordon record,
+// and is the node the drain recorded (not one recreated under its name).
+func cordonedByUs(node *corev1.Node, nd *v1alpha1.NodeDrain) bool {
+	return node.Annotations[AnnotationCordonedBy] == CordonedByValue(nd) &&
+		(nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID))
+}
+
+// nodeReplaced starts the drain over on a node that was deleted and created
+// again under the same name: it is another machine. Nothing recorded for the
+// old one applies to it: the admission is given up (hold), the Evacuations of
+// this drain are deleted without a cancel (their node is gone, and what was
+// moved off it stays moved), HTTP hook conversations and counts are dropped.
+// The next pass records the new node's UID and admits the drain like a new one.
+func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd, node := s.drain, s.node
+	list := &v1alpha1.EvacuationList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing Evacuations: %w", err)
+	}
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if ev.Spec.NodeName != nd.Spec.NodeName || ev.Spec.DrainUID != string(nd.UID) || !ev.DeletionTimestamp.IsZero() {
+			continue
+		}
+		s.log.Info("deleting an Evacuation of the node this drain's node replaced", "evacuation", klogRef(ev.Name))
+		if err := r.Client.Delete(ctx, ev, ctrl.Preconditions{UID: &ev.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("deleting Evacuation %s of the replaced node: %w", ev.Name, err)
+		}
+	}
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	msg := fmt.Sprintf("node %s was deleted and created again (uid %s, was %s): it is another node; the drain starts over on it",
+		node.Name, node.UID, nd.Status.NodeUID)
+	r.hold(s, ReasonNodeReplaced, msg)
+	st := &nd.Status
+	st.NodeUID = string(node.UID)
+	st.Hooks, st.Total, st.Evicted, st.Remaining, st.Progress, st.CompletionTime = nil, 0, 0, 0, "", nil
+	for _, t := range []string{v1alpha1.ConditionCordoned, v1alpha1.ConditionEvacuated, v1alpha1.ConditionPodsEvicted, v1alpha1.ConditionDrained} {
+		meta.RemoveStatusCondition(&st.Conditions, t)
+	}
+	s.afterWrite(func() { r.Events.Eventf(nd, node, corev1.EventTypeWarning, EventNodeReplaced, "Drain", "%s", msg) })
+	return reconcile.Result{RequeueAfter: conflictRetry}, nil
+}
+
 // cordon marks the node unschedulable, recording that vacate did it; a node
 // someone else cordoned is left as it is and never uncordoned by vacate.
 func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, error) {
 	node, nd := s.node, s.drain
-	owner, ours := node.Annotations[AnnotationCordonedBy]
 	switch {
-	case node.Spec.Unschedulable && ours && owner == nd.Name:
+	case node.Spec.Unschedulable && cordonedByUs(node, nd):
 		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonCordoned, "vacate cordoned the node")
 	case node.Spec.Unschedulable:
 		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonAlreadyCordoned,
@@ -109,7 +167,7 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 		if node.Annotations == nil {
 			node.Annotations = map[string]string{}
 		}
-		node.Annotations[AnnotationCordonedBy] = nd.Name
+		node.Annotations[AnnotationCordonedBy] = CordonedByValue(nd)
 		s.log.Info("cordoning node", "node", klogRef(node.Name))
 		if err := r.Client.Patch(ctx, node, patch); err != nil {
 			if apierrors.IsConflict(err) {
@@ -341,7 +399,7 @@ func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, er
 // annotation names it): schedulable again, annotation removed. A conflict
 // is returned as such, for the caller to retry.
 func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) error {
-	if node.Annotations[AnnotationCordonedBy] != s.drain.Name {
+	if !cordonedByUs(node, s.drain) {
 		return nil
 	}
 	patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
@@ -383,13 +441,15 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, err
 	}
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	// A fresh read, not the cache: a cordon patched an instant ago may not
+	// be in the cache yet, and must still be undone.
 	node := &corev1.Node{}
-	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+	err := r.fresh().Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
-	case node.Annotations[AnnotationCordonedBy] == nd.Name:
+	case cordonedByUs(node, nd):
 		if err := r.uncordon(ctx, s, node); apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		} else if err != nil {

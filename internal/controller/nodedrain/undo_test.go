@@ -1,0 +1,183 @@
+package nodedrain_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
+)
+
+// laggingClient is the manager's cached client with an informer that has
+// not yet seen the controller's own node patches: after the controller
+// patches a node, reads of that node return it as it was before the patch,
+// until the test ends. The API server itself is real and up to date.
+type laggingClient struct {
+	client.Client
+	mu      sync.Mutex
+	last    map[string]*corev1.Node
+	stale   map[string]*corev1.Node
+	patches atomic.Int64
+}
+
+func (c *laggingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return c.Client.Get(ctx, key, obj, opts...)
+	}
+	c.mu.Lock()
+	old, lagging := c.stale[key.Name]
+	c.mu.Unlock()
+	if lagging {
+		old.DeepCopyInto(node)
+		return nil
+	}
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.last[key.Name] = node.DeepCopy()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *laggingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if err := c.Client.Patch(ctx, obj, patch, opts...); err != nil {
+		return err
+	}
+	if _, ok := obj.(*corev1.Node); ok {
+		c.patches.Add(1)
+		c.mu.Lock()
+		if before, ok := c.last[obj.GetName()]; ok {
+			c.stale[obj.GetName()] = before
+		}
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// runLaggingController runs the NodeDrain controller alone, reading nodes
+// through a laggingClient, with APIReader the manager's uncached reader.
+func runLaggingController(t *testing.T, c *devcluster.Cluster) *laggingClient {
+	t.Helper()
+	lc := &laggingClient{last: map[string]*corev1.Node{}, stale: map[string]*corev1.Node{}}
+	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
+		if err := nodedrain.IndexPods(context.Background(), mgr); err != nil {
+			return err
+		}
+		cs, err := kubernetes.NewForConfig(c.RESTConfig)
+		if err != nil {
+			return err
+		}
+		lc.Client = mgr.GetClient()
+		r := nodedrain.NewReconciler(lc, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"), func(onOutcome func(eviction.Outcome)) *eviction.Queue {
+			return eviction.NewQueue(cs, eviction.Options{OnOutcome: onOutcome})
+		})
+		r.APIReader = mgr.GetAPIReader()
+		return r.SetupWithManager(mgr)
+	})
+	return lc
+}
+
+// TestCancelRightAfterCordonRestoresNode: the drain is cancelled after its
+// cordon patch reached the API server but before the controller's cache saw
+// it. The undo must still give the node back: it decides from a fresh read
+// of the node, not from the cache.
+func TestCancelRightAfterCordonRestoresNode(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.DrainClient(t, c)
+	ctx := testenv.Context(t)
+	lc := runLaggingController(t, c)
+	target := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "lag", Count: 1, Labels: map[string]string{testLabel: "lag"}})[0]
+	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "lag"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{testLabel: "lag"}},
+		Concurrency:  v1alpha1.Concurrency{BatchWindow: &metav1.Duration{}},
+	}}
+	if err := cl.Create(ctx, dp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), dp) })
+
+	nd := testutil.NodeDrain(target, "", "cli:test")
+	if err := cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("waiting until the API server shows the node cordoned (the controller's cache does not)")
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+		return err == nil && n.Spec.Unschedulable, nil
+	})
+	if err != nil {
+		t.Fatalf("the node was never cordoned: %v", err)
+	}
+	t.Log("cancelling the drain")
+	if err := cl.Delete(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return cl.Get(ctx, types.NamespacedName{Name: target}, &v1alpha1.NodeDrain{}) != nil, nil
+	})
+	if err != nil {
+		t.Fatal("the NodeDrain was not released after the cancel")
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.Unschedulable || n.Annotations[nodedrain.AnnotationCordonedBy] != "" {
+		t.Errorf("after the cancel the node is unschedulable=%v with %s=%q: vacate's cordon was left behind",
+			n.Spec.Unschedulable, nodedrain.AnnotationCordonedBy, n.Annotations[nodedrain.AnnotationCordonedBy])
+	}
+	if lc.patches.Load() == 0 {
+		t.Error("the controller never patched the node: the test proved nothing")
+	}
+}
+
+// TestHandCopiedCordonAnnotationIsNotOurs: a node someone cordoned, carrying
+// a vacate.dev/cordoned-by annotation that names the drain but not its UID
+// (copied by hand, or left from another install), is never uncordoned.
+func TestHandCopiedCordonAnnotationIsNotOurs(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	target := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "copied", Count: 1, Labels: map[string]string{testLabel: "copied"}})[0]
+	patch := []byte(`{"spec":{"unschedulable":true},"metadata":{"annotations":{"` + nodedrain.AnnotationCordonedBy + `":"` + target + `"}}}`)
+	if _, err := e.c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nd := testutil.NodeDrain(target, "", "cli:test")
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	drained := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+	if c := meta.FindStatusCondition(drained.Status.Conditions, v1alpha1.ConditionCordoned); c == nil || c.Reason != nodedrain.ReasonAlreadyCordoned {
+		t.Errorf("Cordoned condition = %+v, want reason %s (the annotation does not name this drain's UID)", c, nodedrain.ReasonAlreadyCordoned)
+	}
+	if err := e.cl.Delete(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, target)
+	after, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Spec.Unschedulable || after.Annotations[nodedrain.AnnotationCordonedBy] != target {
+		t.Errorf("vacate undid a cordon it did not make: unschedulable=%v, annotation %q", after.Spec.Unschedulable, after.Annotations[nodedrain.AnnotationCordonedBy])
+	}
+}
