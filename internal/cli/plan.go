@@ -85,6 +85,9 @@ type NodePlan struct {
 	Estimate Estimate       `json:"estimate"`
 	Counts   map[string]int `json:"counts"`
 	Blocked  []string       `json:"blocked"`
+	// Unreachable are the pods terminating on a node that has not been
+	// Ready for timeouts.unreachablePods: reported, not waited on.
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // PodPlan is one pod's fate.
@@ -224,13 +227,16 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdb
 	for i := range podList.Items {
 		pods = append(pods, &podList.Items[i])
 	}
-	plan := drain.New(pods, pdbs, pol.Rules, o.clock.Now())
+	plan := drain.New(pods, pdbs, pol.Rules.ForNode(node), o.clock.Now())
 	for _, d := range plan.Decisions {
 		pp := PodPlan{Pod: d.Key(), Action: string(d.Action), Reason: string(d.Reason), Detail: d.Detail, PDBs: d.PDBs}
 		pp.BlockedNow = d.Action == drain.Block || (d.Action == drain.Evict && d.PDBBlocked) ||
 			(d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion)
 		if pp.BlockedNow {
 			np.Blocked = append(np.Blocked, d.Key())
+		}
+		if d.Reason == drain.ReasonUnreachableTerminating {
+			np.Unreachable = append(np.Unreachable, d.Key())
 		}
 		np.Counts[string(d.Action)]++
 		np.Pods = append(np.Pods, pp)
@@ -315,6 +321,10 @@ func writePlan(w io.Writer, p NodePlan) error {
 	default:
 		fmt.Fprintf(w, "  estimate: %d eviction(s) in %d round(s): %s to %s (replacements assumed Ready in %s; up to each pod's grace period to stop)\n",
 			e.Evictions, e.Rounds, progress.Duration(secs(e.LowSeconds)), progress.Duration(secs(e.HighSeconds)), progress.Duration(drain.ReplacementReady))
+	}
+	if len(p.Unreachable) > 0 {
+		fmt.Fprintf(w, "  not waited on: %d pod(s) terminating on a node that is not Ready; its kubelet cannot confirm they stopped (%s)\n",
+			len(p.Unreachable), strings.Join(p.Unreachable, ", "))
 	}
 	if !e.Finishes {
 		fmt.Fprintf(w, "  would not finish now: %d pod(s) blocked (%s); once requested, 'vacate explain %s' says what to do\n",

@@ -48,16 +48,20 @@ type Reason string
 
 // Reasons, in the order the rules are applied.
 const (
-	ReasonMirrorPod      Reason = "MirrorPod"
-	ReasonCompleted      Reason = "Completed"
-	ReasonTerminating    Reason = "Terminating"
-	ReasonSkipAnnotation Reason = "SkipAnnotation"
-	ReasonSkipSelector   Reason = "SkipSelector"
-	ReasonWaitCompletion Reason = "WaitForCompletion"
-	ReasonDaemonSet      Reason = "DaemonSetPod"
-	ReasonUnmanaged      Reason = "Unmanaged"
-	ReasonLocalStorage   Reason = "LocalStorage"
-	ReasonEvictable      Reason = "Evictable"
+	ReasonMirrorPod   Reason = "MirrorPod"
+	ReasonCompleted   Reason = "Completed"
+	ReasonTerminating Reason = "Terminating"
+	// ReasonUnreachableTerminating: a terminating pod on a node that has
+	// not been Ready for timeouts.unreachablePods; its kubelet cannot
+	// confirm it stopped, so the drain reports it and no longer waits.
+	ReasonUnreachableTerminating Reason = "UnreachableTerminating"
+	ReasonSkipAnnotation         Reason = "SkipAnnotation"
+	ReasonSkipSelector           Reason = "SkipSelector"
+	ReasonWaitCompletion         Reason = "WaitForCompletion"
+	ReasonDaemonSet              Reason = "DaemonSetPod"
+	ReasonUnmanaged              Reason = "Unmanaged"
+	ReasonLocalStorage           Reason = "LocalStorage"
+	ReasonEvictable              Reason = "Evictable"
 	// ReasonVacateLast: one of vacate's own pods waits until every other
 	// pod that must leave the node has left, so vacate finishes its work
 	// there before it moves itself.
@@ -81,6 +85,52 @@ type Rules struct {
 	EvictLocalStorage bool
 	// SkipSelector leaves matching pods in place. Nil matches nothing.
 	SkipSelector labels.Selector
+	// UnreachablePods is timeouts.unreachablePods: how long a terminating
+	// pod on a node that is not Ready is still waited on. It counts from the
+	// later of the pod's deletionTimestamp and NodeNotReadySince. The API
+	// server sets deletionTimestamp to the deletion request plus the pod's
+	// grace period, so the grace period is already included; a node that
+	// was unreachable only briefly never lets a pod go. It applies only
+	// with NodeNotReady; 0 stops waiting as soon as both have passed.
+	UnreachablePods time.Duration
+	// NodeNotReady says the node's kubelet cannot confirm that pods
+	// stopped: its Ready condition is not True, or it has the taint
+	// node.kubernetes.io/unreachable. Set per node with ForNode.
+	NodeNotReady bool
+	// NodeNotReadySince is when the node stopped being Ready; zero when
+	// unknown (then only the deletionTimestamp counts).
+	NodeNotReadySince time.Time
+}
+
+// ForNode returns the rules for a drain of node n: r with the node's
+// readiness (NodeNotReady, NodeNotReadySince) read from its Ready condition
+// and unreachable taint. A nil node counts as Ready.
+func (r Rules) ForNode(n *corev1.Node) Rules {
+	r.NodeNotReady, r.NodeNotReadySince = false, time.Time{}
+	if n == nil {
+		return r
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		ready = c.Status == corev1.ConditionTrue
+		if !ready {
+			r.NodeNotReadySince = c.LastTransitionTime.Time
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeUnreachable {
+			continue
+		}
+		if ready && t.TimeAdded != nil {
+			r.NodeNotReadySince = t.TimeAdded.Time
+		}
+		ready = false
+	}
+	r.NodeNotReady = !ready
+	return r
 }
 
 // Decision is what happens to one pod, and why.
@@ -105,6 +155,10 @@ func (d Decision) Key() string { return d.Pod.Namespace + "/" + d.Pod.Name }
 // Plan is the decisions for every pod on a node, sorted by namespace/name.
 type Plan struct {
 	Decisions []Decision
+	// Recheck is the earliest time a decision changes with time alone (a
+	// terminating pod on a node that is not Ready stops being waited on);
+	// zero when none does.
+	Recheck time.Time
 }
 
 // filter decides a pod's fate or passes (returns false) to the next one.
@@ -114,6 +168,7 @@ type filter func(p *corev1.Pod, r Rules, now time.Time) (Decision, bool)
 var filters = []filter{
 	mirrorPods,
 	completedPods,
+	unreachablePods,
 	terminatingPods,
 	annotatedPods,
 	skipSelected,
@@ -143,6 +198,10 @@ func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now 
 			}
 		}
 		plan.Decisions = append(plan.Decisions, d)
+		if giveUp, ok := r.giveUpAt(p); ok && d.Reason == ReasonTerminating &&
+			(plan.Recheck.IsZero() || giveUp.Before(plan.Recheck)) {
+			plan.Recheck = giveUp
+		}
 	}
 	plan.vacateLast()
 	return plan
@@ -194,7 +253,25 @@ func completedPods(p *corev1.Pod, _ Rules, _ time.Time) (Decision, bool) {
 	return Decision{}, false
 }
 
-func terminatingPods(p *corev1.Pod, _ Rules, now time.Time) (Decision, bool) {
+// unreachablePods stops waiting for a terminating pod whose node has not
+// been Ready for timeouts.unreachablePods: no kubelet will confirm that it
+// stopped, so it is reported instead (like Cluster API's
+// skip-wait-for-delete).
+func unreachablePods(p *corev1.Pod, r Rules, now time.Time) (Decision, bool) {
+	giveUp, ok := r.giveUpAt(p)
+	if !ok || now.Before(giveUp) {
+		return Decision{}, false
+	}
+	node := "on a node that is not Ready"
+	if !r.NodeNotReadySince.IsZero() {
+		node = "on a node not Ready since " + stamp(r.NodeNotReadySince)
+	}
+	return Decision{Action: Skip, Reason: ReasonUnreachableTerminating, Detail: fmt.Sprintf(
+		"grace period ended %s %s; its kubelet cannot confirm the pod stopped; not waited on after timeouts.unreachablePods (%s)",
+		stamp(p.DeletionTimestamp.Time), node, r.UnreachablePods)}, true
+}
+
+func terminatingPods(p *corev1.Pod, r Rules, now time.Time) (Decision, bool) {
 	if p.DeletionTimestamp == nil {
 		return Decision{}, false
 	}
@@ -202,8 +279,30 @@ func terminatingPods(p *corev1.Pod, _ Rules, now time.Time) (Decision, bool) {
 	if since := now.Sub(p.DeletionTimestamp.Time); since > 0 {
 		detail = fmt.Sprintf("terminating for %s", since.Round(time.Second))
 	}
+	if giveUp, ok := r.giveUpAt(p); ok {
+		detail += fmt.Sprintf("; the node is not Ready: waited on until %s (timeouts.unreachablePods %s)", stamp(giveUp), r.UnreachablePods)
+	}
 	return Decision{Action: Wait, Reason: ReasonTerminating, Detail: detail}, true
 }
+
+// giveUpAt is when a terminating pod on a node that is not Ready stops
+// being waited on: UnreachablePods after the later of its deletionTimestamp
+// (the end of its grace period) and the node's NodeNotReadySince. ok is
+// false when the pod is waited on until it is gone.
+func (r Rules) giveUpAt(p *corev1.Pod) (at time.Time, ok bool) {
+	if !r.NodeNotReady || p.DeletionTimestamp == nil {
+		return time.Time{}, false
+	}
+	from := p.DeletionTimestamp.Time
+	if r.NodeNotReadySince.After(from) {
+		from = r.NodeNotReadySince
+	}
+	return from.Add(r.UnreachablePods), true
+}
+
+// stamp formats a time for details: RFC 3339 in UTC, so it reads the same
+// on every pass.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func annotatedPods(p *corev1.Pod, _ Rules, _ time.Time) (Decision, bool) {
 	switch p.Annotations[PodAnnotation] {
@@ -336,10 +435,12 @@ func (p Plan) Blocked() []Decision {
 const maxMessagePods = 5
 
 // ConditionMessage summarises the plan in a message that changes only when
-// the state does: counts per action, then the first blocked pods by reason.
+// the state does: counts per action, then the first blocked pods by reason,
+// the pods no longer waited on because their node is unreachable, and the
+// pods left in place by reason.
 func (p Plan) ConditionMessage() string {
 	if p.Completed() {
-		return "no pods left to move" + p.skippedSuffix()
+		return "no pods left to move" + p.unreachableSuffix() + p.skippedSuffix()
 	}
 	parts := []string{}
 	for _, a := range []Action{Evict, Wait, Block} {
@@ -348,14 +449,41 @@ func (p Plan) ConditionMessage() string {
 		}
 	}
 	msg := strings.Join(parts, ", ")
-	blocked := p.Blocked()
-	if len(blocked) == 0 {
-		return msg + p.skippedSuffix()
+	if blocked := p.Blocked(); len(blocked) > 0 {
+		msg += "; blocked: " + podList(blocked)
 	}
+	return msg + p.unreachableSuffix() + p.skippedSuffix()
+}
+
+// Unreachable returns the decisions for pods no longer waited on because
+// they are terminating on a node that has not been Ready for
+// timeouts.unreachablePods.
+func (p Plan) Unreachable() []Decision {
+	var out []Decision
+	for _, d := range p.Decisions {
+		if d.Reason == ReasonUnreachableTerminating {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// unreachableSuffix names the pods no longer waited on: "; not waited on:
+// ns/pod (UnreachableTerminating)".
+func (p Plan) unreachableSuffix() string {
+	if u := p.Unreachable(); len(u) > 0 {
+		return "; not waited on: " + podList(u)
+	}
+	return ""
+}
+
+// podList names at most maxMessagePods pods with their reason, and counts
+// the rest.
+func podList(ds []Decision) string {
 	names := make([]string, 0, maxMessagePods)
-	for i, d := range blocked {
+	for i, d := range ds {
 		if i == maxMessagePods {
-			names = append(names, fmt.Sprintf("and %d more", len(blocked)-maxMessagePods))
+			names = append(names, fmt.Sprintf("and %d more", len(ds)-maxMessagePods))
 			break
 		}
 		reason := string(d.Reason)
@@ -364,15 +492,16 @@ func (p Plan) ConditionMessage() string {
 		}
 		names = append(names, d.Key()+" ("+reason+")")
 	}
-	return msg + "; blocked: " + strings.Join(names, ", ") + p.skippedSuffix()
+	return strings.Join(names, ", ")
 }
 
 // skippedSuffix counts the pods left in place, by reason, so the status
 // accounts for every pod on the node: "; left in place: 1 Completed, 2 DaemonSetPod".
+// Pods on an unreachable node are named by unreachableSuffix instead.
 func (p Plan) skippedSuffix() string {
 	counts := map[Reason]int{}
 	for _, d := range p.Decisions {
-		if d.Action == Skip {
+		if d.Action == Skip && d.Reason != ReasonUnreachableTerminating { // named by unreachableSuffix
 			counts[d.Reason]++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -156,7 +157,7 @@ func FuzzPlan(f *testing.F) {
 		}
 		b.Phase([]corev1.PodPhase{corev1.PodRunning, corev1.PodPending, corev1.PodSucceeded, corev1.PodFailed}[phase%4])
 		pods := []*corev1.Pod{b.Obj(), testutil.Pod("other").OwnedBy("ReplicaSet", "x").Obj()}
-		for _, r := range []Rules{{}, {EvictDaemonSets: true, DeleteUnmanaged: true, EvictLocalStorage: true}} {
+		for _, r := range []Rules{{}, {EvictDaemonSets: true, DeleteUnmanaged: true, EvictLocalStorage: true}, {NodeNotReady: true}} {
 			p := New(pods, nil, r, now)
 			if len(p.Decisions) != len(pods) {
 				t.Fatalf("%d decisions for %d pods", len(p.Decisions), len(pods))
@@ -242,5 +243,130 @@ func TestVacateComponentsLeaveLast(t *testing.T) {
 		if d.Pod.Name == "vacate-controller-1" && d.Action != Evict {
 			t.Errorf("vacate's pod alone: %s %s, want Evict", d.Action, d.Reason)
 		}
+	}
+}
+
+func TestTerminatingPodsOnUnreachableNodes(t *testing.T) {
+	pod := func() *testutil.PodBuilder { return testutil.Pod("web-1").OwnedBy("ReplicaSet", "web") }
+	ready := Rules{UnreachablePods: 5 * time.Minute}
+	notReady := func(since time.Duration) Rules {
+		r := ready
+		r.NodeNotReady = true
+		if since != 0 {
+			r.NodeNotReadySince = now.Add(-since)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    *corev1.Pod
+		rules  Rules
+		action Action
+		reason Reason
+		detail string
+	}{
+		{"ready node: always waited on", pod().Terminating(now.Add(-time.Hour)).Obj(), ready, Wait, ReasonTerminating, "terminating for 1h0m0s"},
+		{"not ready, before the timeout", pod().Terminating(now.Add(-4 * time.Minute)).Obj(), notReady(time.Hour), Wait, ReasonTerminating,
+			"waited on until 2026-11-22T12:01:00Z (timeouts.unreachablePods 5m0s)"},
+		{"not ready, at the timeout", pod().Terminating(now.Add(-5 * time.Minute)).Obj(), notReady(time.Hour), Skip, ReasonUnreachableTerminating,
+			"grace period ended 2026-11-22T11:55:00Z on a node not Ready since 2026-11-22T11:00:00Z; its kubelet cannot confirm the pod stopped"},
+		{"not ready only recently: counted from then", pod().Terminating(now.Add(-time.Hour)).Obj(), notReady(time.Minute), Wait, ReasonTerminating,
+			"waited on until 2026-11-22T12:04:00Z"},
+		{"not ready since an unknown time: counted from the deletion", pod().Terminating(now.Add(-6 * time.Minute)).Obj(), notReady(0), Skip, ReasonUnreachableTerminating,
+			"on a node that is not Ready; its kubelet cannot confirm the pod stopped"},
+		{"grace period not over, no timeout", pod().Terminating(now.Add(30 * time.Second)).Obj(), Rules{NodeNotReady: true}, Wait, ReasonTerminating, "already terminating"},
+		{"no timeout once the grace period is over", pod().Terminating(now).Obj(), Rules{NodeNotReady: true}, Skip, ReasonUnreachableTerminating, "not waited on after timeouts.unreachablePods (0s)"},
+		{"not terminating: evicted as usual", pod().Obj(), notReady(time.Hour), Evict, ReasonEvictable, ""},
+		{"bare pod", testutil.Pod("lonely").Terminating(now.Add(-time.Hour)).Obj(), notReady(time.Hour), Skip, ReasonUnreachableTerminating, "kubelet cannot confirm"},
+		{"completed pod stays Completed", pod().Phase(corev1.PodSucceeded).Terminating(now.Add(-time.Hour)).Obj(), notReady(time.Hour), Skip, ReasonCompleted, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := New([]*corev1.Pod{tc.pod}, nil, tc.rules, now).Decisions[0]
+			if d.Action != tc.action || d.Reason != tc.reason || !strings.Contains(d.Detail, tc.detail) {
+				t.Errorf("decision = %s/%s (%s), want %s/%s with detail containing %q", d.Action, d.Reason, d.Detail, tc.action, tc.reason, tc.detail)
+			}
+		})
+	}
+}
+
+func TestRulesForNode(t *testing.T) {
+	since := metav1.NewTime(now.Add(-10 * time.Minute))
+	added := metav1.NewTime(now.Add(-3 * time.Minute))
+	node := func(status corev1.ConditionStatus, taints ...corev1.Taint) *corev1.Node {
+		n := &corev1.Node{Spec: corev1.NodeSpec{Taints: taints}}
+		if status != "" {
+			n.Status.Conditions = []corev1.NodeCondition{
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+				{Type: corev1.NodeReady, Status: status, LastTransitionTime: since},
+			}
+		}
+		return n
+	}
+	unreachable := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added}
+	stale := Rules{UnreachablePods: time.Minute, NodeNotReady: true, NodeNotReadySince: now}
+	for _, tc := range []struct {
+		name     string
+		node     *corev1.Node
+		notReady bool
+		since    time.Time
+	}{
+		{"nil node", nil, false, time.Time{}},
+		{"ready", node(corev1.ConditionTrue), false, time.Time{}},
+		{"ready false", node(corev1.ConditionFalse), true, since.Time},
+		{"ready unknown, tainted", node(corev1.ConditionUnknown, unreachable), true, since.Time},
+		{"no ready condition", node(""), true, time.Time{}},
+		{"ready but tainted unreachable", node(corev1.ConditionTrue, unreachable), true, added.Time},
+		{"ready, other taints", node(corev1.ConditionTrue, corev1.Taint{Key: "vacate.dev/drain", Effect: corev1.TaintEffectNoSchedule}), false, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := stale.ForNode(tc.node)
+			if r.NodeNotReady != tc.notReady || !r.NodeNotReadySince.Equal(tc.since) || r.UnreachablePods != time.Minute {
+				t.Errorf("ForNode = notReady %t since %s (timeout %s), want notReady %t since %s", r.NodeNotReady, r.NodeNotReadySince, r.UnreachablePods, tc.notReady, tc.since)
+			}
+		})
+	}
+}
+
+func TestUnreachablePodsAreReportedNotWaitedOn(t *testing.T) {
+	r := Rules{UnreachablePods: 5 * time.Minute, NodeNotReady: true}
+	pods := []*corev1.Pod{
+		testutil.Pod("web-1").OwnedBy("ReplicaSet", "web").Terminating(now.Add(-10 * time.Minute)).Obj(),
+		testutil.Pod("web-2").OwnedBy("ReplicaSet", "web").Terminating(now.Add(-time.Minute)).Obj(),
+		testutil.Pod("agent-1").OwnedBy("DaemonSet", "agent").Obj(),
+		testutil.Pod("vacate-agent-1").OwnedBy("DaemonSet", "vacate-agent").Labels(ComponentLabel, ComponentValue).Obj(),
+	}
+	p := New(pods, nil, r, now)
+	if p.Remaining() != 1 || p.Count(Wait) != 1 || p.Completed() {
+		t.Errorf("remaining %d, wait %d, completed %t: want web-2 still waited on", p.Remaining(), p.Count(Wait), p.Completed())
+	}
+	if want := now.Add(4 * time.Minute); !p.Recheck.Equal(want) {
+		t.Errorf("recheck = %s, want %s, when web-2 stops being waited on", p.Recheck, want)
+	}
+	if msg, want := p.ConditionMessage(), "1 to wait; not waited on: default/web-1 (UnreachableTerminating); left in place: 2 DaemonSetPod"; msg != want {
+		t.Errorf("message = %q, want %q", msg, want)
+	}
+
+	p = New(pods, nil, r, now.Add(4*time.Minute))
+	if !p.Completed() || !p.Recheck.IsZero() {
+		t.Errorf("after the timeout: completed %t, recheck %s; want completed and nothing to recheck", p.Completed(), p.Recheck)
+	}
+	if msg, want := p.ConditionMessage(), "no pods left to move; not waited on: default/web-1 (UnreachableTerminating), default/web-2 (UnreachableTerminating); left in place: 2 DaemonSetPod"; msg != want {
+		t.Errorf("message = %q, want %q", msg, want)
+	}
+	// The same pods on a Ready node are all waited on, and nothing is rechecked.
+	p = New(pods, nil, r.ForNode(&corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}), now.Add(time.Hour))
+	if p.Count(Wait) != 2 || p.Count(Skip) != 2 || !p.Recheck.IsZero() {
+		t.Errorf("ready node: wait %d, skip %d, recheck %s; want both terminating pods waited on", p.Count(Wait), p.Count(Skip), p.Recheck)
+	}
+}
+
+func TestUnreachableMessageTruncates(t *testing.T) {
+	var pods []*corev1.Pod
+	for _, n := range []string{"u1", "u2", "u3", "u4", "u5", "u6"} {
+		pods = append(pods, testutil.Pod(n).OwnedBy("ReplicaSet", "web").Terminating(now.Add(-time.Hour)).Obj())
+	}
+	msg := New(pods, nil, Rules{NodeNotReady: true}, now).ConditionMessage()
+	if want := "no pods left to move; not waited on: default/u1 (UnreachableTerminating), default/u2 (UnreachableTerminating), default/u3 (UnreachableTerminating), default/u4 (UnreachableTerminating), default/u5 (UnreachableTerminating), and 1 more"; msg != want {
+		t.Errorf("message = %q, want %q", msg, want)
 	}
 }

@@ -273,6 +273,7 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 		p.EvacuationTimeout = s.Timeouts.Evacuation.Duration
 	}
 	p.UnreachablePods = durationOr(s.Timeouts.UnreachablePods, DefaultUnreachablePods)
+	p.Rules.UnreachablePods = p.UnreachablePods
 	p.NodeDeletion = durationOr(s.Timeouts.NodeDeletion, DefaultNodeDeletion)
 	p.CancelTimeout = durationOr(s.Timeouts.Cancel, DefaultCancelTimeout)
 	p.Admission = Admission{MaxParallelNodes: s.Concurrency.MaxParallelNodes, BatchWindow: DefaultBatchWindow}

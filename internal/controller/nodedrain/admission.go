@@ -436,7 +436,7 @@ func (r *Reconciler) toSchedule(ctx context.Context, m member, s *scope, pdbs []
 	if err != nil {
 		return d, err
 	}
-	for _, dec := range drain.New(pods, pdbs, s.policy.Rules, s.now).Decisions {
+	for _, dec := range drain.New(pods, pdbs, s.policy.Rules.ForNode(m.node), s.now).Decisions {
 		if dec.Action != drain.Evict {
 			continue
 		}

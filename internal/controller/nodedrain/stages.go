@@ -185,7 +185,9 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 }
 
 // plan is the planner's decisions for the node's pods, made once per pass
-// (the evacuate and evict stages both need them).
+// (the evacuate and evict stages both need them), under the policy's rules
+// and the node's readiness: terminating pods on a node that has not been
+// Ready for timeouts.unreachablePods are no longer waited on.
 func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	if s.plan != nil {
 		return *s.plan, nil
@@ -198,7 +200,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	if err != nil {
 		return drain.Plan{}, err
 	}
-	plan := drain.New(pods, pdbs, s.policy.Rules, s.now)
+	plan := drain.New(pods, pdbs, s.policy.Rules.ForNode(s.node), s.now)
 	s.plan = &plan
 	return plan, nil
 }
