@@ -1,8 +1,9 @@
 // Package eviction evicts pods through the Eviction API from a rate-limited
 // queue of its own: keyed by pod UID, with the UID as precondition, bounded
-// parallelism per node and overall, and exponential backoff for pods a
-// PodDisruptionBudget protects. It never deletes a pod and never uses a grace
-// period of 0.
+// parallelism per node and overall, and exponential backoff for every refusal.
+// Each answer is classified by its type (a PodDisruptionBudget, throttling,
+// a denial, an invalid request, another failure), never by its text. It never
+// deletes a pod and never uses a grace period of 0.
 package eviction
 
 import (
@@ -31,11 +32,26 @@ const (
 	// Gone: the pod no longer exists, or is another pod now (404, or 409 on
 	// the UID precondition); nothing left to do.
 	Gone Result = "Gone"
-	// PDBBlocked: a PodDisruptionBudget refused the eviction (429); it is
-	// retried with backoff.
+	// PDBBlocked: a PodDisruptionBudget refused the eviction (429 with the
+	// DisruptionBudget cause); it is retried with backoff.
 	PDBBlocked Result = "PDBBlocked"
-	// Failed: another error; it is retried with backoff and reported.
+	// Throttled: the API server asked the client to slow down (429 without
+	// a DisruptionBudget cause, such as API Priority and Fairness); it is
+	// retried with backoff, no sooner than its Retry-After.
+	Throttled Result = "Throttled"
+	// Forbidden: the eviction was denied (403): RBAC, an admission webhook
+	// or a ValidatingAdmissionPolicy; it is retried with backoff.
+	Forbidden Result = "Forbidden"
+	// Invalid: the API server found the eviction invalid (422), such as an
+	// admission policy denying it with reason Invalid; it is retried with
+	// backoff.
+	Invalid Result = "Invalid"
+	// Failed: another error, such as a 500; Outcome.Code keeps the HTTP
+	// status code. It is retried with backoff and reported.
 	Failed Result = "Failed"
+	// Held: Options.MayEvict refused the eviction just before the call; no
+	// call was made and the request left the queue.
+	Held Result = "Held"
 )
 
 // Outcome reports one eviction attempt.
@@ -44,10 +60,19 @@ type Outcome struct {
 	UID    types.UID
 	Node   string
 	Result Result
-	// Message is the API server's explanation for PDBBlocked and Failed.
+	// Message is the API server's own explanation of a refusal (for
+	// PDBBlocked, the DisruptionBudget cause's), or MayEvict's reason for
+	// Held.
 	Message string
-	Err     error
-	At      time.Time
+	// Code is the HTTP status code of the API server's answer to a refused
+	// eviction; 0 when there was none (such as a network error, or Held).
+	Code int32
+	// RetryAfter is the delay the API server asked for with a Throttled
+	// answer (Retry-After); the next attempt comes no sooner.
+	RetryAfter time.Duration
+	// Err is the error of a refused eviction, wrapped with the pod's name.
+	Err error
+	At  time.Time
 }
 
 // Request asks for one pod to be evicted.
@@ -76,16 +101,23 @@ type Options struct {
 	Burst int
 	// OnOutcome is called after every attempt, from a worker goroutine.
 	OnOutcome func(Outcome)
-	Clock     clock.WithTicker
+	// MayEvict is asked right before each Eviction API call, once the rate
+	// limiter and the per-node bound let the request through. When it says
+	// no, no call is made, the request leaves the queue (as with Forget) and
+	// OnOutcome gets a Held outcome with why as its Message. It is called
+	// from a worker goroutine without the queue's lock; nil always allows.
+	MayEvict func(Request) (ok bool, why string)
+	Clock    clock.WithTicker
 }
 
 // Queue evicts pods. Add is idempotent per UID: a pod already queued or in
 // flight is not queued twice. Forget drops a pod (it left, or the drain was
 // cancelled).
 type Queue struct {
-	evict1 EvictFunc
-	opts   Options
-	queue  workqueue.TypedRateLimitingInterface[types.UID]
+	evict1  EvictFunc
+	opts    Options
+	queue   workqueue.TypedRateLimitingInterface[types.UID]
+	limiter workqueue.TypedRateLimiter[types.UID]
 
 	mu       sync.Mutex
 	requests map[types.UID]Request
@@ -145,6 +177,9 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 	if opts.OnOutcome == nil {
 		opts.OnOutcome = func(Outcome) {}
 	}
+	if opts.MayEvict == nil {
+		opts.MayEvict = func(Request) (bool, string) { return true, "" }
+	}
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](opts.BaseDelay, opts.MaxDelay),
 		&workqueue.TypedBucketRateLimiter[types.UID]{Limiter: newTokenBucket(opts.QPS, opts.Burst)},
@@ -152,6 +187,7 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 	q := &Queue{
 		evict1:   evict,
 		opts:     opts,
+		limiter:  limiter,
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "vacate_evictions", Clock: opts.Clock}),
 		requests: map[types.UID]Request{},
 		perNode:  map[string]int{},
@@ -274,6 +310,10 @@ func (q *Queue) next(ctx context.Context) bool {
 	q.perNode[r.Node]++
 	q.mu.Unlock()
 
+	if ok, why := q.opts.MayEvict(r); !ok {
+		q.hold(r, why)
+		return true
+	}
 	out := q.evict(ctx, r)
 
 	q.mu.Lock()
@@ -292,10 +332,27 @@ func (q *Queue) next(ctx context.Context) bool {
 	case out.Result == Evicted || out.Result == Gone:
 		q.queue.Forget(uid)
 	case stillWanted && ctx.Err() == nil:
-		q.queue.AddRateLimited(uid)
+		q.retry(uid, out.RetryAfter)
 	}
 	q.opts.OnOutcome(out)
 	return true
+}
+
+// hold drops a request MayEvict refused, frees its node's slot and reports
+// it Held.
+func (q *Queue) hold(r Request, why string) {
+	q.mu.Lock()
+	q.perNode[r.Node]--
+	delete(q.requests, r.UID)
+	q.mu.Unlock()
+	q.queue.Forget(r.UID)
+	q.opts.OnOutcome(Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, Result: Held, Message: why, At: q.opts.Clock.Now()})
+}
+
+// retry queues the pod again after its backoff, and no sooner than the
+// delay the API server asked for.
+func (q *Queue) retry(uid types.UID, notBefore time.Duration) {
+	q.queue.AddAfter(uid, max(q.limiter.When(uid), notBefore))
 }
 
 // evict makes one Eviction API call and classifies the answer.
@@ -308,36 +365,78 @@ func (q *Queue) evict(ctx context.Context, r Request) Outcome {
 		},
 	}
 	err := q.evict1(ctx, ev)
-	out := Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, At: q.opts.Clock.Now(), Err: err}
+	out := Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, At: q.opts.Clock.Now()}
 	switch {
 	case err == nil:
 		out.Result = Evicted
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		out.Result, out.Err = Gone, nil
-	case apierrors.IsTooManyRequests(err):
-		out.Result, out.Message = PDBBlocked, disruptionMessage(err)
+		out.Result = Gone
 	default:
-		out.Result, out.Message = Failed, err.Error()
+		out.Result, out.Message = classify(err)
+		out.Code = statusCode(err)
 		out.Err = fmt.Errorf("evicting pod %s: %w", r.Pod, err)
+		if s, ok := apierrors.SuggestsClientDelay(err); ok && out.Result == Throttled {
+			out.RetryAfter = time.Duration(s) * time.Second
+		}
 	}
 	return out
 }
 
-// disruptionMessage returns the API server's reason for a 429: the
-// DisruptionBudget cause when there is one.
-func disruptionMessage(err error) string {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		if d := se.Status().Details; d != nil {
-			for _, c := range d.Causes {
-				if c.Type == policyv1.DisruptionBudgetCause {
-					return c.Message
-				}
-			}
+// classify names a refused eviction by the error's type and status, and
+// returns the API server's own message for it.
+func classify(err error) (Result, string) {
+	switch {
+	case apierrors.IsTooManyRequests(err):
+		if msg, ok := disruptionCause(err); ok {
+			return PDBBlocked, msg
 		}
+		return Throttled, apiMessage(err)
+	case apierrors.IsForbidden(err):
+		return Forbidden, apiMessage(err)
+	case apierrors.IsInvalid(err):
+		return Invalid, apiMessage(err)
+	default:
+		return Failed, apiMessage(err)
+	}
+}
+
+// disruptionCause returns the message of the DisruptionBudget cause of a
+// 429, and whether it has one: only then did a PodDisruptionBudget refuse.
+func disruptionCause(err error) (string, bool) {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) || se.Status().Details == nil {
+		return "", false
+	}
+	for _, c := range se.Status().Details.Causes {
+		if c.Type == policyv1.DisruptionBudgetCause {
+			msg := c.Message
+			if msg == "" {
+				msg = se.Status().Message
+			}
+			return msg, true
+		}
+	}
+	return "", false
+}
+
+// apiMessage is the API server's message of an error, or the error's text
+// when the API server did not answer.
+func apiMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) && se.Status().Message != "" {
 		return se.Status().Message
 	}
 	return err.Error()
+}
+
+// statusCode is the HTTP status code of the API server's answer, 0 when
+// there was none.
+func statusCode(err error) int32 {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Code
+	}
+	return 0
 }
 
 // PodRequest builds the Request for a pod.

@@ -191,7 +191,7 @@ func TestGoneAnswersEndTheEviction(t *testing.T) {
 func TestOtherErrorsAreReportedAndRetried(t *testing.T) {
 	h := newHarness(t, Options{}, func(_ *policyv1.Eviction, call int) error {
 		if call == 1 {
-			return apierrors.NewForbidden(podsResource, "web-1", errors.New("RBAC says no"))
+			return apierrors.NewInternalError(errors.New("etcd is unhappy"))
 		}
 		return nil
 	})
@@ -199,7 +199,7 @@ func TestOtherErrorsAreReportedAndRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := h.waitFor(t, Failed)
-	if !apierrors.IsForbidden(o.Err) {
+	if !apierrors.IsInternalError(o.Err) {
 		t.Errorf("Failed outcome error %v does not keep the API error's type", o.Err)
 	}
 	h.waitFor(t, Evicted)
