@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
+	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -54,18 +55,19 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		return err
 	}
 	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"),
-		func(onOutcome func(eviction.Outcome)) *eviction.Queue {
+		func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
 			return eviction.NewQueue(cs, eviction.Options{
 				Workers: opts.EvictionWorkers, PerNode: opts.EvictionsPerNode,
 				QPS: opts.EvictionQPS, Burst: opts.EvictionBurst,
-				OnOutcome: onOutcome, Clock: opts.Clock,
+				OnOutcome: onOutcome, MayEvict: mayEvict, Clock: opts.Clock,
 			})
 		})
 	drains.APIReader = mgr.GetAPIReader()
 	for _, c := range []controllerSetup{
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
-		&trigger.Reconciler{Client: mgr.GetClient()},
+		&evacuationprovider.Reconciler{Client: mgr.GetClient()},
+		&trigger.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %T: %w", c, err)

@@ -179,6 +179,20 @@ func (p *Prober) Evacuate(t Target) Result {
 	return r
 }
 
+// Done reports whether the hook's evacuation for exactly this target is
+// Completed, without starting a conversation: the last check before an
+// eviction.
+func (p *Prober) Done(t Target) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.convs[t.Pod]
+	if !ok || c.target != t || c.cancel {
+		return false
+	}
+	r, _ := c.get()
+	return r.Done()
+}
+
 // Cancel asks the hook to undo (DELETE) and reports whether it acknowledged.
 func (p *Prober) Cancel(t Target) (Result, bool) { return p.run(t, true) }
 

@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/hook"
 )
@@ -47,12 +48,14 @@ const DefaultProviderTimeout = time.Minute
 // evacState is what a pass learned about the drain's evacuations.
 type evacState struct {
 	// holding: protected pods (by UID) that wait for a BeforeEviction
-	// evacuation, with the blocker that says why.
+	// evacuation or their HTTP hook, with the blocker that says why.
 	holding map[types.UID]v1alpha1.Blocker
 	// pending describes the evacuations not Completed: the node is not
 	// Drained while any is (a protected pod may leave by other means).
 	pending []string
-	// recheck is when a waiting evacuation may turn stale.
+	// timedOut describes the evacuations past timeouts.evacuation.
+	timedOut []string
+	// recheck is when a waiting evacuation may turn stale or time out.
 	recheck time.Duration
 }
 
@@ -62,6 +65,27 @@ func modeOf(nd *v1alpha1.NodeDrain) v1alpha1.DrainMode {
 		return v1alpha1.ModeMaintenance
 	}
 	return nd.Spec.Mode
+}
+
+// stageOf is an Evacuation's recorded stage, BeforeEviction when unset.
+func stageOf(ev *v1alpha1.Evacuation) v1alpha1.EvacuationStage {
+	if ev.Spec.Stage == "" {
+		return v1alpha1.StageBeforeEviction
+	}
+	return ev.Spec.Stage
+}
+
+// providerStage is a provider's stage, BeforeEviction when unset.
+func providerStage(p *v1alpha1.EvacuationProvider) v1alpha1.EvacuationStage {
+	if p.Spec.Stage == "" {
+		return v1alpha1.StageBeforeEviction
+	}
+	return p.Spec.Stage
+}
+
+// takesPart reports whether a provider takes part in drains of this mode.
+func takesPart(p *v1alpha1.EvacuationProvider, mode v1alpha1.DrainMode) bool {
+	return len(p.Spec.Modes) == 0 || slices.Contains(p.Spec.Modes, mode)
 }
 
 // EvacuationName is the name of the Evacuation of node for provider.
@@ -74,11 +98,14 @@ func EvacuationName(node, provider string) string {
 	return name[:253-17] + "-" + hex.EncodeToString(sum[:])[:16]
 }
 
-// evacuate asks every provider whose pods are on the node to evacuate them:
-// one Evacuation each, for this drain. Pods a BeforeEviction evacuation
-// protects wait until it is Completed (evict holds them); the node is not
-// Drained until the AfterEviction ones are (finalize). Unknown, stale or
-// failed answers are never taken as done.
+// evacuate asks every provider whose pods leave the node (in Decommission:
+// every provider that takes part in it) to evacuate them: one Evacuation
+// each, for this drain, recording the pods it protects. Holds come from the
+// Evacuations, not from the providers as they are now: a pod an Evacuation
+// protects waits until it is Completed for the current generation (or
+// released), whatever happens to the provider or the pod's labels. The node
+// is not Drained until the AfterEviction ones are Completed (finalize).
+// Unknown, stale or failed answers are never taken as done.
 func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
 	s.evac = evacState{holding: map[types.UID]v1alpha1.Blocker{}, recheck: resync}
@@ -86,64 +113,73 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	if err := r.Client.List(ctx, providers); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing EvacuationProviders: %w", err)
 	}
-	sort.Slice(providers.Items, func(i, j int) bool { return providers.Items[i].Name < providers.Items[j].Name })
 	plan, err := r.plan(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	onNode := map[types.UID]*corev1.Pod{}
 	var leaving []*corev1.Pod // the pods this drain moves, and so the ones an evacuation can protect
 	for _, d := range plan.Decisions {
+		onNode[d.Pod.UID] = d.Pod
 		if d.Action != drain.Skip {
 			leaving = append(leaving, d.Pod)
 		}
 	}
-	mode := modeOf(nd)
-	var hooks []v1alpha1.HookStatus
-	before, completed, after := 0, 0, 0
+	evacs, err := r.evacuationsOf(ctx, nd)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	byName := map[string]*v1alpha1.EvacuationProvider{}
 	for i := range providers.Items {
 		p := &providers.Items[i]
-		if len(p.Spec.Modes) > 0 && !slices.Contains(p.Spec.Modes, mode) {
-			continue
-		}
-		protected, err := r.protectedBy(ctx, p, leaving)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		ev, err := r.ensureEvacuation(ctx, nd, p.Name, mode, len(protected) > 0)
+		byName[p.Name] = p
+		ev, err := r.ask(ctx, s, p, leaving, evacs[p.Name])
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if ev == nil {
-			continue // it protects nothing on this node
+		if ev != nil {
+			evacs[p.Name] = ev
 		}
-		done, why, staleIn := judge(ev, p, s.now)
+	}
+	var hooks []v1alpha1.HookStatus
+	before, completed, after := 0, 0, 0
+	for _, name := range slices.Sorted(maps.Keys(evacs)) {
+		ev := evacs[name]
+		if ev.Spec.DrainUID != string(nd.UID) {
+			continue // another drain's, left on the node; not this drain's to judge
+		}
+		held := protectedOnNode(ev, onNode)
+		done, why, staleIn := r.judgeFor(s, ev, byName[ev.Spec.Provider], len(held))
 		s.evac.recheck = min(s.evac.recheck, staleIn)
-		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate(why, maxDetail)})
-		stage := p.Spec.Stage
-		if stage == "" {
-			stage = v1alpha1.StageBeforeEviction
+		phase := phaseOf(ev)
+		switch {
+		case ev.Spec.Release != nil:
+			phase = PhaseReleased
+		case !done && r.evacuationTimedOut(s, ev.Name, ev.CreationTimestamp.Time):
+			phase = PhaseTimedOut
 		}
+		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phase, Message: truncate(why, maxDetail)})
 		if !done {
 			s.evac.pending = append(s.evac.pending, ev.Name+": "+why)
 		}
-		switch {
-		case stage == v1alpha1.StageAfterEviction:
+		if stageOf(ev) == v1alpha1.StageAfterEviction {
 			after++
-		case stage == v1alpha1.StageBeforeEviction:
-			before++
-			if done {
-				completed++
-				continue
-			}
-			for _, pod := range protected {
-				s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: BlockerEvacuation,
-					Holder: "Evacuation " + ev.Name, Detail: truncate(why, maxDetail), Since: ev.CreationTimestamp}
-			}
+			continue
+		}
+		before++
+		if done {
+			completed++
+			continue
+		}
+		for _, pod := range held {
+			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: BlockerEvacuation,
+				Holder: "Evacuation " + ev.Name, Detail: truncate(why, maxDetail), Since: ev.CreationTimestamp}
 		}
 	}
+	r.noteReleases(s, hooks)
 	httpHooks, withHook, hooksDone, err := r.callHooks(ctx, s, leaving)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -154,6 +190,10 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		s.evac.recheck = min(s.evac.recheck, 2*time.Second) // answers arrive in the background; Changed wakes us too
 	}
 	nd.Status.Hooks = hooks
+	// Pods that became held since they were queued are taken out of the queue.
+	for uid := range s.evac.holding {
+		r.Evictions.Forget(uid)
+	}
 	switch {
 	case len(hooks) == 0:
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonNoEvacuations, "no evacuation protects pods on this node")
@@ -171,51 +211,121 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	return reconcile.Result{}, nil
 }
 
-// protectedBy are the leaving pods that the provider protects.
-func (r *Reconciler) protectedBy(ctx context.Context, p *v1alpha1.EvacuationProvider, pods []*corev1.Pod) ([]*corev1.Pod, error) {
-	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+// ask makes sure a provider that takes part in this drain has its
+// Evacuation, recording the leaving pods it protects now. A provider is
+// asked when it protects leaving pods, or, in Decommission, always (a
+// DaemonSet storage agent or data whose consumers run elsewhere must move
+// too; a provider with nothing there answers Completed at once). A provider
+// being deleted is asked nothing new, but what it was asked still holds.
+// It returns the Evacuation, or nil when the provider is not asked.
+func (r *Reconciler) ask(ctx context.Context, s *scope, p *v1alpha1.EvacuationProvider, leaving []*corev1.Pod, have *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
+	mode := modeOf(s.drain)
+	if !takesPart(p, mode) || !p.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	protected, err := r.protectedBy(ctx, p, leaving)
 	if err != nil {
-		return nil, fmt.Errorf("EvacuationProvider %s: podSelector: %w", p.Name, err)
+		return nil, err
 	}
-	nsSel := labels.Everything()
-	if p.Spec.NamespaceSelector != nil {
-		if nsSel, err = metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector); err != nil {
-			return nil, fmt.Errorf("EvacuationProvider %s: namespaceSelector: %w", p.Name, err)
-		}
+	if len(protected) == 0 && mode != v1alpha1.ModeDecommission && (have == nil || have.Spec.DrainUID != string(s.drain.UID)) {
+		return nil, nil // it protects nothing that leaves
 	}
-	var out []*corev1.Pod
-	for _, pod := range pods {
-		if !sel.Matches(labels.Set(pod.Labels)) {
-			continue
+	// The finalizer first: the provider cannot vanish while the Evacuation
+	// it is asked for is unfinished.
+	if ok, err := evacuationprovider.AddFinalizer(ctx, r.Client, p); err != nil || !ok {
+		return nil, err
+	}
+	return r.ensureEvacuation(ctx, s.drain, p, protected, have)
+}
+
+// evacuationsOf are the Evacuations of the drain's node, by provider name.
+func (r *Reconciler) evacuationsOf(ctx context.Context, nd *v1alpha1.NodeDrain) (map[string]*v1alpha1.Evacuation, error) {
+	list := &v1alpha1.EvacuationList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing Evacuations: %w", err)
+	}
+	out := map[string]*v1alpha1.Evacuation{}
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if ev.Spec.NodeName == nd.Spec.NodeName && ev.DeletionTimestamp.IsZero() {
+			out[ev.Spec.Provider] = ev
 		}
-		if p.Spec.NamespaceSelector != nil {
-			ns := &corev1.Namespace{}
-			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
-				return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
-			}
-			if !nsSel.Matches(labels.Set(ns.Labels)) {
-				continue
-			}
-		}
-		out = append(out, pod)
 	}
 	return out, nil
 }
 
-// ensureEvacuation returns the drain's Evacuation for the provider,
-// creating it when the provider protects pods here (nil when it does not
-// and none exists). One left by an earlier drain of the node is taken over.
-func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, provider string, mode v1alpha1.DrainMode, protects bool) (*v1alpha1.Evacuation, error) {
-	name := EvacuationName(nd.Spec.NodeName, provider)
-	ev := &v1alpha1.Evacuation{}
-	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ev)
-	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, Provider: provider, Mode: mode,
-		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID)}
-	switch {
-	case apierrors.IsNotFound(err):
-		if !protects {
-			return nil, nil
+// protectedOnNode are the pods an Evacuation recorded that are still on
+// the node (the same pod: same UID).
+func protectedOnNode(ev *v1alpha1.Evacuation, onNode map[types.UID]*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, pp := range ev.Spec.ProtectedPods {
+		if pod, ok := onNode[types.UID(pp.UID)]; ok {
+			out = append(out, pod)
 		}
+	}
+	return out
+}
+
+// protectedBy are the leaving pods that the provider protects.
+func (r *Reconciler) protectedBy(ctx context.Context, p *v1alpha1.EvacuationProvider, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, pod := range pods {
+		ok, err := r.selects(ctx, p, pod)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, pod)
+		}
+	}
+	return out, nil
+}
+
+// selects reports whether the provider's selectors pick the pod.
+func (r *Reconciler) selects(ctx context.Context, p *v1alpha1.EvacuationProvider, pod *corev1.Pod) (bool, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+	if err != nil {
+		return false, fmt.Errorf("EvacuationProvider %s: podSelector: %w", p.Name, err)
+	}
+	if !sel.Matches(labels.Set(pod.Labels)) {
+		return false, nil
+	}
+	if p.Spec.NamespaceSelector == nil {
+		return true, nil
+	}
+	nsSel, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector)
+	if err != nil {
+		return false, fmt.Errorf("EvacuationProvider %s: namespaceSelector: %w", p.Name, err)
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
+		return false, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+	}
+	return nsSel.Matches(labels.Set(ns.Labels)), nil
+}
+
+// ensureEvacuation creates the drain's Evacuation for the provider, or
+// brings the one there up to date: an earlier drain's is taken over (its
+// spec replaced); this drain's gets the drain's mode, Evacuate, and any
+// newly protected pods added (never removed), and its stage only moves
+// toward BeforeEviction (holding more, never less).
+func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, ev *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
+	name := EvacuationName(nd.Spec.NodeName, p.Name)
+	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, Provider: p.Name, Mode: modeOf(nd),
+		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID), Stage: providerStage(p)}
+	if ev != nil && ev.Spec.DrainUID == string(nd.UID) {
+		want.ProtectedPods = slices.Clone(ev.Spec.ProtectedPods)
+		want.Release = ev.Spec.Release
+		if stageOf(ev) == v1alpha1.StageBeforeEviction {
+			want.Stage = v1alpha1.StageBeforeEviction
+		}
+	}
+	for _, pod := range protected {
+		if !slices.ContainsFunc(want.ProtectedPods, func(pp v1alpha1.ProtectedPod) bool { return pp.UID == string(pod.UID) }) {
+			want.ProtectedPods = append(want.ProtectedPods, v1alpha1.ProtectedPod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)})
+		}
+	}
+	if ev == nil {
 		ev = &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: want}
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
 			return nil, err
@@ -224,20 +334,198 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 			return nil, fmt.Errorf("creating Evacuation %s: %w", name, err) // AlreadyExists: the cache is behind; the next pass reads it
 		}
 		return ev, nil
-	case err != nil:
-		return nil, fmt.Errorf("reading Evacuation %s: %w", name, err)
-	case !equality.Semantic.DeepEqual(ev.Spec, want): // left by an earlier drain of the node: this drain takes it over
-		patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-		ev.Spec = want
+	}
+	if equality.Semantic.DeepEqual(ev.Spec, want) {
+		return ev, nil
+	}
+	patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	if ev.Spec.DrainUID != string(nd.UID) { // left by an earlier drain of the node: this drain takes it over
 		ev.OwnerReferences = nil
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
 			return nil, err
 		}
-		if err := r.Client.Patch(ctx, ev, patch); err != nil {
-			return nil, err // a conflict is retried by the caller
-		}
+	}
+	ev.Spec = want
+	if err := r.Client.Patch(ctx, ev, patch); err != nil {
+		return nil, err // a conflict is retried by the caller
 	}
 	return ev, nil
+}
+
+// judgeFor judges one of the drain's Evacuations: released counts as done;
+// a provider deleted (or being deleted) while its evacuation is unfinished
+// is said so, with the way out.
+func (r *Reconciler) judgeFor(s *scope, ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, held int) (bool, string, time.Duration) {
+	if rel := ev.Spec.Release; rel != nil {
+		msg := fmt.Sprintf("released by %s at %s", rel.By, rel.Time.UTC().Format(time.RFC3339))
+		if rel.Reason != "" {
+			msg += ": " + rel.Reason
+		}
+		return true, msg, resync
+	}
+	done, why, staleIn := judge(ev, p, s.now)
+	if !done && (p == nil || !p.DeletionTimestamp.IsZero()) {
+		why = fmt.Sprintf("provider %s deleted while evacuating %d pod(s) on node %s; they stay until it finishes, "+
+			"or until someone runs 'vacate release %s --provider %s' (last word: %s)", ev.Spec.Provider, held, ev.Spec.NodeName,
+			ev.Spec.NodeName, ev.Spec.Provider, why)
+	}
+	return done, why, staleIn
+}
+
+// Phases of status.hooks beyond the Evacuation's own.
+const (
+	PhaseReleased = "Released"
+	PhaseTimedOut = "TimedOut"
+)
+
+// EventEvacuationReleased: someone let the drain go on without an evacuation.
+const EventEvacuationReleased = "EvacuationReleased"
+
+// noteReleases records, once, each evacuation released since the last pass.
+func (r *Reconciler) noteReleases(s *scope, hooks []v1alpha1.HookStatus) {
+	was := map[string]string{}
+	for _, h := range s.drain.Status.Hooks {
+		was[h.Name] = h.Phase
+	}
+	for _, h := range hooks {
+		if h.Phase != PhaseReleased || was[h.Name] == PhaseReleased {
+			continue
+		}
+		nd, msg := s.drain, fmt.Sprintf("Evacuation %s %s; the pods it protected may now be evicted", h.Name, h.Message)
+		s.log.Info("evacuation released by hand", "evacuation", klogRef(h.Name), "detail", h.Message)
+		s.afterWrite(func() {
+			r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventEvacuationReleased, "Release", "%s", msg)
+		})
+	}
+}
+
+// evacuationTimedOut reports whether an unfinished evacuation asked for
+// at asked ran past timeouts.evacuation (counted from the drain's admission
+// at the earliest) and records it; otherwise it notes when to look again.
+func (r *Reconciler) evacuationTimedOut(s *scope, name string, asked time.Time) bool {
+	limit := s.policy.EvacuationTimeout
+	if limit <= 0 {
+		return false
+	}
+	if st := s.drain.Status.StartTime; st != nil && st.After(asked) {
+		asked = st.Time
+	}
+	if left := asked.Add(limit).Sub(s.now); left > 0 {
+		s.evac.recheck = min(s.evac.recheck, left)
+		return false
+	}
+	s.evac.timedOut = append(s.evac.timedOut, fmt.Sprintf("%s not Completed within %s", name, limit))
+	return true
+}
+
+// undoing is what an undo pass knows beyond the drain.
+type undoing struct {
+	// nodeGoing: the node is being deleted, or is gone. Nothing is
+	// cancelled: what was moved off it stays moved.
+	nodeGoing bool
+	// expired: timeouts.cancel passed; whoever has not confirmed is no
+	// longer waited for.
+	expired bool
+	limit   time.Duration
+}
+
+// keepsItsWork reports whether an evacuation is left done rather than
+// cancelled: the node goes away, or it is a Decommission evacuation that
+// finished (a Decommission moves data for good).
+func keepsItsWork(ev *v1alpha1.Evacuation, u undoing) bool {
+	if u.nodeGoing {
+		return true
+	}
+	current := ev.Generation > 0 && ev.Status.ObservedGeneration == ev.Generation
+	finished := ev.Spec.Release != nil || (current && ev.Status.Phase == v1alpha1.EvacuationCompleted && ev.Spec.Desired == v1alpha1.DesiredEvacuate)
+	return ev.Spec.Mode == v1alpha1.ModeDecommission && finished
+}
+
+// Event reasons of an undo.
+const (
+	EventProviderGone  = "ProviderGone"
+	EventCancelTimeout = "CancelTimeout"
+)
+
+// cancelEvacuations asks every provider that worked for a drain of this
+// node to undo it (desired: Cancel) while the drain is reversible, deletes
+// each Evacuation once its provider reports Cancelled (or if it never took
+// the request up, or its work is kept, or timeouts.cancel passed), and
+// reports whether all are gone.
+func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing) (bool, error) {
+	list := &v1alpha1.EvacuationList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return false, fmt.Errorf("listing Evacuations: %w", err)
+	}
+	var waiting []string
+	var hooks []v1alpha1.HookStatus
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if ev.Spec.NodeName != s.drain.Spec.NodeName || !ev.DeletionTimestamp.IsZero() {
+			continue
+		}
+		untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
+		cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
+			ev.Spec.Desired == v1alpha1.DesiredCancel
+		provider := &v1alpha1.EvacuationProvider{}
+		perr := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider)
+		gone := apierrors.IsNotFound(perr)
+		kept := keepsItsWork(ev, u)
+		if untouched || cancelled || gone || kept || u.expired {
+			switch {
+			case untouched || cancelled:
+			case kept:
+				s.log.Info("leaving an evacuation's work in place: the drain is not reversible", "evacuation", klogRef(ev.Name), "nodeGoing", u.nodeGoing)
+			case gone:
+				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, EventProviderGone, "Cancel",
+					"EvacuationProvider %s is gone: nobody can undo Evacuation %s; deleting it", ev.Spec.Provider, ev.Name)
+			default:
+				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, EventCancelTimeout, "Cancel",
+					"EvacuationProvider %s did not confirm the cancel of Evacuation %s within %s (timeouts.cancel); giving the node back without it: what it moved may stay moved",
+					ev.Spec.Provider, ev.Name, u.limit)
+			}
+			// For an untouched one, the resourceVersion precondition: a
+			// provider that took it up since our cache saw it is asked to
+			// cancel instead.
+			pre := ctrl.Preconditions{UID: &ev.UID}
+			if untouched && !kept && !u.expired {
+				pre.ResourceVersion = &ev.ResourceVersion
+			}
+			err := r.Client.Delete(ctx, ev, pre)
+			if apierrors.IsConflict(err) {
+				waiting = append(waiting, ev.Name)
+				continue
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("deleting Evacuation %s: %w", ev.Name, err)
+			}
+			continue
+		}
+		if ev.Spec.Desired != v1alpha1.DesiredCancel {
+			patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+			ev.Spec.Desired = v1alpha1.DesiredCancel
+			if err := r.Client.Patch(ctx, ev, patch); apierrors.IsConflict(err) {
+				waiting = append(waiting, ev.Name)
+				continue
+			} else if err != nil {
+				return false, fmt.Errorf("cancelling Evacuation %s: %w", ev.Name, err)
+			}
+		}
+		if perr != nil {
+			provider = nil
+		}
+		_, why, _ := judge(ev, provider, s.now)
+		waiting = append(waiting, ev.Name)
+		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate("cancelling: "+why, maxDetail)})
+	}
+	if len(waiting) > 0 {
+		s.drain.Status.Hooks = hooks
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
+			fmt.Sprintf("waiting for the providers to undo their evacuations before restoring the node (at most %s, timeouts.cancel): %s",
+				u.limit, strings.Join(waiting, ", ")))
+		return false, nil
+	}
+	return true, nil
 }
 
 // judge says whether an evacuation counts as done, why not, and how soon
@@ -285,71 +573,6 @@ func phaseOf(ev *v1alpha1.Evacuation) string {
 	return string(ev.Status.Phase)
 }
 
-// cancelEvacuations asks every provider that worked for a drain of this
-// node to undo it (desired: Cancel), deletes each Evacuation once its
-// provider reports Cancelled (or if it never took the request up), and
-// reports whether all are gone.
-func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope) (bool, error) {
-	list := &v1alpha1.EvacuationList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return false, fmt.Errorf("listing Evacuations: %w", err)
-	}
-	var waiting []string
-	var hooks []v1alpha1.HookStatus
-	for i := range list.Items {
-		ev := &list.Items[i]
-		if ev.Spec.NodeName != s.drain.Spec.NodeName || !ev.DeletionTimestamp.IsZero() {
-			continue
-		}
-		untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
-		cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
-			ev.Spec.Desired == v1alpha1.DesiredCancel
-		provider := &v1alpha1.EvacuationProvider{}
-		perr := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider)
-		gone := apierrors.IsNotFound(perr)
-		if untouched || cancelled || gone {
-			if gone && !untouched && !cancelled {
-				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, "ProviderGone", "Cancel",
-					"EvacuationProvider %s is gone: nobody can undo Evacuation %s; deleting it", ev.Spec.Provider, ev.Name)
-			}
-			// The resourceVersion precondition: a provider that took it up since
-			// our cache saw it is asked to cancel instead.
-			err := r.Client.Delete(ctx, ev, ctrl.Preconditions{UID: &ev.UID, ResourceVersion: &ev.ResourceVersion})
-			if apierrors.IsConflict(err) {
-				waiting = append(waiting, ev.Name)
-				continue
-			}
-			if err != nil && !apierrors.IsNotFound(err) {
-				return false, fmt.Errorf("deleting Evacuation %s: %w", ev.Name, err)
-			}
-			continue
-		}
-		if ev.Spec.Desired != v1alpha1.DesiredCancel {
-			patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-			ev.Spec.Desired = v1alpha1.DesiredCancel
-			if err := r.Client.Patch(ctx, ev, patch); apierrors.IsConflict(err) {
-				waiting = append(waiting, ev.Name)
-				continue
-			} else if err != nil {
-				return false, fmt.Errorf("cancelling Evacuation %s: %w", ev.Name, err)
-			}
-		}
-		if perr != nil {
-			provider = nil
-		}
-		_, why, _ := judge(ev, provider, s.now)
-		waiting = append(waiting, ev.Name)
-		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate("cancelling: "+why, maxDetail)})
-	}
-	if len(waiting) > 0 {
-		s.drain.Status.Hooks = hooks
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
-			"waiting for the providers to undo their evacuations before restoring the node: "+strings.Join(waiting, ", "))
-		return false, nil
-	}
-	return true, nil
-}
-
 // BlockerHTTPHook: a pod waits for its own HTTP evacuation hook.
 const BlockerHTTPHook = "HTTPHook"
 
@@ -364,17 +587,11 @@ func (r *Reconciler) hookTargets(ctx context.Context, s *scope, pods []*corev1.P
 	}
 	mode := string(modeOf(s.drain))
 	for _, pod := range pods {
-		if !hook.Wants(pod) {
+		if ok, err := r.hookAllowed(ctx, s.policy, pod); err != nil || !ok {
+			if err != nil {
+				return nil, nil, nil, err
+			}
 			continue
-		}
-		if s.policy.HookNamespaces != nil {
-			ns := &corev1.Namespace{}
-			if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
-				return nil, nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
-			}
-			if !s.policy.HookNamespaces.Matches(labels.Set(ns.Labels)) {
-				continue
-			}
 		}
 		t, err := hook.TargetFor(pod, string(s.drain.UID), s.drain.Spec.NodeName, mode)
 		outPods, targets, errs = append(outPods, pod), append(targets, t), append(errs, err)
@@ -424,9 +641,16 @@ func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.
 // cancelHooks asks the hooks of the node's pods that took part in the drain
 // to undo (DELETE) and reports whether every one acknowledged. A pod that
 // has left cannot be asked, and holds nothing.
-func (r *Reconciler) cancelHooks(ctx context.Context, s *scope) (bool, error) {
+func (r *Reconciler) cancelHooks(ctx context.Context, s *scope, u undoing) (bool, error) {
+	if u.nodeGoing {
+		return true, nil // the node goes away: what the apps moved stays moved
+	}
+	decommission := modeOf(s.drain) == v1alpha1.ModeDecommission
 	started := map[string]bool{}
 	for _, h := range s.drain.Status.Hooks {
+		if decommission && h.Phase == string(v1alpha1.EvacuationCompleted) {
+			continue // a finished Decommission evacuation is not undone
+		}
 		if strings.HasPrefix(h.Name, "pod/") && h.Phase != string(v1alpha1.EvacuationPending) {
 			started[h.Name] = true
 		}
@@ -456,10 +680,20 @@ func (r *Reconciler) cancelHooks(ctx context.Context, s *scope) (bool, error) {
 		hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: string(v1alpha1.EvacuationInProgress),
 			Message: truncate("cancelling: "+res.Describe(), maxDetail)})
 	}
+	if len(hooks) > 0 && u.expired {
+		names := make([]string, 0, len(hooks))
+		for _, h := range hooks {
+			names = append(names, h.Name)
+		}
+		r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, EventCancelTimeout, "Cancel",
+			"HTTP hook(s) of %s did not acknowledge the cancel within %s (timeouts.cancel); giving the node back without them",
+			strings.Join(names, ", "), u.limit)
+		return true, nil
+	}
 	if len(hooks) > 0 {
 		s.drain.Status.Hooks = hooks
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
-			fmt.Sprintf("waiting for %d HTTP hook(s) to acknowledge the cancel before restoring the node", len(hooks)))
+			fmt.Sprintf("waiting for %d HTTP hook(s) to acknowledge the cancel before restoring the node (at most %s, timeouts.cancel)", len(hooks), u.limit))
 		return false, nil
 	}
 	return true, nil

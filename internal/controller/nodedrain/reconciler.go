@@ -91,13 +91,14 @@ type Reconciler struct {
 }
 
 // NewReconciler wires a reconciler to its eviction queue: every outcome
-// updates the refusal cache and wakes the node's drain.
-func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, newQueue func(onOutcome func(eviction.Outcome)) *eviction.Queue) *Reconciler {
+// updates the refusal cache and wakes the node's drain, and every attempt is
+// checked against the pod's holds right before the call (mayEvict).
+func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, newQueue func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue) *Reconciler {
 	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024), queue: newAdmissions()}
 	r.refusals.m = map[types.UID]refusal{}
 	r.blocked = newReasonGauge(metrics.PodsBlocked)
 	r.queued = newReasonGauge(metrics.DrainsQueued)
-	r.Evictions = newQueue(r.onOutcome)
+	r.Evictions = newQueue(r.onOutcome, r.mayEvict)
 	r.Hooks = hook.NewProber(r.wake)
 	return r
 }
@@ -170,7 +171,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if ended, err := r.ended(ctx, s); ended || err != nil {
 		return reconcile.Result{}, err // undo when the requesters leave
 	}
-	nd.Status.Mode = modeOf(nd)
+	nd.Status.Mode, nd.Status.UndoStartTime = modeOf(nd), nil
 	for _, st := range []stage{r.loadNode, r.admit, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {

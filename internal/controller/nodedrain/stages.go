@@ -37,8 +37,10 @@ const (
 	ReasonBlocked         = "PodsBlocked"
 	ReasonNotBlocked      = "NotBlocked"
 	ReasonDrainTimeout    = "DrainTimeout"
-	ReasonDrained         = "Drained"
-	ReasonRestored        = "Restored"
+	// ReasonEvacuationTimedOut: an evacuation ran past timeouts.evacuation.
+	ReasonEvacuationTimedOut = "EvacuationTimedOut"
+	ReasonDrained            = "Drained"
+	ReasonRestored           = "Restored"
 	// ReasonNodeReplaced: the node was deleted and created again; the
 	// drain starts over on the new one.
 	ReasonNodeReplaced = "NodeReplaced"
@@ -213,8 +215,8 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !plan.Completed() && timedOut(s) {
-		return r.timeout(ctx, s, plan)
+	if reason, why, over := overdue(s); over && !plan.Completed() {
+		return r.timeout(ctx, s, plan, reason, why)
 	}
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
@@ -316,9 +318,16 @@ func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
 	return msg
 }
 
-func timedOut(s *scope) bool {
-	st := s.drain.Status.StartTime
-	return s.policy.DrainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.DrainTimeout
+// overdue says whether the drain ran out of time: past timeouts.drain, or
+// with an evacuation past timeouts.evacuation. reason and why say which.
+func overdue(s *scope) (reason, why string, over bool) {
+	if st := s.drain.Status.StartTime; s.policy.DrainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.DrainTimeout {
+		return ReasonDrainTimeout, fmt.Sprintf("the drain did not finish within %s (timeouts.drain)", s.policy.DrainTimeout), true
+	}
+	if len(s.evac.timedOut) > 0 {
+		return ReasonEvacuationTimedOut, "evacuation(s) past timeouts.evacuation: " + strings.Join(s.evac.timedOut, "; "), true
+	}
+	return "", "", false
 }
 
 // waitFor is how long an evicting drain waits for its next pass when no
@@ -333,49 +342,119 @@ func (r *Reconciler) waitFor(s *scope) time.Duration {
 	return resync
 }
 
-// timeout ends a drain that ran past timeouts.drain: Failed with the pods in
-// place, or, only when the policy says ForceDelete, deletes what is left.
-func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan) (reconcile.Result, error) {
-	nd := s.drain
+// timeout ends a drain that ran out of time. Under onTimeout: Fail it is
+// Failed with the pods in place. Under ForceDelete, only when the policy
+// says so, it deletes the pods that must leave, except the ones it never
+// deletes: pods an unfinished evacuation or HTTP hook protects (safety
+// invariant 3) and pods annotated wait-completed; once nothing more can
+// leave, the drain is Drained if nothing was spared, else Failed naming the
+// spared pods. Either way it reaches a final phase.
+func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, reason, why string) (reconcile.Result, error) {
 	r.report(s, plan)
-	if !s.policy.ForceDelete {
-		r.Evictions.ForgetNode(nd.Spec.NodeName)
-		nd.Status.Phase = v1alpha1.PhaseFailed
-		nd.Status.CompletionTime = &metav1.Time{Time: s.now}
-		msg := fmt.Sprintf("the drain did not finish within %s: %s", s.policy.DrainTimeout, plan.ConditionMessage())
-		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonDrainTimeout, msg)
-		s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, ReasonDrainTimeout, msg)
-		s.afterWrite(func() {
-			r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventFailed, "Drain", "%s", msg)
-			metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
-		})
-		s.stop = true
-		return reconcile.Result{}, nil
+	if s.policy.ForceDelete {
+		deleted, leaving, err := r.forceDelete(ctx, s, plan, why)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if deleted+leaving > 0 {
+			s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason,
+				fmt.Sprintf("%s; remaining pods deleted (policy onTimeout: ForceDelete)", why))
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+		spared := sparedPods(s, plan)
+		if len(spared) == 0 && len(s.evac.pending) == 0 {
+			return reconcile.Result{}, nil // everything left: finalize
+		}
+		why += "; onTimeout ForceDelete deleted every pod it may"
+		if len(spared) > 0 {
+			why += ", and will not delete " + listSome(spared, 5)
+		}
+		if len(s.evac.pending) > 0 {
+			why += "; unfinished: " + strings.Join(s.evac.pending, "; ")
+		}
+	} else {
+		why += ": " + plan.ConditionMessage()
 	}
+	r.fail(s, reason, why)
+	return reconcile.Result{}, nil
+}
+
+// fail ends the drain Failed, with the pods that are left in place.
+func (r *Reconciler) fail(s *scope, reason, msg string) {
+	nd := s.drain
+	r.Evictions.ForgetNode(nd.Spec.NodeName)
+	nd.Status.Phase = v1alpha1.PhaseFailed
+	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
+	msg = truncate(msg, maxMessage)
+	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason, msg)
+	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventFailed, "Drain", "%s", msg)
+		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+	})
+	s.stop = true
+}
+
+// maxMessage bounds a condition message.
+const maxMessage = 4096
+
+// forceDelete deletes the pods that must leave and may be deleted, and
+// reports how many it deleted and how many are still on their way out.
+func (r *Reconciler) forceDelete(ctx context.Context, s *scope, plan drain.Plan, why string) (deleted, leaving int, _ error) {
+	nd := s.drain
 	for _, d := range plan.Decisions {
+		if d.Action == drain.Wait && d.Reason == drain.ReasonTerminating {
+			leaving++
+			continue
+		}
 		if d.Action != drain.Evict && d.Action != drain.Block {
 			continue
 		}
 		if _, held := s.evac.holding[d.Pod.UID]; held {
 			continue // safety invariant 3: never before its evacuation is Completed
 		}
-		s.log.Info("deleting pod after the drain timeout (policy onTimeout: ForceDelete)", "pod", klogRef(d.Key()))
+		s.log.Info("deleting pod after a timeout (policy onTimeout: ForceDelete)", "pod", klogRef(d.Key()), "why", why)
 		err := r.Client.Delete(ctx, d.Pod, ctrl.Preconditions{UID: &d.Pod.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return reconcile.Result{}, fmt.Errorf("deleting pod %s after the drain timeout: %w", d.Key(), err)
+			return deleted, leaving, fmt.Errorf("deleting pod %s after a timeout: %w", d.Key(), err)
 		}
+		deleted++
 		r.Events.Eventf(nd, d.Pod, corev1.EventTypeWarning, EventForceDeleted, "Delete",
-			"deleted pod %s after the drain timeout of %s (policy onTimeout: ForceDelete)", d.Key(), s.policy.DrainTimeout)
+			"deleted pod %s: %s (policy onTimeout: ForceDelete)", d.Key(), why)
 	}
-	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonDrainTimeout,
-		fmt.Sprintf("the drain did not finish within %s; remaining pods deleted (policy onTimeout: ForceDelete)", s.policy.DrainTimeout))
-	return reconcile.Result{RequeueAfter: time.Second}, nil
+	return deleted, leaving, nil
+}
+
+// sparedPods are the pods that must leave but that ForceDelete never
+// deletes, each with why.
+func sparedPods(s *scope, plan drain.Plan) []string {
+	var out []string
+	for _, d := range plan.Decisions {
+		switch b, held := s.evac.holding[d.Pod.UID]; {
+		case held:
+			out = append(out, fmt.Sprintf("%s (held by %s)", d.Key(), b.Holder))
+		case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
+			out = append(out, d.Key()+" (annotated "+drain.PodAnnotation+": "+drain.AnnotationWaitCompleted+")")
+		}
+	}
+	return out
+}
+
+// listSome names at most n items, then how many more.
+func listSome(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
 }
 
 // finalize marks the drain Drained, once, when the evacuations after
 // eviction are Completed.
-func (r *Reconciler) finalize(_ context.Context, s *scope) (reconcile.Result, error) {
+func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
+	if reason, why, over := overdue(s); over && len(s.evac.pending) > 0 {
+		return r.timeout(ctx, s, *s.plan, reason, why)
+	}
 	if len(s.evac.pending) > 0 { // the Evacuated condition says which
 		nd.Status.Phase = v1alpha1.PhaseEvacuating
 		return reconcile.Result{RequeueAfter: s.evac.recheck}, nil
@@ -418,6 +497,22 @@ func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) 
 	return nil
 }
 
+// undoing says how far the undo may go: whether the node is going away
+// (nothing is cancelled then) and whether timeouts.cancel has passed. The
+// bound comes from the node's policy; the default when it cannot be read.
+func (r *Reconciler) undoing(ctx context.Context, s *scope, node *corev1.Node, nodeGone bool) undoing {
+	u := undoing{nodeGoing: nodeGone || !node.DeletionTimestamp.IsZero(), limit: policy.DefaultCancelTimeout}
+	var n *corev1.Node
+	if !nodeGone {
+		n = node
+	}
+	if p, err := policy.Resolve(ctx, r.Client, s.drain.Spec.PolicyName, n); err == nil {
+		u.limit = p.CancelTimeout
+	}
+	u.expired = s.now.Sub(s.drain.Status.UndoStartTime.Time) >= u.limit
+	return u
+}
+
 // undo stops the drain and restores exactly what vacate changed: it
 // uncordons the node only if vacate cordoned it (the annotation names this
 // drain), removes vacate's annotation, then releases the finalizer.
@@ -430,27 +525,35 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	cancelled := wasActive && nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed &&
 		nd.Status.Phase != v1alpha1.PhaseRestoring
 	nd.Status.Phase = v1alpha1.PhaseRestoring
+	if nd.Status.UndoStartTime == nil {
+		nd.Status.UndoStartTime = &metav1.Time{Time: s.now}
+	}
 	dropped := r.Evictions.ForgetNode(nd.Spec.NodeName)
 	r.blocked.set(nd.Name)
 	r.queued.set(nd.Name)
 	r.queue.forget(nd)
 
-	// The providers undo their evacuations before the node is given back.
-	if gone, err := r.cancelEvacuations(ctx, s); err != nil || !gone {
-		return reconcile.Result{RequeueAfter: resync}, err
-	}
-	if acked, err := r.cancelHooks(ctx, s); err != nil || !acked {
-		return reconcile.Result{RequeueAfter: 2 * time.Second}, err
-	}
-	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	// A fresh read, not the cache: a cordon patched an instant ago may not
 	// be in the cache yet, and must still be undone.
 	node := &corev1.Node{}
 	err := r.fresh().Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
+	}
+	nodeGone := apierrors.IsNotFound(err)
+	u := r.undoing(ctx, s, node, nodeGone)
+	// The providers undo their evacuations before the node is given back,
+	// within timeouts.cancel.
+	wait := min(resync, max(nd.Status.UndoStartTime.Add(u.limit).Sub(s.now), time.Second))
+	if gone, err := r.cancelEvacuations(ctx, s, u); err != nil || !gone {
+		return reconcile.Result{RequeueAfter: wait}, err
+	}
+	if acked, err := r.cancelHooks(ctx, s, u); err != nil || !acked {
+		return reconcile.Result{RequeueAfter: min(wait, 2*time.Second)}, err
+	}
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	switch {
+	case nodeGone:
 	case cordonedByUs(node, nd):
 		if err := r.uncordon(ctx, s, node); apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
@@ -482,6 +585,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.Hooks = nil, 0, nil
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
+	nd.Status.UndoStartTime, nd.Status.Mode = nil, ""
 	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonRestored, "no requester is left; vacate undid its changes")
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)

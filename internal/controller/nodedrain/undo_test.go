@@ -87,8 +87,8 @@ func runLaggingController(t *testing.T, c *devcluster.Cluster) *laggingClient {
 			return err
 		}
 		lc.Client = mgr.GetClient()
-		r := nodedrain.NewReconciler(lc, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"), func(onOutcome func(eviction.Outcome)) *eviction.Queue {
-			return eviction.NewQueue(cs, eviction.Options{OnOutcome: onOutcome})
+		r := nodedrain.NewReconciler(lc, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"), func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
+			return eviction.NewQueue(cs, eviction.Options{OnOutcome: onOutcome, MayEvict: mayEvict})
 		})
 		r.APIReader = mgr.GetAPIReader()
 		return r.SetupWithManager(mgr)

@@ -1,0 +1,128 @@
+// Package evacuationprovider keeps the finalizer vacate.dev/evacuations on
+// an EvacuationProvider while any unfinished Evacuation names it, so that
+// deleting a provider mid-evacuation (an uninstall, a chart reinstall, a
+// GitOps replace) leaves it in place, visibly being deleted, until the
+// evacuations it took on are finished, cancelled, released or gone. The
+// NodeDrain controller also adds the finalizer itself before it creates an
+// Evacuation (AddFinalizer), so there is no moment when an Evacuation
+// exists for a provider that could vanish without a trace.
+package evacuationprovider
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+)
+
+// Finalizer holds an EvacuationProvider while an unfinished Evacuation names it.
+const Finalizer = "vacate.dev/evacuations"
+
+// +kubebuilder:rbac:groups=vacate.dev,resources=evacuationproviders,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch
+
+// Unfinished reports whether an Evacuation still needs its provider: it is
+// not being deleted, not released, and its provider has not answered the
+// current request (Completed for Evacuate, Cancelled for Cancel) for the
+// current generation.
+func Unfinished(ev *v1alpha1.Evacuation) bool {
+	if !ev.DeletionTimestamp.IsZero() || ev.Spec.Release != nil {
+		return false
+	}
+	current := ev.Generation > 0 && ev.Status.ObservedGeneration == ev.Generation
+	switch ev.Spec.Desired {
+	case v1alpha1.DesiredCancel:
+		return !(current && ev.Status.Phase == v1alpha1.EvacuationCancelled)
+	default:
+		return !(current && ev.Status.Phase == v1alpha1.EvacuationCompleted)
+	}
+}
+
+// AddFinalizer puts the finalizer on a provider that is not being deleted
+// (the API refuses new finalizers on one that is). It reports whether the
+// provider holds it, so the caller asks nothing of a provider on its way out.
+func AddFinalizer(ctx context.Context, c client.Client, p *v1alpha1.EvacuationProvider) (bool, error) {
+	if controllerutil.ContainsFinalizer(p, Finalizer) {
+		return true, nil
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(p, Finalizer)
+	if err := c.Patch(ctx, p, patch); err != nil {
+		return false, fmt.Errorf("adding finalizer %s to EvacuationProvider %s: %w", Finalizer, p.Name, err)
+	}
+	return true, nil
+}
+
+// Reconciler keeps the finalizer in step with the provider's Evacuations.
+type Reconciler struct {
+	Client client.Client
+}
+
+// Reconcile adds the finalizer while an unfinished Evacuation names the
+// provider and removes it once none does.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	p := &v1alpha1.EvacuationProvider{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	list := &v1alpha1.EvacuationList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing Evacuations: %w", err)
+	}
+	var unfinished []string
+	for i := range list.Items {
+		if ev := &list.Items[i]; ev.Spec.Provider == p.Name && Unfinished(ev) {
+			unfinished = append(unfinished, ev.Name)
+		}
+	}
+	has := controllerutil.ContainsFinalizer(p, Finalizer)
+	log := logf.FromContext(ctx).WithValues("evacuationProvider", p.Name)
+	switch {
+	case len(unfinished) > 0 && !has:
+		log.Info("holding the provider while its evacuations are unfinished", "evacuations", unfinished)
+		_, err := AddFinalizer(ctx, r.Client, p)
+		return reconcile.Result{}, ignoreConflict(err)
+	case len(unfinished) == 0 && has:
+		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(p, Finalizer)
+		log.Info("releasing the provider: no unfinished evacuation names it", "deleting", !p.DeletionTimestamp.IsZero())
+		if err := r.Client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, ignoreConflict(fmt.Errorf("removing finalizer %s from EvacuationProvider %s: %w", Finalizer, p.Name, err))
+		}
+	case len(unfinished) > 0 && !p.DeletionTimestamp.IsZero():
+		log.Info("provider deleted while evacuating: it stays until its evacuations are finished, cancelled or released", "evacuations", unfinished)
+	}
+	return reconcile.Result{}, nil
+}
+
+// ignoreConflict: a lost optimistic lock brings its own watch event.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// SetupWithManager watches providers and the Evacuations that name them.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("evacuationprovider").
+		For(&v1alpha1.EvacuationProvider{}).
+		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.Evacuation).Spec.Provider}}}
+		})).
+		Complete(r)
+}
