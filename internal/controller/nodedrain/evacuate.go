@@ -148,8 +148,8 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	before, completed, after := 0, 0, 0
 	for _, name := range slices.Sorted(maps.Keys(evacs)) {
 		ev := evacs[name]
-		if ev.Spec.DrainUID != string(nd.UID) {
-			continue // another drain's, left on the node; not this drain's to judge
+		if !ours(ev, nd, s.node) {
+			continue // another drain's or another node's, left behind; not this drain's to judge
 		}
 		held := protectedOnNode(ev, onNode)
 		done, why, staleIn := r.judgeFor(s, ev, byName[ev.Spec.Provider], len(held))
@@ -227,7 +227,7 @@ func (r *Reconciler) ask(ctx context.Context, s *scope, p *v1alpha1.EvacuationPr
 	if err != nil {
 		return nil, err
 	}
-	if len(protected) == 0 && mode != v1alpha1.ModeDecommission && (have == nil || have.Spec.DrainUID != string(s.drain.UID)) {
+	if len(protected) == 0 && mode != v1alpha1.ModeDecommission && (have == nil || !ours(have, s.drain, s.node)) {
 		return nil, nil // it protects nothing that leaves
 	}
 	// The finalizer first: the provider cannot vanish while the Evacuation
@@ -235,7 +235,13 @@ func (r *Reconciler) ask(ctx context.Context, s *scope, p *v1alpha1.EvacuationPr
 	if ok, err := evacuationprovider.AddFinalizer(ctx, r.Client, p); err != nil || !ok {
 		return nil, err
 	}
-	return r.ensureEvacuation(ctx, s.drain, p, protected, have)
+	return r.ensureEvacuation(ctx, s.drain, s.node, p, protected, have)
+}
+
+// ours reports whether an Evacuation was asked by this drain for this node
+// (one written before spec.nodeUID existed counts as this node's).
+func ours(ev *v1alpha1.Evacuation, nd *v1alpha1.NodeDrain, node *corev1.Node) bool {
+	return ev.Spec.DrainUID == string(nd.UID) && (ev.Spec.NodeUID == "" || ev.Spec.NodeUID == string(node.UID))
 }
 
 // evacuationsOf are the Evacuations of the drain's node, by provider name.
@@ -309,11 +315,11 @@ func (r *Reconciler) selects(ctx context.Context, p *v1alpha1.EvacuationProvider
 // spec replaced); this drain's gets the drain's mode, Evacuate, and any
 // newly protected pods added (never removed), and its stage only moves
 // toward BeforeEviction (holding more, never less).
-func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, ev *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
+func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, ev *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
 	name := EvacuationName(nd.Spec.NodeName, p.Name)
-	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, Provider: p.Name, Mode: modeOf(nd),
+	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, NodeUID: string(node.UID), Provider: p.Name, Mode: modeOf(nd),
 		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID), Stage: providerStage(p)}
-	if ev != nil && ev.Spec.DrainUID == string(nd.UID) {
+	if ev != nil && ours(ev, nd, node) {
 		want.ProtectedPods = slices.Clone(ev.Spec.ProtectedPods)
 		want.Release = ev.Spec.Release
 		if stageOf(ev) == v1alpha1.StageBeforeEviction {
@@ -339,7 +345,7 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 		return ev, nil
 	}
 	patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-	if ev.Spec.DrainUID != string(nd.UID) { // left by an earlier drain of the node: this drain takes it over
+	if !ours(ev, nd, node) { // left by an earlier drain, or for a node of the same name before: this drain takes it over
 		ev.OwnerReferences = nil
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
 			return nil, err

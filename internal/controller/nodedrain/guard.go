@@ -52,6 +52,10 @@ func (r *Reconciler) heldNow(ctx context.Context, req eviction.Request) (string,
 	if err := r.Client.Get(ctx, req.Pod, pod); err != nil || pod.UID != req.UID {
 		return "", nil // gone, or another pod: the UID precondition answers
 	}
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node); err != nil {
+		return "", fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
+	}
 	evacs, err := r.evacuationsOf(ctx, nd)
 	if err != nil {
 		return "", err
@@ -64,12 +68,12 @@ func (r *Reconciler) heldNow(ctx context.Context, req eviction.Request) (string,
 	for i := range providers.Items {
 		p := &providers.Items[i]
 		byName[p.Name] = p
-		if why, err := r.notAskedYet(ctx, nd, p, pod, evacs[p.Name]); why != "" || err != nil {
+		if why, err := r.notAskedYet(ctx, nd, node, p, pod, evacs[p.Name]); why != "" || err != nil {
 			return why, err
 		}
 	}
 	for _, ev := range evacs {
-		if ev.Spec.DrainUID != string(nd.UID) || stageOf(ev) != v1alpha1.StageBeforeEviction || ev.Spec.Release != nil ||
+		if !ours(ev, nd, node) || stageOf(ev) != v1alpha1.StageBeforeEviction || ev.Spec.Release != nil ||
 			!slices.ContainsFunc(ev.Spec.ProtectedPods, func(pp v1alpha1.ProtectedPod) bool { return pp.UID == string(pod.UID) }) {
 			continue
 		}
@@ -77,16 +81,16 @@ func (r *Reconciler) heldNow(ctx context.Context, req eviction.Request) (string,
 			return fmt.Sprintf("Evacuation %s protects it and is not Completed", ev.Name), nil
 		}
 	}
-	return r.hookNotDone(ctx, nd, pod)
+	return r.hookNotDone(ctx, nd, node, pod)
 }
 
 // notAskedYet: a provider that takes part in the drain selects the pod, but
 // its Evacuation for this drain does not record the pod yet.
-func (r *Reconciler) notAskedYet(ctx context.Context, nd *v1alpha1.NodeDrain, p *v1alpha1.EvacuationProvider, pod *corev1.Pod, ev *v1alpha1.Evacuation) (string, error) {
+func (r *Reconciler) notAskedYet(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, p *v1alpha1.EvacuationProvider, pod *corev1.Pod, ev *v1alpha1.Evacuation) (string, error) {
 	if !p.DeletionTimestamp.IsZero() || !takesPart(p, modeOf(nd)) || providerStage(p) != v1alpha1.StageBeforeEviction {
 		return "", nil
 	}
-	if ev != nil && ev.Spec.DrainUID == string(nd.UID) &&
+	if ev != nil && ours(ev, nd, node) &&
 		slices.ContainsFunc(ev.Spec.ProtectedPods, func(pp v1alpha1.ProtectedPod) bool { return pp.UID == string(pod.UID) }) {
 		return "", nil // the Evacuation's own state decides
 	}
@@ -99,13 +103,9 @@ func (r *Reconciler) notAskedYet(ctx context.Context, nd *v1alpha1.NodeDrain, p 
 
 // hookNotDone: the pod has an HTTP hook the drain's policy calls, and it has
 // not answered Completed for this drain.
-func (r *Reconciler) hookNotDone(ctx context.Context, nd *v1alpha1.NodeDrain, pod *corev1.Pod) (string, error) {
+func (r *Reconciler) hookNotDone(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, pod *corev1.Pod) (string, error) {
 	if !hook.Wants(pod) {
 		return "", nil
-	}
-	node := &corev1.Node{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node); err != nil {
-		return "", fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
 	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName, node)
 	if err != nil {
