@@ -20,13 +20,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
+
+// providerFinalizer is the design's fixed name of the finalizer that holds
+// an EvacuationProvider while an unfinished Evacuation names it.
+const providerFinalizer = "vacate.dev/evacuations"
 
 // staysUntil fails the test if a pod of app on node starts terminating
 // before mayLeave reports true: it watches the pods throughout. check ends
@@ -129,8 +132,8 @@ func TestHoldSurvivesProviderDeletion(t *testing.T) {
 	if err := e.cl.Get(testenv.Context(t), types.NamespacedName{Name: "del-store"}, p); err != nil {
 		t.Fatalf("the provider object went away while its evacuation was unfinished: %v", err)
 	}
-	if !controllerutil.ContainsFinalizer(p, evacuationprovider.Finalizer) || p.DeletionTimestamp.IsZero() {
-		t.Errorf("provider: finalizers %v, deleting %v; want %s held while deleting", p.Finalizers, !p.DeletionTimestamp.IsZero(), evacuationprovider.Finalizer)
+	if !controllerutil.ContainsFinalizer(p, providerFinalizer) || p.DeletionTimestamp.IsZero() {
+		t.Errorf("provider: finalizers %v, deleting %v; want %s held while deleting", p.Finalizers, !p.DeletionTimestamp.IsZero(), providerFinalizer)
 	}
 
 	t.Log("the provider's process finishes: the pod goes, the drain ends, the provider object is released")
@@ -401,7 +404,7 @@ func TestReplacedNodeStartsOver(t *testing.T) {
 		return nd.Status.NodeUID == string(newNode.UID)
 	})
 	t.Logf("after the replacement: %s", describe(nd))
-	waitEvents(t, e, target, nodedrain.EventNodeReplaced)
+	waitEvents(t, e, target, "NodeReplaced")
 
 	t.Log("a store pod is bound to the new node (a ReplicaSet's pod with spec.nodeName, whatever the cordon)")
 	newStorePod(t, e, ns, target)
