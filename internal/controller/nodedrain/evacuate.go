@@ -635,6 +635,10 @@ func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.
 				phase = string(v1alpha1.EvacuationInProgress)
 			}
 		}
+		// A hook is called from the drain's first pass after admission.
+		if s.drain.Status.StartTime != nil && r.evacuationTimedOut(s, name, s.drain.Status.StartTime.Time) {
+			phase = PhaseTimedOut
+		}
 		hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: phase, Message: truncate(why, maxDetail)})
 		if _, held := s.evac.holding[pod.UID]; !held { // a provider's hold is shown first; both must finish
 			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: BlockerHTTPHook,
