@@ -15,6 +15,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -193,6 +194,9 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) (bool, error) {
 	}
 	if nd.Status.Phase == v1alpha1.PhaseDrained && modeOf(nd) == v1alpha1.ModeDecommission && nd.Status.Mode != v1alpha1.ModeDecommission {
 		s.log.Info("running the drain again: its mode went up", "from", nd.Status.Mode, "to", modeOf(nd))
+		// A new run: its timeouts count from now, not from the first admission.
+		nd.Status.StartTime, nd.Status.CompletionTime = &metav1.Time{Time: s.now}, nil
+		meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
 		return false, nil
 	}
 	node := &corev1.Node{}
