@@ -196,6 +196,7 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) (bool, error) {
 		s.log.Info("running the drain again: its mode went up", "from", nd.Status.Mode, "to", modeOf(nd))
 		// A new run: its timeouts count from now, not from the first admission.
 		nd.Status.StartTime, nd.Status.CompletionTime = &metav1.Time{Time: s.now}, nil
+		nd.Status.Phase = v1alpha1.PhaseEvacuating // not Drained until the stages say so again
 		meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
 		return false, nil
 	}
