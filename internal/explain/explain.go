@@ -83,6 +83,7 @@ func Explain(in Input) Explanation {
 	for _, h := range holders {
 		e.Findings = append(e.Findings, holderFindings(h, byHolder[h], in)...)
 	}
+	e.Findings = append(e.Findings, released(nd)...)
 	if int(st.Blocked) > len(st.Blockers) {
 		e.Findings = append(e.Findings, Finding{Subject: "more pods",
 			Cause: fmt.Sprintf("%d more pod(s) are blocked than the status lists (it keeps %d)", int(st.Blocked)-len(st.Blockers), len(st.Blockers)),
@@ -195,6 +196,9 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 	kind, names, _ := strings.Cut(holder, " ")
 	switch kind {
 	case "Evacuation":
+		if f, ok := providerDeleted(subject, names, blockers[0], since); ok {
+			return []Finding{f}
+		}
 		node, provider, _ := strings.Cut(names, ".")
 		return []Finding{{Subject: subject, Since: since,
 			Cause: "waiting for EvacuationProvider " + provider + " to move its data off " + node + ": " + blockers[0].Detail,
