@@ -61,6 +61,14 @@ var registerOnce sync.Once
 // nothing.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait)
+		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts)
 	})
 }
+
+// NodeDeletionTimeouts counts deleted nodes released by timeouts.nodeDeletion
+// before their drain was done: counted when the finalizer's removal is
+// written.
+var NodeDeletionTimeouts = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "vacate_node_deletion_timeouts_total",
+	Help: "Deleted nodes released by timeouts.nodeDeletion before their drain was done.",
+})

@@ -2,7 +2,9 @@
 // the way every requester does it (the CLI, the trigger controller):
 // server-side apply under a field manager of the requester's own, so each
 // owns its entry and never touches the others'; a drain left with no
-// requester is deleted, only if nobody joined meanwhile.
+// requester is deleted, only if nobody joined meanwhile. The mode only goes
+// up: Raise, for a node's deletion, takes a drain to Decommission, and a
+// requester that withdraws later restates the mode the drain has then.
 package requests
 
 import (
@@ -10,15 +12,22 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
+
+// RequesterDelete is the requester of a node's deletion (the trigger
+// controller's, under triggers.onNodeDelete: Drain): the node goes away, so
+// it asks for Decommission (see Raise) and no maintenance window holds it.
+const RequesterDelete = "delete"
 
 // FieldManager is the server-side apply manager of a requester.
 func FieldManager(requester string) string {
@@ -34,6 +43,60 @@ func FieldManager(requester string) string {
 // drain if there is none. mode and policyName are applied when set; callers
 // joining a drain restate its own so this manager shares them.
 func Apply(ctx context.Context, c client.Client, node string, r v1alpha1.Requester, mode v1alpha1.DrainMode, policyName string) error {
+	spec := applySpec(node, r, mode, policyName)
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(drain(node, "", spec)), client.FieldOwner(FieldManager(r.Name)))
+}
+
+// Raise puts the requester's entry on the node's NodeDrain in mode
+// Decommission: it creates the drain in that mode when there is none (seen
+// is nil), and raises a Maintenance drain to Decommission. Modes only go up,
+// so when another manager owns spec.mode (a person's Maintenance request),
+// Raise takes spec.mode over, and nothing else: it forces ownership only
+// when spec.mode is the one field in conflict, and only on the version of
+// the drain it was given (seen's resourceVersion). Any other conflict, or a
+// drain changed since seen, is returned; the caller reads again. The
+// requester's manager then owns spec.mode, so the others keep Decommission
+// when they withdraw (see Withdraw).
+func Raise(ctx context.Context, c client.Client, node string, r v1alpha1.Requester, seen *v1alpha1.NodeDrain) error {
+	policyName := ""
+	if seen != nil {
+		policyName = seen.Spec.PolicyName
+	}
+	err := Apply(ctx, c, node, r, v1alpha1.ModeDecommission, policyName)
+	if seen == nil || !onlyModeConflicts(err) {
+		return err
+	}
+	spec := applySpec(node, r, v1alpha1.ModeDecommission, policyName)
+	obj := drain(node, string(seen.UID), spec)
+	obj.SetResourceVersion(seen.ResourceVersion)
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager(r.Name)), client.ForceOwnership)
+}
+
+// modeField is spec.mode as server-side apply names it in conflicts.
+const modeField = ".spec.mode"
+
+// onlyModeConflicts reports whether err is a server-side apply conflict
+// over spec.mode and no other field.
+func onlyModeConflicts(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsConflict(err) || !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	if details == nil || len(details.Causes) == 0 {
+		return false
+	}
+	for _, cause := range details.Causes {
+		if cause.Type != metav1.CauseTypeFieldManagerConflict || cause.Field != modeField {
+			return false
+		}
+	}
+	return true
+}
+
+// applySpec is the spec a requester applies: its entry, and the mode and
+// policy when set.
+func applySpec(node string, r v1alpha1.Requester, mode v1alpha1.DrainMode, policyName string) map[string]any {
 	entry := map[string]any{"name": r.Name}
 	if r.Reason != "" {
 		entry["reason"] = r.Reason
@@ -45,7 +108,7 @@ func Apply(ctx context.Context, c client.Client, node string, r v1alpha1.Request
 	if policyName != "" {
 		spec["policyName"] = policyName
 	}
-	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(drain(node, "", spec)), client.FieldOwner(FieldManager(r.Name)))
+	return spec
 }
 
 func drain(name, uid string, spec map[string]any) *unstructured.Unstructured {
@@ -64,18 +127,11 @@ func drain(name, uid string, spec map[string]any) *unstructured.Unstructured {
 // Withdraw removes the requester's entry from nd and returns the drain as it
 // is after: by applying the drain without the entry under the requester's
 // manager (which owns the entry when Apply added it; the drain's mode and
-// policy are restated, so the others keep them), else, for an entry written
-// another way, by a JSON patch that first tests the entry is the one it
-// removes. It never creates a drain: the apply names nd's UID.
+// policy are restated, so the others keep them; see restate), else, for an
+// entry written another way, by a JSON patch that first tests the entry is
+// the one it removes. It never creates a drain: the apply names nd's UID.
 func Withdraw(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, requester string) (*v1alpha1.NodeDrain, error) {
-	spec := map[string]any{"nodeName": nd.Spec.NodeName}
-	if nd.Spec.Mode != "" {
-		spec["mode"] = string(nd.Spec.Mode)
-	}
-	if nd.Spec.PolicyName != "" {
-		spec["policyName"] = nd.Spec.PolicyName
-	}
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(drain(nd.Name, string(nd.UID), spec)), client.FieldOwner(FieldManager(requester))); err != nil {
+	if err := restate(ctx, c, nd, requester); err != nil {
 		return nil, err
 	}
 	for range 10 {
@@ -100,6 +156,41 @@ func Withdraw(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, requ
 		// Done, or the test failed (422) or the object moved: read it again.
 	}
 	return nil, fmt.Errorf("NodeDrain %s kept changing while withdrawing %s", nd.Name, requester)
+}
+
+// restateAttempts bounds how often restate reads the drain again.
+const restateAttempts = 5
+
+// restate applies nd without the requester's entry under the requester's
+// manager, restating the drain's mode and policy. The mode restated must be
+// the drain's current one: when nd is older than a raise (node deletion
+// raises Maintenance to Decommission, and the raiser's manager owns the
+// mode), restating Maintenance is refused, as a conflict with the raiser or
+// by the API's rule that the mode never goes down; restate then reads the
+// drain again and restates what it finds, so the requester leaves the drain
+// in Decommission. A drain replaced under the same name (another UID) is
+// not touched: the error is returned.
+func restate(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, requester string) error {
+	for attempt := 1; ; attempt++ {
+		spec := map[string]any{"nodeName": nd.Spec.NodeName}
+		if nd.Spec.Mode != "" {
+			spec["mode"] = string(nd.Spec.Mode)
+		}
+		if nd.Spec.PolicyName != "" {
+			spec["policyName"] = nd.Spec.PolicyName
+		}
+		err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(drain(nd.Name, string(nd.UID), spec)), client.FieldOwner(FieldManager(requester)))
+		if err == nil || attempt == restateAttempts || (!apierrors.IsConflict(err) && !apierrors.IsInvalid(err)) {
+			return err
+		}
+		uid := nd.UID
+		if gerr := c.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); gerr != nil {
+			return errors.Join(err, gerr)
+		}
+		if nd.UID != uid {
+			return err
+		}
+	}
 }
 
 // DeleteIfIdle deletes a NodeDrain that has no requester left, so the

@@ -22,6 +22,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
+	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
@@ -220,9 +221,18 @@ func (r *Reconciler) admitted(s *scope, msg string) (reconcile.Result, error) {
 
 // gate checks the policy's schedule: no drain starts, or is even cordoned,
 // outside its maintenance windows or while the schedule cannot be read.
+// Node deletion does not wait for a window (a deleted node cannot wait for
+// Sunday): a drain whose node is being deleted, or that the delete trigger
+// requests, skips the schedule, and the policy's description in this
+// pass's Admitted message says so.
 func (r *Reconciler) gate(s *scope) (schedule.Verdict, bool) {
 	adm, v := s.policy.Admission, schedule.Verdict{Node: s.drain.Name}
 	switch {
+	case !s.node.DeletionTimestamp.IsZero() || requests.Index(s.drain, requests.RequesterDelete) >= 0:
+		if adm.ScheduleErr != nil || !adm.Windows.Open(s.now) {
+			s.policy.Why = strings.TrimPrefix(s.policy.Why+"; ", "; ") + "its maintenance windows skipped: the node is being deleted"
+		}
+		return v, true
 	case adm.ScheduleErr != nil:
 		v.Reason = schedule.InvalidSchedule
 		v.Message = fmt.Sprintf("%s: %v; no drain is admitted until it is fixed", s.policy.Describe(), adm.ScheduleErr)

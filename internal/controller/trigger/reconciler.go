@@ -9,9 +9,14 @@
 //     (triggers.onUnschedulable: Drain);
 //   - "external:<key>": a taint of triggers.externalTaints, by default the
 //     cluster autoscaler's and Karpenter's;
-//   - "delete": the node is being deleted (triggers.onNodeDelete: Drain). The
-//     finalizer vacate.dev/drain on governed nodes holds a deleted node until
-//     its drain is Drained, then is released; under Orphan it is removed.
+//   - "delete": the node is being deleted (triggers.onNodeDelete: Drain). It
+//     asks for Decommission, and raises a Maintenance drain (a person's, a
+//     taint's) to it, even one already Drained, which then runs again: the
+//     node goes away, so everything moves. The finalizer vacate.dev/drain on
+//     governed nodes holds a deleted node until its drain is Drained in
+//     Decommission, and never longer than timeouts.nodeDeletion after the
+//     deletion, whatever the drain's state (then with a Warning event);
+//     under Orphan it is removed.
 package trigger
 
 import (
@@ -21,10 +26,17 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +50,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/requests"
 )
@@ -49,10 +62,13 @@ const (
 	// Requester names of the triggers.
 	RequesterTaint    = "taint"
 	RequesterCordon   = "cordon"
-	RequesterDelete   = "delete"
+	RequesterDelete   = requests.RequesterDelete
 	requesterExternal = "external:"
 	// FinalizerDrain holds a deleted node until vacate drained it.
 	FinalizerDrain = "vacate.dev/drain"
+	// EventNodeDeletionTimeout: timeouts.nodeDeletion passed and the node
+	// was released before its drain was done.
+	EventNodeDeletionTimeout = "NodeDeletionTimeout"
 )
 
 // IsTrigger reports whether a requester name is one of the triggers'.
@@ -63,10 +79,16 @@ func IsTrigger(name string) bool {
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconciler keeps the triggers' requester entries in step with the nodes.
+// Reconciler keeps the triggers' requester entries in step with the nodes,
+// and vacate's finalizer on the nodes whose policy drains them on deletion.
 type Reconciler struct {
 	Client client.Client
+	// Clock tells when timeouts.nodeDeletion passes.
+	Clock clock.PassiveClock
+	// Events records the release of a node whose bound passed.
+	Events events.EventRecorder
 }
 
 // Wanted returns the trigger requesters a node calls for under the
@@ -91,108 +113,267 @@ func Wanted(node *corev1.Node, t policy.Triggers) []v1alpha1.Requester {
 	return dedupe(out)
 }
 
-// Reconcile adds the entries of the triggers that hold and withdraws those
-// that no longer do. Under an ambiguous policy it changes nothing.
+// Reconcile adds the entries of the triggers that hold, raises the drain of
+// a deleted node to Decommission, keeps the node finalizer, and withdraws
+// the entries that no longer hold. Under an ambiguous policy it changes no
+// entry and adds or removes no finalizer, but a deleted node is still
+// released when its bound passes (see LongestNodeDeletion).
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	log := logf.FromContext(ctx)
-	node := &corev1.Node{}
-	err := r.Client.Get(ctx, req.NamespacedName, node)
-	if err != nil && !apierrors.IsNotFound(err) {
+	node, err := r.getNode(ctx, req.Name)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	var wanted []v1alpha1.Requester
-	onDelete, nodeExists := false, err == nil
-	if err == nil {
-		p, err := policy.Resolve(ctx, r.Client, "", node)
-		if policy.IsAmbiguous(err) {
-			log.Info("leaving the triggers of the node as they are: its policy is ambiguous", "node", req.Name, "reason", err.Error())
-			return reconcile.Result{}, nil
+	nd, err := r.getDrain(ctx, req.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if node == nil {
+		return reconcile.Result{}, r.withdraw(ctx, nd, nil)
+	}
+	p, err := policy.Resolve(ctx, r.Client, "", node)
+	if policy.IsAmbiguous(err) {
+		logf.FromContext(ctx).Info("leaving the triggers of the node as they are: its policy is ambiguous", "node", req.Name, "reason", err.Error())
+		return r.ambiguous(ctx, node, nd)
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	wanted := Wanted(node, p.Triggers)
+	undoing := nd != nil && !nd.DeletionTimestamp.IsZero() // the delete event brings us back
+	if !undoing {
+		if err := r.request(ctx, node.Name, nd, wanted); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	res, err := r.nodeFinalizer(ctx, node, nd, p.Triggers.OnNodeDelete, p.NodeDeletion)
+	if err != nil || undoing {
+		return requeueOnConflict(res, err)
+	}
+	return requeueOnConflict(res, r.withdraw(ctx, nd, wanted))
+}
+
+// conflictRetry is how soon a pass that lost an optimistic lock runs again.
+const conflictRetry = 100 * time.Millisecond
+
+// requeueOnConflict turns a lost optimistic lock into a requeue: the cache
+// has not caught up yet, and the next pass reads again.
+func requeueOnConflict(res reconcile.Result, err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
+}
+
+// getNode reads the node; nil when it is gone.
+func (r *Reconciler) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return node, nil
+}
+
+// getDrain reads the node's NodeDrain; nil when there is none.
+func (r *Reconciler) getDrain(ctx context.Context, name string) (*v1alpha1.NodeDrain, error) {
+	nd := &v1alpha1.NodeDrain{}
+	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, nd)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading NodeDrain %s: %w", name, err)
+	}
+	return nd, nil
+}
+
+// request adds the wanted entries that nd lacks. A trigger joining a drain
+// restates its mode and policy, never changes them; the delete trigger
+// raises a Maintenance drain to Decommission (the node goes away), also when
+// its entry is there already.
+func (r *Reconciler) request(ctx context.Context, node string, nd *v1alpha1.NodeDrain, wanted []v1alpha1.Requester) error {
+	log := logf.FromContext(ctx)
+	for _, w := range wanted {
+		has := nd != nil && requests.Index(nd, w.Name) >= 0
+		var err error
+		switch {
+		case w.Name == RequesterDelete && (!has || nd.Spec.Mode != v1alpha1.ModeDecommission):
+			log.Info("requesting a Decommission drain for the node's deletion", "node", node, "requester", w.Name)
+			err = requests.Raise(ctx, r.Client, node, w, nd)
+		case has:
+			continue
+		case nd != nil:
+			log.Info("requesting drain for a trigger", "node", node, "requester", w.Name)
+			err = requests.Apply(ctx, r.Client, node, w, nd.Spec.Mode, nd.Spec.PolicyName)
+		default:
+			log.Info("requesting drain for a trigger", "node", node, "requester", w.Name)
+			err = requests.Apply(ctx, r.Client, node, w, "", "")
 		}
 		if err != nil {
-			return reconcile.Result{}, err
-		}
-		wanted = Wanted(node, p.Triggers)
-		onDelete = p.Triggers.OnNodeDelete
-	}
-	nd := &v1alpha1.NodeDrain{}
-	err = r.Client.Get(ctx, types.NamespacedName{Name: req.Name}, nd)
-	exists := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		return reconcile.Result{}, err
-	}
-	if exists && !nd.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil // being undone; the delete event brings us back
-	}
-	for _, w := range wanted {
-		if exists && requests.Index(nd, w.Name) >= 0 {
-			continue
-		}
-		var mode v1alpha1.DrainMode
-		var policyName string
-		if w.Name == RequesterDelete {
-			mode = v1alpha1.ModeDecommission // the node goes away
-		}
-		if exists { // restate the drain's own settings, never change them
-			mode, policyName = nd.Spec.Mode, nd.Spec.PolicyName
-		}
-		log.Info("requesting drain for a trigger", "node", req.Name, "requester", w.Name)
-		if err := requests.Apply(ctx, r.Client, req.Name, w, mode, policyName); err != nil {
-			return reconcile.Result{}, fmt.Errorf("requesting the drain of %s for %s: %w", req.Name, w.Name, err)
+			return fmt.Errorf("requesting the drain of %s for %s: %w", node, w.Name, err)
 		}
 	}
-	if nodeExists {
-		if err := r.nodeFinalizer(ctx, node, onDelete, exists && nd.Status.Phase == v1alpha1.PhaseDrained); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	if !exists {
-		return reconcile.Result{}, nil
+	return nil
+}
+
+// withdraw withdraws the triggers' entries that are not wanted (all of them
+// when the node is gone), and deletes the drain when none is left.
+func (r *Reconciler) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, wanted []v1alpha1.Requester) error {
+	if nd == nil || !nd.DeletionTimestamp.IsZero() {
+		return nil
 	}
 	for _, have := range nd.Spec.Requesters {
 		if !IsTrigger(have.Name) || slices.ContainsFunc(wanted, func(w v1alpha1.Requester) bool { return w.Name == have.Name }) {
 			continue
 		}
-		log.Info("withdrawing a trigger's drain request", "node", req.Name, "requester", have.Name)
+		logf.FromContext(ctx).Info("withdrawing a trigger's drain request", "node", nd.Name, "requester", have.Name)
 		after, err := requests.Withdraw(ctx, r.Client, nd.DeepCopy(), have.Name)
 		if err != nil {
-			return reconcile.Result{}, fmt.Errorf("withdrawing %s from NodeDrain %s: %w", have.Name, req.Name, err)
+			return fmt.Errorf("withdrawing %s from NodeDrain %s: %w", have.Name, nd.Name, err)
 		}
 		if _, err := requests.DeleteIfIdle(ctx, r.Client, after); err != nil {
-			return reconcile.Result{}, fmt.Errorf("deleting idle NodeDrain %s: %w", req.Name, err)
+			return fmt.Errorf("deleting idle NodeDrain %s: %w", nd.Name, err)
 		}
 		nd = after
-	}
-	return reconcile.Result{}, nil
-}
-
-// nodeFinalizer keeps vacate.dev/drain on the nodes whose policy drains
-// them on deletion, and releases it from a deleted node once its drain is
-// Drained, or at once when the policy no longer asks for it (Orphan).
-func (r *Reconciler) nodeFinalizer(ctx context.Context, node *corev1.Node, onDelete, drained bool) error {
-	has := controllerutil.ContainsFinalizer(node, FinalizerDrain)
-	deleting := !node.DeletionTimestamp.IsZero()
-	var change func(client.Object, string) bool
-	switch {
-	case onDelete && !deleting && !has:
-		change = controllerutil.AddFinalizer
-	case has && (!onDelete || (deleting && drained)):
-		change = controllerutil.RemoveFinalizer
-	default:
-		return nil
-	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	change(node, FinalizerDrain)
-	logf.FromContext(ctx).Info("updating vacate's finalizer on the node", "node", node.Name, "add", !has, "deleting", deleting)
-	if err := r.Client.Patch(ctx, node, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("updating finalizer %s on node %s: %w", FinalizerDrain, node.Name, err)
 	}
 	return nil
 }
 
+// ambiguous bounds a deleted node under an ambiguous policy: nothing else
+// is decided for it, but the longest bound of the policies that may govern
+// it still releases it.
+func (r *Reconciler) ambiguous(ctx context.Context, node *corev1.Node, nd *v1alpha1.NodeDrain) (reconcile.Result, error) {
+	if !deleting(node) || !controllerutil.ContainsFinalizer(node, FinalizerDrain) {
+		return reconcile.Result{}, nil
+	}
+	list := &v1alpha1.DrainPolicyList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing DrainPolicies: %w", err)
+	}
+	bound := policy.LongestNodeDeletion(node.Labels, list.Items)
+	return r.expire(ctx, node, nd, bound, "the longest timeouts.nodeDeletion of the DrainPolicies that may govern it (its policy is ambiguous)")
+}
+
+// nodeFinalizer keeps vacate.dev/drain on the nodes whose policy drains
+// them on deletion. It releases a deleted node once its drain is Drained in
+// Decommission (see drainedForDeletion), or when timeouts.nodeDeletion has
+// passed since the deletion whatever the drain's state, and at once when
+// the policy no longer asks for it (Orphan).
+func (r *Reconciler) nodeFinalizer(ctx context.Context, node *corev1.Node, nd *v1alpha1.NodeDrain, onDelete bool, bound time.Duration) (reconcile.Result, error) {
+	has := controllerutil.ContainsFinalizer(node, FinalizerDrain)
+	switch {
+	case onDelete && !deleting(node) && !has:
+		_, err := r.patchFinalizer(ctx, node, controllerutil.AddFinalizer)
+		return reconcile.Result{}, err
+	case has && (!onDelete || (deleting(node) && drainedForDeletion(nd))):
+		_, err := r.patchFinalizer(ctx, node, controllerutil.RemoveFinalizer)
+		return reconcile.Result{}, err
+	case has && deleting(node):
+		return r.expire(ctx, node, nd, bound, "timeouts.nodeDeletion of its DrainPolicy")
+	}
+	return reconcile.Result{}, nil
+}
+
+// drainedForDeletion reports whether a deleted node's drain is done: Drained
+// with its stages run in Decommission (status.mode), so everything moved. A
+// drain Drained in Maintenance is not: node deletion raises it, and it runs
+// again.
+func drainedForDeletion(nd *v1alpha1.NodeDrain) bool {
+	return nd != nil && nd.DeletionTimestamp.IsZero() &&
+		nd.Status.Phase == v1alpha1.PhaseDrained && nd.Status.Mode == v1alpha1.ModeDecommission
+}
+
+// expire releases a deleted node held by the finalizer once bound has
+// passed since its deletionTimestamp, with a Warning event naming the
+// drain's state; the release is counted when its patch is written. Before
+// that it asks to be woken when the bound passes. what says where the bound
+// comes from, for people.
+func (r *Reconciler) expire(ctx context.Context, node *corev1.Node, nd *v1alpha1.NodeDrain, bound time.Duration, what string) (reconcile.Result, error) {
+	if left := node.DeletionTimestamp.Add(bound).Sub(r.Clock.Now()); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	logf.FromContext(ctx).Info("releasing a deleted node before its drain is done: timeouts.nodeDeletion passed",
+		"node", klog.KObj(node), "bound", bound, "drain", drainState(nd))
+	if released, err := r.patchFinalizer(ctx, node, controllerutil.RemoveFinalizer); err != nil || !released {
+		return reconcile.Result{}, err
+	}
+	metrics.NodeDeletionTimeouts.Inc()
+	var related runtime.Object
+	if nd != nil {
+		related = nd
+	}
+	r.Events.Eventf(node, related, corev1.EventTypeWarning, EventNodeDeletionTimeout, "Release",
+		"released the deleted node after %s (%s) although %s; its pods and data may not have moved", bound, what, drainState(nd))
+	return reconcile.Result{}, nil
+}
+
+// drainState says where a deleted node's drain stands, for the release
+// event.
+func drainState(nd *v1alpha1.NodeDrain) string {
+	switch {
+	case nd == nil:
+		return "it has no NodeDrain"
+	case !nd.DeletionTimestamp.IsZero():
+		return fmt.Sprintf("its NodeDrain is being undone (phase %s)", orPending(nd.Status.Phase))
+	}
+	mode := nd.Status.Mode // the mode its stages ran in
+	if mode == "" {
+		mode = nd.Spec.Mode
+	}
+	state := fmt.Sprintf("its NodeDrain is %s in mode %s", orPending(nd.Status.Phase), mode)
+	if nd.Status.Remaining > 0 || nd.Status.Blocked > 0 {
+		state += fmt.Sprintf(" with %d pod(s) remaining, %d blocked", nd.Status.Remaining, nd.Status.Blocked)
+	}
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status != metav1.ConditionTrue {
+		state += fmt.Sprintf(", not admitted (%s)", c.Reason)
+	}
+	return state
+}
+
+func orPending(p v1alpha1.DrainPhase) v1alpha1.DrainPhase {
+	if p == "" {
+		return v1alpha1.PhasePending
+	}
+	return p
+}
+
+func deleting(node *corev1.Node) bool { return !node.DeletionTimestamp.IsZero() }
+
+// patchFinalizer adds or removes vacate.dev/drain on the node, with an
+// optimistic lock, and reports whether it wrote the change. A node already
+// gone needs nothing.
+func (r *Reconciler) patchFinalizer(ctx context.Context, node *corev1.Node, change func(client.Object, string) bool) (bool, error) {
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if !change(node, FinalizerDrain) {
+		return false, nil
+	}
+	logf.FromContext(ctx).Info("updating vacate's finalizer on the node", "node", node.Name,
+		"add", controllerutil.ContainsFinalizer(node, FinalizerDrain), "deleting", deleting(node))
+	err := r.Client.Patch(ctx, node, patch)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("updating finalizer %s on node %s: %w", FinalizerDrain, node.Name, err)
+	}
+	return true, nil
+}
+
 // SetupWithManager watches what the triggers read: the nodes' taints,
 // cordon and labels (which choose the policy), the policies, and the
-// NodeDrains (a deleted one is requested again while a trigger holds).
+// NodeDrains (a deleted one is requested again while a trigger holds; a
+// deleted node is released when its drain ends). Without a clock or an
+// event recorder it uses the real clock and the manager's recorder.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Events == nil {
+		r.Events = mgr.GetEventRecorder("vacate-controller")
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("trigger").
 		For(&corev1.Node{}, builder.WithPredicates(triggerFieldsChanged())).
@@ -204,7 +385,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 			CreateFunc: func(event.CreateEvent) bool { return false },
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				o, n := e.ObjectOld.(*v1alpha1.NodeDrain), e.ObjectNew.(*v1alpha1.NodeDrain)
-				return o.Generation != n.Generation || o.Status.Phase != n.Status.Phase
+				return o.Generation != n.Generation || o.Status.Phase != n.Status.Phase || o.Status.Mode != n.Status.Mode
 			},
 			DeleteFunc:  func(event.DeleteEvent) bool { return true },
 			GenericFunc: func(event.GenericEvent) bool { return false },
