@@ -10,8 +10,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -20,7 +18,7 @@ import (
 // Messages the API server really sends (kube-apiserver 1.36).
 const (
 	multiplePDBsMessage = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
-	vapMessage          = `pods "web-1" is forbidden: ValidatingAdmissionPolicy 'no-evict' with binding 'no-evict' denied request: frozen`
+	vapMessage          = `pods "web-1" is forbidden: ValidatingAdmissionPolicy 'no-evict' with binding 'no-evict' denied request: evictions are frozen`
 )
 
 // throttled is a 429 as API Priority and Fairness sends it: no
@@ -30,8 +28,9 @@ func throttled(retryAfter int) error {
 }
 
 func TestRefusalsAreClassifiedByTypeAndRetried(t *testing.T) {
-	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "policy", Kind: "Eviction"}, "web-1",
-		field.ErrorList{field.Invalid(field.NewPath("deleteOptions"), "x", "not allowed")})
+	// A ValidatingAdmissionPolicy that denies with reason Invalid.
+	invalid := &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,
+		Reason: metav1.StatusReasonInvalid, Message: vapMessage}}
 	cases := []struct {
 		name    string
 		err     error
@@ -47,8 +46,9 @@ func TestRefusalsAreClassifiedByTypeAndRetried(t *testing.T) {
 		{name: "403", err: &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
 			Reason: metav1.StatusReasonForbidden, Message: vapMessage}}, want: Forbidden, message: vapMessage, code: http.StatusForbidden, is: apierrors.IsForbidden},
 		{name: "422", err: invalid, want: Invalid, message: invalid.ErrStatus.Message, code: http.StatusUnprocessableEntity, is: apierrors.IsInvalid},
-		{name: "500", err: apierrors.NewInternalError(errors.New(multiplePDBsMessage)), want: Failed,
-			message: "Internal error occurred: " + multiplePDBsMessage, code: http.StatusInternalServerError, is: apierrors.IsInternalError},
+		// As the API server sends it: a 500 without a reason.
+		{name: "500", err: &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError,
+			Message: multiplePDBsMessage}}, want: Failed, message: multiplePDBsMessage, code: http.StatusInternalServerError, is: apierrors.IsInternalError},
 		{name: "503", err: apierrors.NewServiceUnavailable("etcd leader changed"), want: Failed,
 			message: "etcd leader changed", code: http.StatusServiceUnavailable, is: apierrors.IsServiceUnavailable},
 		{name: "no answer", err: errors.New("connection refused"), want: Failed, message: "connection refused", code: 0,

@@ -65,23 +65,32 @@ func Explain(in Input) Explanation {
 		e.Idle = "The controller has not started it yet: is vacate-controller running? ('kubectl get pods -A -l app.kubernetes.io/name=vacate-controller')"
 	}
 	e.Findings = append(e.Findings, drainFindings(nd)...)
-	// Blockers that share a holder share most of the explanation; a PDB is
-	// explained once, naming all the pods it holds.
-	byHolder := map[string][]v1alpha1.Blocker{}
-	var holders []string
+	// Blockers that share a holder and a reason share most of the
+	// explanation; a PDB is explained once, naming all the pods it holds.
+	// (The same PDBs may hold some pods as PodDisruptionBudget and others as
+	// MultiplePDBs: two explanations.)
+	type group struct{ holder, reason string }
+	byHolder := map[group][]v1alpha1.Blocker{}
+	var holders []group
 	for _, b := range st.Blockers {
 		if b.Holder == "" {
 			e.Findings = append(e.Findings, podFinding(b, in))
 			continue
 		}
-		if _, ok := byHolder[b.Holder]; !ok {
-			holders = append(holders, b.Holder)
+		g := group{b.Holder, b.Reason}
+		if _, ok := byHolder[g]; !ok {
+			holders = append(holders, g)
 		}
-		byHolder[b.Holder] = append(byHolder[b.Holder], b)
+		byHolder[g] = append(byHolder[g], b)
 	}
-	sort.Strings(holders)
-	for _, h := range holders {
-		e.Findings = append(e.Findings, holderFindings(h, byHolder[h], in)...)
+	sort.Slice(holders, func(i, j int) bool {
+		if holders[i].holder != holders[j].holder {
+			return holders[i].holder < holders[j].holder
+		}
+		return holders[i].reason < holders[j].reason
+	})
+	for _, g := range holders {
+		e.Findings = append(e.Findings, holderFindings(g.holder, byHolder[g], in)...)
 	}
 	e.Findings = append(e.Findings, released(nd)...)
 	if int(st.Blocked) > len(st.Blockers) {
@@ -161,6 +170,10 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 func podFinding(b v1alpha1.Blocker, in Input) Finding {
 	f := Finding{Subject: "pod " + b.Pod, Since: b.Since.Time, Cause: b.Reason + ": " + b.Detail}
 	ns, name, _ := strings.Cut(b.Pod, "/")
+	if cause, fix, ok := refusedPod(b, ns); ok {
+		f.Cause, f.Fix = cause, fix
+		return f
+	}
 	switch drain.Reason(b.Reason) {
 	case drain.ReasonUnmanaged:
 		f.Cause = "no controller owns it, so evicting it would delete it for good"
@@ -182,7 +195,8 @@ func podFinding(b v1alpha1.Blocker, in Input) Finding {
 	return f
 }
 
-// holderFindings explain the pods one object holds: PDBs, evacuations, HTTP hooks.
+// holderFindings explain the pods one object holds: PDBs, evacuations, HTTP
+// hooks, API server throttling; all the blockers share holder and reason.
 func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Finding {
 	pods := make([]string, 0, len(blockers))
 	since := blockers[0].Since.Time
@@ -193,6 +207,9 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 		}
 	}
 	subject := fmt.Sprintf("pod %s", strings.Join(pods, ", "))
+	if f, ok := refusedGroup(subject, blockers, since, in); ok {
+		return []Finding{f}
+	}
 	kind, names, _ := strings.Cut(holder, " ")
 	switch kind {
 	case "Evacuation":
