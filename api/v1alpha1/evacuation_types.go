@@ -140,9 +140,10 @@ type EvacuationSpec struct {
 	// recorded when the drain asks. Pods are only ever added for the same
 	// drain: editing or deleting the provider, or relabelling a pod, never
 	// releases one. Only Completed for the current generation, or an
-	// explicit release, lets them go.
+	// explicit release, lets them go. At most 256 (a node's pods: kubelet
+	// runs 110 by default).
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	ProtectedPods []ProtectedPod `json:"protectedPods,omitempty"`
 	// Release, when set, lets the drain go on without this evacuation: the
