@@ -430,34 +430,27 @@ func TestReplacedNodeStartsOver(t *testing.T) {
 }
 
 // newStorePod binds a pod of app replstore to node through spec.nodeName,
-// owned by a ReplicaSet (so the planner evicts it; its replacements, if
-// any, are scheduled and stay Pending on the cordoned node).
+// then creates a ReplicaSet of one that adopts it (so the planner evicts it;
+// a replacement, if any, is scheduled and stays Pending on the cordoned node).
 func newStorePod(t *testing.T, e *env, ns, node string) {
 	t.Helper()
 	ctx := testenv.Context(t)
 	sel := map[string]string{devcluster.AppLabel: "replstore", "gen": "new"}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "replstore-new"}, Spec: appsv1.ReplicaSetSpec{
-		Replicas: ptr.To[int32](0),
-		Selector: &metav1.LabelSelector{MatchLabels: sel},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{devcluster.HostnameLabel: node},
-			Containers:   []corev1.Container{{Name: "store", Image: "vacate.dev/simulated:latest"}},
-		}},
-	}}
-	rs, err := e.c.Client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	spec := corev1.PodSpec{
+		NodeSelector: map[string]string{devcluster.HostnameLabel: node},
+		Containers:   []corev1.Container{{Name: "store", Image: "vacate.dev/simulated:latest"}},
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "replstore-new", Labels: sel,
-		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
-		Spec: rs.Spec.Template.Spec}
-	pod.Spec.NodeName = node
-	pod.Spec.NodeSelector = nil
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "replstore-new", Labels: sel}, Spec: *spec.DeepCopy()}
+	pod.Spec.NodeName, pod.Spec.NodeSelector = node, nil
 	if _, err := e.c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	scale := []byte(`{"spec":{"replicas":1}}`)
-	if _, err := e.c.Client.AppsV1().ReplicaSets(ns).Patch(ctx, rs.Name, types.MergePatchType, scale, metav1.PatchOptions{}); err != nil {
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "replstore-new"}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: ptr.To[int32](1),
+		Selector: &metav1.LabelSelector{MatchLabels: sel},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: spec},
+	}}
+	if _, err := e.c.Client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
