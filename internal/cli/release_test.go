@@ -1,0 +1,314 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
+)
+
+// podWatch watches one pod from the start of a test to its end and records
+// whether it was evicted (deleted, or marked for deletion) before allowed
+// was set.
+type podWatch struct {
+	allowed atomic.Bool
+	mu      sync.Mutex
+	early   []string // what was seen before allowed
+	gone    bool
+}
+
+func watchPod(t *testing.T, c *devcluster.Cluster, pod *corev1.Pod) *podWatch {
+	t.Helper()
+	ctx := testenv.Context(t)
+	w, err := c.Client.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := &podWatch{}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.UID != pod.UID || (ev.Type != watch.Deleted && p.DeletionTimestamp == nil) {
+				continue
+			}
+			pw.mu.Lock()
+			pw.gone = true
+			if !pw.allowed.Load() {
+				pw.early = append(pw.early, fmt.Sprintf("%s (deletionTimestamp %v)", ev.Type, p.DeletionTimestamp))
+			}
+			pw.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return pw
+}
+
+func (pw *podWatch) check(t *testing.T, what string) {
+	t.Helper()
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if len(pw.early) > 0 {
+		t.Fatalf("the protected pod was evicted %s: %v", what, pw.early)
+	}
+}
+
+// releaseScene runs the controller and, on two fresh nodes, a one-pod
+// Deployment pinned to the first that an EvacuationProvider protects. No
+// provider process runs, so the evacuation never finishes. It returns the
+// node, the other node (never drained), the pod and the provider's name.
+func releaseScene(t *testing.T) (*devcluster.Cluster, client.Client, string, string, *corev1.Pod, string) {
+	t.Helper()
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c)
+	ctx := testenv.Context(t)
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-release", Count: 2})
+	ns := testenv.Namespace(t, c)
+	d := devcluster.Deployment(ns, "relstore", 1)
+	d.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: nodes[0]}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.Everything(), 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const provider = "rel-store"
+	p := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: provider}, Spec: v1alpha1.EvacuationProviderSpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: "relstore"}},
+		Stage:       v1alpha1.StageBeforeEviction,
+		Timeout:     &metav1.Duration{Duration: 2 * time.Second},
+	}}
+	if err := cl.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), p) })
+	return c, cl, nodes[0], nodes[1], &pods[0], provider
+}
+
+// TestReleaseEvacuationOfDeletedProvider: a provider deleted while its
+// evacuation is unfinished keeps its pod on the node, and explain says
+// why and names both ways out. 'vacate release' under the ClusterRole
+// vacate-user refuses what it cannot release (an unknown node or
+// provider, a node without a drain, no terminal and no --yes, a "no" at
+// the prompt), writes nothing with --dry-run, and otherwise records who
+// released it and why: the pod is then evicted, and never before; the
+// drain reaches Drained, status.hooks shows Released with the user and
+// reason, an EvacuationReleased event is recorded, and a second release
+// is refused naming the first.
+func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
+	c, cl, node, idle, pod, provider := releaseScene(t)
+	ctx := testenv.Context(t)
+	pw := watchPod(t, c, pod)
+	evName := nodedrain.EvacuationName(node, provider)
+	podKey := pod.Namespace + "/" + pod.Name
+
+	nd := testutil.NodeDrain(node, "", "test:release")
+	if err := cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), nd) })
+	held := func(detail string) func(*v1alpha1.NodeDrain) bool {
+		return func(nd *v1alpha1.NodeDrain) bool {
+			return slices.ContainsFunc(nd.Status.Blockers, func(b v1alpha1.Blocker) bool {
+				return b.Pod == podKey && b.Reason == nodedrain.BlockerEvacuation && b.Holder == "Evacuation "+evName &&
+					strings.HasPrefix(b.Detail, detail)
+			})
+		}
+	}
+	describe := func(nd *v1alpha1.NodeDrain) string { return fmt.Sprintf("%+v", nd.Status) }
+	testenv.WaitForDrain(t, cl, node, "holding the pod for the provider", time.Minute, held("waiting for provider "+provider), describe)
+
+	t.Log("the provider is deleted: its finalizer keeps it while the evacuation is unfinished, and the pod stays")
+	if err := cl.Delete(ctx, &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: provider}}); err != nil {
+		t.Fatal(err)
+	}
+	deletedMsg := fmt.Sprintf("provider %s deleted while evacuating 1 pod(s) on node %s", provider, node)
+	testenv.WaitForDrain(t, cl, node, "saying the provider was deleted", 30*time.Second, held(deletedMsg), describe)
+	pw.check(t, "after its provider was deleted")
+
+	admin := user{t: t, kubeconfig: c.Kubeconfig}
+	out := admin.must(ExitOK, "explain", node)
+	for _, want := range []string{
+		"EvacuationProvider " + provider + " is being deleted or is gone",
+		"may not have moved",
+		"re-create the EvacuationProvider " + provider,
+		"vacate release " + node + " --provider " + provider + " --reason",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain of the held pod lacks %q", want)
+		}
+	}
+
+	bindUserRole(t, c, "rita")
+	rita := newUser(t, c, "rita")
+
+	t.Log("what release refuses")
+	code, _, errOut := rita.vacate("release", "nope", "--provider", provider, "--yes")
+	oneError(t, code, errOut, ExitError, `node "nope" not found`, "see 'kubectl get nodes'")
+	code, _, errOut = rita.vacate("release", idle, "--provider", provider, "--yes")
+	oneError(t, code, errOut, ExitError, "node "+idle+" has no drain", "nothing to release")
+	code, _, errOut = rita.vacate("release", node, "--provider", "nope", "--yes")
+	oneError(t, code, errOut, ExitError, `no Evacuation of provider "nope" on node `+node, "evacuations there: "+provider)
+	code, _, errOut = rita.vacate("release", node)
+	oneError(t, code, errOut, ExitUsage, "--provider")
+	code, out, errOut = rita.vacate("release", node, "--provider", provider, "--reason", "CHG-9")
+	oneError(t, code, errOut, ExitUsage, "not a terminal", "--yes")
+	if !strings.Contains(out, podKey) {
+		t.Errorf("release without --yes did not show the pod it would let go:\n%s", out)
+	}
+
+	t.Log("--dry-run shows everything and writes nothing")
+	out = rita.must(ExitOK, "release", node, "--provider", provider, "--reason", "CHG-9", "--dry-run")
+	for _, want := range []string{
+		"Evacuation " + evName,
+		"provider:  " + provider + " is being deleted",
+		"protects:  1 pod(s) still on the node",
+		"  " + podKey,
+		"their data may not have moved",
+		"dry run: nothing written",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("release --dry-run output lacks %q", want)
+		}
+	}
+
+	t.Log("on a terminal, release asks; 'n' releases nothing")
+	code, out, errOut = releaseOnTerminal(t, rita, "n\n", "release", node, "--provider", provider, "--reason", "CHG-9")
+	oneError(t, code, errOut, ExitError, "not released")
+	if !strings.Contains(out, "Release Evacuation "+evName+"?") {
+		t.Errorf("release on a terminal did not ask:\n%s", out)
+	}
+	ev := &v1alpha1.Evacuation{}
+	if err := cl.Get(ctx, types.NamespacedName{Name: evName}, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Spec.Release != nil {
+		t.Fatalf("spec.release was written by a dry run or a refused release: %+v", ev.Spec.Release)
+	}
+	time.Sleep(time.Second) // let a wrongful eviction, if any, show in the watch
+	pw.check(t, "before anyone released it")
+
+	t.Log("rita answers 'y': the release is recorded and the drain shows it")
+	pw.allowed.Store(true)
+	code, out, errOut = releaseOnTerminal(t, rita, "y\n", "release", node, "--provider", provider, "--reason", "CHG-9 volume lost")
+	if code != ExitOK {
+		t.Fatalf("release exited %d: %s\n%s", code, errOut, out)
+	}
+	for _, want := range []string{
+		"evacuation/" + evName + " released by rita: CHG-9 volume lost",
+		"nodedrain/" + node + ": " + evName + " Released: released by rita at ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("release output lacks %q", want)
+		}
+	}
+	if err := cl.Get(ctx, types.NamespacedName{Name: evName}, ev); err != nil {
+		t.Fatal(err)
+	}
+	if r := ev.Spec.Release; r == nil || r.By != "rita" || r.Reason != "CHG-9 volume lost" || r.Time.IsZero() {
+		t.Errorf("spec.release = %+v, want by rita, reason CHG-9 volume lost, a time", r)
+	}
+
+	final := testenv.WaitForDrain(t, cl, node, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	}, describe)
+	if !slices.ContainsFunc(final.Status.Hooks, func(h v1alpha1.HookStatus) bool {
+		return h.Name == evName && h.Phase == nodedrain.PhaseReleased && strings.Contains(h.Message, "released by rita at ") &&
+			strings.HasSuffix(h.Message, ": CHG-9 volume lost")
+	}) {
+		t.Errorf("status.hooks lacks the Released entry: %+v", final.Status.Hooks)
+	}
+	for _, p := range testenv.PodsOnNode(t, c, node) {
+		if p.UID == pod.UID {
+			t.Errorf("the released pod %s is still on the node", podKey)
+		}
+	}
+	waitForEvent(t, c, node, nodedrain.EventEvacuationReleased, "released by rita")
+	pw.mu.Lock()
+	if !pw.gone {
+		t.Error("the pod watch never saw the pod evicted")
+	}
+	pw.mu.Unlock()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, types.NamespacedName{Name: provider}, &v1alpha1.EvacuationProvider{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the deleted provider is still there after its evacuation was released")
+	}
+
+	out = rita.must(ExitOK, "explain", node)
+	if !strings.Contains(out, "released by rita at ") || !strings.Contains(out, "CHG-9 volume lost") {
+		t.Errorf("explain does not say who released the evacuation and why:\n%s", out)
+	}
+	code, _, errOut = rita.vacate("release", node, "--provider", provider, "--yes")
+	oneError(t, code, errOut, ExitError, "already released by rita at ", "CHG-9 volume lost")
+}
+
+// releaseOnTerminal runs the CLI with a pseudo-terminal as stdin, typing
+// answer.
+func releaseOnTerminal(t *testing.T, u user, answer string, args ...string) (int, string, string) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	go func() { _, _ = ptmx.Write([]byte(answer)) }()
+	go func() { _, _ = bytes.NewBuffer(nil).ReadFrom(ptmx) }() // the echo
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := Run(ctx, append(args, "--kubeconfig", u.kubeconfig), Streams{In: tty, Out: &out, Err: &errOut}, clock.RealClock{})
+	t.Logf("$ vacate %s  (typing %q) → exit %d\n%s%s", strings.Join(args, " "), answer, code, out.String(), errOut.String())
+	return code, out.String(), errOut.String()
+}
+
+// waitForEvent waits for an Event of the NodeDrain with reason whose
+// message contains text.
+func waitForEvent(t *testing.T, c *devcluster.Cluster, drain, reason, text string) {
+	t.Helper()
+	var seen []string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=NodeDrain,involvedObject.name=" + drain + ",reason=" + reason})
+		if err != nil {
+			return false, nil
+		}
+		seen = seen[:0]
+		for _, e := range list.Items {
+			seen = append(seen, e.Message)
+			if strings.Contains(e.Message, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no %s event of NodeDrain %s saying %q; saw %q", reason, drain, text, seen)
+	}
+}
