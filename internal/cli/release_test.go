@@ -312,3 +312,50 @@ func waitForEvent(t *testing.T, c *devcluster.Cluster, drain, reason, text strin
 		t.Errorf("no %s event of NodeDrain %s saying %q; saw %q", reason, drain, text, seen)
 	}
 }
+
+// TestReleaseNeverLandsOnAnotherDrain: the release's JSON patch tests the
+// drain the Evacuation was read for. An Evacuation taken over by another
+// drain after it was read (its spec.drainUID changed) is left alone: the
+// API server refuses the patch and spec.release stays unset.
+func TestReleaseNeverLandsOnAnotherDrain(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.DrainClient(t, c)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-release-other", Count: 1})[0]
+	nd := testutil.NodeDrain(node, "", "test:release")
+	if err := cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), nd) })
+	ev := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: nodedrain.EvacuationName(node, "gone")},
+		Spec: v1alpha1.EvacuationSpec{NodeName: node, Provider: "gone", Mode: v1alpha1.ModeMaintenance,
+			Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID)}}
+	if err := cl.Create(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), ev) })
+
+	flags := newConfigFlags()
+	*flags.KubeConfig = c.Kubeconfig
+	s, err := connect(ctx, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	o := &releaseOptions{flags: flags, streams: Streams{Out: &out, Err: &out}, clock: clock.RealClock{}, provider: "gone"}
+	stale := ev.DeepCopy()
+	stale.Spec.DrainUID = "an-earlier-drain" // what a release read before the drain took the Evacuation over
+	rel := v1alpha1.EvacuationRelease{By: "rita", Reason: "wrong drain", Time: metav1.NewTime(time.Now()).Rfc3339Copy()}
+	err = o.write(ctx, s, &releaseTarget{node: getNode(t, c, node), drain: nd, ev: stale}, rel)
+	if err == nil || !strings.Contains(err.Error(), "the API server refused the release of Evacuation "+ev.Name) {
+		t.Errorf("releasing an Evacuation read for another drain: %v, want the API server's refusal", err)
+	}
+	t.Logf("refused: %v", err)
+	got := &v1alpha1.Evacuation{}
+	if err := cl.Get(ctx, types.NamespacedName{Name: ev.Name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Release != nil {
+		t.Fatalf("the release landed on the Evacuation of drain %s: %+v", got.Spec.DrainUID, got.Spec.Release)
+	}
+}
