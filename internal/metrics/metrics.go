@@ -27,7 +27,7 @@ var (
 		Help:    "Time from a drain's admission to Drained.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 	})
-	// EvictionsTotal counts eviction attempts by result (Evicted, Gone, PDBBlocked, Failed).
+	// EvictionsTotal counts eviction attempts by result (Evicted, Gone, PDBBlocked, Throttled, Forbidden, Invalid, Failed).
 	EvictionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vacate_evictions_total",
 		Help: "Eviction API calls, by result.",
@@ -61,7 +61,7 @@ var registerOnce sync.Once
 // nothing.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts)
+		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld)
 	})
 }
 
@@ -71,4 +71,12 @@ func Register() {
 var NodeDeletionTimeouts = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "vacate_node_deletion_timeouts_total",
 	Help: "Deleted nodes released by timeouts.nodeDeletion before their drain was done.",
+})
+
+// EvictionsHeld counts queued evictions dropped right before their Eviction
+// API call because the pod may not be evicted now (the queue's MayEvict said
+// no); no call was made.
+var EvictionsHeld = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "vacate_evictions_held_total",
+	Help: "Queued evictions dropped before their Eviction API call because the pod was held.",
 })

@@ -1,6 +1,7 @@
 package nodedrain
 
 import (
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -14,12 +15,42 @@ import (
 	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
-// refusal is the latest PDB refusal of a pod's eviction.
+// Blocker reasons beyond the planner's: why the API server refused a pod's
+// eviction. They appear in status.blockers, in vacate_pods_blocked{reason}
+// and in `vacate explain`.
+const (
+	// BlockerPDB: a PodDisruptionBudget refuses the eviction.
+	BlockerPDB = "PodDisruptionBudget"
+	// BlockerThrottled: the API server throttles the eviction calls (a 429
+	// that no PodDisruptionBudget caused, such as API Priority and
+	// Fairness); vacate backs off.
+	BlockerThrottled = "EvictionThrottled"
+	// BlockerForbidden: the eviction is denied (403): RBAC, an admission
+	// webhook or a ValidatingAdmissionPolicy.
+	BlockerForbidden = "EvictionForbidden"
+	// BlockerMultiplePDBs: more than one PodDisruptionBudget selects the pod,
+	// which the Eviction API refuses (500).
+	BlockerMultiplePDBs = "MultiplePDBs"
+	// BlockerInvalid: the API server found the eviction invalid (422).
+	BlockerInvalid = "EvictionInvalid"
+	// BlockerFailed: the eviction failed for another reason.
+	BlockerFailed = "EvictionFailed"
+)
+
+// HolderThrottling is the holder of an EvictionThrottled blocker.
+const HolderThrottling = "API server throttling"
+
+// refusal is the latest refusal of a pod's eviction.
 type refusal struct {
+	// since is when the API server first answered this way.
 	since   time.Time
+	result  eviction.Result
+	code    int32
 	message string
 }
 
+// refusalCache keeps the latest refusal of each pod's eviction, until the
+// pod is evicted, gone or taken out of the queue (Held).
 type refusalCache struct {
 	mu sync.Mutex
 	m  map[types.UID]refusal
@@ -36,29 +67,52 @@ func (c *refusalCache) record(o eviction.Outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch o.Result {
-	case eviction.PDBBlocked:
+	case eviction.Evicted, eviction.Gone, eviction.Held:
+		delete(c.m, o.UID)
+	default:
 		prev, ok := c.m[o.UID]
-		if !ok {
-			prev.since = o.At
+		if !ok || prev.result != o.Result || prev.code != o.Code {
+			prev = refusal{since: o.At, result: o.Result, code: o.Code}
 		}
 		prev.message = o.Message
 		c.m[o.UID] = prev
-	case eviction.Evicted, eviction.Gone:
-		delete(c.m, o.UID)
 	}
 }
 
+// resolved says whether what refused the pod's eviction has since changed
+// in a way the plan shows, so the eviction is worth trying at once rather
+// than at the end of its backoff: a PodDisruptionBudget that allows a
+// disruption now, or a pod that more than one PDB no longer selects. Other
+// refusals (throttling, denials, failures) wait for their backoff.
+func (c *refusalCache) resolved(d drain.Decision) bool {
+	ref, ok := c.get(d.Pod.UID)
+	switch {
+	case !ok:
+		return false
+	case ref.result == eviction.PDBBlocked:
+		return !d.PDBBlocked
+	case ref.multiplePDBs():
+		return len(d.PDBs) <= 1
+	}
+	return false
+}
+
+// multiplePDBs says whether the refusal is the Eviction API's answer to a
+// pod that more than one PodDisruptionBudget selects: a 500. Only the
+// caller knows the pod's PDBs; the message is never read.
+func (ref refusal) multiplePDBs() bool {
+	return ref.result == eviction.Failed && ref.code == http.StatusInternalServerError
+}
+
 func (r *Reconciler) onOutcome(o eviction.Outcome) {
-	metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
+	if o.Result == eviction.Held {
+		metrics.EvictionsHeld.Inc()
+	} else {
+		metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
+	}
 	r.refusals.record(o)
 	r.wake(o.Node)
 }
-
-// Blocker reasons beyond the planner's.
-const (
-	// BlockerPDB: a PodDisruptionBudget refuses the eviction.
-	BlockerPDB = "PodDisruptionBudget"
-)
 
 // blockerFor says whether a decision holds the drain up, and how.
 func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Blocker, bool) {
@@ -70,24 +124,54 @@ func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Block
 		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
 	case d.Action == drain.Evict:
 		ref, refused := r.refusals.get(d.Pod.UID)
-		if !refused && !d.PDBBlocked {
-			return b, false
+		switch {
+		case refused && ref.result != eviction.PDBBlocked:
+			return refusalBlocker(b, d, ref), true
+		case refused || d.PDBBlocked:
+			return pdbBlocker(b, d, ref, refused), true
 		}
-		b.Reason = BlockerPDB
-		pdbs := d.BlockingPDBs
-		if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
-			pdbs = d.PDBs
-		}
-		b.Holder = "PodDisruptionBudget " + strings.Join(pdbs, ", ")
-		b.Detail = b.Holder + " allows no disruption now"
-		if refused {
-			b.Since = metav1.NewTime(ref.since)
-			if ref.message != "" {
-				b.Detail = b.Holder + ": " + truncate(ref.message, maxDetail-len(b.Holder)-2)
-			}
-		}
+		return b, false
 	default:
 		return b, false
 	}
 	return b, true
+}
+
+// pdbBlocker is the blocker of a pod a PodDisruptionBudget holds: one
+// refused its eviction, or the plan sees one allowing no disruption now.
+func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool) v1alpha1.Blocker {
+	b.Reason = BlockerPDB
+	pdbs := d.BlockingPDBs
+	if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
+		pdbs = d.PDBs
+	}
+	b.Holder = "PodDisruptionBudget " + strings.Join(pdbs, ", ")
+	b.Detail = b.Holder + " allows no disruption now"
+	if refused {
+		b.Since = metav1.NewTime(ref.since)
+		if ref.message != "" {
+			b.Detail = b.Holder + ": " + truncate(ref.message, maxDetail-len(b.Holder)-2)
+		}
+	}
+	return b
+}
+
+// refusalBlocker is the blocker of a pod whose eviction the API server
+// refused for a reason other than a PodDisruptionBudget: the detail is the
+// API server's own message.
+func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal) v1alpha1.Blocker {
+	b.Since, b.Detail = metav1.NewTime(ref.since), truncate(ref.message, maxDetail)
+	switch {
+	case ref.result == eviction.Throttled:
+		b.Reason, b.Holder = BlockerThrottled, HolderThrottling
+	case ref.result == eviction.Forbidden:
+		b.Reason = BlockerForbidden
+	case ref.result == eviction.Invalid:
+		b.Reason = BlockerInvalid
+	case ref.multiplePDBs() && len(d.PDBs) > 1:
+		b.Reason, b.Holder = BlockerMultiplePDBs, "PodDisruptionBudget "+strings.Join(d.PDBs, ", ")
+	default:
+		b.Reason = BlockerFailed
+	}
+	return b
 }

@@ -228,9 +228,10 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		if err := r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)); err != nil {
 			return reconcile.Result{}, err
 		}
-		// A PDB that refused this pod now allows a disruption: try at once
-		// rather than at the end of the backoff.
-		if _, refused := r.refusals.get(d.Pod.UID); refused && !d.PDBBlocked {
+		// What refused this pod has changed (its PDB allows a disruption
+		// now, or only one PDB selects it): try at once rather than at the
+		// end of the backoff.
+		if r.refusals.resolved(d) {
 			r.Evictions.RetryNow(d.Pod.UID)
 		}
 	}
