@@ -157,7 +157,7 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != target {
+	if !node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != nodedrain.CordonedByValue(blocked) {
 		t.Errorf("node not cordoned by vacate: unschedulable=%t annotations=%v", node.Spec.Unschedulable, node.Annotations)
 	}
 	left := podsOn(t, e, ns, target)
