@@ -214,7 +214,8 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdb
 	case !node.Spec.Unschedulable:
 		np.Cordon = "vacate cordons it (and uncordons it when the drain is cancelled)"
 	case node.Annotations[nodedrain.AnnotationCordonedBy] != "":
-		np.Cordon = "already cordoned by vacate (drain " + node.Annotations[nodedrain.AnnotationCordonedBy] + ")"
+		drainName, _, _ := strings.Cut(node.Annotations[nodedrain.AnnotationCordonedBy], "/") // <drain name>/<drain uid>
+		np.Cordon = "already cordoned by vacate (drain " + drainName + ")"
 	default:
 		np.Cordon = "already cordoned by someone else; vacate leaves it cordoned after the drain"
 	}
