@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -39,6 +40,7 @@ type uninstallOptions struct {
 	streams      Streams
 	clk          clock.PassiveClock
 	cancelDrains bool
+	force        bool
 	keepCRDs     bool
 	dryRun       bool
 	timeout      time.Duration
@@ -47,7 +49,7 @@ type uninstallOptions struct {
 func newUninstallCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.PassiveClock) *cobra.Command {
 	o := &uninstallOptions{flags: flags, streams: s, clk: clk}
 	cmd := &cobra.Command{
-		Use:   "uninstall [--cancel-drains] [--keep-crds] [--dry-run]",
+		Use:   "uninstall [--cancel-drains] [--force] [--keep-crds] [--dry-run]",
 		Short: "Remove vacate from the cluster, giving every node back first",
 		Long: `Removes what 'vacate manifests install' created, in an order that leaves
 no node behind:
@@ -69,6 +71,21 @@ no node behind:
      the ClusterRoles vacate-controller and vacate-user, and the CRDs
      (--keep-crds keeps the CRDs and the DrainPolicies).
 
+With --force, uninstall finishes where the controller is gone or stuck.
+It still asks the controller first (step 1, for at most --timeout); then,
+in place of step 3's check that no drain is left, it does the safe part of
+the undo itself: a node whose vacate.dev/cordoned-by is exactly
+<drain name>/<drain uid> of a NodeDrain that exists, for that node, is
+uncordoned and the annotation removed, in one JSON patch that first tests
+both, so a concurrent change fails it instead of undoing someone else's
+cordon. Any other node with that annotation is left cordoned and reported.
+It removes vacate.dev/restore from the NodeDrains and vacate.dev/evacuations
+from the EvacuationProviders, goes on past a controller that does not stop,
+and ends with what it left behind: those nodes, evacuations whose provider
+did not confirm a cancel (uninstall cannot undo a provider's work), HTTP
+hooks that may not have been told to cancel, a controller still running.
+It exits non-zero only when a request fails, not for what it reports.
+
 Objects already gone are skipped, so uninstall can be run again. Uninstalling
 needs cluster admin rights.`,
 		Example: `  # See what would be done, changing nothing
@@ -76,6 +93,9 @@ needs cluster admin rights.`,
 
   # Cancel every drain (their nodes are restored), then remove vacate
   vacate uninstall --cancel-drains
+
+  # The controller is gone: finish without it, and see what is left behind
+  vacate uninstall --cancel-drains --force --timeout 1m
 
   # Remove the controller but keep the CRDs and DrainPolicies, for a reinstall
   vacate uninstall --keep-crds`,
@@ -86,6 +106,8 @@ needs cluster admin rights.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.cancelDrains, "cancel-drains", false, "cancel every drain, finished or not, and wait until the controller has restored their nodes")
+	f.BoolVar(&o.force, "force", false, "finish without the controller if it does not restore the drains within --timeout: "+
+		"uncordon only the nodes vacate provably cordoned, remove vacate's finalizers, report what is left behind")
 	f.BoolVar(&o.keepCRDs, "keep-crds", false, "keep the CRDs and the DrainPolicies")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print what would be done; change nothing")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for each step: the restores, the controller to stop (0: as long as it takes)")
@@ -99,6 +121,8 @@ type uninstaller struct {
 	// served: the cluster serves vacate.dev/v1alpha1 (the CRDs are there).
 	served bool
 	installed
+	// left is what --force could not undo, for the summary.
+	left leftBehind
 }
 
 // installed are the objects 'vacate manifests install' creates, in the
@@ -110,6 +134,9 @@ type installed struct {
 func (o *uninstallOptions) run(ctx context.Context) error {
 	if o.timeout < 0 {
 		return argsError{fmt.Sprintf("--timeout %s: must not be negative", o.timeout)}
+	}
+	if o.force && o.timeout == 0 {
+		return argsError{"--force --timeout 0: --force needs a bounded --timeout, how long to wait for the controller before it restores nodes itself"}
 	}
 	objs, err := installedObjects()
 	if err != nil {
@@ -123,12 +150,19 @@ func (o *uninstallOptions) run(ctx context.Context) error {
 	if u.served, err = s.servesVacate(); err != nil {
 		return u.explain(err, "checking for vacate's API")
 	}
+	leftover := u.checkNoDrains
+	if o.force {
+		leftover = u.undoLeft
+	}
 	for _, step := range []func(context.Context) error{
-		u.cancelAll, u.stopController, u.checkNoDrains, u.releaseNodes, u.deletePolicies, u.deleteRest, u.deleteCRDs, u.noteBindings,
+		u.cancelAll, u.stopController, leftover, u.releaseNodes, u.deletePolicies, u.deleteRest, u.deleteCRDs, u.noteBindings,
 	} {
 		if err := step(ctx); err != nil {
 			return err
 		}
+	}
+	if o.force {
+		u.sayLeftBehind()
 	}
 	switch {
 	case o.dryRun:
@@ -232,7 +266,11 @@ func (u *uninstaller) cancelAll(ctx context.Context) error {
 		return err
 	}
 	if u.dryRun {
-		u.say("drains: would cancel %d: %s; the controller would restore their nodes", len(drains), describeDrains(drains))
+		var then string
+		if u.force {
+			then = " (--force: those it does not restore within --timeout, uninstall restores as far as is safe)"
+		}
+		u.say("drains: would cancel %d: %s; the controller would restore their nodes%s", len(drains), describeDrains(drains), then)
 		return nil
 	}
 	u.say("drains: cancelling %d: %s; waiting for the controller to restore their nodes", len(drains), describeDrains(drains))
@@ -264,13 +302,21 @@ func (u *uninstaller) cancelAll(ctx context.Context) error {
 		return len(left) == 0, nil
 	})
 	switch {
+	case errors.Is(err, errWaitTimedOut) && u.force:
+		u.say("drains: %d still there after %s: %s; the controller did not restore them: "+
+			"uninstall restores what is safe itself once the controller is stopped (--force)", len(left), u.timeout, describeDrains(left))
+		return nil
 	case errors.Is(err, errWaitTimedOut):
 		return fmt.Errorf("%d drain(s) still there after %s: %s; the vacate controller must be running to restore their nodes: "+
-			"start it (see 'vacate status'), then run uninstall again; nothing else was removed", len(left), u.timeout, describeDrains(left))
+			"start it (see 'vacate status'), then run uninstall again; or run 'vacate uninstall --cancel-drains --force' to finish without it: "+
+			"it uncordons only the nodes whose %s names a drain that exists by name and UID, removes vacate's finalizers "+
+			"and reports what it leaves behind; nothing else was removed", len(left), u.timeout, describeDrains(left), nodedrain.AnnotationCordonedBy)
 	case err != nil:
 		return u.waitErr(ctx, err, "the restores")
 	}
-	if len(again) > 0 {
+	if len(again) > 0 && u.force {
+		u.say("drains: requested again after the cancel: %s; uninstall restores what is safe itself once the controller is stopped (--force)", describeDrains(again))
+	} else if len(again) > 0 {
 		return fmt.Errorf("drain(s) requested again after the cancel: %s; remove what requests them, then run uninstall again; nothing else was removed", describeDrains(again))
 	}
 	return u.sayRestored(ctx, drains)
@@ -417,6 +463,11 @@ func (u *uninstaller) stopController(ctx context.Context) error {
 		return len(pods.Items) == 0, nil
 	})
 	switch {
+	case errors.Is(err, errWaitTimedOut) && u.force:
+		msg := fmt.Sprintf("%d pod(s) of vacate-controller still in namespace %s after %s", len(pods.Items), ns, u.timeout)
+		u.say("controller: %s; going on (--force)", msg)
+		u.left.controller = append(u.left.controller, fmt.Sprintf("%s: one that runs may add vacate's finalizers again; see 'kubectl get pods -n %s -l %s'",
+			msg, ns, selector))
 	case errors.Is(err, errWaitTimedOut):
 		return fmt.Errorf("%d pod(s) of vacate-controller still in namespace %s after %s: they would add vacate's finalizers again; "+
 			"see 'kubectl get pods -n %s -l %s', then run uninstall again", len(pods.Items), ns, u.timeout, ns, selector)
@@ -494,6 +545,10 @@ func (u *uninstaller) waitForLeases(ctx context.Context, ns string) error {
 			return holder == "", err
 		})
 		switch {
+		case errors.Is(err, errWaitTimedOut) && u.force:
+			msg := fmt.Sprintf("a vacate-controller outside the Deployment still holds Lease %s as %s after %s", key, holder, u.timeout)
+			u.say("controller: %s; going on (--force)", msg)
+			u.left.controller = append(u.left.controller, msg+": it may add vacate's finalizers again; stop it ('vacate dev controller': Ctrl-C)")
 		case errors.Is(err, errWaitTimedOut):
 			return fmt.Errorf("a vacate-controller outside the Deployment still runs (it holds Lease %s as %s after %s): "+
 				"stop it ('vacate dev controller': Ctrl-C), then run uninstall again", key, holder, u.timeout)
@@ -546,7 +601,7 @@ func (u *uninstaller) releaseNodes(ctx context.Context) error {
 	}
 	removed := 0
 	for _, name := range held {
-		done, err := u.removeFinalizer(ctx, name)
+		done, err := u.removeFinalizer(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, trigger.FinalizerDrain)
 		if err != nil {
 			return u.explain(err, "removing finalizer "+trigger.FinalizerDrain+" from node "+name)
 		}
@@ -562,34 +617,35 @@ func (u *uninstaller) releaseNodes(ctx context.Context) error {
 type jsonPatchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
-	Value any    `json:"value"`
+	Value any    `json:"value,omitempty"`
 }
 
-// removeFinalizer drops vacate's finalizer from a node with a JSON patch
-// that first tests the finalizers are what was read, so another's finalizer
-// added meanwhile is never lost; a failed test reads the node again. It
-// reports whether it removed the finalizer.
-func (u *uninstaller) removeFinalizer(ctx context.Context, name string) (bool, error) {
+// removeFinalizer drops finalizer from obj (its kind and name are read; a
+// UID set on it must still match, so an object created again under the name
+// is left alone) with a JSON patch that first tests the finalizers are what
+// was read, so another's finalizer added meanwhile is never lost; a failed
+// test reads the object again. It reports whether it removed the finalizer.
+func (u *uninstaller) removeFinalizer(ctx context.Context, obj client.Object, finalizer string) (bool, error) {
+	uid, key := obj.GetUID(), client.ObjectKeyFromObject(obj)
 	removed := false
-	err := retry.OnError(retry.DefaultRetry, func(err error) bool {
-		return apierrors.IsInvalid(err) || apierrors.IsConflict(err) // the test failed, or a race
-	}, func() error {
-		node, err := u.s.clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	err := retry.OnError(retry.DefaultRetry, patchTestFailed, func() error {
+		err := u.s.client.Get(ctx, key, obj)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		if err != nil || !slices.Contains(node.Finalizers, trigger.FinalizerDrain) {
+		if err != nil || (uid != "" && obj.GetUID() != uid) || !slices.Contains(obj.GetFinalizers(), finalizer) {
 			return err
 		}
-		kept := slices.DeleteFunc(slices.Clone(node.Finalizers), func(f string) bool { return f == trigger.FinalizerDrain })
+		kept := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == finalizer })
 		patch, err := json.Marshal([]jsonPatchOp{
-			{Op: "test", Path: "/metadata/finalizers", Value: node.Finalizers},
+			{Op: "test", Path: "/metadata/uid", Value: obj.GetUID()},
+			{Op: "test", Path: "/metadata/finalizers", Value: obj.GetFinalizers()},
 			{Op: "replace", Path: "/metadata/finalizers", Value: kept},
 		})
 		if err != nil {
 			return err
 		}
-		_, err = u.s.clientset.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		err = u.s.client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch))
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

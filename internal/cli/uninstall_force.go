@@ -1,0 +1,431 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+)
+
+// finalizerEvacuations is held on an EvacuationProvider while an
+// unfinished Evacuation names it.
+const finalizerEvacuations = "vacate.dev/evacuations"
+
+// This file is the step of 'uninstall --force' that replaces checkNoDrains:
+// the controller did not restore every drain (it is gone or stuck) and is
+// stopped now, so uninstall does the safe part of the undo itself and
+// remembers what it cannot undo for the summary.
+
+// leftBehind is what uninstall --force could not undo, one line each.
+type leftBehind struct {
+	controller, nodes, evacuations, hooks []string
+}
+
+// sayLeftBehind prints the summary that ends uninstall --force.
+func (u *uninstaller) sayLeftBehind() {
+	lines := make([]string, 0, len(u.left.controller)+len(u.left.nodes)+len(u.left.evacuations)+len(u.left.hooks))
+	lines = append(append(append(append(lines, u.left.controller...), u.left.nodes...), u.left.evacuations...), u.left.hooks...)
+	switch {
+	case len(lines) == 0 && u.dryRun:
+		u.say("would leave behind: nothing, if the controller does not restore the drains first")
+	case len(lines) == 0:
+		u.say("left behind: nothing")
+	case u.dryRun:
+		u.say("would leave behind, if the controller does not restore the drains first:")
+	default:
+		u.say("left behind:")
+	}
+	for _, l := range lines {
+		u.say("  %s", l)
+	}
+}
+
+// undoLeft does, without the controller, the part of its undo that is safe:
+// it uncordons the nodes vacate provably cordoned, removes vacate's
+// finalizers from the NodeDrains and EvacuationProviders, and notes what it
+// cannot undo: nodes it cannot prove it cordoned, evacuations whose provider
+// did not confirm a cancel, HTTP hooks that may not have been told.
+func (u *uninstaller) undoLeft(ctx context.Context) error {
+	var drains []v1alpha1.NodeDrain
+	if u.served {
+		list := &v1alpha1.NodeDrainList{}
+		if err := u.s.client.List(ctx, list); err != nil {
+			return u.explain(err, "listing NodeDrains")
+		}
+		drains = list.Items
+		// Before the drains go: the garbage collector deletes their
+		// Evacuations with them.
+		if err := u.noteEvacuations(ctx); err != nil {
+			return err
+		}
+		if err := u.noteHooks(ctx, drains); err != nil {
+			return err
+		}
+	}
+	if err := u.restoreNodes(ctx, drains); err != nil {
+		return err
+	}
+	if !u.served {
+		return nil
+	}
+	if err := u.releaseDrains(ctx, drains); err != nil {
+		return err
+	}
+	return u.releaseProviders(ctx)
+}
+
+// notVacatesCordon says why the node's vacate.dev/cordoned-by does not prove
+// that vacate cordoned it, or "" when it does: it is exactly <name>/<uid> of
+// a drain that exists, of this node, which recorded no other node UID.
+func notVacatesCordon(node *corev1.Node, drains map[string]*v1alpha1.NodeDrain) string {
+	value := node.Annotations[nodedrain.AnnotationCordonedBy]
+	name, uid, ok := strings.Cut(value, "/")
+	if !ok {
+		return "names no drain UID (written before vacate recorded one, or by hand)"
+	}
+	nd := drains[name]
+	switch {
+	case nd == nil:
+		return fmt.Sprintf("names drain %s, which does not exist", name)
+	case value != nodedrain.CordonedByValue(nd):
+		return fmt.Sprintf("names drain %s with UID %s, but that drain's UID is %s", name, uid, nd.UID)
+	case nd.Spec.NodeName != node.Name:
+		return fmt.Sprintf("names the drain of node %s", nd.Spec.NodeName)
+	case nd.Status.NodeUID != "" && nd.Status.NodeUID != string(node.UID):
+		return fmt.Sprintf("names drain %s, which worked on an earlier node of this name (UID %s)", name, nd.Status.NodeUID)
+	}
+	return ""
+}
+
+// cordonOutcome is what restoreNode did with one node.
+type cordonOutcome int
+
+const (
+	// outcomeUncordoned: vacate's cordon was undone, its annotation removed.
+	outcomeUncordoned cordonOutcome = iota
+	// outcomeUnmarked: the node was schedulable already; vacate's
+	// annotation was removed.
+	outcomeUnmarked
+	// outcomeKept: the annotation does not prove vacate's cordon; the node
+	// was left as it is.
+	outcomeKept
+	// outcomeGone: the node or its annotation went meanwhile.
+	outcomeGone
+)
+
+// nodeOutcomes names the nodes by outcome, for the summary line.
+type nodeOutcomes struct {
+	uncordoned, unmarked, cordoned, marked []string
+}
+
+func (o *nodeOutcomes) add(name string, out cordonOutcome, cordoned bool) {
+	switch {
+	case out == outcomeUncordoned:
+		o.uncordoned = append(o.uncordoned, name)
+	case out == outcomeUnmarked:
+		o.unmarked = append(o.unmarked, name)
+	case out == outcomeKept && cordoned:
+		o.cordoned = append(o.cordoned, name)
+	case out == outcomeKept:
+		o.marked = append(o.marked, name)
+	}
+}
+
+func (o nodeOutcomes) summary(dryRun bool) string {
+	verb := func(done, would string) string {
+		if dryRun {
+			return would
+		}
+		return done
+	}
+	var parts []string
+	if len(o.uncordoned) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %d that vacate cordoned: %s", verb("uncordoned", "would uncordon"),
+			len(o.uncordoned), strings.Join(truncated(o.uncordoned, 5), ", ")))
+	}
+	if len(o.unmarked) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s from %d schedulable already: %s", verb("removed", "would remove"),
+			nodedrain.AnnotationCordonedBy, len(o.unmarked), strings.Join(truncated(o.unmarked, 5), ", ")))
+	}
+	if len(o.cordoned) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %d cordoned that vacate cannot prove it cordoned: %s (see below)", verb("left", "would leave"),
+			len(o.cordoned), strings.Join(truncated(o.cordoned, 5), ", ")))
+	}
+	if len(o.marked) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s on %d schedulable that it cannot match to a drain: %s (see below)", verb("left", "would leave"),
+			nodedrain.AnnotationCordonedBy, len(o.marked), strings.Join(truncated(o.marked, 5), ", ")))
+	}
+	if len(parts) == 0 {
+		return "nodes: none carries " + nodedrain.AnnotationCordonedBy
+	}
+	return "nodes: " + strings.Join(parts, "; ")
+}
+
+// restoreNodes undoes vacate's cordon on every node that provably has it,
+// and notes the nodes whose vacate.dev/cordoned-by proves nothing.
+func (u *uninstaller) restoreNodes(ctx context.Context, drains []v1alpha1.NodeDrain) error {
+	byName := make(map[string]*v1alpha1.NodeDrain, len(drains))
+	for i := range drains {
+		byName[drains[i].Name] = &drains[i]
+	}
+	nodes, err := u.s.clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return u.explain(err, "listing nodes")
+	}
+	var o nodeOutcomes
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		if _, marked := node.Annotations[nodedrain.AnnotationCordonedBy]; !marked {
+			continue
+		}
+		out, seen, err := u.restoreNode(ctx, node, byName)
+		if err != nil {
+			return u.explain(err, "uncordoning node "+node.Name)
+		}
+		o.add(node.Name, out, seen.Spec.Unschedulable)
+		if out == outcomeKept {
+			u.left.nodes = append(u.left.nodes, keptLine(seen, notVacatesCordon(seen, byName)))
+		}
+	}
+	u.say("%s", o.summary(u.dryRun))
+	return nil
+}
+
+// keptLine says why a node was left as it is, and what a person may do.
+func keptLine(node *corev1.Node, why string) string {
+	value := node.Annotations[nodedrain.AnnotationCordonedBy]
+	if node.Spec.Unschedulable {
+		return fmt.Sprintf("node %s stays cordoned: its %s %q %s: vacate cannot tell it cordoned the node; if nobody else did: "+
+			"kubectl uncordon %s && kubectl annotate node %s %s-", node.Name, nodedrain.AnnotationCordonedBy, value, why,
+			node.Name, node.Name, nodedrain.AnnotationCordonedBy)
+	}
+	return fmt.Sprintf("node %s is schedulable but keeps its %s %q, which %s; remove it if nobody needs it: kubectl annotate node %s %s-",
+		node.Name, nodedrain.AnnotationCordonedBy, value, why, node.Name, nodedrain.AnnotationCordonedBy)
+}
+
+// restoreNode decides from node, as read, whether vacate cordoned it and, if
+// so, uncordons it and removes the annotation in one JSON patch that first
+// tests both are still what was read: a concurrent change (someone cordoned
+// it again, the annotation changed) fails the patch instead of undoing
+// another's cordon, and the node is read and judged again. It returns the
+// outcome and the node it last judged.
+func (u *uninstaller) restoreNode(ctx context.Context, node *corev1.Node, drains map[string]*v1alpha1.NodeDrain) (cordonOutcome, *corev1.Node, error) {
+	out, reread := outcomeGone, false
+	err := retry.OnError(retry.DefaultRetry, patchTestFailed, func() error {
+		if reread {
+			fresh, err := u.s.clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				out = outcomeGone
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			node = fresh
+		}
+		reread = true
+		value, marked := node.Annotations[nodedrain.AnnotationCordonedBy]
+		switch {
+		case !marked:
+			out = outcomeGone
+			return nil
+		case notVacatesCordon(node, drains) != "":
+			out = outcomeKept
+			return nil
+		case node.Spec.Unschedulable:
+			out = outcomeUncordoned
+		default:
+			out = outcomeUnmarked
+		}
+		if u.dryRun {
+			return nil
+		}
+		patch, err := uncordonPatch(value, node.Spec.Unschedulable)
+		if err != nil {
+			return err
+		}
+		_, err = u.s.clientset.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			out = outcomeGone
+			return nil
+		}
+		return err
+	})
+	return out, node, err
+}
+
+// uncordonPatch is the JSON patch that removes vacate's cordon record (the
+// annotation value read) and, when the node was read cordoned, the cordon:
+// each only if it is still what was read.
+func uncordonPatch(value string, cordoned bool) ([]byte, error) {
+	path := "/metadata/annotations/" + jsonPointerEscape(nodedrain.AnnotationCordonedBy)
+	ops := []jsonPatchOp{{Op: "test", Path: path, Value: value}}
+	if cordoned {
+		ops = append(ops,
+			jsonPatchOp{Op: "test", Path: "/spec/unschedulable", Value: true},
+			jsonPatchOp{Op: "replace", Path: "/spec/unschedulable", Value: false})
+	}
+	ops = append(ops, jsonPatchOp{Op: "remove", Path: path})
+	return json.Marshal(ops)
+}
+
+// jsonPointerEscape escapes one reference token of a JSON pointer (RFC 6901).
+func jsonPointerEscape(token string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
+}
+
+// patchTestFailed: a JSON patch's test failed (the object changed since it
+// was read), or a write raced: read again and decide again.
+func patchTestFailed(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsConflict(err)
+}
+
+// noteEvacuations notes every Evacuation whose provider did not confirm a
+// cancel for its current request: uninstall cannot undo a provider's work.
+func (u *uninstaller) noteEvacuations(ctx context.Context) error {
+	list := &v1alpha1.EvacuationList{}
+	if err := u.s.client.List(ctx, list); err != nil {
+		return u.explain(err, "listing Evacuations")
+	}
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if cancelConfirmed(ev) {
+			continue
+		}
+		u.left.evacuations = append(u.left.evacuations, fmt.Sprintf("provider %s may still hold changes for node %s (Evacuation %s was %s); check the provider",
+			ev.Spec.Provider, ev.Spec.NodeName, ev.Name, evacuationPhase(ev)))
+	}
+	return nil
+}
+
+// cancelConfirmed: the provider answered Cancelled to a Cancel request, for
+// the current generation (as the controller judges it).
+func cancelConfirmed(ev *v1alpha1.Evacuation) bool {
+	return ev.Spec.Desired == v1alpha1.DesiredCancel && ev.Status.Phase == v1alpha1.EvacuationCancelled &&
+		ev.Status.ObservedGeneration == ev.Generation
+}
+
+// evacuationPhase is the provider's last word, for people.
+func evacuationPhase(ev *v1alpha1.Evacuation) string {
+	switch {
+	case ev.Status.Phase == "":
+		return string(v1alpha1.EvacuationPending)
+	case ev.Status.ObservedGeneration != ev.Generation:
+		return string(ev.Status.Phase) + " for an earlier request"
+	}
+	return string(ev.Status.Phase)
+}
+
+// noteHooks notes the HTTP hooks of the drains that may not have been told
+// to cancel: those the drain's status shows neither Completed nor
+// Cancelled, and Completed ones whose pod is still on the node (it moved
+// its data and was never asked to take it back; a pod that has left holds
+// nothing, as the controller's own cancel reasons).
+func (u *uninstaller) noteHooks(ctx context.Context, drains []v1alpha1.NodeDrain) error {
+	for _, nd := range drains {
+		for _, h := range nd.Status.Hooks {
+			ref, isHook := strings.CutPrefix(h.Name, "pod/")
+			if !isHook || h.Phase == string(v1alpha1.EvacuationCancelled) {
+				continue
+			}
+			if h.Phase == string(v1alpha1.EvacuationCompleted) {
+				there, err := u.podOnNode(ctx, ref, nd.Spec.NodeName)
+				if err != nil || !there {
+					return err
+				}
+			}
+			u.left.hooks = append(u.left.hooks, fmt.Sprintf("HTTP hook of pod %s on node %s may not have been told to cancel (drain %s, hook was %s); check the app",
+				ref, nd.Spec.NodeName, nd.Name, h.Phase))
+		}
+	}
+	return nil
+}
+
+// podOnNode reports whether the pod namespace/name is on node.
+func (u *uninstaller) podOnNode(ctx context.Context, ref, node string) (bool, error) {
+	ns, name, _ := strings.Cut(ref, "/")
+	pod, err := u.s.clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, u.explain(err, "reading pod "+ref)
+	}
+	return pod.Spec.NodeName == node, nil
+}
+
+// releaseDrains removes vacate.dev/restore from the drains left, deleting
+// first those requested since the cancel, so that each goes.
+func (u *uninstaller) releaseDrains(ctx context.Context, drains []v1alpha1.NodeDrain) error {
+	if len(drains) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(drains))
+	for _, nd := range drains {
+		names = append(names, nd.Name)
+	}
+	if u.dryRun {
+		u.say("drains: would remove %s from %d: %s", nodedrain.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", "))
+		return nil
+	}
+	for i := range drains {
+		nd := &drains[i]
+		if nd.DeletionTimestamp.IsZero() {
+			err := u.s.client.Delete(ctx, nd, client.Preconditions{UID: &nd.UID})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return u.explain(err, "deleting NodeDrain "+nd.Name)
+			}
+		}
+		key := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: nd.Name, UID: nd.UID}}
+		if _, err := u.removeFinalizer(ctx, key, nodedrain.FinalizerRestore); err != nil {
+			return u.explain(err, "removing finalizer "+nodedrain.FinalizerRestore+" from NodeDrain "+nd.Name)
+		}
+	}
+	u.say("drains: removed %s from %d: %s", nodedrain.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", "))
+	return nil
+}
+
+// releaseProviders removes vacate.dev/evacuations from every
+// EvacuationProvider: with the controller gone nobody else would, and the
+// provider could never be deleted (nor vacate's CRDs).
+func (u *uninstaller) releaseProviders(ctx context.Context) error {
+	list := &v1alpha1.EvacuationProviderList{}
+	if err := u.s.client.List(ctx, list); err != nil {
+		return u.explain(err, "listing EvacuationProviders")
+	}
+	var held []string
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !slices.Contains(p.Finalizers, finalizerEvacuations) {
+			continue
+		}
+		held = append(held, p.Name)
+		if u.dryRun {
+			continue
+		}
+		key := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}}
+		if _, err := u.removeFinalizer(ctx, key, finalizerEvacuations); err != nil {
+			return u.explain(err, "removing finalizer "+finalizerEvacuations+" from EvacuationProvider "+p.Name)
+		}
+	}
+	switch {
+	case len(held) == 0:
+		u.say("evacuation providers: none holds %s", finalizerEvacuations)
+	case u.dryRun:
+		u.say("evacuation providers: would remove %s from %d: %s", finalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
+	default:
+		u.say("evacuation providers: removed %s from %d: %s", finalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
+	}
+	return nil
+}
