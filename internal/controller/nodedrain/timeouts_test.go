@@ -291,6 +291,22 @@ func nodeGivenBack(t *testing.T, e *env, name string) {
 	}
 }
 
+// providerDeleted deletes the EvacuationProvider and waits until it is gone
+// (no finalizer of vacate's holds it).
+func providerDeleted(t *testing.T, e *env, name string) {
+	t.Helper()
+	p := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.cl.Delete(context.Background(), p); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(e.cl.Get(ctx, types.NamespacedName{Name: name}, p)), nil
+	})
+	if err != nil {
+		t.Errorf("EvacuationProvider %s still there after its deletion: finalizers %v", name, p.Finalizers)
+	}
+}
+
 // TestCancelBoundedWhenProviderNeverConfirms: timeouts.cancel bounds an
 // undo. A provider that finished its evacuation is asked to cancel when the
 // drain is cancelled, and never confirms; an HTTP hook answers every DELETE
@@ -330,6 +346,8 @@ func TestCancelBoundedWhenProviderNeverConfirms(t *testing.T) {
 		}
 		msg := waitEvent(t, e, target, eventCancelTimeout, "EvacuationProvider cx-store", evName, "timeouts.cancel")
 		t.Logf("event: %s", msg)
+		t.Log("nothing of the undone drain holds the provider: it can be deleted")
+		providerDeleted(t, e, "cx-store")
 	})
 
 	t.Run("HTTPHook", func(t *testing.T) {
