@@ -521,7 +521,10 @@ func (u *uninstaller) sayLeaseHolders(ctx context.Context, ns string) error {
 		if err != nil {
 			return err
 		}
-		if holder != "" {
+		switch {
+		case holder != "" && u.force:
+			u.say("controller: a vacate-controller holds Lease %s (%s); uninstall would wait until it stops, at most --timeout, then go on (--force)", key, holder)
+		case holder != "":
 			u.say("controller: a vacate-controller holds Lease %s (%s); uninstall would wait until it stops", key, holder)
 		}
 	}

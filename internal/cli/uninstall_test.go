@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -251,6 +253,9 @@ func TestUninstallForceWithoutController(t *testing.T) {
 	st := leaveStuckState(t, c, cl)
 	n := st.nodes
 	uninstaller := newUser(t, c, "uninstaller-force", "system:masters")
+	// A controller run outside the Deployment is stuck: it keeps its Lease
+	// and does nothing.
+	lease := holdLease(t, c, "stuck-controller")
 
 	// 1. Without --force: the old wait, until --timeout, then the hint.
 	start := time.Now()
@@ -291,6 +296,7 @@ func TestUninstallForceWithoutController(t *testing.T) {
 		"nodes: would uncordon 1 that vacate cordoned: " + n[0] + "; would leave 2 cordoned that vacate cannot prove it cordoned: " + n[1] + ", " + n[2],
 		"drains: would remove vacate.dev/restore from 2: " + n[0] + ", " + n[1],
 		"evacuation providers: would remove vacate.dev/evacuations from 1: " + forceProvider,
+		"controller: a vacate-controller holds Lease " + lease + " (stuck-controller); uninstall would wait until it stops, at most --timeout, then go on (--force)",
 		"node finalizers: would remove vacate.dev/drain from 1 of ",
 		"would leave behind, if the controller does not restore the drains first:\n",
 		"dry run: nothing was changed in the cluster at ",
@@ -310,7 +316,9 @@ func TestUninstallForceWithoutController(t *testing.T) {
 	// reports the rest.
 	start = time.Now()
 	out = uninstaller.must(ExitOK, "uninstall", "--cancel-drains", "--force", "--keep-crds", "--timeout", "3s")
+	stuck := "a vacate-controller outside the Deployment still holds Lease " + lease + " as stuck-controller after 3s"
 	for _, want := range append([]string{
+		"controller: " + stuck + "; going on (--force)",
 		"drains: cancelling 2: ",
 		"drains: 2 still there after 3s: " + n[0] + " (being restored, for cli:erin), " + n[1] + " (being restored, for cli:erin); " +
 			"the controller did not restore them: uninstall restores what is safe itself once the controller is stopped (--force)",
@@ -318,7 +326,8 @@ func TestUninstallForceWithoutController(t *testing.T) {
 		"drains: removed vacate.dev/restore from 2: " + n[0] + ", " + n[1],
 		"evacuation providers: removed vacate.dev/evacuations from 1: " + forceProvider,
 		"node finalizers: removed vacate.dev/drain from 1 of ",
-		"\nleft behind:\n" + strings.Join(leftLines, "\n") + "\nvacate is uninstalled from the cluster at ",
+		"\nleft behind:\n  " + stuck + ": it may add vacate's finalizers again; stop it ('vacate dev controller': Ctrl-C)\n" +
+			strings.Join(leftLines, "\n") + "\nvacate is uninstalled from the cluster at ",
 	}, "its CRDs and DrainPolicies are kept") {
 		if !strings.Contains(out, want) {
 			t.Errorf("uninstall --force output lacks %q", want)
@@ -352,7 +361,7 @@ func TestUninstallForceWithoutController(t *testing.T) {
 
 	// 4. Nothing holds vacate's objects any more: the CRDs go.
 	out = uninstaller.must(ExitOK, "uninstall", "--force", "--timeout", "3s")
-	if !strings.Contains(out, "left behind:\n  node "+n[1]+" stays cordoned: ") || !strings.Contains(out, "crds: deleted 4: ") {
+	if !strings.Contains(out, "\n  node "+n[1]+" stays cordoned: ") || !strings.Contains(out, "crds: deleted 4: ") {
 		t.Errorf("a second uninstall --force: want the nodes still reported and the CRDs deleted:\n%s", out)
 	}
 	crds, err := decodeManifests(string(must(crdYAML())))
@@ -453,6 +462,27 @@ func forceUninstaller(t *testing.T, c *devcluster.Cluster) *uninstaller {
 	var out bytes.Buffer
 	o := &uninstallOptions{flags: flags, streams: Streams{In: strings.NewReader(""), Out: &out, Err: &out}, clk: clock.RealClock{}, force: true, timeout: time.Second}
 	return &uninstaller{uninstallOptions: o, s: s, served: true}
+}
+
+// holdLease makes holder the holder of the controller's default leader
+// Lease for an hour, until the test ends, and returns the Lease's key.
+func holdLease(t *testing.T, c *devcluster.Cluster, holder string) string {
+	t.Helper()
+	d := operator.DefaultOptions()
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.LeaderElectionNamespace, Name: d.LeaderElectionID},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](3600),
+			RenewTime: &metav1.MicroTime{Time: time.Now()}},
+	}
+	leases := c.Client.CoordinationV1().Leases(l.Namespace)
+	if err := leases.Delete(context.Background(), l.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if _, err := leases.Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating Lease %s/%s: %v", l.Namespace, l.Name, err)
+	}
+	t.Cleanup(func() { _ = leases.Delete(context.Background(), l.Name, metav1.DeleteOptions{}) })
+	return l.Namespace + "/" + l.Name
 }
 
 // stuckState is what leaveStuckState made.
