@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -93,7 +94,9 @@ func TestNodeDeletionRaisesMode(t *testing.T) {
 			_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		})
 	}
-	deletePolicy(t, e, "nd-raise", nodes, nil)
+	deletePolicy(t, e, "nd-raise", nodes, func(s *v1alpha1.DrainPolicySpec) {
+		s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromInt32(2)) // both drains at once
+	})
 	ns := testenv.Namespace(t, e.c)
 	if err := devcluster.WaitForServiceAccount(ctx, e.c.Client, ns, time.Minute); err != nil {
 		t.Fatal(err)
@@ -232,7 +235,7 @@ func TestNodeDeletionIgnoresWindows(t *testing.T) {
 		s.Schedule = &v1alpha1.Schedule{TimeZone: "UTC", Windows: []v1alpha1.MaintenanceWindow{win}}
 	})
 	ns := testenv.Namespace(t, e.c)
-	apiBehindPDB(t, e, ns, pool, 2, "1")
+	apiBehindPDB(t, e, ns, pool, 1, "1") // its replacement has nowhere to go: one pod, so the PDB allows its eviction
 
 	deleteNode(t, e, target)
 	nd := e.waitDrain(t, target, "admitted outside the window", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
