@@ -241,7 +241,11 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		if len(s.evac.holding) > 0 {
 			nd.Status.Phase = v1alpha1.PhaseEvacuating
 		}
-		return reconcile.Result{RequeueAfter: min(r.waitFor(s), s.evac.recheck)}, nil
+		after := min(r.waitFor(s), s.evac.recheck)
+		if !plan.Recheck.IsZero() { // a pod stops being waited on (timeouts.unreachablePods)
+			after = min(after, max(plan.Recheck.Sub(s.now), time.Second))
+		}
+		return reconcile.Result{RequeueAfter: after}, nil
 	}
 	return reconcile.Result{}, nil
 }
