@@ -421,10 +421,15 @@ func (o *releaseOptions) write(ctx context.Context, s *session, t *releaseTarget
 	err = s.client.Patch(ctx, ev.DeepCopy(), client.RawPatch(types.JSONPatchType, data), opts...)
 	switch {
 	case apierrors.IsInvalid(err), apierrors.IsNotFound(err):
-		if _, rerr := o.read(ctx, s, t.node.Name); rerr != nil {
-			return rerr // it changed since it was read: say how
+		now, rerr := o.read(ctx, s, t.node.Name)
+		switch {
+		case rerr != nil:
+			return rerr // it changed since it was read, and says how
+		case now.ev.UID != ev.UID || now.ev.Spec.DrainUID != ev.Spec.DrainUID || now.ev.Spec.NodeUID != ev.Spec.NodeUID:
+			return fmt.Errorf("the API server refused the release of Evacuation %s: it was re-created or taken over by another drain since it was read; "+
+				"nothing was written: run the release again to see it as it is now", ev.Name)
 		}
-		return fmt.Errorf("the API server refused the release of Evacuation %s: %s", ev.Name, apiMessage(err))
+		return fmt.Errorf("the API server refused the release of Evacuation %s: %s", ev.Name, conflictFields(err))
 	case err != nil:
 		return s.explain(err, "releasing Evacuation "+ev.Name)
 	}

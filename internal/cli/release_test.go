@@ -347,7 +347,7 @@ func TestReleaseNeverLandsOnAnotherDrain(t *testing.T) {
 	stale.Spec.DrainUID = "an-earlier-drain" // what a release read before the drain took the Evacuation over
 	rel := v1alpha1.EvacuationRelease{By: "rita", Reason: "wrong drain", Time: metav1.NewTime(time.Now()).Rfc3339Copy()}
 	err = o.write(ctx, s, &releaseTarget{node: getNode(t, c, node), drain: nd, ev: stale}, rel)
-	if err == nil || !strings.Contains(err.Error(), "the API server refused the release of Evacuation "+ev.Name) {
+	if err == nil || !strings.Contains(err.Error(), "the API server refused the release of Evacuation "+ev.Name+": it was re-created or taken over by another drain") {
 		t.Errorf("releasing an Evacuation read for another drain: %v, want the API server's refusal", err)
 	}
 	t.Logf("refused: %v", err)
