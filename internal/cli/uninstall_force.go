@@ -15,12 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 )
-
-// finalizerEvacuations is held on an EvacuationProvider while an
-// unfinished Evacuation names it.
-const finalizerEvacuations = "vacate.dev/evacuations"
 
 // This file is the step of 'uninstall --force' that replaces checkNoDrains:
 // the controller did not restore every drain (it is gone or stuck) and is
@@ -407,7 +404,7 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 	var held []string
 	for i := range list.Items {
 		p := &list.Items[i]
-		if !slices.Contains(p.Finalizers, finalizerEvacuations) {
+		if !slices.Contains(p.Finalizers, evacuationprovider.Finalizer) {
 			continue
 		}
 		held = append(held, p.Name)
@@ -415,17 +412,17 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 			continue
 		}
 		key := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}}
-		if _, err := u.removeFinalizer(ctx, key, finalizerEvacuations); err != nil {
-			return u.explain(err, "removing finalizer "+finalizerEvacuations+" from EvacuationProvider "+p.Name)
+		if _, err := u.removeFinalizer(ctx, key, evacuationprovider.Finalizer); err != nil {
+			return u.explain(err, "removing finalizer "+evacuationprovider.Finalizer+" from EvacuationProvider "+p.Name)
 		}
 	}
 	switch {
 	case len(held) == 0:
-		u.say("evacuation providers: none holds %s", finalizerEvacuations)
+		u.say("evacuation providers: none holds %s", evacuationprovider.Finalizer)
 	case u.dryRun:
-		u.say("evacuation providers: would remove %s from %d: %s", finalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
+		u.say("evacuation providers: would remove %s from %d: %s", evacuationprovider.Finalizer, len(held), strings.Join(truncated(held, 5), ", "))
 	default:
-		u.say("evacuation providers: removed %s from %d: %s", finalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
+		u.say("evacuation providers: removed %s from %d: %s", evacuationprovider.Finalizer, len(held), strings.Join(truncated(held, 5), ", "))
 	}
 	return nil
 }
