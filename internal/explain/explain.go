@@ -216,7 +216,9 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 		if f, ok := providerDeleted(subject, names, blockers[0], since); ok {
 			return []Finding{f}
 		}
-		node, provider, _ := strings.Cut(names, ".")
+		// <node>.<provider>: node names may hold dots themselves.
+		node := in.Drain.Spec.NodeName
+		provider := strings.TrimPrefix(names, node+".")
 		return []Finding{{Subject: subject, Since: since,
 			Cause: "waiting for EvacuationProvider " + provider + " to move its data off " + node + ": " + blockers[0].Detail,
 			Fix: "nothing, while it makes progress (kubectl get evacuation " + names + "); if it is stale or failed, check the provider's controller; " +
