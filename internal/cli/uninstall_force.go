@@ -338,8 +338,11 @@ func (u *uninstaller) noteHooks(ctx context.Context, drains []v1alpha1.NodeDrain
 			}
 			if h.Phase == string(v1alpha1.EvacuationCompleted) {
 				there, err := u.podOnNode(ctx, ref, nd.Spec.NodeName)
-				if err != nil || !there {
+				if err != nil {
 					return err
+				}
+				if !there {
+					continue
 				}
 			}
 			u.left.hooks = append(u.left.hooks, fmt.Sprintf("HTTP hook of pod %s on node %s may not have been told to cancel (drain %s, hook was %s); check the app",

@@ -289,6 +289,7 @@ func TestUninstallForceWithoutController(t *testing.T) {
 			"vacate cannot tell it cordoned the node; if nobody else did: kubectl uncordon " + n[2] + " && kubectl annotate node " + n[2] + " vacate.dev/cordoned-by-",
 		"  provider " + forceProvider + " may still hold changes for node " + n[0] + " (Evacuation " + st.evacuation + " was InProgress); check the provider",
 		"  HTTP hook of pod shop/web-0 on node " + n[0] + " may not have been told to cancel (drain " + n[0] + ", hook was InProgress); check the app",
+		"  HTTP hook of pod " + st.ns + "/web-3 on node " + n[0] + " may not have been told to cancel (drain " + n[0] + ", hook was Completed); check the app",
 	}
 	for _, want := range append([]string{
 		"drains: would cancel 2: " + n[0] + " (being restored, for cli:erin), " + n[1] + " (being restored, for cli:erin); the controller would restore their nodes",
@@ -333,8 +334,8 @@ func TestUninstallForceWithoutController(t *testing.T) {
 			t.Errorf("uninstall --force output lacks %q", want)
 		}
 	}
-	if strings.Contains(out, "web-1") || strings.Contains(out, "cli-force-cancelled") {
-		t.Errorf("uninstall --force reported a hook or an evacuation that confirmed its cancel:\n%s", out)
+	if strings.Contains(out, "web-1") || strings.Contains(out, "web-2") || strings.Contains(out, "cli-force-cancelled") {
+		t.Errorf("uninstall --force reported a hook or an evacuation that confirmed its cancel, or a hook whose pod left:\n%s", out)
 	}
 	if nd := getNode(t, c, n[0]); nd.Spec.Unschedulable || nd.Annotations[nodedrain.AnnotationCordonedBy] != "" || slices.Contains(nd.Finalizers, trigger.FinalizerDrain) {
 		t.Errorf("%s after uninstall --force: unschedulable=%t annotations=%v finalizers=%v; want restored", n[0], nd.Spec.Unschedulable, nd.Annotations, nd.Finalizers)
@@ -490,6 +491,8 @@ type stuckState struct {
 	nodes []string
 	// cordonedBy is the annotation of nodes[0], copied by hand to nodes[2].
 	cordonedBy string
+	// ns holds pod web-3, on nodes[0].
+	ns string
 	// evacuation is the InProgress Evacuation of nodes[0].
 	evacuation string
 }
@@ -500,8 +503,9 @@ type stuckState struct {
 //     status.nodeUID) that cordoned the node with vacate.dev/cordoned-by
 //     <name>/<uid>; the node holds vacate.dev/drain; an EvacuationProvider
 //     with vacate.dev/evacuations has an InProgress Evacuation for it; the
-//     drain's status has an HTTP hook InProgress (web-0) and one Cancelled
-//     (web-1);
+//     drain's status has HTTP hooks Completed for a pod that left (web-2),
+//     InProgress (web-0), Cancelled (web-1) and Completed for a pod still on
+//     the node (web-3);
 //   - nodes[1]: a Drained NodeDrain whose node carries the legacy annotation
 //     (the drain's name only), and a Cancelled Evacuation;
 //   - nodes[2]: no drain; cordoned by hand, with the annotation of nodes[0]
@@ -522,17 +526,23 @@ func leaveStuckState(t *testing.T, c *devcluster.Cluster, cl client.Client) stuc
 		nd.Status.Phase, nd.Status.NodeUID = phase, string(getNode(t, c, n[i]).UID)
 		drains = append(drains, nd)
 	}
+	ns := testenv.Namespace(t, c)
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, testutil.Pod("web-3").Namespace(ns).OnNode(n[0]).Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s/web-3: %v", ns, err)
+	}
 	drains[0].Status.Hooks = []v1alpha1.HookStatus{
 		{Name: n[0] + "." + forceProvider, Phase: string(v1alpha1.EvacuationInProgress)},
+		{Name: "pod/shop/web-2", Phase: string(v1alpha1.EvacuationCompleted)},
 		{Name: "pod/shop/web-0", Phase: string(v1alpha1.EvacuationInProgress), Message: "HTTP hook http://127.0.0.1:8080/evacuate: InProgress"},
 		{Name: "pod/shop/web-1", Phase: string(v1alpha1.EvacuationCancelled)},
+		{Name: "pod/" + ns + "/web-3", Phase: string(v1alpha1.EvacuationCompleted)},
 	}
 	for _, nd := range drains {
 		if err := cl.Status().Update(ctx, nd); err != nil {
 			t.Fatalf("writing the status of NodeDrain %s: %v", nd.Name, err)
 		}
 	}
-	st := stuckState{nodes: n, cordonedBy: n[0] + "/" + string(drains[0].UID), evacuation: n[0] + "." + forceProvider}
+	st := stuckState{nodes: n, cordonedBy: n[0] + "/" + string(drains[0].UID), ns: ns, evacuation: n[0] + "." + forceProvider}
 	cordonWith(t, c, n[0], st.cordonedBy) // as the controller does
 	cordonWith(t, c, n[1], n[1])          // as a controller before issue 11 did
 	cordonWith(t, c, n[2], st.cordonedBy) // a person copied it
