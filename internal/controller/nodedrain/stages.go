@@ -276,7 +276,7 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		}
 		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
 			b.Since = since
-		} else if b.Reason == BlockerPDB {
+		} else if refusedByAPI(b.Reason) {
 			nd, pod, msg := s.drain, d.Pod, fmt.Sprintf("eviction of %s refused: %s", b.Pod, b.Detail)
 			s.afterWrite(func() {
 				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, EventEvictionBlocked, "Evict", "%s", msg)
@@ -599,4 +599,15 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
 	}
 	return reconcile.Result{}, nil
+}
+
+// refusedByAPI reports whether a blocker reason is an eviction the API
+// server refused (a PDB's 429, throttling, 403, 422, 500...): each new one
+// is also a Warning event on the drain.
+func refusedByAPI(reason string) bool {
+	switch reason {
+	case BlockerPDB, BlockerThrottled, BlockerForbidden, BlockerMultiplePDBs, BlockerInvalid, BlockerFailed:
+		return true
+	}
+	return false
 }
