@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -18,6 +19,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/metrics"
@@ -174,7 +176,6 @@ func TestNodeDeletionRaisesMode(t *testing.T) {
 // vacate_node_deletion_timeouts_total counted once.
 func TestNodeDeletionBounded(t *testing.T) {
 	e := startEnv(t)
-	ctx := testenv.Context(t)
 	pool := map[string]string{"pool": "nd-bound"}
 	target := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "bound", Count: 1, Labels: pool})[0]
 	t.Cleanup(func() {
@@ -191,16 +192,56 @@ func TestNodeDeletionBounded(t *testing.T) {
 	e.waitDrain(t, target, "blocked by the PDB", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Blocked > 0 })
 	waitNodeGone(t, e, target, "when timeouts.nodeDeletion passed", time.Minute)
 
+	waitNodeEvent(t, e, target, corev1.EventTypeWarning, trigger.EventNodeDeletionTimeout, "blocked")
+	if got := promtest.ToFloat64(metrics.NodeDeletionTimeouts) - counted; got != 1 {
+		t.Errorf("vacate_node_deletion_timeouts_total went up by %v, want 1", got)
+	}
+}
+
+// TestNodeDeletionBoundedUnderAmbiguousPolicy: a deleted node whose policy
+// became ambiguous (a second DrainPolicy selects it; nothing is drained and
+// no NodeDrain is made) is still released, when the longest bound of the
+// policies that select it passes.
+func TestNodeDeletionBoundedUnderAmbiguousPolicy(t *testing.T) {
+	e := startEnv(t)
+	target := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "unclear", Count: 1, Labels: map[string]string{"pool": "nd-unclear", "nd-unclear-too": "yes"}})[0]
+	deletePolicy(t, e, "nd-unclear", []string{target}, func(s *v1alpha1.DrainPolicySpec) {
+		s.Timeouts.NodeDeletion = &metav1.Duration{Duration: 2 * time.Second}
+	})
+	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nd-unclear-too"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"nd-unclear-too": "yes"}},
+		Timeouts:     v1alpha1.Timeouts{NodeDeletion: &metav1.Duration{Duration: 4 * time.Second}},
+	}})
+	waitPolicy(t, e, "nd-unclear-too", "reported overlapping", func(dp *v1alpha1.DrainPolicy) bool {
+		return meta.IsStatusConditionTrue(dp.Status.Conditions, drainpolicy.ConditionOverlapping)
+	})
+	counted := promtest.ToFloat64(metrics.NodeDeletionTimeouts)
+
+	deleteNode(t, e, target)
+	waitNodeGone(t, e, target, "when the longest timeouts.nodeDeletion passed", time.Minute)
+	waitNodeEvent(t, e, target, corev1.EventTypeWarning, trigger.EventNodeDeletionTimeout, "4s")
+	if got := promtest.ToFloat64(metrics.NodeDeletionTimeouts) - counted; got != 1 {
+		t.Errorf("vacate_node_deletion_timeouts_total went up by %v, want 1", got)
+	}
+	if err := e.cl.Get(testenv.Context(t), types.NamespacedName{Name: target}, &v1alpha1.NodeDrain{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a NodeDrain was made for a node under an ambiguous policy (%v)", err)
+	}
+}
+
+// waitNodeEvent waits for an event of the type and reason on the node whose
+// message contains want.
+func waitNodeEvent(t *testing.T, e *env, node, typ, reason, want string) {
+	t.Helper()
 	var seen []string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := e.c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + target})
+	err := wait.PollUntilContextTimeout(testenv.Context(t), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node})
 		if err != nil {
 			return false, nil
 		}
 		seen = nil
 		for _, ev := range list.Items {
 			seen = append(seen, ev.Type+" "+ev.Reason+": "+ev.Message)
-			if ev.Type == corev1.EventTypeWarning && ev.Reason == trigger.EventNodeDeletionTimeout && strings.Contains(ev.Message, "blocked") {
+			if ev.Type == typ && ev.Reason == reason && strings.Contains(ev.Message, want) {
 				t.Logf("event: %s", ev.Message)
 				return true, nil
 			}
@@ -208,10 +249,7 @@ func TestNodeDeletionBounded(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Errorf("no Warning %s naming the drain's state on node %s; events: %v", trigger.EventNodeDeletionTimeout, target, seen)
-	}
-	if got := promtest.ToFloat64(metrics.NodeDeletionTimeouts) - counted; got != 1 {
-		t.Errorf("vacate_node_deletion_timeouts_total went up by %v, want 1", got)
+		t.Errorf("no %s %s event saying %q on node %s; events: %v", typ, reason, want, node, seen)
 	}
 }
 

@@ -21,6 +21,7 @@ package trigger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -115,9 +116,10 @@ func Wanted(node *corev1.Node, t policy.Triggers) []v1alpha1.Requester {
 
 // Reconcile adds the entries of the triggers that hold, raises the drain of
 // a deleted node to Decommission, keeps the node finalizer, and withdraws
-// the entries that no longer hold. Under an ambiguous policy it changes no
-// entry and adds or removes no finalizer, but a deleted node is still
-// released when its bound passes (see LongestNodeDeletion).
+// the entries that no longer hold. Under an ambiguous policy (or one that
+// cannot be resolved) it changes no entry and adds or removes no finalizer,
+// but a deleted node is still released when the longest bound that may
+// apply passes (see policy.LongestNodeDeletion).
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	node, err := r.getNode(ctx, req.Name)
 	if err != nil {
@@ -131,22 +133,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.withdraw(ctx, nd, nil)
 	}
 	p, err := policy.Resolve(ctx, r.Client, "", node)
-	if policy.IsAmbiguous(err) {
-		logf.FromContext(ctx).Info("leaving the triggers of the node as they are: its policy is ambiguous", "node", req.Name, "reason", err.Error())
-		return r.ambiguous(ctx, node, nd)
-	}
 	if err != nil {
-		return reconcile.Result{}, err
+		res, berr := r.unresolved(ctx, node, nd)
+		if policy.IsAmbiguous(err) {
+			logf.FromContext(ctx).Info("leaving the triggers of the node as they are: its policy is ambiguous", "node", req.Name, "reason", err.Error())
+			return res, berr
+		}
+		return res, errors.Join(err, berr)
 	}
 	wanted := Wanted(node, p.Triggers)
 	undoing := nd != nil && !nd.DeletionTimestamp.IsZero() // the delete event brings us back
+	var reqErr error
 	if !undoing {
-		if err := r.request(ctx, node.Name, nd, wanted); err != nil {
-			return reconcile.Result{}, err
-		}
+		reqErr = r.request(ctx, node.Name, nd, wanted)
 	}
+	// The finalizer's bound applies even when the request failed.
 	res, err := r.nodeFinalizer(ctx, node, nd, p.Triggers.OnNodeDelete, p.NodeDeletion)
-	if err != nil || undoing {
+	if err = errors.Join(reqErr, err); err != nil || undoing {
 		return requeueOnConflict(res, err)
 	}
 	return requeueOnConflict(res, r.withdraw(ctx, nd, wanted))
@@ -242,10 +245,11 @@ func (r *Reconciler) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, wante
 	return nil
 }
 
-// ambiguous bounds a deleted node under an ambiguous policy: nothing else
-// is decided for it, but the longest bound of the policies that may govern
-// it still releases it.
-func (r *Reconciler) ambiguous(ctx context.Context, node *corev1.Node, nd *v1alpha1.NodeDrain) (reconcile.Result, error) {
+// unresolved bounds a deleted node whose policy cannot be resolved (an
+// ambiguous one, or one that cannot be read): nothing else is decided for
+// it, but the longest bound of the policies that may govern it still
+// releases it.
+func (r *Reconciler) unresolved(ctx context.Context, node *corev1.Node, nd *v1alpha1.NodeDrain) (reconcile.Result, error) {
 	if !deleting(node) || !controllerutil.ContainsFinalizer(node, FinalizerDrain) {
 		return reconcile.Result{}, nil
 	}
@@ -254,7 +258,7 @@ func (r *Reconciler) ambiguous(ctx context.Context, node *corev1.Node, nd *v1alp
 		return reconcile.Result{}, fmt.Errorf("listing DrainPolicies: %w", err)
 	}
 	bound := policy.LongestNodeDeletion(node.Labels, list.Items)
-	return r.expire(ctx, node, nd, bound, "the longest timeouts.nodeDeletion of the DrainPolicies that may govern it (its policy is ambiguous)")
+	return r.expire(ctx, node, nd, bound, "the longest timeouts.nodeDeletion of the DrainPolicies that may govern it: its policy is unclear")
 }
 
 // nodeFinalizer keeps vacate.dev/drain on the nodes whose policy drains
