@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,45 +57,15 @@ func runProvider(t *testing.T, c *devcluster.Cluster, name string, p evacuation.
 // the node's Evacuation for provider is not Completed (safety invariant 3).
 func guardProtected(t *testing.T, e *env, ns, app, node, provider string) (check func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := e.c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: devcluster.AppLabel + "=" + app})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var violations []string
-	seen := 0
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || p.Spec.NodeName != node || p.DeletionTimestamp == nil {
-				continue
-			}
-			evac := &v1alpha1.Evacuation{}
-			err := e.cl.Get(context.Background(), types.NamespacedName{Name: nodedrain.EvacuationName(node, provider)}, evac)
-			mu.Lock()
-			seen++
-			if err != nil || evac.Status.Phase != v1alpha1.EvacuationCompleted {
-				violations = append(violations, fmt.Sprintf("pod %s evicted while its evacuation is %q (%v)", p.Name, evac.Status.Phase, err))
-			}
-			mu.Unlock()
+	check1 := watchLeaving(t, e, ns, app, node, func(p *corev1.Pod) string {
+		evac := &v1alpha1.Evacuation{}
+		err := e.cl.Get(context.Background(), types.NamespacedName{Name: nodedrain.EvacuationName(node, provider)}, evac)
+		if err != nil || evac.Status.Phase != v1alpha1.EvacuationCompleted {
+			return fmt.Sprintf("pod %s evicted while its evacuation is %q (%v)", p.Name, evac.Status.Phase, err)
 		}
-	}()
-	return func() {
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		if seen == 0 {
-			t.Errorf("no %s pod was seen leaving %s: the guard proved nothing", app, node)
-		}
-		for _, v := range violations {
-			t.Error(v)
-		}
-	}
+		return ""
+	})
+	return func() { check1(true) }
 }
 
 // TestEvacuationBeforeEviction: a provider protects the store's pod. The

@@ -37,6 +37,20 @@ const providerFinalizer = "vacate.dev/evacuations"
 // (when leaveExpected), so the guard cannot pass by watching nothing.
 func staysUntil(t *testing.T, e *env, ns, app, node string, mayLeave func() bool) (check func(leaveExpected bool)) {
 	t.Helper()
+	return watchLeaving(t, e, ns, app, node, func(p *corev1.Pod) string {
+		if mayLeave() {
+			return ""
+		}
+		return fmt.Sprintf("pod %s left %s while it was still protected", p.Name, node)
+	})
+}
+
+// watchLeaving watches the pods of app on node and asks violation about
+// each one seen leaving (terminating or deleted); check ends the watch and
+// fails the test with every violation, and, when leaveExpected, if no pod
+// was seen leaving at all.
+func watchLeaving(t *testing.T, e *env, ns, app, node string, violation func(*corev1.Pod) string) (check func(leaveExpected bool)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := e.c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: devcluster.AppLabel + "=" + app})
 	if err != nil {
@@ -54,10 +68,11 @@ func staysUntil(t *testing.T, e *env, ns, app, node string, mayLeave func() bool
 			if !ok || p.Spec.NodeName != node || (p.DeletionTimestamp == nil && ev.Type != "DELETED") {
 				continue
 			}
+			v := violation(p)
 			mu.Lock()
 			left++
-			if !mayLeave() {
-				violations = append(violations, fmt.Sprintf("pod %s left %s while it was still protected", p.Name, node))
+			if v != "" {
+				violations = append(violations, v)
 			}
 			mu.Unlock()
 		}
