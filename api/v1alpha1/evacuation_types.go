@@ -105,8 +105,8 @@ const (
 
 // EvacuationSpec is the controller's request to one provider for one drain.
 // +kubebuilder:validation:XValidation:rule="self.nodeName == oldSelf.nodeName && self.provider == oldSelf.provider",message="nodeName and provider are immutable"
-// +kubebuilder:validation:XValidation:rule="self.drainUID != oldSelf.drainUID || (has(self.nodeUID) ? self.nodeUID : '') != (has(oldSelf.nodeUID) ? oldSelf.nodeUID : '') || !has(oldSelf.protectedPods) || (has(self.protectedPods) && oldSelf.protectedPods.all(p, self.protectedPods.exists(q, q.uid == p.uid)))",message="spec.protectedPods only grows while the evacuation belongs to the same drain and node: a protected pod is released only by Completed or spec.release"
-// +kubebuilder:validation:XValidation:rule="self.drainUID != oldSelf.drainUID || (has(self.nodeUID) ? self.nodeUID : '') != (has(oldSelf.nodeUID) ? oldSelf.nodeUID : '') || !has(oldSelf.release) || (has(self.release) && self.release == oldSelf.release)",message="spec.release cannot be withdrawn or changed once set for this drain"
+// +kubebuilder:validation:XValidation:rule="self.drainUID != oldSelf.drainUID || !(has(self.nodeUID) == has(oldSelf.nodeUID) && (!has(self.nodeUID) || self.nodeUID == oldSelf.nodeUID)) || !has(oldSelf.protectedPods) || (has(self.protectedPods) && oldSelf.protectedPods.all(p, self.protectedPods.exists(q, q.uid == p.uid)))",message="spec.protectedPods only grows while the evacuation belongs to the same drain and node: a protected pod is released only by Completed or spec.release"
+// +kubebuilder:validation:XValidation:rule="self.drainUID != oldSelf.drainUID || !(has(self.nodeUID) == has(oldSelf.nodeUID) && (!has(self.nodeUID) || self.nodeUID == oldSelf.nodeUID)) || !has(oldSelf.release) || (has(self.release) && self.release == oldSelf.release)",message="spec.release cannot be withdrawn or changed once set for this drain"
 type EvacuationSpec struct {
 	// NodeName is the node being drained.
 	// +kubebuilder:validation:MinLength=1

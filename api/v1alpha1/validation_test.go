@@ -334,3 +334,78 @@ func TestEvacuationProviderValidation(t *testing.T) {
 		wantRejected(t, "timeout "+d, kubectlErr(err, out), "must be a positive duration such as 30s or 2m")
 	}
 }
+
+// TestSafetyRecordsValidation: the records safety decisions rest on cannot
+// be undone by an edit. An Evacuation's protectedPods only grow and its
+// release stays while it belongs to the same drain and node (a takeover by
+// another drain, or the same drain on a recreated node, starts afresh); a
+// NodeDrain's mode never goes down.
+func TestSafetyRecordsValidation(t *testing.T) {
+	cl, _ := apiClient(t)
+	ctx := testenv.Context(t)
+	pod := func(name string) v1alpha1.ProtectedPod {
+		return v1alpha1.ProtectedPod{Namespace: "shop", Name: name, UID: "uid-" + name}
+	}
+	ev := evacuation("records.store")
+	ev.Spec.NodeUID = "node-uid-1"
+	ev.Spec.ProtectedPods = []v1alpha1.ProtectedPod{pod("a"), pod("b")}
+	if err := cl.Create(ctx, ev); err != nil {
+		t.Fatalf("valid Evacuation rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, ev) })
+	update := func(what string, mutate func(*v1alpha1.EvacuationSpec)) error {
+		t.Helper()
+		cur := &v1alpha1.Evacuation{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(ev), cur); err != nil {
+			t.Fatal(err)
+		}
+		mutate(&cur.Spec)
+		return cl.Update(ctx, cur)
+	}
+	wantRejected(t, "dropping a protected pod", update("drop", func(s *v1alpha1.EvacuationSpec) { s.ProtectedPods = s.ProtectedPods[:1] }),
+		"spec.protectedPods only grows")
+	wantRejected(t, "emptying protectedPods", update("empty", func(s *v1alpha1.EvacuationSpec) { s.ProtectedPods = nil }),
+		"spec.protectedPods only grows")
+	if err := update("add", func(s *v1alpha1.EvacuationSpec) { s.ProtectedPods = append(s.ProtectedPods, pod("c")) }); err != nil {
+		t.Errorf("adding a protected pod rejected: %v", err)
+	}
+	release := &v1alpha1.EvacuationRelease{By: "rita", Reason: "provider gone", Time: metav1.NewTime(time.Unix(1_800_000_000, 0))}
+	if err := update("release", func(s *v1alpha1.EvacuationSpec) { s.Release = release }); err != nil {
+		t.Errorf("setting spec.release rejected: %v", err)
+	}
+	wantRejected(t, "withdrawing the release", update("unrelease", func(s *v1alpha1.EvacuationSpec) { s.Release = nil }),
+		"spec.release cannot be withdrawn")
+	wantRejected(t, "changing the release", update("rerelease", func(s *v1alpha1.EvacuationSpec) { s.Release.By = "mallory" }),
+		"spec.release cannot be withdrawn")
+	if err := update("new node", func(s *v1alpha1.EvacuationSpec) {
+		s.NodeUID, s.ProtectedPods, s.Release = "node-uid-2", []v1alpha1.ProtectedPod{pod("z")}, nil
+	}); err != nil {
+		t.Errorf("the same drain on a recreated node could not start afresh: %v", err)
+	}
+	if err := update("takeover", func(s *v1alpha1.EvacuationSpec) { s.DrainUID, s.ProtectedPods = "another-drain", nil }); err != nil {
+		t.Errorf("another drain could not take the Evacuation over: %v", err)
+	}
+	tooMany := evacuation("toomany.store")
+	for i := range 257 {
+		tooMany.Spec.ProtectedPods = append(tooMany.Spec.ProtectedPods, pod(strings.Repeat("p", 1+i%5)+string(rune('a'+i%26))))
+	}
+	wantRejected(t, "257 protected pods", cl.Create(ctx, tooMany), "spec.protectedPods: Too many")
+
+	nd := nodeDrain("records-node", "records-node")
+	nd.Spec.Mode = v1alpha1.ModeDecommission
+	if err := cl.Create(ctx, nd); err != nil {
+		t.Fatalf("valid NodeDrain rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, nd) })
+	nd.Spec.Mode = v1alpha1.ModeMaintenance
+	wantRejected(t, "lowering the mode", cl.Update(ctx, nd), "spec.mode never goes down")
+	up := nodeDrain("records-up", "records-up")
+	if err := cl.Create(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, up) })
+	up.Spec.Mode = v1alpha1.ModeDecommission
+	if err := cl.Update(ctx, up); err != nil {
+		t.Errorf("raising the mode to Decommission rejected: %v", err)
+	}
+}
