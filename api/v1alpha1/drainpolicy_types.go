@@ -141,7 +141,7 @@ type Concurrency struct {
 	// request). Every drain of a batch is cordoned before any of them evicts
 	// a pod, so evicted pods never land on a node about to be drained.
 	// Default 2s; 0s admits drains as soon as they are requested.
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 2s or 1m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="must be a duration such as 2s or 1m"
 	// +optional
 	BatchWindow *metav1.Duration `json:"batchWindow,omitempty"`
 }
@@ -179,7 +179,7 @@ type PodPolicy struct {
 // Timeouts bound how long a drain may take.
 type Timeouts struct {
 	// Drain bounds the whole drain, from admission. Unset: no bound.
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="must be a duration such as 90s, 15m or 1h30m"
 	// +optional
 	Drain *metav1.Duration `json:"drain,omitempty"`
 	// Evacuation bounds each evacuation (an Evacuation resource or an HTTP
@@ -187,7 +187,7 @@ type Timeouts struct {
 	// admission). One not Completed by then is reported EvacuationTimedOut
 	// and handled by onTimeout; the pods it protects are never deleted.
 	// Unset: no bound.
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="must be a duration such as 90s, 15m or 1h30m"
 	// +optional
 	Evacuation *metav1.Duration `json:"evacuation,omitempty"`
 	// OnTimeout: Fail stops with the drain Failed and pods in place;
@@ -202,20 +202,20 @@ type Timeouts struct {
 	// UnreachablePods: a pod that has been terminating this long on a node
 	// that is not Ready (its kubelet cannot confirm the pod stopped) no
 	// longer counts as remaining; it is reported, not waited on. Default 5m.
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="must be a duration such as 90s, 15m or 1h30m"
 	// +optional
 	UnreachablePods *metav1.Duration `json:"unreachablePods,omitempty"`
 	// NodeDeletion bounds how long the finalizer vacate.dev/drain holds a
 	// deleted node (triggers.onNodeDelete: Drain), whatever the drain's
 	// state; when it passes the node is released with a Warning event.
 	// Default 1h.
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="must be a duration such as 90s, 15m or 1h30m"
 	// +optional
 	NodeDeletion *metav1.Duration `json:"nodeDeletion,omitempty"`
 	// Cancel bounds an undo: a provider or HTTP hook that has not confirmed
 	// its cancel by then no longer keeps the node cordoned; the undo
 	// completes with a Warning naming who did not confirm. Default 10m.
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 90s, 15m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="must be a duration such as 90s, 15m or 1h30m"
 	// +optional
 	Cancel *metav1.Duration `json:"cancel,omitempty"`
 }

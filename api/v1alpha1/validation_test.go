@@ -185,6 +185,20 @@ func TestDrainPolicyRejectsMalformedDuration(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		wantRejected(t, "drain timeout "+d, kubectlErr(err, out), "must be a duration such as 90s, 15m or 1h30m")
 	}
+	// Well-formed but past what a Go duration holds (about 2562047h): were
+	// it stored, no client could decode the policy (the controller's cache
+	// included). The API server refuses it in every duration field.
+	for _, field := range []string{`"timeouts":{"drain":"9999999h"}`, `"timeouts":{"cancel":"2562048h"}`,
+		`"timeouts":{"nodeDeletion":"99999999999999999999s"}`, `"concurrency":{"batchWindow":"9999999h"}`} {
+		manifest := `{"apiVersion":"vacate.dev/v1alpha1","kind":"DrainPolicy","metadata":{"name":"huge-duration"},"spec":{` + field + `}}`
+		cmd := exec.Command(c.Binaries[devcluster.Kubectl], "--kubeconfig", c.Kubeconfig, "create", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			_ = exec.Command(c.Binaries[devcluster.Kubectl], "--kubeconfig", c.Kubeconfig, "delete", "drainpolicy", "huge-duration").Run()
+		}
+		wantRejected(t, "duration out of range "+field, kubectlErr(err, out), "must be a duration such as")
+	}
 }
 
 func TestPrinterColumns(t *testing.T) {
