@@ -21,6 +21,7 @@ const (
 
 // EvacuationProviderSpec says which pods a stateful system protects and how
 // it takes part in drains.
+// +kubebuilder:validation:XValidation:rule="has(self.namespaceSelector) || (has(self.podSelector.matchLabels) && size(self.podSelector.matchLabels) > 0) || (has(self.podSelector.matchExpressions) && size(self.podSelector.matchExpressions) > 0)",message="an EvacuationProvider must select its pods: an empty podSelector with no namespaceSelector would hold every pod of every drained node; set podSelector, or a namespaceSelector to protect whole namespaces"
 type EvacuationProviderSpec struct {
 	// PodSelector picks the pods the provider protects.
 	PodSelector metav1.LabelSelector `json:"podSelector"`

@@ -334,8 +334,23 @@ func TestEvacuationProviderValidation(t *testing.T) {
 		{"duplicate mode", func(s *v1alpha1.EvacuationProviderSpec) {
 			s.Modes = []v1alpha1.DrainMode{v1alpha1.ModeMaintenance, v1alpha1.ModeMaintenance}
 		}, "Duplicate value"},
+		// An empty podSelector with no namespaceSelector would hold every
+		// pod of every node being drained.
+		{"selects everything", func(s *v1alpha1.EvacuationProviderSpec) { s.PodSelector = metav1.LabelSelector{} },
+			"an EvacuationProvider must select its pods"},
 	} {
 		wantRejected(t, tc.name, cl.Create(ctx, provider("bad-store", tc.mutate)), tc.msg)
+	}
+	// A whole namespace is a choice: an empty podSelector with a
+	// namespaceSelector is accepted.
+	ns := provider("ns-store", func(s *v1alpha1.EvacuationProviderSpec) {
+		s.PodSelector = metav1.LabelSelector{}
+		s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"storage": "yes"}}
+	})
+	if err := cl.Create(ctx, ns); err != nil {
+		t.Errorf("a provider of every pod in selected namespaces rejected: %v", err)
+	} else {
+		t.Cleanup(func() { _ = cl.Delete(ctx, ns) })
 	}
 
 	// A typed client can only send well-formed durations: send raw JSON.
