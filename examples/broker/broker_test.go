@@ -220,8 +220,18 @@ func TestBrokerEvacuationMovesEveryMessage(t *testing.T) {
 		t.Error("broker-0's pod eviction was not seen")
 	}
 
+	checkEveryMessageOnce(t, published, brokers[1:])
+	if s, err := b0.stats(); err != nil || s.Stored != 0 {
+		t.Errorf("broker-0 still holds %d messages (%v)", s.Stored, err)
+	}
+}
+
+// checkEveryMessageOnce consumes every message from the brokers and fails
+// the test for each message lost, duplicated or changed.
+func checkEveryMessageOnce(t *testing.T, published map[string]string, from []*brokerProc) {
+	t.Helper()
 	got := map[string]int{}
-	for _, b := range brokers[1:] {
+	for _, b := range from {
 		for _, m := range consumeAll(t, b) {
 			got[m.ID]++
 			if published[m.ID] != m.Body {
@@ -239,12 +249,9 @@ func TestBrokerEvacuationMovesEveryMessage(t *testing.T) {
 			dup++
 		}
 	}
-	t.Logf("consumed %d distinct messages from broker-1 and broker-2; %d lost, %d duplicated", len(got), lost, dup)
+	t.Logf("consumed %d distinct messages of %d published from %d broker(s); %d lost, %d duplicated", len(got), len(published), len(from), lost, dup)
 	if lost > 0 || dup > 0 || len(got) != len(published) {
 		t.Errorf("%d lost, %d duplicated, %d consumed of %d published", lost, dup, len(got), len(published))
-	}
-	if s, err := b0.stats(); err != nil || s.Stored != 0 {
-		t.Errorf("broker-0 still holds %d messages (%v)", s.Stored, err)
 	}
 }
 
