@@ -24,20 +24,27 @@ type app struct {
 	queries []string
 }
 
+// ServeHTTP records the call and answers it. A GET's scripted step runs
+// outside the lock, so a slow step (a hook that answers too late) does not
+// hold up the calls after it: those would time out in the queue and take
+// the next steps' answers with them.
 func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.queries = append(a.queries, r.Method+" "+r.URL.RequestURI())
+	var step func(http.ResponseWriter)
 	switch r.Method {
 	case http.MethodPost:
 		a.posts++
-		w.WriteHeader(http.StatusAccepted)
+		step = func(w http.ResponseWriter) { w.WriteHeader(http.StatusAccepted) }
 	case http.MethodDelete:
 		a.deletes++
-		w.WriteHeader(http.StatusOK)
+		step = func(w http.ResponseWriter) { w.WriteHeader(http.StatusOK) }
 	case http.MethodGet:
-		step := a.script[min(a.gets, len(a.script)-1)]
+		step = a.script[min(a.gets, len(a.script)-1)]
 		a.gets++
+	}
+	a.mu.Unlock()
+	if step != nil {
 		step(w)
 	}
 }
