@@ -174,6 +174,13 @@ type PodPolicy struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	GracePeriodOverride *int64 `json:"gracePeriodOverride,omitempty"`
+	// AnnotationNamespaceSelector limits the namespaces whose pods may hold
+	// a drain by their own annotations (vacate.dev/drain: skip or
+	// wait-completed, vacate.dev/evacuate-port). Elsewhere those annotations
+	// are ignored and the pod gets an event saying why. Unset: every
+	// namespace; an empty selector also selects every namespace.
+	// +optional
+	AnnotationNamespaceSelector *metav1.LabelSelector `json:"annotationNamespaceSelector,omitempty"`
 }
 
 // Timeouts bound how long a drain may take.

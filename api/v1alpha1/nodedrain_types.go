@@ -83,6 +83,22 @@ const (
 	ConditionPodsEvicted = "PodsEvicted"
 	ConditionDrained     = "Drained"
 	ConditionBlocked     = "Blocked"
+	// ConditionNoExecuteTaint is True while the node carries a vacate.dev/drain
+	// taint with effect NoExecute: Kubernetes' taint manager deletes the pods
+	// that do not tolerate it at once, with no PDB and no evacuation.
+	ConditionNoExecuteTaint = "NoExecuteTaint"
+)
+
+// Bounds of what a NodeDrain's status lists, so that a node with thousands
+// of pods keeps a small status.
+const (
+	// MaxBlockers is how many blocked pods status.blockers lists.
+	MaxBlockers = 20
+	// MaxHooks is how many evacuations status.hooks lists.
+	MaxHooks = 50
+	// MaxMessage is the longest message vacate writes into a condition, a
+	// hook or a blocker.
+	MaxMessage = 1024
 )
 
 // Blocker is a pod that holds the drain up, and why.
@@ -108,10 +124,12 @@ type Blocker struct {
 // HookStatus is the state of one evacuation hook of the drain.
 type HookStatus struct {
 	// Name of the hook: an Evacuation's name or pod/port for an HTTP hook.
+	// +kubebuilder:validation:MaxLength=512
 	Name string `json:"name"`
 	// Phase: Pending, InProgress, Completed, Failed, Cancelled, Released (let
 	// go by `vacate release`) or TimedOut (past timeouts.evacuation).
 	Phase string `json:"phase"`
+	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
 }
@@ -151,10 +169,23 @@ type NodeDrainStatus struct {
 	// +kubebuilder:validation:MaxItems=20
 	// +optional
 	Blockers []Blocker `json:"blockers,omitempty"`
+	// BlockersOmitted is how many blocked pods status.blockers leaves out.
+	// +optional
+	BlockersOmitted int32 `json:"blockersOmitted,omitempty"`
 	// Hooks lists the evacuations of this drain.
 	// +listType=atomic
 	// +optional
 	Hooks []HookStatus `json:"hooks,omitempty"`
+	// HooksOmitted is how many evacuations status.hooks leaves out.
+	// +optional
+	HooksOmitted int32 `json:"hooksOmitted,omitempty"`
+	// RunID identifies this run of the drain in the HTTP evacuation
+	// protocol, beside the drain's UID. A new run (the drain requested again
+	// after an undo, or its node replaced) gets a new one, so an app's
+	// Completed from an earlier run is never read as this run's.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	RunID string `json:"runID,omitempty"`
 
 	// RequestTime is when the drain was requested: when its first requester
 	// arrived, or came back after the drain was undone. Admission takes
