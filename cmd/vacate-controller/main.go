@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	// Maintenance windows name time zones; embedded, they load in a minimal
+	// container image that has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tzdataSymbol is a symbol only the time/tzdata package brings into a
+// binary: its init, which registers the embedded zone database with the
+// time package.
+const tzdataSymbol = "time/tzdata.init"
+
+// TestEmbedsTimeZoneData builds the controller binary and checks its symbol
+// table for time/tzdata: maintenance windows name time zones, and a minimal
+// container image has no /usr/share/zoneinfo, so without the embedded data
+// time.LoadLocation fails there and no window can be read.
+func TestEmbedsTimeZoneData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the controller binary")
+	}
+	bin := filepath.Join(t.TempDir(), "vacate-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building vacate-controller: %v\n%s", err, out)
+	}
+	out, err := exec.Command("go", "tool", "nm", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool nm: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), tzdataSymbol) {
+		t.Fatalf("vacate-controller has no %s in its symbol table: time zone data is not embedded (import _ \"time/tzdata\" in main.go)", tzdataSymbol)
+	}
+}
