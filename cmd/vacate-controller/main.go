@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/operator"
 )
 
@@ -30,8 +31,9 @@ func main() {
 	fs.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", opts.RenewDeadline, "how long the leader tries to renew before giving up")
 	fs.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", opts.RetryPeriod, "how often candidates try to acquire the Lease")
 	fs.IntVar(&opts.Controllers.EvictionWorkers, "eviction-workers", 20, "evictions in flight across all nodes")
-	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", 50, "eviction calls per second")
-	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", 100, "burst of eviction calls")
+	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", eviction.DefaultQPS, "eviction calls per second, first attempts and retries alike")
+	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", eviction.DefaultBurst, "burst of eviction calls")
+	fs.DurationVar(&opts.Controllers.APITimeout, "api-timeout", eviction.DefaultCallTimeout, "bound of each eviction call and of each reconcile pass's API calls (watches are not bounded)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()

@@ -26,6 +26,10 @@ type Options struct {
 	// EvictionQPS and EvictionBurst bound the rate of eviction calls.
 	EvictionQPS   float64
 	EvictionBurst int
+	// APITimeout bounds each eviction call and each reconcile pass (and so
+	// every API call a pass makes); watches are not bounded by it. Zero
+	// uses eviction.DefaultCallTimeout.
+	APITimeout time.Duration
 	// Clock drives every controller; tests may pass one whose time they move.
 	Clock Clock
 }
@@ -58,7 +62,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
 			return eviction.NewQueue(cs, eviction.Options{
 				Workers: opts.EvictionWorkers, PerNode: opts.EvictionsPerNode,
-				QPS: opts.EvictionQPS, Burst: opts.EvictionBurst,
+				QPS: opts.EvictionQPS, Burst: opts.EvictionBurst, CallTimeout: opts.APITimeout,
 				OnOutcome: onOutcome, MayEvict: mayEvict, Clock: opts.Clock,
 			})
 		})

@@ -1,9 +1,12 @@
 // Package eviction evicts pods through the Eviction API from a rate-limited
 // queue of its own: keyed by pod UID, with the UID as precondition, bounded
-// parallelism per node and overall, and exponential backoff for every refusal.
-// Each answer is classified by its type (a PodDisruptionBudget, throttling,
-// a denial, an invalid request, another failure), never by its text. It never
-// deletes a pod and never uses a grace period of 0.
+// parallelism per node and overall, one token bucket that every call (first
+// attempts and retries) takes a token from, a timeout on every call, and
+// exponential backoff for every refusal. Each answer is classified by its
+// type (a PodDisruptionBudget, throttling, a denial, an invalid request,
+// another failure), never by its text; throttling pauses every call until
+// its Retry-After has passed. It never deletes a pod and never uses a grace
+// period of 0.
 package eviction
 
 import (
@@ -21,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"golang.org/x/time/rate"
 )
 
 // Result is how one eviction attempt ended.
@@ -96,9 +101,15 @@ type Options struct {
 	// BaseDelay and MaxDelay bound the per-pod exponential backoff.
 	// Defaults 1s and 1m.
 	BaseDelay, MaxDelay time.Duration
-	// QPS and Burst bound the eviction calls overall. Defaults 50 and 100.
+	// QPS and Burst bound the eviction calls overall, first attempts and
+	// retries alike: every call takes a token from one bucket, waiting for
+	// it. Defaults DefaultQPS and DefaultBurst.
 	QPS   float64
 	Burst int
+	// CallTimeout bounds each Eviction API call; a call that has no answer
+	// by then is Failed and retried with backoff. Default
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
 	// OnOutcome is called after every attempt, from a worker goroutine.
 	OnOutcome func(Outcome)
 	// MayEvict is asked right before each Eviction API call, once the rate
@@ -118,6 +129,8 @@ type Queue struct {
 	opts    Options
 	queue   workqueue.TypedRateLimitingInterface[types.UID]
 	limiter workqueue.TypedRateLimiter[types.UID]
+	// bucket is the token bucket every eviction call waits on.
+	bucket *rate.Limiter
 
 	mu       sync.Mutex
 	requests map[types.UID]Request
@@ -126,7 +139,29 @@ type Queue struct {
 	// races the informer (the pod not yet seen terminating) cannot evict a
 	// pod twice.
 	evicted map[types.UID]time.Time
+	// pausedUntil is when the API server's latest throttling ends: no
+	// eviction call of any pod is made before.
+	pausedUntil time.Time
 }
+
+// Defaults of Options.
+const (
+	// DefaultQPS and DefaultBurst bound eviction calls. Every successful
+	// eviction makes the cluster do several writes more (the pod's deletion,
+	// its replacement's creation and binding, status updates, endpoint
+	// changes), so 10 calls a second are some 50 writes a second: well
+	// within what a small control plane serves, while the pods of a full
+	// node (110) are asked to leave within seconds, far below their usual
+	// termination grace period. The burst lets one node's parallel
+	// evictions (maxParallelEvictionsPerNode, 10 by default) and a few
+	// retries start at once.
+	DefaultQPS   = 10
+	DefaultBurst = 20
+	// DefaultCallTimeout bounds each eviction call: far above a healthy
+	// answer (milliseconds), below the API server's own request timeout
+	// (60s), so a worker stuck on a slow etcd is freed and retries later.
+	DefaultCallTimeout = 30 * time.Second
+)
 
 // evictedMemory is how long the queue remembers a successful eviction; the
 // informer shows the pod terminating long before.
@@ -166,10 +201,13 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 		opts.MaxDelay = time.Minute
 	}
 	if opts.QPS <= 0 {
-		opts.QPS = 50
+		opts.QPS = DefaultQPS
 	}
 	if opts.Burst <= 0 {
-		opts.Burst = 100
+		opts.Burst = DefaultBurst
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -180,14 +218,15 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 	if opts.MayEvict == nil {
 		opts.MayEvict = func(Request) (bool, string) { return true, "" }
 	}
-	limiter := workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](opts.BaseDelay, opts.MaxDelay),
-		&workqueue.TypedBucketRateLimiter[types.UID]{Limiter: newTokenBucket(opts.QPS, opts.Burst)},
-	)
+	// The workqueue's limiter is only consulted for retries: it keeps the
+	// per-pod backoff; the rate of calls is the bucket's, taken by every
+	// call in next.
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](opts.BaseDelay, opts.MaxDelay)
 	q := &Queue{
 		evict1:   evict,
 		opts:     opts,
 		limiter:  limiter,
+		bucket:   newTokenBucket(opts.QPS, opts.Burst),
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "vacate_evictions", Clock: opts.Clock}),
 		requests: map[types.UID]Request{},
 		perNode:  map[string]int{},
@@ -195,6 +234,10 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 	}
 	return q
 }
+
+// ErrCallTimeout is the error of an eviction call the API server did not
+// answer within Options.CallTimeout.
+var ErrCallTimeout = errors.New("the eviction call timed out")
 
 // ErrZeroGracePeriod rejects a request that would kill a pod without notice.
 var ErrZeroGracePeriod = errors.New("a grace period of 0 is never used for evictions")
@@ -310,6 +353,10 @@ func (q *Queue) next(ctx context.Context) bool {
 	q.perNode[r.Node]++
 	q.mu.Unlock()
 
+	if !q.admit(ctx) || !q.wanted(uid) { // shut down, or forgotten meanwhile
+		q.release(r.Node)
+		return true
+	}
 	if ok, why := q.opts.MayEvict(r); !ok {
 		q.hold(r, why)
 		return true
@@ -334,8 +381,26 @@ func (q *Queue) next(ctx context.Context) bool {
 	case stillWanted && ctx.Err() == nil:
 		q.retry(uid, out.RetryAfter)
 	}
+	if out.Result == Throttled {
+		q.pause(out)
+	}
 	q.opts.OnOutcome(out)
 	return true
+}
+
+// wanted says whether the pod is still queued (not forgotten).
+func (q *Queue) wanted(uid types.UID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.requests[uid]
+	return ok
+}
+
+// release frees a node's slot taken for a call that was not made.
+func (q *Queue) release(node string) {
+	q.mu.Lock()
+	q.perNode[node]--
+	q.mu.Unlock()
 }
 
 // hold drops a request MayEvict refused, frees its node's slot and reports
@@ -364,7 +429,12 @@ func (q *Queue) evict(ctx context.Context, r Request) Outcome {
 			GracePeriodSeconds: r.GracePeriodSeconds,
 		},
 	}
-	err := q.evict1(ctx, ev)
+	cctx, cancel := context.WithTimeout(ctx, q.opts.CallTimeout)
+	defer cancel()
+	err := q.evict1(cctx, ev)
+	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: no answer within %s", ErrCallTimeout, q.opts.CallTimeout)
+	}
 	out := Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, At: q.opts.Clock.Now()}
 	switch {
 	case err == nil:

@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/vacate-dev/vacate/internal/controller"
+	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
@@ -84,7 +85,8 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
 		Cache:                         cache.Options{DefaultTransform: slimObjects},
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(opts.SeveralInProcess)},
+		Controller: config.Controller{SkipNameValidation: ptr.To(opts.SeveralInProcess),
+			ReconciliationTimeout: reconcileTimeout(opts.Controllers.APITimeout)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -99,6 +101,17 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// reconcileTimeout bounds each reconcile pass, and so every API call it
+// makes: a pass that a slow API server or etcd holds up ends with an error
+// and is retried with backoff, rather than parking a worker. Watches are
+// not bounded (rest.Config.Timeout would cut them).
+func reconcileTimeout(apiTimeout time.Duration) time.Duration {
+	if apiTimeout <= 0 {
+		return eviction.DefaultCallTimeout
+	}
+	return apiTimeout
 }
 
 // slimObjects drops what vacate never reads from cached objects: managed
