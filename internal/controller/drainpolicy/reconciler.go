@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/schedule"
 )
@@ -84,7 +85,7 @@ func (r *Reconciler) report(dp *v1alpha1.DrainPolicy, policies []v1alpha1.DrainP
 	st := &dp.Status
 	st.ObservedGeneration = dp.Generation
 	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: dp.Generation})
+		condition.Set(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: dp.Generation})
 	}
 	var own labels.Selector
 	if dp.Spec.NodeSelector != nil {

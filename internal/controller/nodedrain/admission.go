@@ -177,7 +177,7 @@ func (r *Reconciler) hold(s *scope, reason, msg string) {
 	nd := s.drain
 	nd.Status.Phase = v1alpha1.PhasePending
 	nd.Status.StartTime, nd.Status.QueuePosition = nil, 0
-	nd.Status.Blockers, nd.Status.Blocked = nil, 0
+	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted = nil, 0, 0
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, msg)
 	r.Evictions.ForgetNode(nd.Spec.NodeName)

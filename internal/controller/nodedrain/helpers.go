@@ -2,9 +2,11 @@ package nodedrain
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	"k8s.io/klog/v2"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/condition"
 )
 
 // klogRef references a cluster-scoped object, or namespace/name, in logs.
@@ -15,18 +17,12 @@ func klogRef(key string) klog.ObjectRef {
 	return klog.KRef("", key)
 }
 
-// maxDetail bounds a blocker's detail, as the CRD does.
-const maxDetail = 2048
+// maxDetail bounds a blocker's detail and a hook's message (the CRD allows
+// no more for a hook's).
+const maxDetail = v1alpha1.MaxMessage
 
-// truncate shortens s to at most n bytes, on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "..."
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
+// maxHolder bounds a blocker's holder, as the CRD does.
+const maxHolder = 512
+
+// truncate shortens s to at most n runes, marking the cut with "…".
+func truncate(s string, n int) string { return condition.Truncate(s, n) }

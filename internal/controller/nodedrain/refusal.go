@@ -145,12 +145,12 @@ func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool)
 	if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
 		pdbs = d.PDBs
 	}
-	b.Holder = "PodDisruptionBudget " + strings.Join(pdbs, ", ")
+	b.Holder = truncate("PodDisruptionBudget "+strings.Join(pdbs, ", "), maxHolder)
 	b.Detail = b.Holder + " allows no disruption now"
 	if refused {
 		b.Since = metav1.NewTime(ref.since)
 		if ref.message != "" {
-			b.Detail = b.Holder + ": " + truncate(ref.message, maxDetail-len(b.Holder)-2)
+			b.Detail = truncate(b.Holder+": "+ref.message, maxDetail)
 		}
 	}
 	return b
@@ -169,7 +169,7 @@ func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal) v1alpha1.
 	case ref.result == eviction.Invalid:
 		b.Reason = BlockerInvalid
 	case ref.multiplePDBs() && len(d.PDBs) > 1:
-		b.Reason, b.Holder = BlockerMultiplePDBs, "PodDisruptionBudget "+strings.Join(d.PDBs, ", ")
+		b.Reason, b.Holder = BlockerMultiplePDBs, truncate("PodDisruptionBudget "+strings.Join(d.PDBs, ", "), maxHolder)
 	default:
 		b.Reason = BlockerFailed
 	}

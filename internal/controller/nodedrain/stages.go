@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
@@ -57,11 +58,10 @@ const (
 	EventNodeReplaced    = "NodeReplaced"
 )
 
-// maxBlockers bounds status.blockers.
-const maxBlockers = 20
-
+// setCondition sets a condition of the drain, its message capped at
+// v1alpha1.MaxMessage runes.
 func (s *scope) setCondition(t string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&s.drain.Status.Conditions, metav1.Condition{
+	condition.Set(&s.drain.Status.Conditions, metav1.Condition{
 		Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.drain.Generation,
 		LastTransitionTime: metav1.NewTime(s.now),
 	})
@@ -286,10 +286,10 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	}
 	sort.Slice(blockers, func(i, j int) bool { return blockers[i].Pod < blockers[j].Pod })
 	st.Blocked = int32(len(blockers))
-	if len(blockers) > maxBlockers {
-		blockers = blockers[:maxBlockers]
+	if len(blockers) > v1alpha1.MaxBlockers {
+		blockers = blockers[:v1alpha1.MaxBlockers]
 	}
-	st.Blockers = blockers
+	st.Blockers, st.BlockersOmitted = blockers, st.Blocked-int32(len(blockers))
 	reasons := make([]string, 0, len(blockers))
 	for _, b := range blockers {
 		reasons = append(reasons, b.Reason)
@@ -390,7 +390,7 @@ func (r *Reconciler) fail(s *scope, reason, msg string) {
 	r.Evictions.ForgetNode(nd.Spec.NodeName)
 	nd.Status.Phase = v1alpha1.PhaseFailed
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
-	msg = truncate(msg, maxMessage)
+	msg = condition.Cap(msg)
 	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason, msg)
 	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
 	s.afterWrite(func() {
@@ -399,9 +399,6 @@ func (r *Reconciler) fail(s *scope, reason, msg string) {
 	})
 	s.stop = true
 }
-
-// maxMessage bounds a condition message.
-const maxMessage = 4096
 
 // forceDelete deletes the pods that must leave and may be deleted, and
 // reports how many it deleted and how many are still on their way out.
@@ -587,7 +584,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	// No requester is left but the object stays: it is idle until one returns.
 	nd.Status.Phase = v1alpha1.PhasePending
 	// A requester that returns starts a new drain, counted from zero.
-	nd.Status.Blockers, nd.Status.Blocked, nd.Status.Hooks = nil, 0, nil
+	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted, nd.Status.Hooks = nil, 0, 0, nil
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
 	nd.Status.UndoStartTime, nd.Status.Mode = nil, ""
