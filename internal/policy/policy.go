@@ -62,6 +62,10 @@ type Policy struct {
 	// and in which namespaces (nil: all).
 	HTTPHooks      bool
 	HookNamespaces labels.Selector
+	// AnnotationNamespaces are the namespaces whose pods may hold a drain
+	// with their own annotations (pods.annotationNamespaceSelector); nil:
+	// all.
+	AnnotationNamespaces labels.Selector
 }
 
 // Defaults of the timeouts the policy may leave unset.
@@ -291,6 +295,13 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 			return Policy{}, fmt.Errorf("DrainPolicy %s: httpHooks.namespaceSelector: %w", name, err)
 		}
 		p.HookNamespaces = sel
+	}
+	if s.Pods.AnnotationNamespaceSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(s.Pods.AnnotationNamespaceSelector)
+		if err != nil {
+			return Policy{}, fmt.Errorf("DrainPolicy %s: pods.annotationNamespaceSelector: %w", name, err)
+		}
+		p.AnnotationNamespaces = sel
 	}
 	if s.Pods.SkipSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(s.Pods.SkipSelector)

@@ -122,10 +122,14 @@ func (r *Reconciler) hookNotDone(ctx context.Context, nd *v1alpha1.NodeDrain, no
 }
 
 // hookAllowed reports whether the policy calls the pod's HTTP hook: hooks
-// are enabled and the pod's namespace is among those allowed.
+// are enabled and the pod's namespace is among those allowed, both to hold
+// drains with annotations (annotationsHonoured) and to have hooks.
 func (r *Reconciler) hookAllowed(ctx context.Context, p policy.Policy, pod *corev1.Pod) (bool, error) {
 	if !p.HTTPHooks || !hook.Wants(pod) {
 		return false, nil
+	}
+	if ok, err := r.annotationsHonoured(ctx, p, pod.Namespace); err != nil || !ok {
+		return false, err
 	}
 	if p.HookNamespaces == nil {
 		return true, nil

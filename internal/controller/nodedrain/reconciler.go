@@ -89,6 +89,9 @@ type Reconciler struct {
 	queued   reasonGauge // vacate_drains_queued
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
 	Wake chan event.GenericEvent
+
+	// annotationWarnings: pods already warned that their annotations are ignored.
+	annotationWarnings warnedPods
 }
 
 // NewReconciler wires a reconciler to its eviction queue: every outcome

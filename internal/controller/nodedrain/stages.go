@@ -194,7 +194,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	if s.plan != nil {
 		return *s.plan, nil
 	}
-	pods, err := r.podsOnNode(ctx, s.drain.Spec.NodeName)
+	pods, err := r.podsAsDrained(ctx, s)
 	if err != nil {
 		return drain.Plan{}, err
 	}
