@@ -138,7 +138,7 @@ type Queue struct {
 	// evicted remembers pods whose eviction succeeded, so that an Add that
 	// races the informer (the pod not yet seen terminating) cannot evict a
 	// pod twice.
-	evicted map[types.UID]time.Time
+	evicted map[types.UID]evictedPod
 	// pausedUntil is when the API server's latest throttling ends: no
 	// eviction call of any pod is made before.
 	pausedUntil time.Time
@@ -162,6 +162,12 @@ const (
 	// (60s), so a worker stuck on a slow etcd is freed and retries later.
 	DefaultCallTimeout = 30 * time.Second
 )
+
+// evictedPod is when a pod of a node was evicted.
+type evictedPod struct {
+	at   time.Time
+	node string
+}
 
 // evictedMemory is how long the queue remembers a successful eviction; the
 // informer shows the pod terminating long before.
@@ -230,7 +236,7 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "vacate_evictions", Clock: opts.Clock}),
 		requests: map[types.UID]Request{},
 		perNode:  map[string]int{},
-		evicted:  map[types.UID]time.Time{},
+		evicted:  map[types.UID]evictedPod{},
 	}
 	return q
 }
@@ -249,8 +255,8 @@ func (q *Queue) Add(r Request) error {
 	}
 	now := q.opts.Clock.Now()
 	q.mu.Lock()
-	for uid, at := range q.evicted {
-		if now.Sub(at) > evictedMemory {
+	for uid, e := range q.evicted {
+		if now.Sub(e.at) > evictedMemory {
 			delete(q.evicted, uid)
 		}
 	}
@@ -275,8 +281,9 @@ func (q *Queue) Forget(uid types.UID) {
 	q.queue.Forget(uid)
 }
 
-// ForgetNode drops every queued eviction of the node's pods (the drain was
-// cancelled) and returns how many it dropped.
+// ForgetNode drops every queued eviction of the node's pods and what the
+// queue remembers of them (the drain ended, failed, was held or cancelled),
+// and returns how many queued evictions it dropped.
 func (q *Queue) ForgetNode(node string) int {
 	q.mu.Lock()
 	var uids []types.UID
@@ -285,6 +292,14 @@ func (q *Queue) ForgetNode(node string) int {
 			uids = append(uids, uid)
 			delete(q.requests, uid)
 		}
+	}
+	for uid, e := range q.evicted {
+		if e.node == node {
+			delete(q.evicted, uid)
+		}
+	}
+	if q.perNode[node] == 0 {
+		delete(q.perNode, node)
 	}
 	q.mu.Unlock()
 	for _, uid := range uids {
@@ -303,6 +318,25 @@ func (q *Queue) RetryNow(uid types.UID) {
 		q.queue.Forget(uid)
 		q.queue.Add(uid)
 	}
+}
+
+// Remembered is how many pods of the node the queue keeps state for:
+// queued, in flight, or evicted lately.
+func (q *Queue) Remembered(node string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, r := range q.requests {
+		if r.Node == node {
+			n++
+		}
+	}
+	for _, e := range q.evicted {
+		if e.node == node {
+			n++
+		}
+	}
+	return n
 }
 
 // Pending reports whether the pod is queued or in flight.
@@ -367,7 +401,7 @@ func (q *Queue) next(ctx context.Context) bool {
 	q.perNode[r.Node]--
 	switch out.Result {
 	case Evicted:
-		q.evicted[uid] = out.At
+		q.evicted[uid] = evictedPod{at: out.At, node: r.Node}
 		delete(q.requests, uid)
 	case Gone:
 		delete(q.requests, uid)

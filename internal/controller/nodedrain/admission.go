@@ -180,7 +180,7 @@ func (r *Reconciler) hold(s *scope, reason, msg string) {
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted = nil, 0, 0
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, msg)
-	r.Evictions.ForgetNode(nd.Spec.NodeName)
+	r.forgetNode(nd.Spec.NodeName)
 	r.queue.forget(nd)
 	r.queue.invalidate()
 	r.blocked.set(nd.Name)

@@ -44,6 +44,7 @@ const HolderThrottling = "API server throttling"
 type refusal struct {
 	// since is when the API server first answered this way.
 	since   time.Time
+	node    string
 	result  eviction.Result
 	code    int32
 	message string
@@ -63,6 +64,30 @@ func (c *refusalCache) get(uid types.UID) (refusal, bool) {
 	return r, ok
 }
 
+// forgetNode drops the refusals of the node's pods.
+func (c *refusalCache) forgetNode(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid, r := range c.m {
+		if r.node == node {
+			delete(c.m, uid)
+		}
+	}
+}
+
+// count is how many pods of the node have a refusal.
+func (c *refusalCache) count(node string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.m {
+		if r.node == node {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *refusalCache) record(o eviction.Outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -72,7 +97,7 @@ func (c *refusalCache) record(o eviction.Outcome) {
 	default:
 		prev, ok := c.m[o.UID]
 		if !ok || prev.result != o.Result || prev.code != o.Code {
-			prev = refusal{since: o.At, result: o.Result, code: o.Code}
+			prev = refusal{since: o.At, result: o.Result, code: o.Code, node: o.Node}
 		}
 		prev.message = o.Message
 		c.m[o.UID] = prev
@@ -110,8 +135,21 @@ func (r *Reconciler) onOutcome(o eviction.Outcome) {
 	} else {
 		metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
 	}
-	r.refusals.record(o)
+	// An answer that arrives after the pod left the queue (the drain
+	// stopped meanwhile) is not remembered: nothing would ever drop it.
+	if r.Evictions.Pending(o.UID) || o.Result == eviction.Evicted || o.Result == eviction.Gone || o.Result == eviction.Held {
+		r.refusals.record(o)
+	}
 	r.wake(o.Node)
+}
+
+// forgetNode drops the node's queued evictions and everything remembered
+// of its pods (refusals, the queue's state): the drain ended, failed, was
+// held or cancelled. It returns how many queued evictions it dropped.
+func (r *Reconciler) forgetNode(node string) int {
+	dropped := r.Evictions.ForgetNode(node)
+	r.refusals.forgetNode(node)
+	return dropped
 }
 
 // blockerFor says whether a decision holds the drain up, and how.

@@ -387,7 +387,7 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, rea
 // fail ends the drain Failed, with the pods that are left in place.
 func (r *Reconciler) fail(s *scope, reason, msg string) {
 	nd := s.drain
-	r.Evictions.ForgetNode(nd.Spec.NodeName)
+	r.forgetNode(nd.Spec.NodeName)
 	nd.Status.Phase = v1alpha1.PhaseFailed
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
 	msg = condition.Cap(msg)
@@ -463,6 +463,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, 
 	}
 	nd.Status.Phase = v1alpha1.PhaseDrained
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
+	r.forgetNode(nd.Spec.NodeName)
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	took := s.now.Sub(nd.Status.StartTime.Time)
 	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, ReasonDrained,
@@ -530,7 +531,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	if nd.Status.UndoStartTime == nil {
 		nd.Status.UndoStartTime = &metav1.Time{Time: s.now}
 	}
-	dropped := r.Evictions.ForgetNode(nd.Spec.NodeName)
+	dropped := r.forgetNode(nd.Spec.NodeName)
 	r.blocked.set(nd.Name)
 	r.queued.set(nd.Name)
 	r.queue.forget(nd)
