@@ -12,6 +12,9 @@ import (
 type AuditEvent struct {
 	Verb       string `json:"verb"`
 	RequestURI string `json:"requestURI"`
+	// UserAgent tells apart processes that run as the same user (two
+	// controller replicas).
+	UserAgent string `json:"userAgent"`
 	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`

@@ -61,7 +61,9 @@ type Cluster struct {
 	// Client is a typed client for RESTConfig.
 	Client kubernetes.Interface
 
-	procs []*process // started by this program, in start order
+	procs  []*process            // started by this program, in start order
+	comps  map[string]*component // the same, by component name (for Restart)
+	detach bool                  // Options.Detach, for processes started again
 }
 
 // State is what a cluster records in its directory so that later commands
@@ -195,7 +197,8 @@ func lostPortRace(err error, opts Options) bool {
 }
 
 func up(ctx context.Context, opts Options, bins Binaries) (_ *Cluster, err error) {
-	c := &Cluster{State: State{Name: opts.Name, Dir: opts.Dir, PodCIDR: opts.PodCIDR, Binaries: bins}}
+	c := &Cluster{State: State{Name: opts.Name, Dir: opts.Dir, PodCIDR: opts.PodCIDR, Binaries: bins},
+		comps: map[string]*component{}, detach: opts.Detach}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -254,6 +257,7 @@ func (c *Cluster) startAll(ctx context.Context, group []*component, opts Options
 			return &ComponentError{Component: comp.proc.name, LogPath: comp.proc.logPath, LogTail: comp.proc.logTail(), Err: err}
 		}
 		c.procs = append(c.procs, comp.proc)
+		c.comps[comp.proc.name] = comp
 		c.Components = append(c.Components, ComponentState{
 			Name: comp.proc.name, PID: comp.proc.pid(), Binary: comp.proc.bin,
 			Port: comp.port, Health: comp.health.url, Log: comp.proc.logPath,
