@@ -15,7 +15,7 @@ type AuditEvent struct {
 	// UserAgent tells apart processes that run as the same user (two
 	// controller replicas).
 	UserAgent string `json:"userAgent"`
-	User       struct {
+	User      struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {
