@@ -30,6 +30,7 @@ func main() {
 	fs.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", opts.LeaseDuration, "how long a Lease holds without renewal")
 	fs.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", opts.RenewDeadline, "how long the leader tries to renew before giving up")
 	fs.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", opts.RetryPeriod, "how often candidates try to acquire the Lease")
+	fs.StringVar(&opts.Identity, "identity", "", "name of this replica in the Lease, in its requests' user agent and its HTTP hook calls (default: host name and a random suffix)")
 	fs.IntVar(&opts.Controllers.EvictionWorkers, "eviction-workers", 20, "evictions in flight across all nodes")
 	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", eviction.DefaultQPS, "eviction calls per second, first attempts and retries alike")
 	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", eviction.DefaultBurst, "burst of eviction calls")

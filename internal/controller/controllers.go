@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -32,6 +33,9 @@ type Options struct {
 	APITimeout time.Duration
 	// Clock drives every controller; tests may pass one whose time they move.
 	Clock Clock
+	// WrapHookTransport, if set, wraps the HTTP hook client's transport (the
+	// operator's leader fence: no hook call unless this replica leads).
+	WrapHookTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Clock is what the controllers need of a clock: tickers for the eviction
@@ -67,6 +71,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 			})
 		})
 	drains.APIReader = mgr.GetAPIReader()
+	if opts.WrapHookTransport != nil {
+		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)
+	}
 	for _, c := range []controllerSetup{
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},

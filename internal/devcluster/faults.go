@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // restartTimeout bounds how long a restarted component may take to become
@@ -67,7 +71,31 @@ func (c *Cluster) Restart(ctx context.Context, name string) error {
 	if err := c.recordPIDs(); err != nil {
 		return err
 	}
-	return comp.waitHealthy(ctx, restartTimeout)
+	if err := comp.waitHealthy(ctx, restartTimeout); err != nil {
+		return err
+	}
+	if name == KubeAPIServer {
+		return c.waitAuthorizing(ctx, restartTimeout)
+	}
+	return nil
+}
+
+// waitAuthorizing waits until a restarted API server's RBAC authorizer has
+// loaded the roles: it reports ready before that, and refuses (403) the
+// requests of every user but cluster admins for a few seconds.
+func (c *Cluster) waitAuthorizing(ctx context.Context, timeout time.Duration) error {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               "system:kube-scheduler",
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"},
+	}}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		r, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the restarted API server to authorize requests: %w", err)
+	}
+	return nil
 }
 
 // recordPIDs writes the current pids into the State file, keeping the

@@ -5,13 +5,18 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -21,6 +26,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/controller"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
@@ -36,6 +42,10 @@ type Options struct {
 	LeaseDuration           time.Duration
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
+	// Identity names this replica in the Lease, in its API requests' user
+	// agent and in its HTTP hook calls. Default: the host name and a random
+	// suffix.
+	Identity string
 
 	Controllers controller.Options
 
@@ -68,23 +78,34 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
+	if err := opts.ValidateLeaderElection(); err != nil {
+		return nil, err
+	}
 	metrics.Register()
+	identity, err := identityOf(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "vacate-controller/" + identity
+	lock, err := fence(cfg, identity, &opts)
+	if err != nil {
+		return nil, err
+	}
 	leaseDuration, renewDeadline, retryPeriod := opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
-		HealthProbeBindAddress:  opts.ProbeAddr,
-		LeaderElection:          opts.LeaderElect,
-		LeaderElectionID:        opts.LeaderElectionID,
-		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		// Its own rest.Config, so lease renewals never queue behind the
-		// controllers' requests under client-side throttling.
-		LeaderElectionConfig:          rest.CopyConfig(cfg),
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &leaseDuration,
-		RenewDeadline:                 &renewDeadline,
-		RetryPeriod:                   &retryPeriod,
-		Cache:                         cache.Options{DefaultTransform: slimObjects},
+		Scheme:                              scheme,
+		Metrics:                             metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:              opts.ProbeAddr,
+		LeaderElection:                      opts.LeaderElect,
+		LeaderElectionID:                    opts.LeaderElectionID,
+		LeaderElectionNamespace:             opts.LeaderElectionNamespace,
+		LeaderElectionResourceLockInterface: lock,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       &leaseDuration,
+		RenewDeadline:                       &renewDeadline,
+		RetryPeriod:                         &retryPeriod,
+		Cache:                               cache.Options{DefaultTransform: slimObjects},
 		Controller: config.Controller{SkipNameValidation: ptr.To(opts.SeveralInProcess),
 			ReconciliationTimeout: reconcileTimeout(opts.Controllers.APITimeout)},
 	})
@@ -112,6 +133,73 @@ func reconcileTimeout(apiTimeout time.Duration) time.Duration {
 		return eviction.DefaultCallTimeout
 	}
 	return apiTimeout
+}
+
+// jitterFactor is client-go's leader election jitter: candidates retry
+// within RetryPeriod * jitterFactor, and the renew deadline must leave room
+// for that.
+const jitterFactor = 1.2
+
+// ValidateLeaderElection checks the lease settings, naming the flags: the
+// renew deadline must be shorter than the lease duration (a leader gives up
+// and stops acting before a standby may take the Lease; the difference is
+// the margin for requests already on their way), and longer than the retry
+// period with its jitter (a leader gets more than one try to renew).
+func (o Options) ValidateLeaderElection() error {
+	if !o.LeaderElect {
+		return nil
+	}
+	switch {
+	case o.LeaderElectionID == "" || o.LeaderElectionNamespace == "":
+		return errors.New("--leader-election-id and --leader-election-namespace must not be empty")
+	case o.LeaseDuration <= 0 || o.RenewDeadline <= 0 || o.RetryPeriod <= 0:
+		return fmt.Errorf("--leader-election-lease-duration (%s), --leader-election-renew-deadline (%s) and --leader-election-retry-period (%s) must be positive",
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	case o.RenewDeadline >= o.LeaseDuration:
+		return fmt.Errorf("--leader-election-renew-deadline (%s) must be shorter than --leader-election-lease-duration (%s): the leader must stop acting before a standby may take the Lease",
+			o.RenewDeadline, o.LeaseDuration)
+	case float64(o.RenewDeadline) <= jitterFactor*float64(o.RetryPeriod):
+		return fmt.Errorf("--leader-election-renew-deadline (%s) must be longer than %.1f times --leader-election-retry-period (%s): the leader must get more than one try to renew",
+			o.RenewDeadline, jitterFactor, o.RetryPeriod)
+	}
+	return nil
+}
+
+// fence sets up leader election's Lease lock and the fence that goes with
+// it (see internal/leader): the lock has its own rest.Config, so renewals
+// never queue behind the controllers' requests and are never fenced; cfg's
+// requests that change something, and opts' HTTP hook calls, go through
+// only while the last renewal is fresher than the renew deadline. Without
+// leader election there is neither lock nor fence.
+func fence(cfg *rest.Config, identity string, opts *Options) (resourcelock.Interface, error) {
+	if !opts.LeaderElect {
+		return nil, nil
+	}
+	leaseCfg := rest.CopyConfig(cfg)
+	leaseCfg.UserAgent += "/leader-election"
+	// One hung request must not use up the renew deadline.
+	lock, err := leader.NewLeaseLock(leaseCfg, opts.LeaderElectionNamespace, opts.LeaderElectionID, identity,
+		max(opts.RenewDeadline/2, time.Second))
+	if err != nil {
+		return nil, err
+	}
+	f := leader.NewFence(clock.RealClock{}, opts.RenewDeadline)
+	cfg.Wrap(f.APITransport)
+	opts.Controllers.WrapHookTransport = f.HookTransport(cfg.UserAgent)
+	return f.Lock(lock), nil
+}
+
+// identityOf is the replica's identity: the option, else the host name and
+// a random suffix, as controller-runtime would choose.
+func identityOf(opts Options) (string, error) {
+	if opts.Identity != "" {
+		return opts.Identity, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("choosing an identity: %w", err)
+	}
+	return host + "_" + string(uuid.NewUUID()), nil
 }
 
 // slimObjects drops what vacate never reads from cached objects: managed

@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -68,8 +69,14 @@ func controllerBinary(t *testing.T) string {
 
 // proc is a running vacate-controller.
 type proc struct {
-	cmd *exec.Cmd
-	log string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{} // closed when the process has exited
+
+	mu sync.Mutex
+	// forbiddenUntil: refusals logged before it are not RBAC's fault (a
+	// restarted API server refuses everyone while its authorizer loads).
+	forbiddenUntil time.Time
 }
 
 // controllerUser is who vacate-controller runs as in these tests: a user
@@ -120,11 +127,15 @@ func startController(t *testing.T, c *devcluster.Cluster, name string, leaderEle
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, log: logPath}
+	p := &proc{cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
 	t.Cleanup(func() {
 		p.kill()
-		if b, _ := os.ReadFile(logPath); bytes.Contains(bytes.ToLower(b), []byte("forbidden")) {
-			t.Errorf("controller %s was refused by RBAC (see its log): config/rbac lacks a permission", name)
+		if line := p.forbidden(); line != "" {
+			t.Errorf("controller %s was refused by RBAC (see its log): config/rbac lacks a permission:\n%s", name, line)
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
@@ -136,9 +147,45 @@ func startController(t *testing.T, c *devcluster.Cluster, name string, leaderEle
 
 // kill sends SIGKILL: no cleanup, no lease release, as a crash would.
 func (p *proc) kill() {
-	if p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// tolerateForbiddenUntil accepts refusals logged before until.
+func (p *proc) tolerateForbiddenUntil(until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.forbiddenUntil = until
+}
+
+// forbidden returns the first log line where the API server refused the
+// controller, but those before forbiddenUntil; "" if none.
+func (p *proc) forbidden() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, _ := os.ReadFile(p.log)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(strings.ToLower(line), "forbidden") {
+			continue
+		}
+		var entry struct {
+			TS time.Time `json:"ts"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && !entry.TS.IsZero() && !entry.TS.After(p.forbiddenUntil) {
+			continue
+		}
+		return tailLines(line, 1)
+	}
+	return ""
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -162,12 +209,19 @@ func newEnv(t *testing.T) *env {
 // and returns the node with the most of them.
 func (e *env) workload(t *testing.T, prefix string, nodes, pods int32, maxUnavailable string) (string, string) {
 	t.Helper()
+	return e.annotatedWorkload(t, prefix, nodes, pods, maxUnavailable, nil)
+}
+
+// annotatedWorkload is workload with annotations on the pods.
+func (e *env) annotatedWorkload(t *testing.T, prefix string, nodes, pods int32, maxUnavailable string, annotations map[string]string) (string, string) {
+	t.Helper()
 	ctx := testenv.Context(t)
 	sel := map[string]string{testLabel: prefix}
 	names := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: int(nodes), Labels: sel})
 	ns := testenv.Namespace(t, e.c)
 	dep := devcluster.Deployment(ns, "web", pods)
 	dep.Spec.Template.Spec.NodeSelector = sel
+	dep.Spec.Template.Annotations = annotations
 	if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
