@@ -142,6 +142,9 @@ type Prober struct {
 
 	mu    sync.Mutex
 	convs map[types.UID]*conversation
+	// base is the context conversations run under (Run's); ended stops new ones.
+	base  context.Context
+	ended bool
 }
 
 // NewProber returns a prober with a client that times out, follows no
@@ -221,6 +224,9 @@ func (p *Prober) ForgetNode(node string) {
 func (p *Prober) run(t Target, cancel bool) (Result, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ended {
+		return Result{Problem: errStopped.Error()}, false
+	}
 	c, ok := p.convs[t.Pod]
 	if ok && c.target == t && c.cancel == cancel {
 		return c.get()
@@ -228,11 +234,37 @@ func (p *Prober) run(t Target, cancel bool) (Result, bool) {
 	if ok {
 		c.stop()
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	base := p.base
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, stop := context.WithCancel(base)
 	c = &conversation{target: t, cancel: cancel, stop: stop}
 	p.convs[t.Pod] = c
 	go p.converse(ctx, c)
 	return c.get()
+}
+
+// errStopped answers the calls made after Run returned.
+var errStopped = errors.New("the hook prober stopped (this replica no longer leads)")
+
+// Run ties the prober to ctx, the leader's context: conversations run under
+// it, and when it ends (leadership lost, or shutdown) every conversation
+// stops and none starts again. It blocks until ctx ends; run it as a
+// leader-election runnable.
+func (p *Prober) Run(ctx context.Context) error {
+	p.mu.Lock()
+	p.base = ctx
+	p.mu.Unlock()
+	<-ctx.Done()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	for pod, c := range p.convs {
+		c.stop()
+		delete(p.convs, pod)
+	}
+	return nil
 }
 
 // converse calls the hook until the conversation ends or is stopped.

@@ -31,13 +31,17 @@ func IndexPods(ctx context.Context, mgr manager.Manager) error {
 	})
 }
 
-// SetupWithManager registers the controller, its watches and its eviction
-// queue (which runs only on the leader).
+// SetupWithManager registers the controller, its watches, its eviction
+// queue and its HTTP hook prober (both run only on the leader, and stop when
+// leadership ends).
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.Evictions.Run(ctx)
 		return nil
 	})); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.Hooks.Run)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
