@@ -154,6 +154,12 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 		out = append(out, Finding{Subject: subject, Cause: c.Message,
 			Fix: "check the node's name; cancel this drain if the node is gone for good", Since: c.LastTransitionTime.Time})
 	}
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint); c != nil && c.Status == metav1.ConditionTrue {
+		out = append(out, Finding{Subject: "node/" + nd.Spec.NodeName, Cause: c.Message,
+			Fix: "replace the taint with one of effect NoSchedule ('kubectl taint node " + nd.Spec.NodeName + " " + nodedrain.TaintKey +
+				":NoExecute- " + nodedrain.TaintKey + ":NoSchedule'): the drain stays requested and the pods then leave through evictions",
+			Since: c.LastTransitionTime.Time})
+	}
 	if nd.Status.Phase == v1alpha1.PhaseFailed {
 		msg := "the drain failed"
 		if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionDrained); c != nil {

@@ -118,6 +118,16 @@ func TestExplain(t *testing.T) {
 		in:   Input{Drain: noPolicy},
 		want: []string{`why:  not admitted: DrainPolicy "strict" named by spec.policyName does not exist`, "create that DrainPolicy, or clear spec.policyName"},
 	}, {
+		name: "a NoExecute trigger taint is explained with what to use instead",
+		in: Input{Drain: func() *v1alpha1.NodeDrain {
+			nd := stuck()
+			nd.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionNoExecuteTaint, Status: metav1.ConditionTrue,
+				Reason: nodedrain.ReasonNoExecuteTaint, Message: "node n1 has the taint vacate.dev/drain with effect NoExecute: ..."}}
+			return nd
+		}()},
+		want: []string{"node/n1", "why:  node n1 has the taint vacate.dev/drain with effect NoExecute",
+			"do:   replace the taint with one of effect NoSchedule", "kubectl taint node n1 vacate.dev/drain:NoExecute- vacate.dev/drain:NoSchedule"},
+	}, {
 		name: "nothing holds a drained node",
 		in:   Input{Drain: func() *v1alpha1.NodeDrain { nd := stuck(); nd.Status.Phase = v1alpha1.PhaseDrained; return nd }()},
 		want: []string{"Nothing holds it: the node is drained."},

@@ -211,6 +211,7 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) (bool, error) {
 	if err != nil {
 		return true, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
+	r.warnNoExecute(s, node) // an ended drain still says what the taint does
 	return nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID), nil
 }
 

@@ -83,6 +83,7 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
 	s.node = node
+	r.warnNoExecute(s, node)
 	if nd.Status.NodeUID == "" {
 		nd.Status.NodeUID = string(node.UID)
 	} else if nd.Status.NodeUID != string(node.UID) {
@@ -593,6 +594,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
+	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint)
 	if err := r.patchFinalizer(ctx, nd, controllerutil.RemoveFinalizer); err != nil {
 		return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
 	}

@@ -4,7 +4,9 @@
 // trigger), so a drain is undone only when its last requester, trigger or
 // person, leaves:
 //
-//   - "taint": the taint vacate.dev/drain, any effect (policy triggers.taint);
+//   - "taint": the taint vacate.dev/drain, any effect (policy triggers.taint;
+//     with NoExecute the taint manager deletes untolerating pods at once, so
+//     the NodeDrain controller warns, see nodedrain.warnNoExecute);
 //   - "cordon": the node is unschedulable and vacate did not cordon it
 //     (triggers.onUnschedulable: Drain);
 //   - "external:<key>": a taint of triggers.externalTaints, by default the
@@ -59,7 +61,7 @@ import (
 // Fixed names.
 const (
 	// TaintKey requests a drain of the node it is on.
-	TaintKey = "vacate.dev/drain"
+	TaintKey = nodedrain.TaintKey
 	// Requester names of the triggers.
 	RequesterTaint    = "taint"
 	RequesterCordon   = "cordon"

@@ -1,0 +1,67 @@
+package nodedrain
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+)
+
+// TaintKey is the trigger taint: vacate.dev/drain on a node, any effect,
+// requests its drain. vacate never sets it; people and tools do.
+const TaintKey = "vacate.dev/drain"
+
+// Reasons of the NoExecuteTaint condition, and its event.
+const (
+	// ReasonNoExecuteTaint: the trigger taint has effect NoExecute.
+	ReasonNoExecuteTaint = "NoExecuteTaint"
+	// ReasonNoExecuteTaintGone: it no longer has.
+	ReasonNoExecuteTaintGone = "NoExecuteTaintGone"
+	// EventNoExecuteTaint: a Warning on the node when the trigger taint
+	// turns up with effect NoExecute.
+	EventNoExecuteTaint = "NoExecuteTaint"
+)
+
+// hasNoExecuteTrigger reports whether the node carries the trigger taint
+// with effect NoExecute.
+func hasNoExecuteTrigger(node *corev1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == TaintKey && t.Effect == corev1.TaintEffectNoExecute {
+			return true
+		}
+	}
+	return false
+}
+
+// noExecuteMessage says what a NoExecute trigger taint does, and what to
+// use instead.
+func noExecuteMessage(node string) string {
+	return fmt.Sprintf("node %s has the taint %s with effect NoExecute: Kubernetes' taint manager deletes every pod "+
+		"that does not tolerate it at once, without PodDisruptionBudgets, evacuations or HTTP hooks; vacate drains "+
+		"what is left. Use effect NoSchedule for the trigger taint (kubectl taint node %s %s:NoExecute- %s:NoSchedule)",
+		node, TaintKey, node, TaintKey, TaintKey)
+}
+
+// warnNoExecute keeps the NoExecuteTaint condition in step with the node:
+// True while it carries the trigger taint with effect NoExecute (the drain
+// is still requested and runs), False once it no longer does; a drain that
+// never saw such a taint has no such condition. The Warning event on the
+// node goes with each change to True, once its status is written.
+func (r *Reconciler) warnNoExecute(s *scope, node *corev1.Node) {
+	nd := s.drain
+	was := meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint)
+	switch {
+	case hasNoExecuteTrigger(node):
+		msg := noExecuteMessage(node.Name)
+		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionTrue, ReasonNoExecuteTaint, msg)
+		if !was {
+			s.afterWrite(func() { r.Events.Eventf(node, nd, corev1.EventTypeWarning, EventNoExecuteTaint, "Drain", "%s", msg) })
+		}
+	case meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint) != nil:
+		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionFalse, ReasonNoExecuteTaintGone,
+			fmt.Sprintf("node %s no longer has the taint %s with effect NoExecute", node.Name, TaintKey))
+	}
+}
