@@ -1,6 +1,8 @@
 // Package manager embeds the manifests that run vacate-controller in a
-// cluster (controller.yaml: namespace, service account, binding,
-// Deployment, PDB), with the image left for the installer to set.
+// cluster: its namespace (namespace.yaml); its service account, role
+// bindings, Deployment and PDB (controller.yaml), with the image left for
+// the installer to set; and the binding that grants pod delete, only for
+// policies with onTimeout: ForceDelete (force-delete.yaml).
 package manager
 
 import (
@@ -13,6 +15,16 @@ import (
 //go:embed controller.yaml
 var controllerYAML string
 
+// NamespaceYAML is the namespace vacate-system.
+//
+//go:embed namespace.yaml
+var NamespaceYAML string
+
+// ForceDeleteYAML is the ClusterRoleBinding vacate-controller-force-delete.
+//
+//go:embed force-delete.yaml
+var ForceDeleteYAML string
+
 // imageLine is the placeholder image in controller.yaml.
 var imageLine = regexp.MustCompile(`(?m)^(\s+image: )IMAGE$`)
 
@@ -20,8 +32,19 @@ var imageLine = regexp.MustCompile(`(?m)^(\s+image: )IMAGE$`)
 // YAML syntax that could change the document.
 var validImage = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:@-]*$`)
 
-// ControllerYAML returns the manifests with the controller's image set.
+// ControllerYAML returns the namespace and the controller's manifests, with
+// the controller's image set.
 func ControllerYAML(image string) (string, error) {
+	y, err := WorkloadYAML(image)
+	if err != nil {
+		return "", err
+	}
+	return NamespaceYAML + "---\n" + y, nil
+}
+
+// WorkloadYAML returns the controller's manifests without the namespace,
+// with the controller's image set.
+func WorkloadYAML(image string) (string, error) {
 	if !validImage.MatchString(strings.ToLower(image)) {
 		return "", fmt.Errorf("image %q is not an image reference such as ghcr.io/acme/vacate-controller:v0.1.0", image)
 	}

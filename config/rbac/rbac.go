@@ -1,9 +1,12 @@
-// Package rbac embeds vacate's ClusterRoles: vacate-controller's (role.yaml,
-// written by `make generate` from the controllers' RBAC markers) and
+// Package rbac embeds vacate's RBAC: vacate-controller's ClusterRole and its
+// Role for the leader Lease (role.yaml, written by `make generate` from the
+// controllers' RBAC markers), the ClusterRole vacate-controller-force-delete
+// (force-delete-role.yaml: pod delete, bound only where a policy forces) and
 // vacate-user's (user-role.yaml, hand-written: what the CLI needs).
 package rbac
 
 import (
+	"bytes"
 	_ "embed"
 	"fmt"
 
@@ -11,23 +14,68 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ControllerRoleYAML is vacate-controller's ClusterRole.
+// ControllerRoleYAML holds vacate-controller's ClusterRole and its Role in
+// the namespace vacate-system (the leader Lease, by name).
 //
 //go:embed role.yaml
 var ControllerRoleYAML []byte
+
+// ForceDeleteRoleYAML is the ClusterRole vacate-controller-force-delete.
+//
+//go:embed force-delete-role.yaml
+var ForceDeleteRoleYAML []byte
 
 // UserRoleYAML is the ClusterRole vacate-user, for the people who use the CLI.
 //
 //go:embed user-role.yaml
 var UserRoleYAML []byte
 
+// Names of vacate's roles and of what the Role vacate-controller grants.
+const (
+	ControllerRoleName  = "vacate-controller"
+	ForceDeleteRoleName = "vacate-controller-force-delete"
+	UserRoleName        = "vacate-user"
+	// Namespace is where the controller runs and holds its leader Lease.
+	Namespace = "vacate-system"
+	// LeaseName is the leader Lease the Role vacate-controller names.
+	LeaseName = "vacate-controller"
+)
+
 // ControllerRole returns the ClusterRole vacate-controller needs.
 func ControllerRole() (*rbacv1.ClusterRole, error) {
-	return decode(ControllerRoleYAML, "vacate-controller")
+	role := &rbacv1.ClusterRole{}
+	if err := decodeDoc(ControllerRoleYAML, "ClusterRole", role); err != nil {
+		return nil, fmt.Errorf("decoding the ClusterRole %s: %w", ControllerRoleName, err)
+	}
+	return role, nil
+}
+
+// LeaderElectionRole returns the Role vacate-controller, for its leader
+// Lease, moved to namespace and naming the Lease lease instead of
+// vacate-controller: tests run controllers with other Lease names.
+func LeaderElectionRole(namespace, lease string) (*rbacv1.Role, error) {
+	role := &rbacv1.Role{}
+	if err := decodeDoc(ControllerRoleYAML, "Role", role); err != nil {
+		return nil, fmt.Errorf("decoding the Role %s: %w", ControllerRoleName, err)
+	}
+	role.Namespace = namespace
+	for i := range role.Rules {
+		for j, name := range role.Rules[i].ResourceNames {
+			if name == LeaseName {
+				role.Rules[i].ResourceNames[j] = lease
+			}
+		}
+	}
+	return role, nil
+}
+
+// ForceDeleteRole returns the ClusterRole vacate-controller-force-delete.
+func ForceDeleteRole() (*rbacv1.ClusterRole, error) {
+	return decode(ForceDeleteRoleYAML, ForceDeleteRoleName)
 }
 
 // UserRole returns the ClusterRole vacate-user.
-func UserRole() (*rbacv1.ClusterRole, error) { return decode(UserRoleYAML, "vacate-user") }
+func UserRole() (*rbacv1.ClusterRole, error) { return decode(UserRoleYAML, UserRoleName) }
 
 func decode(b []byte, name string) (*rbacv1.ClusterRole, error) {
 	role := &rbacv1.ClusterRole{}
@@ -35,4 +83,20 @@ func decode(b []byte, name string) (*rbacv1.ClusterRole, error) {
 		return nil, fmt.Errorf("decoding the ClusterRole %s: %w", name, err)
 	}
 	return role, nil
+}
+
+// decodeDoc decodes the document of kind from a multi-document YAML stream.
+func decodeDoc(stream []byte, kind string, into any) error {
+	for _, doc := range bytes.Split(stream, []byte("\n---\n")) {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			return err
+		}
+		if head.Kind == kind {
+			return yaml.UnmarshalStrict(doc, into)
+		}
+	}
+	return fmt.Errorf("no %s in the stream", kind)
 }

@@ -7,34 +7,55 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vacate-dev/vacate/config/admission"
 	"github.com/vacate-dev/vacate/config/crd"
 	"github.com/vacate-dev/vacate/config/manager"
 	"github.com/vacate-dev/vacate/config/rbac"
 )
 
 // manifestKinds are what 'vacate manifests' prints.
-var manifestKinds = []string{"install", "crds", "controller-role", "controller", "user-role"}
+var manifestKinds = []string{"install", "crds", "controller-role", "controller", "user-role", "admission", "force-delete"}
 
 func newManifestsCommand(s Streams) *cobra.Command {
 	var image string
+	var forceDelete bool
 	cmd := &cobra.Command{
-		Use:   "manifests install|crds|controller-role|controller|user-role...",
+		Use:   "manifests install|crds|controller-role|controller|user-role|admission|force-delete...",
 		Short: "Print the manifests vacate needs in a cluster, for kubectl apply",
 		Long: `Prints, as YAML for 'kubectl apply -f -', the manifests built into this vacate:
-  install          everything below, in order: what a cluster needs to run vacate
+  install          everything below but force-delete, in order: what a cluster
+                   needs to run vacate (--force-delete adds force-delete)
   crds             the NodeDrain and DrainPolicy CustomResourceDefinitions
-  controller-role  the ClusterRole vacate-controller needs
-  controller       namespace vacate-system, service account, role binding, a
+  controller-role  namespace vacate-system, the ClusterRole vacate-controller,
+                   its Role for the leader Lease (get and update of the Lease
+                   vacate-controller only) and the ClusterRole
+                   vacate-controller-force-delete (pod delete; not bound)
+  controller       namespace vacate-system, service account, role bindings, a
                    Deployment of vacate-controller (needs --image) and its PDB
-  user-role        the ClusterRole vacate-user, for the people who run this CLI`,
+  user-role        the ClusterRole vacate-user, for the people who run this CLI
+  admission        ValidatingAdmissionPolicies: vacate-controller changes on
+                   Nodes only the cordon and vacate's own annotations, taint
+                   and finalizer; people name a DrainPolicy only with the verb
+                   use on it, change only their own requesters, and set only
+                   spec.release on an Evacuation, as themselves
+  force-delete     the binding of vacate-controller-force-delete to the
+                   controller: needed only by a DrainPolicy with
+                   timeouts.onTimeout: ForceDelete`,
 		Example: `  # Install vacate in the current cluster
   vacate manifests install --image ghcr.io/acme/vacate-controller:v0.1.0 | kubectl apply -f -
+
+  # The same, for policies with timeouts.onTimeout: ForceDelete
+  vacate manifests install --force-delete --image ghcr.io/acme/vacate-controller:v0.1.0 | kubectl apply -f -
 
   # Only the CRDs (to run the controller elsewhere, with --kubeconfig)
   vacate manifests crds | kubectl apply -f -
 
   # Let alice drain nodes with the CLI
-  kubectl create clusterrolebinding alice-vacate --clusterrole vacate-user --user alice`,
+  kubectl create clusterrolebinding alice-vacate --clusterrole vacate-user --user alice
+
+  # Let alice name the DrainPolicy fast in her drains (vacate drain --policy fast)
+  kubectl create clusterrole vacate-use-fast --verb=use --resource=drainpolicies.vacate.dev --resource-name=fast
+  kubectl create clusterrolebinding alice-vacate-use-fast --clusterrole vacate-use-fast --user alice`,
 		ValidArgs: manifestKinds,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -53,7 +74,7 @@ func newManifestsCommand(s Streams) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var parts []string
 			for _, a := range args {
-				docs, err := manifest(a, image)
+				docs, err := manifest(a, image, forceDelete)
 				if err != nil {
 					return err
 				}
@@ -74,28 +95,42 @@ func newManifestsCommand(s Streams) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&image, "image", "", "the vacate-controller image, for controller and install")
+	cmd.Flags().BoolVar(&forceDelete, "force-delete", false,
+		"install: also bind the ClusterRole vacate-controller-force-delete (pod delete), for DrainPolicies with timeouts.onTimeout: ForceDelete")
 	return cmd
 }
 
-func manifest(kind, image string) ([]string, error) {
+// manifest returns the documents of one kind. install lists the namespace
+// once, first, so that the Role in it applies.
+func manifest(kind, image string, forceDelete bool) ([]string, error) {
 	switch kind {
 	case "install":
-		var all []string
-		for _, k := range []string{"crds", "controller-role", "user-role", "controller"} {
-			docs, err := manifest(k, image)
-			if err != nil {
-				return nil, err
-			}
-			all = append(all, docs...)
+		all := []string{}
+		crds, err := crd.YAML()
+		if err != nil {
+			return nil, err
+		}
+		workload, err := manager.WorkloadYAML(image)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		all = append(all, string(crds), manager.NamespaceYAML, string(rbac.ControllerRoleYAML), string(rbac.ForceDeleteRoleYAML),
+			string(rbac.UserRoleYAML), admission.YAML(), workload)
+		if forceDelete {
+			all = append(all, manager.ForceDeleteYAML)
 		}
 		return all, nil
 	case "crds":
 		b, err := crd.YAML()
 		return []string{string(b)}, err
 	case "controller-role":
-		return []string{string(rbac.ControllerRoleYAML)}, nil
+		return []string{manager.NamespaceYAML, string(rbac.ControllerRoleYAML), string(rbac.ForceDeleteRoleYAML)}, nil
 	case "user-role":
 		return []string{string(rbac.UserRoleYAML)}, nil
+	case "admission":
+		return []string{admission.YAML()}, nil
+	case "force-delete":
+		return []string{manager.ForceDeleteYAML}, nil
 	case "controller":
 		y, err := manager.ControllerYAML(image)
 		if err != nil {

@@ -74,8 +74,9 @@ func TestInstallManifestsAreAccepted(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int{"CustomResourceDefinition": 4, "ClusterRole": 2, "Namespace": 1, "ServiceAccount": 1,
-		"ClusterRoleBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1}
+	want := map[string]int{"CustomResourceDefinition": 4, "ClusterRole": 3, "Namespace": 1, "ServiceAccount": 1,
+		"ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1,
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3}
 	for k, n := range want {
 		if kinds[k] != n {
 			t.Errorf("manifests install has %d %s, want %d (all: %v)", kinds[k], k, n, kinds)

@@ -68,7 +68,8 @@ no node behind:
   3. node finalizers: vacate.dev/drain (policy triggers.onNodeDelete: Drain)
      is removed from every node; other finalizers are kept.
   4. the DrainPolicies, the namespace, service account and RBAC objects,
-     the ClusterRoles vacate-controller and vacate-user, and the CRDs
+     the ClusterRoles vacate-controller, vacate-controller-force-delete and
+     vacate-user, the ValidatingAdmissionPolicies, and the CRDs
      (--keep-crds keeps the CRDs and the DrainPolicies).
 
 With --force, uninstall finishes where the controller is gone or stuck.
@@ -193,7 +194,7 @@ func (u *uninstaller) explain(err error, doing string) error {
 
 // installedObjects decodes what 'vacate manifests install' prints.
 func installedObjects() (installed, error) {
-	docs, err := manifest("install", "vacate-controller")
+	docs, err := manifest("install", "vacate-controller", true) // with the force-delete binding, if any
 	if err != nil {
 		return installed{}, err
 	}

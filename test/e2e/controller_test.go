@@ -84,7 +84,11 @@ type proc struct {
 // that config/rbac grants what the controller needs.
 const controllerUser = "vacate:controller"
 
-func controllerKubeconfig(t *testing.T, c *devcluster.Cluster) string {
+// controllerKubeconfig binds controllerUser to the ClusterRole
+// vacate-controller and to the Role vacate-controller for the Lease named
+// lease in kube-system (where these tests hold it), and returns a
+// kubeconfig for it.
+func controllerKubeconfig(t *testing.T, c *devcluster.Cluster, lease string) string {
 	t.Helper()
 	ctx := testenv.Context(t)
 	role, err := rbac.ControllerRole()
@@ -96,7 +100,17 @@ func controllerKubeconfig(t *testing.T, c *devcluster.Cluster) string {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: controllerUser}},
 	}
-	for _, obj := range []client.Object{role, binding} {
+	leaseRole, err := rbac.LeaderElectionRole("kube-system", lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseRole.Name = "vacate-controller-" + lease
+	leaseBinding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: leaseRole.Namespace, Name: leaseRole.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: leaseRole.Name},
+		Subjects:   binding.Subjects,
+	}
+	for _, obj := range []client.Object{role, binding, leaseRole, leaseBinding} {
 		err := client.IgnoreAlreadyExists(testenv.DrainClient(t, c).Create(ctx, obj))
 		if err != nil {
 			t.Fatal(err)
@@ -116,7 +130,7 @@ func startController(t *testing.T, c *devcluster.Cluster, name string, leaderEle
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--kubeconfig", controllerKubeconfig(t, c),
+	args := []string{"--kubeconfig", controllerKubeconfig(t, c, leaseID),
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		fmt.Sprintf("--leader-elect=%t", leaderElect), "--leader-election-id", leaseID,
 		"--leader-election-namespace", "kube-system",

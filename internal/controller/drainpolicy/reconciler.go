@@ -1,7 +1,9 @@
-// Package drainpolicy reports on each DrainPolicy how many nodes it governs
-// and whether its nodeSelector overlaps another policy's. Overlaps are only
-// reported here: the drains of the nodes involved wait (AmbiguousPolicy)
-// until a person fixes the selectors; nothing is resolved silently.
+// Package drainpolicy reports on each DrainPolicy how many nodes it governs,
+// whether its nodeSelector overlaps another policy's, and, for a policy with
+// onTimeout: ForceDelete, whether the controller may delete pods at all.
+// Overlaps are only reported here: the drains of the nodes involved wait
+// (AmbiguousPolicy) until a person fixes the selectors; nothing is resolved
+// silently.
 package drainpolicy
 
 import (
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,10 +39,19 @@ const (
 	ConditionOverlapping = "Overlapping"
 	ConditionValid       = "Valid"
 
-	ReasonOverlaps      = "SelectorsOverlap"
-	ReasonNoOverlap     = "NoOverlap"
-	ReasonValid         = "Valid"
-	ReasonInvalid       = "InvalidNodeSelector"
+	ReasonOverlaps  = "SelectorsOverlap"
+	ReasonNoOverlap = "NoOverlap"
+	ReasonValid     = "Valid"
+	ReasonInvalid   = "InvalidNodeSelector"
+	// ConditionForceDeletePermitted is on a policy with onTimeout:
+	// ForceDelete only: whether the controller may delete pods (the
+	// ClusterRole vacate-controller-force-delete is bound to it).
+	ConditionForceDeletePermitted = "ForceDeletePermitted"
+	ReasonPermitted               = "Permitted"
+	ReasonMissingForceDeleteRole  = "MissingForceDeleteRole"
+	// forceDeleteRecheck is how often the right is asked again for a
+	// policy that uses it, so a binding made or removed later shows.
+	forceDeleteRecheck  = time.Minute
 	maxNodesInMessage   = 5
 	maxPolicyInMessages = 5
 )
@@ -47,6 +59,7 @@ const (
 // +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=selfsubjectaccessreviews,verbs=create
 
 // Reconciler writes status.nodes and the Overlapping and Valid conditions.
 type Reconciler struct {
@@ -70,14 +83,57 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	before := dp.DeepCopy()
 	r.report(dp, policies.Items, nodes.Items)
+	var result reconcile.Result
+	if usesForceDelete(dp) {
+		allowed, err := r.mayDeletePods(ctx)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		reportForceDelete(dp, allowed)
+		result.RequeueAfter = forceDeleteRecheck
+	} else {
+		meta.RemoveStatusCondition(&dp.Status.Conditions, ConditionForceDeletePermitted)
+	}
 	if equality.Semantic.DeepEqual(before.Status, dp.Status) {
-		return reconcile.Result{}, nil
+		return result, nil
 	}
 	err := r.Client.Status().Patch(ctx, dp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // a newer copy is on its way
 	}
-	return reconcile.Result{}, err
+	return result, err
+}
+
+// usesForceDelete: the policy deletes pods left at a timeout.
+func usesForceDelete(dp *v1alpha1.DrainPolicy) bool {
+	return dp.Spec.Timeouts.OnTimeout == "ForceDelete"
+}
+
+// mayDeletePods asks the API server (a SelfSubjectAccessReview, which every
+// authenticated user may create) whether the controller may delete pods in
+// every namespace.
+func (r *Reconciler) mayDeletePods(ctx context.Context) (bool, error) {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "delete", Resource: "pods"},
+	}}
+	if err := r.Client.Create(ctx, review); err != nil {
+		return false, fmt.Errorf("asking whether the controller may delete pods: %w", err)
+	}
+	return review.Status.Allowed, nil
+}
+
+// reportForceDelete sets ForceDeletePermitted on a policy that uses
+// ForceDelete.
+func reportForceDelete(dp *v1alpha1.DrainPolicy, allowed bool) {
+	c := metav1.Condition{Type: ConditionForceDeletePermitted, Status: metav1.ConditionTrue, Reason: ReasonPermitted,
+		Message: "the controller may delete pods, as onTimeout: ForceDelete needs", ObservedGeneration: dp.Generation}
+	if !allowed {
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonMissingForceDeleteRole
+		c.Message = "onTimeout: ForceDelete, but the controller may not delete pods: a drain that times out under this policy " +
+			"fails (ForceDeleteForbidden) instead; bind the ClusterRole vacate-controller-force-delete to the controller " +
+			"('vacate manifests force-delete | kubectl apply -f -')"
+	}
+	meta.SetStatusCondition(&dp.Status.Conditions, c)
 }
 
 // report computes the status in memory.

@@ -28,7 +28,7 @@ import (
 
 // RBAC for evacuations.
 // +kubebuilder:rbac:groups=vacate.dev,resources=evacuationproviders,verbs=get;list;watch
-// +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch;create;update;patch;delete;manage
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // BlockerEvacuation: a pod waits for its provider's evacuation.

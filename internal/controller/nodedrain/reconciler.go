@@ -57,17 +57,18 @@ const resync = 30 * time.Second
 const conflictRetry = 100 * time.Millisecond
 
 // RBAC of vacate-controller, generated into config/rbac by `make generate`.
-// +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch;update;patch;manage
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains/finalizers,verbs=update
 // +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;update,namespace=vacate-system,resourceNames=vacate-controller
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create,namespace=vacate-system
 
 // Reconciler reconciles NodeDrains. It keeps no request state: every pass
 // recomputes from the cluster; the eviction queue and the refusal cache are

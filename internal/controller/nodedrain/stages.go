@@ -45,6 +45,9 @@ const (
 	// ReasonNodeReplaced: the node was deleted and created again; the
 	// drain starts over on the new one.
 	ReasonNodeReplaced = "NodeReplaced"
+	// ReasonForceDeleteForbidden: a drain timed out under onTimeout:
+	// ForceDelete, and the controller may not delete pods.
+	ReasonForceDeleteForbidden = "ForceDeleteForbidden"
 )
 
 // Event reasons.
@@ -359,6 +362,13 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, rea
 	r.report(s, plan)
 	if s.policy.ForceDelete {
 		deleted, leaving, err := r.forceDelete(ctx, s, plan, why)
+		if apierrors.IsForbidden(err) {
+			// Retrying cannot help: the right is missing (or an admission
+			// policy refuses). End the drain saying what to bind.
+			r.fail(s, ReasonForceDeleteForbidden, fmt.Sprintf("%s; onTimeout ForceDelete, but %v; bind the ClusterRole "+
+				"vacate-controller-force-delete to the controller ('vacate manifests force-delete | kubectl apply -f -')", why, err))
+			return reconcile.Result{}, nil
+		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
