@@ -133,7 +133,7 @@ func reportForceDelete(dp *v1alpha1.DrainPolicy, allowed bool) {
 			"fails (ForceDeleteForbidden) instead; bind the ClusterRole vacate-controller-force-delete to the controller " +
 			"('vacate manifests force-delete | kubectl apply -f -')"
 	}
-	meta.SetStatusCondition(&dp.Status.Conditions, c)
+	condition.Set(&dp.Status.Conditions, c)
 }
 
 // report computes the status in memory.
