@@ -19,7 +19,6 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/hook"
-	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
 )
@@ -72,10 +71,7 @@ func TestHookCallsStopWithTheLeader(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	stop, err := operator.Start(context.Background(), c.RESTConfig, operator.InProcessOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, stop := testenv.StartController(t, c)
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {

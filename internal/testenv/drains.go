@@ -60,6 +60,21 @@ func WaitForDrain(t testing.TB, cl client.Client, name, what string, timeout tim
 // change the controller's options (a test's clock).
 func Controller(t testing.TB, c *devcluster.Cluster, tune ...func(*operator.Options)) client.Client {
 	t.Helper()
+	cl, stop := StartController(t, c, tune...)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("controller exited with %v", err)
+		}
+	})
+	return cl
+}
+
+// StartController is Controller for a test that stops the controller
+// itself: stop ends the operator's context (as a lost Lease or a shutdown
+// does), waits for it and returns its error. The caller must call it once,
+// before the test ends.
+func StartController(t testing.TB, c *devcluster.Cluster, tune ...func(*operator.Options)) (_ client.Client, stop func() error) {
+	t.Helper()
 	cl := DrainClient(t, c)
 	opts := operator.InProcessOptions()
 	for _, f := range tune {
@@ -69,12 +84,7 @@ func Controller(t testing.TB, c *devcluster.Cluster, tune ...func(*operator.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("controller exited with %v", err)
-		}
-	})
-	return cl
+	return cl, stop
 }
 
 // RunManager runs a controller-runtime manager against the cluster (for a
