@@ -183,12 +183,13 @@ func podFinding(b v1alpha1.Blocker, in Input) Finding {
 	switch drain.Reason(b.Reason) {
 	case drain.ReasonUnmanaged:
 		f.Cause = "no controller owns it, so evicting it would delete it for good"
-		f.Fix = fmt.Sprintf("delete it yourself if it may go (kubectl delete pod -n %s %s), let it stay with the annotation %s=%s, "+
-			"or set the DrainPolicy's pods.unmanaged: Delete", ns, name, drain.PodAnnotation, drain.AnnotationSkip)
+		f.Fix = fmt.Sprintf("delete it yourself if it may go (kubectl delete pod -n %s %s), let it stay with the annotation %s=%s "+
+			"(if the policy's pods.annotationNamespaceSelector allows annotations in its namespace), or set the DrainPolicy's pods.unmanaged: Delete", ns, name, drain.PodAnnotation, drain.AnnotationSkip)
 	case drain.ReasonLocalStorage:
 		f.Cause = b.Detail
 		f.Fix = fmt.Sprintf("if its emptyDir data may be lost, set the DrainPolicy's pods.localStorage: Evict; to leave it on the node, "+
-			"annotate it: kubectl annotate pod -n %s %s %s=%s", ns, name, drain.PodAnnotation, drain.AnnotationSkip)
+			"annotate it: kubectl annotate pod -n %s %s %s=%s (if the policy's pods.annotationNamespaceSelector allows annotations in its namespace)",
+			ns, name, drain.PodAnnotation, drain.AnnotationSkip)
 	case drain.ReasonWaitCompletion:
 		f.Cause = "it asked the drain to wait until it completes (" + drain.PodAnnotation + "=" + drain.AnnotationWaitCompleted + ")"
 		if p := in.Pods[b.Pod]; p != nil && p.Status.StartTime != nil {
