@@ -96,6 +96,9 @@ const (
 	MaxBlockers = 20
 	// MaxHooks is how many evacuations status.hooks lists.
 	MaxHooks = 50
+	// MaxHookCalls is how many HTTP hooks a drain calls at once (the pods
+	// status.hookCalls records).
+	MaxHookCalls = 1024
 	// MaxMessage is the longest message vacate writes into a condition, a
 	// hook or a blocker.
 	MaxMessage = 1024
@@ -132,6 +135,17 @@ type HookStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// HookCall is a pod whose HTTP hook the drain's current run calls.
+type HookCall struct {
+	// UID of the pod.
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+	// Completed: the hook answered Completed to a Decommission evacuation,
+	// whose work a cancel keeps (it sends no DELETE).
+	// +optional
+	Completed bool `json:"completed,omitempty"`
 }
 
 // NodeDrainStatus is what vacate observed and did.
@@ -172,13 +186,25 @@ type NodeDrainStatus struct {
 	// BlockersOmitted is how many blocked pods status.blockers leaves out.
 	// +optional
 	BlockersOmitted int32 `json:"blockersOmitted,omitempty"`
-	// Hooks lists the evacuations of this drain.
+	// Hooks lists the evacuations of this drain, at most 50; past that, those
+	// that need attention first (released, timed out, failed, pending, in
+	// progress, then the rest).
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
 	// +optional
 	Hooks []HookStatus `json:"hooks,omitempty"`
 	// HooksOmitted is how many evacuations status.hooks leaves out.
 	// +optional
 	HooksOmitted int32 `json:"hooksOmitted,omitempty"`
+	// HookCalls records the pods whose HTTP hook this run calls: a pod is
+	// recorded before its first POST, so a cancel sends DELETE to every hook
+	// that may have accepted one, even after a controller restart. A pod
+	// leaves the list when it leaves the node. At most 1024 hooks are
+	// called at once; the next wait for a place.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1024
+	// +optional
+	HookCalls []HookCall `json:"hookCalls,omitempty"`
 	// RunID identifies this run of the drain in the HTTP evacuation
 	// protocol, beside the drain's UID. A new run (the drain requested again
 	// after an undo, or its node replaced) gets a new one, so an app's

@@ -35,6 +35,8 @@ func main() {
 	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", eviction.DefaultQPS, "eviction calls per second, first attempts and retries alike")
 	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", eviction.DefaultBurst, "burst of eviction calls")
 	fs.DurationVar(&opts.Controllers.APITimeout, "api-timeout", eviction.DefaultCallTimeout, "bound of each eviction call and of each reconcile pass's API calls (watches are not bounded)")
+	fs.BoolVar(&opts.Controllers.AllowLoopbackHooks, "allow-loopback-hooks", false,
+		"development only: let HTTP evacuation hooks call loopback addresses (the dev cluster's simulated pods live on 127.0.0.0/8)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()

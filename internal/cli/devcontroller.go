@@ -54,6 +54,7 @@ has something to talk to. 'vacate dev down' stops it too.`,
 			}
 			opts := operator.DefaultOptions()
 			opts.MetricsAddr, opts.ProbeAddr, opts.SeveralInProcess = "0", "0", true
+			opts.Controllers.AllowLoopbackHooks = true // the dev cluster's pods live on 127.0.0.0/8
 			mgr, err := operator.New(cmd.Context(), cfg, opts)
 			if err != nil {
 				return err

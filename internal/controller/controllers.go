@@ -31,6 +31,10 @@ type Options struct {
 	// every API call a pass makes); watches are not bounded by it. Zero
 	// uses eviction.DefaultCallTimeout.
 	APITimeout time.Duration
+	// AllowLoopbackHooks lets HTTP evacuation hooks call loopback
+	// addresses: development only (the dev cluster's simulated pods live
+	// on 127.0.0.0/8); otherwise a pod whose IP is loopback is never called.
+	AllowLoopbackHooks bool
 	// Clock drives every controller; tests may pass one whose time they move.
 	Clock Clock
 	// WrapHookTransport, if set, wraps the HTTP hook client's transport (the
@@ -74,6 +78,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if opts.WrapHookTransport != nil {
 		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)
 	}
+	drains.AllowLoopbackHooks = opts.AllowLoopbackHooks
 	for _, c := range []controllerSetup{
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},

@@ -153,6 +153,7 @@ func (d *demo) startController(ctx context.Context) (func() error, error) {
 	}
 	logger := useLog(logFile)
 	opts := operator.InProcessOptions()
+	opts.Controllers.AllowLoopbackHooks = true // the dev cluster's pods live on 127.0.0.0/8
 	stop, err := operator.Start(logr.NewContext(ctx, logger), d.c.RESTConfig, opts)
 	if err != nil {
 		logFile.Close()

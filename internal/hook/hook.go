@@ -48,16 +48,25 @@ const (
 // MaxBody bounds what is read of an answer.
 const MaxBody = 64 << 10
 
-// Target is one pod's hook, for one drain.
-type Target struct {
-	Pod   types.UID
-	Name  string // namespace/name, for messages
-	IP    string
-	Port  int
-	Path  string
+// Run is one run of a drain, as the protocol names it: the drain's UID
+// and, beside it, the run's own identity (NodeDrain status.runID), which a
+// new run of the same drain replaces.
+type Run struct {
 	Drain string // the NodeDrain's UID
+	ID    string // status.runID; "" before the drain recorded one
 	Node  string
 	Mode  string
+}
+
+// Target is one pod's hook, for one run of a drain.
+type Target struct {
+	Pod  types.UID
+	Key  types.NamespacedName
+	Name string // namespace/name, for messages
+	IP   string
+	Port int
+	Path string
+	Run
 }
 
 // Wants reports whether the pod asks for the protocol (has the port annotation).
@@ -67,25 +76,28 @@ func Wants(pod *corev1.Pod) bool {
 }
 
 // TargetFor reads a pod's annotations into a target. Bad annotations are an
-// error that says what is wrong; the pod is then held, not evicted.
-func TargetFor(pod *corev1.Pod, drainUID, node, mode string) (Target, error) {
-	t := Target{Pod: pod.UID, Name: pod.Namespace + "/" + pod.Name, IP: pod.Status.PodIP, Drain: drainUID, Node: node, Mode: mode, Path: DefaultPath}
+// error that says what is wrong; an address the controller never calls
+// (CheckPod) is a RefusedError. Either way the pod is then held, not
+// evicted.
+func TargetFor(pod *corev1.Pod, run Run, allowLoopback bool) (Target, error) {
+	t := Target{Pod: pod.UID, Key: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, Name: pod.Namespace + "/" + pod.Name,
+		IP: pod.Status.PodIP, Run: run, Path: DefaultPath}
 	port, err := strconv.Atoi(pod.Annotations[AnnotationPort])
 	if err != nil || port < 1 || port > 65535 {
-		return t, fmt.Errorf("annotation %s=%q is not a port number (1-65535)", AnnotationPort, pod.Annotations[AnnotationPort])
+		return t, fmt.Errorf("annotation %s=%q is not a port number (1-65535)", AnnotationPort, Summary(pod.Annotations[AnnotationPort]))
 	}
 	t.Port = port
 	if p, ok := pod.Annotations[AnnotationPath]; ok {
 		u, err := url.Parse(p)
 		if err != nil || !strings.HasPrefix(p, "/") || u.Host != "" || u.RawQuery != "" || u.Fragment != "" || strings.Contains(p, "..") {
-			return t, fmt.Errorf("annotation %s=%q is not an absolute path such as /evacuate (no host, query or fragment)", AnnotationPath, p)
+			return t, fmt.Errorf("annotation %s=%q is not an absolute path such as /evacuate (no host, query or fragment)", AnnotationPath, Summary(p))
 		}
 		t.Path = p
 	}
 	if net.ParseIP(t.IP) == nil {
 		return t, fmt.Errorf("pod %s has no IP yet", t.Name)
 	}
-	return t, nil
+	return t, CheckPod(pod, t.IP, allowLoopback)
 }
 
 // URL is where the hook is called: the pod's own IP, never a host from an annotation.
@@ -139,6 +151,12 @@ type Prober struct {
 	Poll, Backoff, MaxBackoff time.Duration
 	// Changed is called (with the target's node) when a result changes.
 	Changed func(node string)
+	// Check, when set, is asked just before every call whether the target
+	// is still its pod's (the pod is there, with the same UID, and the IP is
+	// still one of its addresses). An error ends the conversation without
+	// the call; the controller's next pass starts a new one if the pod is
+	// still to be called.
+	Check func(Target) error
 
 	mu    sync.Mutex
 	convs map[types.UID]*conversation
@@ -168,6 +186,9 @@ type conversation struct {
 	mu     sync.Mutex
 	result Result
 	done   bool // the conversation ended (Completed, or cancel acknowledged)
+	// reached: a POST may have reached the app (anything but a failure to
+	// connect), so a cancel must send DELETE.
+	reached bool
 }
 
 func (c *conversation) get() (Result, bool) {
@@ -199,6 +220,22 @@ func (p *Prober) Done(t Target) bool {
 // Cancel asks the hook to undo (DELETE) and reports whether it acknowledged.
 func (p *Prober) Cancel(t Target) (Result, bool) { return p.run(t, true) }
 
+// NeverReached reports whether this process knows that no POST of this
+// run can have reached the pod's hook: its evacuation conversation for
+// exactly this target never got past connecting. Without that knowledge
+// (after a restart, say) a cancel sends DELETE.
+func (p *Prober) NeverReached(t Target) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.convs[t.Pod]
+	if !ok || c.target != t || c.cancel {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.reached
+}
+
 // Forget stops and drops a pod's conversation.
 func (p *Prober) Forget(pod types.UID) {
 	p.mu.Lock()
@@ -206,6 +243,36 @@ func (p *Prober) Forget(pod types.UID) {
 	if c, ok := p.convs[pod]; ok {
 		c.stop()
 		delete(p.convs, pod)
+	}
+}
+
+// Retain stops and drops the conversations of a node's pods that are not
+// in keep (pods that left, or whose hooks are no longer called).
+func (p *Prober) Retain(node string, keep map[types.UID]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pod, c := range p.convs {
+		if c.target.Node == node && !keep[pod] {
+			c.stop()
+			delete(p.convs, pod)
+		}
+	}
+}
+
+// Len is how many conversations the prober holds.
+func (p *Prober) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.convs)
+}
+
+// drop removes c if it is still its pod's conversation.
+func (p *Prober) drop(c *conversation) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.convs[c.target.Pod] == c {
+		c.stop()
+		delete(p.convs, c.target.Pod)
 	}
 }
 
@@ -273,6 +340,12 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 	started := false
 	pause := p.Backoff
 	for ctx.Err() == nil {
+		if p.Check != nil {
+			if err := p.Check(t); err != nil {
+				p.stopped(c, err)
+				return
+			}
+		}
 		var res Result
 		var err error
 		end := false
@@ -281,9 +354,14 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 			err = p.call(ctx, http.MethodDelete, t, nil, nil)
 			end = err == nil
 		case !started:
-			body, _ := json.Marshal(map[string]string{"drain": t.Drain, "node": t.Node, "mode": t.Mode})
+			body, _ := json.Marshal(map[string]string{"drain": t.Drain, "run": t.ID, "node": t.Node, "mode": t.Mode})
 			err = p.call(ctx, http.MethodPost, t, body, &res)
 			started = err == nil
+			if !isDialError(err) {
+				c.mu.Lock()
+				c.reached = true
+				c.mu.Unlock()
+			}
 		default:
 			err = p.call(ctx, http.MethodGet, t, nil, &res)
 			var nf notFound
@@ -298,11 +376,11 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 		before := c.result
 		c.result.Calls++
 		if err != nil {
-			c.result.Problem = err.Error()
+			c.result.Problem = Summary(err.Error())
 		} else {
 			c.result.Problem = ""
 			if res.State != "" {
-				c.result.State, c.result.Message, c.result.Remaining = res.State, res.Message, res.Remaining
+				c.result.State, c.result.Message, c.result.Remaining = res.State, Summary(res.Message), res.Remaining
 			}
 		}
 		if end || (!c.cancel && c.result.Done()) {
@@ -332,12 +410,35 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 	}
 }
 
+// stopped ends a conversation whose target is no longer its pod's: the
+// result says why, and the conversation is dropped.
+func (p *Prober) stopped(c *conversation, why error) {
+	c.mu.Lock()
+	c.result.Problem = Summary("not called: " + why.Error())
+	c.mu.Unlock()
+	p.drop(c)
+	if p.Changed != nil {
+		p.Changed(c.target.Node)
+	}
+}
+
+// isDialError reports whether err is a failure to connect: the request
+// never reached the app.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 type notFound struct{ error }
 
 // call makes one request and reads a status answer into res (when res is
 // not nil and the answer has a body).
 func (p *Prober) call(ctx context.Context, method string, t Target, body []byte, res *Result) error {
-	u := t.URL() + "?drain=" + url.QueryEscape(t.Drain)
+	q := url.Values{"drain": {t.Drain}}
+	if t.ID != "" {
+		q.Set("run", t.ID)
+	}
+	u := t.URL() + "?" + q.Encode()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -355,7 +456,7 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 		if errors.As(err, &ne) && ne.Timeout() {
 			return fmt.Errorf("%s %s timed out after %s", method, t.URL(), p.Client.Timeout)
 		}
-		return fmt.Errorf("%s %s: %v", method, t.URL(), unwrapURL(err))
+		return fmt.Errorf("%s %s: %w", method, t.URL(), unwrapURL(err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
@@ -382,14 +483,20 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 		State     string `json:"state"`
 		Message   string `json:"message"`
 		Remaining *int64 `json:"remaining"`
+		// Drain and Run, when the app echoes them, must name this run.
+		Drain *string `json:"drain"`
+		Run   *string `json:"run"`
 	}
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return fmt.Errorf("%s %s: malformed answer (%v): %s", method, t.URL(), err, snippet(data))
 	}
+	if err := sameRun(t, ans.Drain, ans.Run); err != nil {
+		return fmt.Errorf("%s %s: %w", method, t.URL(), err)
+	}
 	switch ans.State {
 	case InProgress, Completed, Failed:
 	default:
-		return fmt.Errorf("%s %s: unknown state %q (want InProgress, Completed or Failed)", method, t.URL(), ans.State)
+		return fmt.Errorf("%s %s: unknown state %q (want InProgress, Completed or Failed)", method, t.URL(), Summary(ans.State))
 	}
 	res.State, res.Message = ans.State, ans.Message
 	if ans.Remaining != nil {
@@ -397,6 +504,18 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 	}
 	if ans.State == Completed && res.Remaining > 0 {
 		return fmt.Errorf("%s %s: says Completed with %d remaining", method, t.URL(), res.Remaining)
+	}
+	return nil
+}
+
+// sameRun checks the drain and run an answer names, if it names them: an
+// answer about another run is never this run's (v1 apps name neither).
+func sameRun(t Target, drain, run *string) error {
+	if drain != nil && *drain != t.Drain {
+		return fmt.Errorf("the answer is about drain %q, not %s", Summary(*drain), t.Drain)
+	}
+	if run != nil && t.ID != "" && *run != t.ID {
+		return fmt.Errorf("the answer is about run %q of the drain, not the current run %s", Summary(*run), t.ID)
 	}
 	return nil
 }
@@ -409,17 +528,11 @@ func unwrapURL(err error) error {
 	return err
 }
 
-// snippet is the start of a body, printable, for messages.
+// snippet is the start of a body, as a short printable summary, quoted.
 func snippet(b []byte) string {
 	const n = 120
-	s := strings.Map(func(r rune) rune {
-		if r < 32 || r == 127 {
-			return ' '
-		}
-		return r
-	}, string(b))
-	if len(s) > n {
-		s = s[:n] + "..."
+	if len(b) > 4*n {
+		b = b[:4*n]
 	}
-	return strconv.Quote(s)
+	return strconv.Quote(Summary(string(b)))
 }

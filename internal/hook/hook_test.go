@@ -63,7 +63,7 @@ func target(t *testing.T, srv *httptest.Server) Target {
 		t.Fatal(err)
 	}
 	p, _ := strconv.Atoi(port)
-	return Target{Pod: "uid-1", Name: "ns/broker-0", IP: host, Port: p, Path: "/evacuate", Drain: "drain-uid", Node: "node-1", Mode: "Maintenance"}
+	return Target{Pod: "uid-1", Name: "ns/broker-0", IP: host, Port: p, Path: "/evacuate", Run: Run{Drain: "drain-uid", Node: "node-1", Mode: "Maintenance"}}
 }
 
 func fastProber(changed func(string)) *Prober {
@@ -217,11 +217,11 @@ func TestTargetForChecksAnnotations(t *testing.T) {
 		}
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Annotations: ann}, Status: corev1.PodStatus{PodIP: ip}}
 	}
-	good, err := TargetFor(pod("8080", "/drain/hook", "127.64.0.5"), "u", "n", "Maintenance")
+	good, err := TargetFor(pod("8080", "/drain/hook", "127.64.0.5"), Run{Drain: "u", Node: "n", Mode: "Maintenance"}, true)
 	if err != nil || good.URL() != "http://127.64.0.5:8080/drain/hook" {
 		t.Errorf("TargetFor = %q, %v", good.URL(), err)
 	}
-	if d, _ := TargetFor(pod("8080", "", "127.64.0.5"), "u", "n", "Maintenance"); d.URL() != "http://127.64.0.5:8080"+DefaultPath {
+	if d, _ := TargetFor(pod("8080", "", "127.64.0.5"), Run{Drain: "u", Node: "n", Mode: "Maintenance"}, true); d.URL() != "http://127.64.0.5:8080"+DefaultPath {
 		t.Errorf("default path: %q", d.URL())
 	}
 	for _, tc := range []struct{ port, path, ip, want string }{
@@ -233,7 +233,7 @@ func TestTargetForChecksAnnotations(t *testing.T) {
 		{"80", "/../admin", "127.0.0.1", "is not an absolute path"},
 		{"80", "/x", "", "has no IP yet"},
 	} {
-		if _, err := TargetFor(pod(tc.port, tc.path, tc.ip), "u", "n", "Maintenance"); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := TargetFor(pod(tc.port, tc.path, tc.ip), Run{Drain: "u", Node: "n", Mode: "Maintenance"}, true); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("TargetFor(port %q, path %q, ip %q) = %v, want %q", tc.port, tc.path, tc.ip, err, tc.want)
 		}
 	}

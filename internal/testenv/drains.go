@@ -77,6 +77,8 @@ func StartController(t testing.TB, c *devcluster.Cluster, tune ...func(*operator
 	t.Helper()
 	cl := DrainClient(t, c)
 	opts := operator.InProcessOptions()
+	// The dev cluster's simulated pods live on 127.0.0.0/8.
+	opts.Controllers.AllowLoopbackHooks = true
 	for _, f := range tune {
 		f(&opts)
 	}

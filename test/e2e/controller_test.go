@@ -135,7 +135,8 @@ func startController(t *testing.T, c *devcluster.Cluster, name string, leaderEle
 		fmt.Sprintf("--leader-elect=%t", leaderElect), "--leader-election-id", leaseID,
 		"--leader-election-namespace", "kube-system",
 		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s",
-		"--leader-election-retry-period", "500ms"}
+		"--leader-election-retry-period", "500ms",
+		"--allow-loopback-hooks"} // the dev cluster's pods live on 127.0.0.0/8
 	cmd := exec.Command(controllerBinary(t), append(args, extra...)...) // later flags win
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {

@@ -181,6 +181,7 @@ func (r *Reconciler) hold(s *scope, reason, msg string) {
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, msg)
 	r.forgetNode(nd.Spec.NodeName)
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	r.queue.forget(nd)
 	r.queue.invalidate()
 	r.blocked.set(nd.Name)

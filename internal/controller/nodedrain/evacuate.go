@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -180,7 +181,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		}
 	}
 	r.noteReleases(s, hooks)
-	httpHooks, withHook, hooksDone, err := r.callHooks(ctx, s, leaving)
+	httpHooks, withHook, hooksDone, err := r.callHooks(ctx, s, leaving, onNode)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -189,7 +190,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	if withHook > hooksDone {
 		s.evac.recheck = min(s.evac.recheck, 2*time.Second) // answers arrive in the background; Changed wakes us too
 	}
-	nd.Status.Hooks = hooks
+	nd.Status.Hooks, nd.Status.HooksOmitted = boundHooks(hooks)
 	// Pods that became held since they were queued are taken out of the queue.
 	for uid := range s.evac.holding {
 		r.Evictions.Forget(uid)
@@ -525,7 +526,7 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate("cancelling: "+why, maxDetail)})
 	}
 	if len(waiting) > 0 {
-		s.drain.Status.Hooks = hooks
+		s.drain.Status.Hooks, s.drain.Status.HooksOmitted = boundHooks(hooks)
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
 			fmt.Sprintf("waiting for the providers to undo their evacuations before restoring the node (at most %s, timeouts.cancel): %s",
 				u.limit, strings.Join(waiting, ", ")))
@@ -579,11 +580,24 @@ func phaseOf(ev *v1alpha1.Evacuation) string {
 	return string(ev.Status.Phase)
 }
 
-// BlockerHTTPHook: a pod waits for its own HTTP evacuation hook.
-const BlockerHTTPHook = "HTTPHook"
+// Blocker reasons of HTTP hooks.
+const (
+	// BlockerHTTPHook: a pod waits for its own HTTP evacuation hook.
+	BlockerHTTPHook = "HTTPHook"
+	// BlockerHTTPHookRefused: a pod asks for an HTTP hook at an address
+	// vacate never calls (hostNetwork, link-local, loopback...). It is held:
+	// its data may not have moved.
+	BlockerHTTPHookRefused = "HTTPHookRefused"
+)
+
+// hookRun is the drain's current run, as the hook protocol names it.
+func hookRun(nd *v1alpha1.NodeDrain) hook.Run {
+	return hook.Run{Drain: string(nd.UID), ID: nd.Status.RunID, Node: nd.Spec.NodeName, Mode: string(modeOf(nd))}
+}
 
 // hookTargets are the leaving pods whose HTTP hooks the policy allows, with
-// their targets (or why the annotations cannot be used).
+// their targets (or why the annotations cannot be used, or why the address
+// is never called).
 func (r *Reconciler) hookTargets(ctx context.Context, s *scope, pods []*corev1.Pod) ([]*corev1.Pod, []hook.Target, []error, error) {
 	var outPods []*corev1.Pod
 	var targets []hook.Target
@@ -591,7 +605,7 @@ func (r *Reconciler) hookTargets(ctx context.Context, s *scope, pods []*corev1.P
 	if !s.policy.HTTPHooks {
 		return nil, nil, nil, nil
 	}
-	mode := string(modeOf(s.drain))
+	run := hookRun(s.drain)
 	for _, pod := range pods {
 		if ok, err := r.hookAllowed(ctx, s.policy, pod); err != nil || !ok {
 			if err != nil {
@@ -599,97 +613,176 @@ func (r *Reconciler) hookTargets(ctx context.Context, s *scope, pods []*corev1.P
 			}
 			continue
 		}
-		t, err := hook.TargetFor(pod, string(s.drain.UID), s.drain.Spec.NodeName, mode)
+		t, err := hook.TargetFor(pod, run, r.AllowLoopbackHooks)
 		outPods, targets, errs = append(outPods, pod), append(targets, t), append(errs, err)
 	}
 	return outPods, targets, errs, nil
 }
 
+// hookCalls is what a pass knows of the pods whose hooks the run calls.
+type hookCalls struct {
+	// written: the pods status.hookCalls recorded when the pass read the
+	// drain; only these are called.
+	written map[string]bool
+	// next is the list this pass writes.
+	next []v1alpha1.HookCall
+}
+
+// newHookCalls keeps the recorded calls of pods still on the node.
+func newHookCalls(st *v1alpha1.NodeDrainStatus, onNode map[types.UID]*corev1.Pod) *hookCalls {
+	hc := &hookCalls{written: map[string]bool{}}
+	for _, c := range st.HookCalls {
+		hc.written[c.UID] = true
+		if _, ok := onNode[types.UID(c.UID)]; ok {
+			hc.next = append(hc.next, c)
+		}
+	}
+	return hc
+}
+
+// record adds a pod to the list, if there is room; it reports whether the
+// pod is (now) recorded.
+func (hc *hookCalls) record(uid types.UID) bool {
+	if slices.ContainsFunc(hc.next, func(c v1alpha1.HookCall) bool { return c.UID == string(uid) }) {
+		return true
+	}
+	if len(hc.next) >= v1alpha1.MaxHookCalls {
+		return false
+	}
+	hc.next = append(hc.next, v1alpha1.HookCall{UID: string(uid)})
+	return true
+}
+
+// completed marks a pod's Decommission evacuation Completed: a cancel keeps it.
+func (hc *hookCalls) completed(uid types.UID) {
+	for i := range hc.next {
+		if hc.next[i].UID == string(uid) {
+			hc.next[i].Completed = true
+		}
+	}
+}
+
 // callHooks runs the HTTP hooks of the leaving pods: each pod is held until
-// its own hook answers Completed for this drain.
-func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.Pod) ([]v1alpha1.HookStatus, int, int, error) {
+// its own hook answers Completed for this run. A pod is called only once
+// status.hookCalls, as written, records it, so a cancel reaches every hook
+// that may have accepted a POST, whatever happens to the controller. A pod
+// whose hook address is refused is held with a blocker saying why and the
+// way out. Conversations of pods no longer called are dropped.
+func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.Pod, onNode map[types.UID]*corev1.Pod) ([]v1alpha1.HookStatus, int, int, error) {
 	pods, targets, errs, err := r.hookTargets(ctx, s, leaving)
 	if err != nil {
 		return nil, 0, 0, err
 	}
+	st := &s.drain.Status
+	if len(pods) > 0 && st.RunID == "" {
+		st.RunID = string(uuid.NewUUID()) // a new run: its calls are made once this is written
+	}
+	calls := newHookCalls(st, onNode)
+	talking := map[types.UID]bool{}
 	var hooks []v1alpha1.HookStatus
 	done := 0
 	for i, pod := range pods {
 		name := "pod/" + pod.Namespace + "/" + pod.Name
-		var phase, why string
-		if errs[i] != nil {
-			phase, why = string(v1alpha1.EvacuationPending), errs[i].Error()+"; the pod stays until it is fixed"
-		} else {
-			res := r.Hooks.Evacuate(targets[i])
-			why = "HTTP hook " + targets[i].URL() + ": " + res.Describe()
-			switch {
-			case res.Done():
-				done++
-				hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: string(v1alpha1.EvacuationCompleted), Message: truncate(why, maxDetail)})
-				continue
-			case res.State == hook.Failed:
-				phase = string(v1alpha1.EvacuationFailed)
-			case res.State == "":
-				phase = string(v1alpha1.EvacuationPending)
-			default:
-				phase = string(v1alpha1.EvacuationInProgress)
-			}
+		h, reason := r.callHook(s, pod, targets[i], errs[i], calls, talking)
+		h.Name = name
+		if h.Phase == string(v1alpha1.EvacuationCompleted) {
+			done++
+			hooks = append(hooks, h)
+			continue
 		}
 		// A hook is called from the drain's first pass after admission.
-		if s.drain.Status.StartTime != nil && r.evacuationTimedOut(s, name, s.drain.Status.StartTime.Time) {
-			phase = PhaseTimedOut
+		if st.StartTime != nil && r.evacuationTimedOut(s, name, st.StartTime.Time) {
+			h.Phase = PhaseTimedOut
 		}
-		hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: phase, Message: truncate(why, maxDetail)})
+		hooks = append(hooks, h)
 		if _, held := s.evac.holding[pod.UID]; !held { // a provider's hold is shown first; both must finish
-			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: BlockerHTTPHook,
-				Holder: "HTTP hook of pod " + pod.Namespace + "/" + pod.Name, Detail: truncate(why, maxDetail), Since: metav1.NewTime(s.now)}
+			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: reason,
+				Holder: "HTTP hook of pod " + pod.Namespace + "/" + pod.Name, Detail: h.Message, Since: metav1.NewTime(s.now)}
 		}
 	}
+	st.HookCalls = calls.next
+	r.Hooks.Retain(s.drain.Spec.NodeName, talking)
 	return hooks, len(pods), done, nil
 }
 
-// cancelHooks asks the hooks of the node's pods that took part in the drain
-// to undo (DELETE) and reports whether every one acknowledged. A pod that
-// has left cannot be asked, and holds nothing.
+// callHook is one pod's hook in this pass: its status and, when it holds
+// the pod, the blocker's reason.
+func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr error, calls *hookCalls, talking map[types.UID]bool) (v1alpha1.HookStatus, string) {
+	pending := string(v1alpha1.EvacuationPending)
+	switch {
+	case hook.IsRefused(terr):
+		return v1alpha1.HookStatus{Phase: string(v1alpha1.EvacuationFailed), Message: truncate(terr.Error()+
+			"; the pod stays, as its data may not have moved: fix the pod (or its annotation "+hook.AnnotationPort+
+			"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain", maxDetail)}, BlockerHTTPHookRefused
+	case terr != nil:
+		return v1alpha1.HookStatus{Phase: pending, Message: truncate(terr.Error()+"; the pod stays until it is fixed", maxDetail)}, BlockerHTTPHook
+	case !calls.written[string(pod.UID)]:
+		why := "recording the call before the first POST"
+		if !calls.record(pod.UID) {
+			why = fmt.Sprintf("waiting: %d hooks are being called (at most %d at once)", len(calls.next), v1alpha1.MaxHookCalls)
+		}
+		return v1alpha1.HookStatus{Phase: pending, Message: "HTTP hook " + t.URL() + ": " + why}, BlockerHTTPHook
+	}
+	talking[pod.UID] = true
+	res := r.Hooks.Evacuate(t)
+	h := v1alpha1.HookStatus{Message: truncate("HTTP hook "+t.URL()+": "+res.Describe(), maxDetail)}
+	switch {
+	case res.Done():
+		h.Phase = string(v1alpha1.EvacuationCompleted)
+		if modeOf(s.drain) == v1alpha1.ModeDecommission {
+			calls.completed(pod.UID)
+		}
+	case res.State == hook.Failed:
+		h.Phase = string(v1alpha1.EvacuationFailed)
+	case res.State == "":
+		h.Phase = pending
+	default:
+		h.Phase = string(v1alpha1.EvacuationInProgress)
+	}
+	return h, BlockerHTTPHook
+}
+
+// cancelHooks asks the hooks that took part in this run to undo (DELETE)
+// and reports whether every one acknowledged. The hooks are those
+// status.hookCalls records, so a hook that accepted a POST gets its DELETE
+// even after a controller restart; a Decommission evacuation that
+// Completed is kept, and so is everything when the node goes away. A pod
+// that has left cannot be asked, and holds nothing.
 func (r *Reconciler) cancelHooks(ctx context.Context, s *scope, u undoing) (bool, error) {
-	if u.nodeGoing {
+	st := &s.drain.Status
+	if u.nodeGoing || len(st.HookCalls) == 0 {
 		return true, nil // the node goes away: what the apps moved stays moved
-	}
-	decommission := modeOf(s.drain) == v1alpha1.ModeDecommission
-	started := map[string]bool{}
-	for _, h := range s.drain.Status.Hooks {
-		if decommission && h.Phase == string(v1alpha1.EvacuationCompleted) {
-			continue // a finished Decommission evacuation is not undone
-		}
-		if strings.HasPrefix(h.Name, "pod/") && h.Phase != string(v1alpha1.EvacuationPending) {
-			started[h.Name] = true
-		}
-	}
-	if len(started) == 0 {
-		return true, nil
 	}
 	pods, err := r.podsOnNode(ctx, s.drain.Spec.NodeName)
 	if err != nil {
 		return false, err
 	}
-	var hooks []v1alpha1.HookStatus
+	byUID := map[string]*corev1.Pod{}
 	for _, pod := range pods {
-		name := "pod/" + pod.Namespace + "/" + pod.Name
-		if !started[name] || !hook.Wants(pod) { // started under the policy of then: cancelled whatever it says now
+		byUID[string(pod.UID)] = pod
+	}
+	run := hookRun(s.drain)
+	var left []v1alpha1.HookCall
+	var hooks []v1alpha1.HookStatus
+	for _, c := range st.HookCalls {
+		pod, ok := byUID[c.UID]
+		if !ok || c.Completed || !hook.Wants(pod) { // called under the policy of then: cancelled whatever it says now
 			continue
 		}
-		t, err := hook.TargetFor(pod, string(s.drain.UID), s.drain.Spec.NodeName, string(modeOf(s.drain)))
-		if err != nil {
-			continue // it cannot be called; it was never started with these annotations
+		t, err := hook.TargetFor(pod, run, r.AllowLoopbackHooks)
+		if err != nil || r.Hooks.NeverReached(t) {
+			continue // it cannot be called, or never got the POST
 		}
 		res, acknowledged := r.Hooks.Cancel(t)
 		if acknowledged {
 			r.Hooks.Forget(pod.UID)
 			continue
 		}
-		hooks = append(hooks, v1alpha1.HookStatus{Name: name, Phase: string(v1alpha1.EvacuationInProgress),
+		left = append(left, c)
+		hooks = append(hooks, v1alpha1.HookStatus{Name: "pod/" + pod.Namespace + "/" + pod.Name, Phase: string(v1alpha1.EvacuationInProgress),
 			Message: truncate("cancelling: "+res.Describe(), maxDetail)})
 	}
+	st.HookCalls = left
 	if len(hooks) > 0 && u.expired {
 		names := make([]string, 0, len(hooks))
 		for _, h := range hooks {
@@ -697,14 +790,56 @@ func (r *Reconciler) cancelHooks(ctx context.Context, s *scope, u undoing) (bool
 		}
 		r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, EventCancelTimeout, "Cancel",
 			"HTTP hook(s) of %s did not acknowledge the cancel within %s (timeouts.cancel); giving the node back without them",
-			strings.Join(names, ", "), u.limit)
+			listSome(names, 10), u.limit)
+		st.HookCalls = nil
 		return true, nil
 	}
 	if len(hooks) > 0 {
-		s.drain.Status.Hooks = hooks
+		st.Hooks, st.HooksOmitted = boundHooks(hooks)
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
 			fmt.Sprintf("waiting for %d HTTP hook(s) to acknowledge the cancel before restoring the node (at most %s, timeouts.cancel)", len(hooks), u.limit))
 		return false, nil
 	}
 	return true, nil
+}
+
+// stillTheTarget is the prober's check before every call, against the
+// informer's current view: the pod is there with the same UID, and the
+// target's IP is still one of its addresses and one vacate calls. A pod
+// gone, replaced or moved to another IP is not called: the IP may belong
+// to another pod by now.
+func (r *Reconciler) stillTheTarget(t hook.Target) error {
+	ctx, cancel := context.WithTimeout(context.Background(), guardTimeout)
+	defer cancel()
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, t.Key, pod); err != nil {
+		return fmt.Errorf("reading pod %s: %w", t.Name, err)
+	}
+	if pod.UID != t.Pod {
+		return fmt.Errorf("pod %s is gone (another pod has its name)", t.Name)
+	}
+	return hook.CheckPod(pod, t.IP, r.AllowLoopbackHooks)
+}
+
+// hookRank orders status.hooks when not all fit: those that need attention first.
+var hookRank = map[string]int{
+	PhaseReleased: 0, PhaseTimedOut: 1, string(v1alpha1.EvacuationFailed): 2, string(v1alpha1.EvacuationPending): 3,
+	string(v1alpha1.EvacuationInProgress): 4, string(v1alpha1.EvacuationCancelled): 5, string(v1alpha1.EvacuationCompleted): 6,
+}
+
+// boundHooks keeps at most v1alpha1.MaxHooks entries, in their order when
+// all fit, else those that need attention first (then by name), and counts
+// the rest.
+func boundHooks(hooks []v1alpha1.HookStatus) ([]v1alpha1.HookStatus, int32) {
+	if len(hooks) <= v1alpha1.MaxHooks {
+		return hooks, 0
+	}
+	sorted := slices.Clone(hooks)
+	slices.SortStableFunc(sorted, func(a, b v1alpha1.HookStatus) int {
+		if d := hookRank[a.Phase] - hookRank[b.Phase]; d != 0 {
+			return d
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return sorted[:v1alpha1.MaxHooks], int32(len(hooks) - v1alpha1.MaxHooks)
 }

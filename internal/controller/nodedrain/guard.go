@@ -114,9 +114,12 @@ func (r *Reconciler) hookNotDone(ctx context.Context, nd *v1alpha1.NodeDrain, no
 	if wants, err := r.hookAllowed(ctx, p, pod); err != nil || !wants {
 		return "", err
 	}
-	t, err := hook.TargetFor(pod, string(nd.UID), nd.Spec.NodeName, string(modeOf(nd)))
+	t, err := hook.TargetFor(pod, hookRun(nd), r.AllowLoopbackHooks)
+	if hook.IsRefused(err) {
+		return "its HTTP evacuation hook is at an address vacate never calls", nil
+	}
 	if err != nil || !r.Hooks.Done(t) {
-		return "its HTTP evacuation hook has not answered Completed", nil
+		return "its HTTP evacuation hook has not answered Completed for this run", nil
 	}
 	return "", nil
 }

@@ -83,6 +83,9 @@ type Reconciler struct {
 	Evictions *eviction.Queue
 	// Hooks runs the pods' HTTP evacuation hooks in the background.
 	Hooks *hook.Prober
+	// AllowLoopbackHooks lets hooks call loopback addresses (development
+	// clusters only: --allow-loopback-hooks).
+	AllowLoopbackHooks bool
 
 	refusals refusalCache
 	queue    admissions
@@ -105,6 +108,7 @@ func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.Eve
 	r.queued = newReasonGauge(metrics.DrainsQueued)
 	r.Evictions = newQueue(r.onOutcome, r.mayEvict)
 	r.Hooks = hook.NewProber(r.wake)
+	r.Hooks.Check = r.stillTheTarget
 	return r
 }
 

@@ -150,6 +150,7 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 	st := &nd.Status
 	st.NodeUID = string(node.UID)
 	st.Hooks, st.Total, st.Evicted, st.Remaining, st.Progress, st.CompletionTime = nil, 0, 0, 0, "", nil
+	st.HooksOmitted, st.HookCalls, st.RunID = 0, nil, "" // a new run on the new node
 	for _, t := range []string{v1alpha1.ConditionCordoned, v1alpha1.ConditionEvacuated, v1alpha1.ConditionPodsEvicted, v1alpha1.ConditionDrained} {
 		meta.RemoveStatusCondition(&st.Conditions, t)
 	}
@@ -399,6 +400,7 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, rea
 func (r *Reconciler) fail(s *scope, reason, msg string) {
 	nd := s.drain
 	r.forgetNode(nd.Spec.NodeName)
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	nd.Status.Phase = v1alpha1.PhaseFailed
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
 	msg = condition.Cap(msg)
@@ -597,6 +599,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	nd.Status.Phase = v1alpha1.PhasePending
 	// A requester that returns starts a new drain, counted from zero.
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted, nd.Status.Hooks = nil, 0, 0, nil
+	nd.Status.HooksOmitted, nd.Status.HookCalls, nd.Status.RunID = 0, nil, "" // the next request is a new run
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
 	nd.Status.UndoStartTime, nd.Status.Mode = nil, ""
