@@ -94,6 +94,9 @@ func TargetFor(pod *corev1.Pod, run Run, allowLoopback bool) (Target, error) {
 		}
 		t.Path = p
 	}
+	if pod.Spec.HostNetwork {
+		return t, CheckPod(pod, t.IP, allowLoopback) // refused, IP or not
+	}
 	if net.ParseIP(t.IP) == nil {
 		return t, fmt.Errorf("pod %s has no IP yet", t.Name)
 	}
