@@ -339,6 +339,14 @@ func (q *Queue) Remembered(node string) int {
 	return n
 }
 
+// Evicted reports whether the pod's eviction succeeded lately.
+func (q *Queue) Evicted(uid types.UID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.evicted[uid]
+	return ok
+}
+
 // Pending reports whether the pod is queued or in flight.
 func (q *Queue) Pending(uid types.UID) bool {
 	q.mu.Lock()
@@ -412,6 +420,10 @@ func (q *Queue) next(ctx context.Context) bool {
 	switch {
 	case out.Result == Evicted || out.Result == Gone:
 		q.queue.Forget(uid)
+	case stillWanted && ctx.Err() == nil && out.Result == PDBBlocked:
+		// The caller tries it again at once (RetryNow) when the PDB's
+		// status allows; until then it waits MaxDelay.
+		q.retry(uid, q.opts.MaxDelay)
 	case stillWanted && ctx.Err() == nil:
 		q.retry(uid, out.RetryAfter)
 	}

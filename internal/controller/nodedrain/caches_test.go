@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -59,8 +60,8 @@ func waitRemembered(t *testing.T, r *nodedrain.Reconciler, node, what string, co
 	}
 }
 
-// TestPerPodMemoryIsDroppedWhenTheDrainStops: pods whose evictions a PDB
-// refuses are remembered (refusals, queue); whichever way the drain stops
+// TestPerPodMemoryIsDroppedWhenTheDrainStops: pods whose evictions the API
+// server refuses are remembered (refusals, queue); whichever way the drain stops
 // (it ends, times out, is held or is cancelled) the controller forgets
 // them.
 func TestPerPodMemoryIsDroppedWhenTheDrainStops(t *testing.T) {
@@ -74,7 +75,16 @@ func TestPerPodMemoryIsDroppedWhenTheDrainStops(t *testing.T) {
 			sel := map[string]string{testLabel: prefix}
 			node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: prefix, Count: 1, Labels: sel})[0]
 			ns := testenv.Namespace(t, c)
-			apiBehindPDB(t, e, ns, sel, 2, "0")
+			dep := devcluster.Deployment(ns, "api", 2)
+			dep.Spec.Template.Spec.NodeSelector = sel
+			if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			pods, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 2, 2*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			allow := denyEvictions(t, e, prefix, ns, "api-", pods[0].Name, metav1.StatusReasonForbidden)
 			policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: prefix}}
 			if how == "times out" {
 				policy.Spec.Timeouts.Drain = &metav1.Duration{Duration: 10 * time.Second}
@@ -89,15 +99,12 @@ func TestPerPodMemoryIsDroppedWhenTheDrainStops(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
 
-			t.Log("the PDB refuses both pods' evictions")
+			t.Log("an admission policy refuses both pods' evictions")
 			waitRemembered(t, r, node, "both pods refused", func(n int) bool { return n >= 2 })
 
 			switch how {
 			case "ends":
-				patch := []byte(`{"spec":{"maxUnavailable":2}}`)
-				if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Patch(ctx, "api", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-					t.Fatal(err)
-				}
+				allow()
 				e.waitDrain(t, node, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
 			case "times out":
 				e.waitDrain(t, node, "Failed", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })

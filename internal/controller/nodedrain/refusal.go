@@ -48,6 +48,12 @@ type refusal struct {
 	result  eviction.Result
 	code    int32
 	message string
+	// retriedAt is the state of the pod's PDBs when the drain last tried
+	// it at once (RetryNow); it is not tried at once again before that
+	// state changes.
+	retriedAt string
+	// retrying is set from that try until its answer.
+	retrying bool
 }
 
 // refusalCache keeps the latest refusal of each pod's eviction, until the
@@ -99,20 +105,33 @@ func (c *refusalCache) record(o eviction.Outcome) {
 		if !ok || prev.result != o.Result || prev.code != o.Code {
 			prev = refusal{since: o.At, result: o.Result, code: o.Code, node: o.Node}
 		}
-		prev.message = o.Message
+		prev.message, prev.retrying = o.Message, false
 		c.m[o.UID] = prev
+	}
+}
+
+// retrying records that the pod is tried again at once, with its PDBs in
+// the given state.
+func (c *refusalCache) retrying(uid types.UID, pdbState string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ref, ok := c.m[uid]; ok {
+		ref.retriedAt, ref.retrying = pdbState, true
+		c.m[uid] = ref
 	}
 }
 
 // resolved says whether what refused the pod's eviction has since changed
 // in a way the plan shows, so the eviction is worth trying at once rather
 // than at the end of its backoff: a PodDisruptionBudget that allows a
-// disruption now, or a pod that more than one PDB no longer selects. Other
-// refusals (throttling, denials, failures) wait for their backoff.
-func (c *refusalCache) resolved(d drain.Decision) bool {
+// disruption now, or a pod that more than one PDB no longer selects. A pod
+// already tried at once is not tried at once again until its PDBs' status
+// (pdbState) changes, nor while that try is unanswered. Other refusals
+// (throttling, denials, failures) wait for their backoff.
+func (c *refusalCache) resolved(d drain.Decision, pdbState string) bool {
 	ref, ok := c.get(d.Pod.UID)
 	switch {
-	case !ok:
+	case !ok, ref.retrying, ref.retriedAt != "" && ref.retriedAt == pdbState:
 		return false
 	case ref.result == eviction.PDBBlocked:
 		return !d.PDBBlocked

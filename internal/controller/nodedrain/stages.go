@@ -19,7 +19,6 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/drain"
-	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
@@ -223,6 +222,10 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if reason, why, over := overdue(s); over && !plan.Completed() {
 		return r.timeout(ctx, s, plan, reason, why)
 	}
+	budget, err := r.pdbBudgets(ctx, plan)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
 			continue
@@ -230,14 +233,8 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		if _, held := s.evac.holding[d.Pod.UID]; held {
 			continue // its evacuation is not Completed
 		}
-		if err := r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)); err != nil {
+		if err := r.queueEviction(s, d, budget); err != nil {
 			return reconcile.Result{}, err
-		}
-		// What refused this pod has changed (its PDB allows a disruption
-		// now, or only one PDB selects it): try at once rather than at the
-		// end of the backoff.
-		if r.refusals.resolved(d) {
-			r.Evictions.RetryNow(d.Pod.UID)
 		}
 	}
 	r.report(s, plan)

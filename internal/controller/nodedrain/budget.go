@@ -1,0 +1,117 @@
+package nodedrain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+)
+
+// pdbBudget is how many more evictions each PodDisruptionBudget (by
+// namespace/name) lets through now, as this pass sees it: the cached
+// status.disruptionsAllowed, less the evictions already on their way. It
+// keeps vacate from trying every waiting pod of a PDB when one disruption
+// frees up: the extra tries could only be refused (429).
+type pdbBudget struct {
+	left map[string]int
+	// state is each PDB's status as a fingerprint, to tell whether it
+	// changed since a pod was last tried at once.
+	state map[string]string
+}
+
+// pdbBudgets computes the budgets of the PDBs the plan's pods are under.
+// An eviction queued or in flight without a PDB refusal, one tried again at
+// once and not answered yet, and one that succeeded while the cache does
+// not show it yet (its pod still to evict in the plan) each use up one.
+func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) (pdbBudget, error) {
+	pdbs, err := r.pdbs(ctx)
+	if err != nil {
+		return pdbBudget{}, err
+	}
+	b := pdbBudget{left: map[string]int{}, state: map[string]string{}}
+	for _, p := range pdbs {
+		key := p.Namespace + "/" + p.Name
+		b.left[key] = int(p.Status.DisruptionsAllowed)
+		b.state[key] = pdbState(p)
+	}
+	for _, d := range plan.Decisions {
+		if d.Action == drain.Evict && r.evictionUnderway(d.Pod.UID) {
+			for _, k := range d.PDBs {
+				b.left[k]--
+			}
+		}
+	}
+	return b, nil
+}
+
+// evictionUnderway says whether the pod's eviction counts against its
+// PDBs' budget: evicted and not yet seen terminating, or queued and not
+// waiting on a PDB refusal.
+func (r *Reconciler) evictionUnderway(uid types.UID) bool {
+	if r.Evictions.Evicted(uid) {
+		return true
+	}
+	if !r.Evictions.Pending(uid) {
+		return false
+	}
+	ref, ok := r.refusals.get(uid)
+	return !ok || ref.result != eviction.PDBBlocked || ref.retrying
+}
+
+// pdbState fingerprints the parts of a PDB's status that a retry depends
+// on.
+func pdbState(p *policyv1.PodDisruptionBudget) string {
+	return fmt.Sprintf("%d/%d/%d", p.Generation, p.Status.ObservedGeneration, p.Status.DisruptionsAllowed)
+}
+
+// take uses one eviction of each of the pods' PDBs, if every one has one
+// left; pods without a PDB always may.
+func (b pdbBudget) take(pdbs []string) bool {
+	for _, k := range pdbs {
+		if b.left[k] <= 0 {
+			return false
+		}
+	}
+	for _, k := range pdbs {
+		b.left[k]--
+	}
+	return true
+}
+
+// fingerprint is the state of the pod's PDBs.
+func (b pdbBudget) fingerprint(pdbs []string) string {
+	parts := make([]string, 0, len(pdbs))
+	for _, k := range pdbs {
+		parts = append(parts, k+"="+b.state[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// queueEviction queues the pod's eviction within its PDBs' budget, or,
+// when what refused it has changed (its PDB's status changed and allows a
+// disruption, or only one PDB selects it now), tries it again at once, also
+// within the budget. Other pods of a PDB wait: the PDB's next change wakes
+// the drain.
+func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget) error {
+	uid := d.Pod.UID
+	switch {
+	case r.Evictions.Evicted(uid):
+		return nil // the cache does not show it terminating yet
+	case !r.Evictions.Pending(uid):
+		if !budget.take(d.PDBs) {
+			return nil
+		}
+		return r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode))
+	}
+	state := budget.fingerprint(d.PDBs)
+	if r.refusals.resolved(d, state) && budget.take(d.PDBs) {
+		r.refusals.retrying(uid, state)
+		r.Evictions.RetryNow(uid)
+	}
+	return nil
+}
