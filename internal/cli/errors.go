@@ -51,7 +51,7 @@ func (e unknownNodeError) Error() string {
 	return fmt.Sprintf("node %q not found in %s; see 'kubectl get nodes'", e.name, e.where)
 }
 
-// permissionError: RBAC forbids a request.
+// permissionError: RBAC, or an admission policy, forbids a request.
 type permissionError struct {
 	doing string
 	cause *apierrors.StatusError
@@ -66,10 +66,22 @@ func (e permissionError) Error() string {
 		msg = after
 	}
 	need := e.need
-	if need == "" {
+	switch {
+	case need != "":
+	case admissionRefusal(e.cause):
+		need = "RBAC allows it, the cluster's admission policy does not (see 'Permissions' in vacate's docs/cli.md)"
+	default:
 		need = "ask a cluster admin to bind the ClusterRole vacate-user to you ('vacate manifests user-role' prints it)"
 	}
 	return fmt.Sprintf("permission denied while %s: %s; %s", e.doing, msg, need)
+}
+
+// admissionRefusal: the refusal came from an admission policy, which
+// states its causes, not from RBAC, which states none: binding a role
+// would not help.
+func admissionRefusal(err *apierrors.StatusError) bool {
+	d := err.ErrStatus.Details
+	return d != nil && len(d.Causes) > 0
 }
 
 func (e permissionError) Unwrap() error { return e.cause }

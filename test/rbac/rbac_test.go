@@ -498,13 +498,24 @@ func TestUsersKeepToTheirOwn(t *testing.T) {
 	// A policy by name needs the verb use on it.
 	check(t, "the policy refusing --policy", func() error {
 		code, out := vacate(t, ursula, "drain", node, "--policy", special.Name)
-		if code == 0 || !strings.Contains(out, "may not use DrainPolicy "+special.Name) {
+		switch {
+		case code == 0 || !strings.Contains(out, "may not use DrainPolicy "+special.Name):
 			return fmt.Errorf("exit %d: %s", code, out)
+		case strings.Contains(out, "bind the ClusterRole vacate-user"):
+			return fmt.Errorf("the CLI tells ursula, who has vacate-user, to get it bound: %s", out)
 		}
 		return nil
 	})
 	if code, _ := vacate(t, ursula, "drain", node); code != 0 {
 		t.Errorf("ursula's drain without --policy: exit %d", code)
+	}
+
+	// victor joins ursula's drain and leaves it: his own requester only.
+	if code, _ := vacate(t, victor, "drain", node); code != 0 {
+		t.Errorf("victor joining ursula's drain: exit %d", code)
+	}
+	if code, _ := vacate(t, victor, "cancel", node); code != 0 {
+		t.Errorf("victor withdrawing his own requester: exit %d", code)
 	}
 
 	// victor may not take ursula's requester away, by cancel or delete.
