@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -328,12 +329,19 @@ func evacuationPhase(ev *v1alpha1.Evacuation) string {
 // to cancel: those the drain's status shows neither Completed nor
 // Cancelled, and Completed ones whose pod is still on the node (it moved
 // its data and was never asked to take it back; a pod that has left holds
-// nothing, as the controller's own cancel reasons).
+// nothing, as the controller's own cancel reasons). status.hooks lists at
+// most v1alpha1.MaxHooks; the pods of status.hookCalls it leaves out are
+// noted too, while still on the node.
 func (u *uninstaller) noteHooks(ctx context.Context, drains []v1alpha1.NodeDrain) error {
 	for _, nd := range drains {
+		noted := map[string]bool{}
 		for _, h := range nd.Status.Hooks {
 			ref, isHook := strings.CutPrefix(h.Name, "pod/")
-			if !isHook || h.Phase == string(v1alpha1.EvacuationCancelled) {
+			if !isHook {
+				continue
+			}
+			noted[ref] = true
+			if h.Phase == string(v1alpha1.EvacuationCancelled) {
 				continue
 			}
 			if h.Phase == string(v1alpha1.EvacuationCompleted) {
@@ -348,6 +356,36 @@ func (u *uninstaller) noteHooks(ctx context.Context, drains []v1alpha1.NodeDrain
 			u.left.hooks = append(u.left.hooks, fmt.Sprintf("HTTP hook of pod %s on node %s may not have been told to cancel (drain %s, hook was %s); check the app",
 				ref, nd.Spec.NodeName, nd.Name, h.Phase))
 		}
+		if err := u.noteUnlistedHookCalls(ctx, nd, noted); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// noteUnlistedHookCalls notes the pods of the drain's status.hookCalls that
+// status.hooks does not list (it is bounded) and that are still on the node:
+// each was called and never acknowledged a cancel.
+func (u *uninstaller) noteUnlistedHookCalls(ctx context.Context, nd v1alpha1.NodeDrain, listed map[string]bool) error {
+	if len(nd.Status.HookCalls) == 0 {
+		return nil
+	}
+	pods, err := u.s.clientset.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nd.Spec.NodeName).String()})
+	if err != nil {
+		return u.explain(err, "listing the pods of node "+nd.Spec.NodeName)
+	}
+	byUID := make(map[string]string, len(pods.Items))
+	for _, p := range pods.Items {
+		byUID[string(p.UID)] = p.Namespace + "/" + p.Name
+	}
+	for _, c := range nd.Status.HookCalls {
+		ref, there := byUID[c.UID]
+		if !there || c.Completed || listed[ref] {
+			continue
+		}
+		u.left.hooks = append(u.left.hooks, fmt.Sprintf("HTTP hook of pod %s on node %s may not have been told to cancel (drain %s, hook was called; status.hooks did not list it); check the app",
+			ref, nd.Spec.NodeName, nd.Name))
 	}
 	return nil
 }

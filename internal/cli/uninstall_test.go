@@ -291,6 +291,7 @@ func TestUninstallForceWithoutController(t *testing.T) {
 		"  provider " + forceProvider + " may still hold changes for node " + n[0] + " (Evacuation " + st.evacuation + " was InProgress); check the provider",
 		"  HTTP hook of pod shop/web-0 on node " + n[0] + " may not have been told to cancel (drain " + n[0] + ", hook was InProgress); check the app",
 		"  HTTP hook of pod " + st.ns + "/web-3 on node " + n[0] + " may not have been told to cancel (drain " + n[0] + ", hook was Completed); check the app",
+		"  HTTP hook of pod " + st.ns + "/web-4 on node " + n[0] + " may not have been told to cancel (drain " + n[0] + ", hook was called; status.hooks did not list it); check the app",
 	}
 	for _, want := range append([]string{
 		"drains: would cancel 2: " + n[0] + " (being restored, for cli:erin), " + n[1] + " (being restored, for cli:erin); the controller would restore their nodes",
@@ -528,8 +529,13 @@ func leaveStuckState(t *testing.T, c *devcluster.Cluster, cl client.Client) stuc
 		drains = append(drains, nd)
 	}
 	ns := testenv.Namespace(t, c)
-	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, testutil.Pod("web-3").Namespace(ns).OnNode(n[0]).Obj(), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating pod %s/web-3: %v", ns, err)
+	pods := map[string]string{} // name -> UID
+	for _, name := range []string{"web-3", "web-4", "web-5"} {
+		pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, testutil.Pod(name).Namespace(ns).OnNode(n[0]).Obj(), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating pod %s/%s: %v", ns, name, err)
+		}
+		pods[name] = string(pod.UID)
 	}
 	drains[0].Status.Hooks = []v1alpha1.HookStatus{
 		{Name: n[0] + "." + forceProvider, Phase: string(v1alpha1.EvacuationInProgress)},
@@ -538,6 +544,10 @@ func leaveStuckState(t *testing.T, c *devcluster.Cluster, cl client.Client) stuc
 		{Name: "pod/shop/web-1", Phase: string(v1alpha1.EvacuationCancelled)},
 		{Name: "pod/" + ns + "/web-3", Phase: string(v1alpha1.EvacuationCompleted)},
 	}
+	// status.hooks is bounded: web-4's call is recorded only in
+	// status.hookCalls; web-5's Completed a Decommission evacuation, whose
+	// work a cancel keeps; web-3's is listed above too.
+	drains[0].Status.HookCalls = []v1alpha1.HookCall{{UID: pods["web-3"]}, {UID: pods["web-4"]}, {UID: pods["web-5"], Completed: true}}
 	for _, nd := range drains {
 		if err := cl.Status().Update(ctx, nd); err != nil {
 			t.Fatalf("writing the status of NodeDrain %s: %v", nd.Name, err)
