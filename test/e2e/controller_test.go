@@ -365,17 +365,27 @@ func TestResumeAfterKillBetweenCordonAndFirstEviction(t *testing.T) {
 // TestResumeAfterKillMidEvictions kills the controller after some pods were
 // evicted; a new one finishes without evicting any pod twice.
 func TestResumeAfterKillMidEvictions(t *testing.T) {
-	e := newEnv(t)
-	ns, node := e.workload(t, "resume-b", 2, 16, "1")
+	newEnv(t).faultMidDrain(t, "resume-b", func(e *env, first *proc) {
+		t.Log("killing the controller (SIGKILL) in the middle of the evictions")
+		first.kill()
+		startController(t, e.c, "second", false, "resume-b")
+	})
+}
+
+// faultMidDrain drains the node of a fresh workload (16 pods, a PDB of
+// maxUnavailable 1) with one controller, calls fault once some pods are
+// evicted, and checks that the drain finishes, every pod evicted at most
+// once, and no PDB dipped.
+func (e *env) faultMidDrain(t *testing.T, name string, fault func(e *env, ctrl *proc)) {
+	t.Helper()
+	ns, node := e.workload(t, name, 2, 16, "1")
 	guard := testenv.WatchPDBs(t, e.c, ns)
-	first := startController(t, e.c, "first", false, "resume-b")
+	ctrl := startController(t, e.c, name, false, name)
 	e.drain(t, node)
 	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Evicted >= 2 && nd.Status.Remaining > 0
 	})
-	t.Log("killing the controller (SIGKILL) in the middle of the evictions")
-	first.kill()
-	startController(t, e.c, "second", false, "resume-b")
+	fault(e, ctrl)
 	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
 	t.Logf("drained: %s evicted", nd.Status.Progress)
 	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))

@@ -30,45 +30,25 @@ import (
 // TestAPIServerFrozenMidDrain freezes the API server (SIGSTOP) for 30 s while
 // the controller evicts, then continues it: the drain finishes.
 func TestAPIServerFrozenMidDrain(t *testing.T) {
-	e := newEnv(t)
-	ns, node := e.workload(t, "freeze-api", 2, 16, "1")
-	guard := testenv.WatchPDBs(t, e.c, ns)
-	startController(t, e.c, "freeze-api", false, "freeze-api")
-	e.drain(t, node)
-	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Status.Evicted >= 2 && nd.Status.Remaining > 0
+	newEnv(t).faultMidDrain(t, "freeze-api", func(e *env, _ *proc) {
+		e.freeze(t, devcluster.KubeAPIServer, 30*time.Second)
 	})
-	e.freeze(t, devcluster.KubeAPIServer, 30*time.Second)
-	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
-	t.Logf("drained: %s evicted", nd.Status.Progress)
-	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
-	guard.Check(t)
 }
 
 // TestAPIServerRestartedMidDrain kills the API server (SIGKILL) while the
 // controller evicts and starts it again with the same flags: the drain
 // finishes.
 func TestAPIServerRestartedMidDrain(t *testing.T) {
-	e := newEnv(t)
-	ns, node := e.workload(t, "restart-api", 2, 16, "1")
-	guard := testenv.WatchPDBs(t, e.c, ns)
-	ctrl := startController(t, e.c, "restart-api", false, "restart-api")
-	e.drain(t, node)
-	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Status.Evicted >= 2 && nd.Status.Remaining > 0
+	newEnv(t).faultMidDrain(t, "restart-api", func(e *env, ctrl *proc) {
+		t.Log("killing the API server (SIGKILL) and starting it again")
+		if err := e.c.Restart(testenv.Context(t), devcluster.KubeAPIServer); err != nil {
+			t.Fatal(err)
+		}
+		// Restart returns once the new API server authorizes by RBAC; until
+		// then it refuses every request but a cluster admin's, and the
+		// controller retries. Its log has second precision.
+		ctrl.tolerateForbiddenUntil(time.Now().Add(time.Second))
 	})
-	t.Log("killing the API server (SIGKILL) and starting it again")
-	if err := e.c.Restart(testenv.Context(t), devcluster.KubeAPIServer); err != nil {
-		t.Fatal(err)
-	}
-	// Restart returns once the new API server authorizes by RBAC; until
-	// then it refuses every request but a cluster admin's, and the
-	// controller retries. Its log has second precision.
-	ctrl.tolerateForbiddenUntil(time.Now().Add(time.Second))
-	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
-	t.Logf("drained: %s evicted", nd.Status.Progress)
-	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
-	guard.Check(t)
 }
 
 // TestEtcdFrozenMidEvacuation freezes etcd (SIGSTOP) for 20 s while the
