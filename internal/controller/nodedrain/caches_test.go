@@ -11,9 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
@@ -27,24 +24,7 @@ import (
 // the test can look at its memory.
 func runOwnController(t *testing.T, c *devcluster.Cluster) *nodedrain.Reconciler {
 	t.Helper()
-	var r *nodedrain.Reconciler
-	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
-		if err := nodedrain.IndexPods(context.Background(), mgr); err != nil {
-			return err
-		}
-		cs, err := kubernetes.NewForConfig(c.RESTConfig)
-		if err != nil {
-			return err
-		}
-		r = nodedrain.NewReconciler(mgr.GetClient(), clock.RealClock{}, mgr.GetEventRecorder("vacate-test"),
-			func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
-				return eviction.NewQueue(cs, eviction.Options{OnOutcome: onOutcome, MayEvict: mayEvict,
-					BaseDelay: 200 * time.Millisecond, MaxDelay: time.Second})
-			})
-		r.APIReader = mgr.GetAPIReader()
-		return r.SetupWithManager(mgr)
-	})
-	return r
+	return runSolo(t, c, solo{queue: eviction.Options{BaseDelay: 200 * time.Millisecond, MaxDelay: time.Second}})
 }
 
 // waitRemembered polls the controller's per-pod memory of the node until

@@ -19,11 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -327,22 +324,7 @@ func (te *throttlingEvictor) evict(ctx context.Context, ev *policyv1.Eviction) e
 // going through te.
 func runThrottledController(t *testing.T, c *devcluster.Cluster, te *throttlingEvictor) {
 	t.Helper()
-	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
-		if err := nodedrain.IndexPods(context.Background(), mgr); err != nil {
-			return err
-		}
-		cs, err := kubernetes.NewForConfig(c.RESTConfig)
-		if err != nil {
-			return err
-		}
-		te.next = eviction.ClientEvictor(cs)
-		r := nodedrain.NewReconciler(mgr.GetClient(), clock.RealClock{}, mgr.GetEventRecorder("vacate-test"),
-			func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
-				return eviction.NewQueueWithEvictor(te.evict, eviction.Options{OnOutcome: onOutcome, MayEvict: mayEvict})
-			})
-		r.APIReader = mgr.GetAPIReader()
-		return r.SetupWithManager(mgr)
-	})
+	runSolo(t, c, solo{evict: func(next eviction.EvictFunc) eviction.EvictFunc { te.next = next; return te.evict }})
 }
 
 // TestThrottledEvictionIsNeverAPDB: the API server answers the pod's

@@ -12,15 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
 )
@@ -78,21 +74,7 @@ func (c *laggingClient) Patch(ctx context.Context, obj client.Object, patch clie
 func runLaggingController(t *testing.T, c *devcluster.Cluster) *laggingClient {
 	t.Helper()
 	lc := &laggingClient{last: map[string]*corev1.Node{}, stale: map[string]*corev1.Node{}}
-	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
-		if err := nodedrain.IndexPods(context.Background(), mgr); err != nil {
-			return err
-		}
-		cs, err := kubernetes.NewForConfig(c.RESTConfig)
-		if err != nil {
-			return err
-		}
-		lc.Client = mgr.GetClient()
-		r := nodedrain.NewReconciler(lc, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"), func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
-			return eviction.NewQueue(cs, eviction.Options{OnOutcome: onOutcome, MayEvict: mayEvict})
-		})
-		r.APIReader = mgr.GetAPIReader()
-		return r.SetupWithManager(mgr)
-	})
+	runSolo(t, c, solo{client: func(cl client.Client) client.Client { lc.Client = cl; return lc }})
 	return lc
 }
 

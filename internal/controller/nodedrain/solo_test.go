@@ -1,0 +1,61 @@
+package nodedrain_test
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+// solo configures runSolo.
+type solo struct {
+	// client wraps the manager's client; nil keeps it.
+	client func(client.Client) client.Client
+	// evict wraps the Eviction API call; nil keeps it.
+	evict func(eviction.EvictFunc) eviction.EvictFunc
+	// queue are the eviction queue's options; runSolo sets OnOutcome and
+	// MayEvict.
+	queue eviction.Options
+}
+
+// runSolo runs the NodeDrain controller alone (no other controller of
+// vacate), with APIReader the manager's uncached reader, until the test ends,
+// and returns it.
+func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler {
+	t.Helper()
+	var r *nodedrain.Reconciler
+	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
+		if err := nodedrain.IndexPods(context.Background(), mgr); err != nil {
+			return err
+		}
+		cs, err := kubernetes.NewForConfig(c.RESTConfig)
+		if err != nil {
+			return err
+		}
+		evict := eviction.ClientEvictor(cs)
+		if s.evict != nil {
+			evict = s.evict(evict)
+		}
+		cl := mgr.GetClient()
+		if s.client != nil {
+			cl = s.client(cl)
+		}
+		r = nodedrain.NewReconciler(cl, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"),
+			func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
+				opts := s.queue
+				opts.OnOutcome, opts.MayEvict = onOutcome, mayEvict
+				return eviction.NewQueueWithEvictor(evict, opts)
+			})
+		r.APIReader = mgr.GetAPIReader()
+		return r.SetupWithManager(mgr)
+	})
+	return r
+}
