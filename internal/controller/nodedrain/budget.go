@@ -1,7 +1,6 @@
 package nodedrain
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -24,15 +23,11 @@ type pdbBudget struct {
 	state map[string]string
 }
 
-// pdbBudgets computes the budgets of the PDBs the plan's pods are under.
-// An eviction queued or in flight without a PDB refusal, one tried again at
+// pdbBudgets computes the budgets of pdbs, the PDBs the plan was made
+// with, so that plan and budgets see the same statuses. An eviction queued or in flight without a PDB refusal, one tried again at
 // once and not answered yet, and one that succeeded while the cache does
 // not show it yet (its pod still to evict in the plan) each use up one.
-func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) (pdbBudget, error) {
-	pdbs, err := r.pdbs(ctx)
-	if err != nil {
-		return pdbBudget{}, err
-	}
+func (r *Reconciler) pdbBudgets(pdbs []*policyv1.PodDisruptionBudget, plan drain.Plan) pdbBudget {
 	b := pdbBudget{left: map[string]int{}, state: map[string]string{}}
 	for _, p := range pdbs {
 		key := p.Namespace + "/" + p.Name
@@ -46,7 +41,7 @@ func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) (pdbBudget
 			}
 		}
 	}
-	return b, nil
+	return b
 }
 
 // evictionUnderway says whether the pod's eviction counts against its

@@ -131,6 +131,8 @@ type scope struct {
 	evac evacState
 	// plan is the pass's plan of the node's pods (see Reconciler.plan).
 	plan *drain.Plan
+	// pdbs are the PodDisruptionBudgets the plan was made with.
+	pdbs []*policyv1.PodDisruptionBudget
 	// stop ends the pass after the current stage, with nothing to requeue:
 	// the drain reached an end (Failed) and waits for a change.
 	stop bool

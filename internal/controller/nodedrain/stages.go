@@ -207,7 +207,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 		return drain.Plan{}, err
 	}
 	plan := drain.New(pods, pdbs, s.policy.Rules.ForNode(s.node), s.now)
-	s.plan = &plan
+	s.plan, s.pdbs = &plan, pdbs
 	return plan, nil
 }
 
@@ -222,10 +222,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if reason, why, over := overdue(s); over && !plan.Completed() {
 		return r.timeout(ctx, s, plan, reason, why)
 	}
-	budget, err := r.pdbBudgets(ctx, plan)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
+	budget := r.pdbBudgets(s.pdbs, plan)
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
 			continue
