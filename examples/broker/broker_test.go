@@ -27,7 +27,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/examples/broker"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -330,7 +329,7 @@ func waitHeld(t *testing.T, cl client.Client, node string, pod corev1.Pod, detai
 			return false, nil
 		}
 		for _, b := range nd.Status.Blockers {
-			if b.Reason == nodedrain.BlockerHTTPHook && b.Pod == pod.Namespace+"/"+pod.Name && strings.Contains(b.Detail, detail) {
+			if b.Reason == v1alpha1.BlockerHTTPHook && b.Pod == pod.Namespace+"/"+pod.Name && strings.Contains(b.Detail, detail) {
 				return true, nil
 			}
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/requests"
 )
 
@@ -188,8 +187,8 @@ func (o *cancelOptions) showRestore(ctx context.Context, s *session, r restore) 
 		return err
 	}
 	switch {
-	case node.Annotations[nodedrain.AnnotationCordonedBy] != "":
-		fmt.Fprintf(o.streams.Out, "node/%s: restored; still annotated %s=%s\n", node.Name, nodedrain.AnnotationCordonedBy, node.Annotations[nodedrain.AnnotationCordonedBy])
+	case node.Annotations[v1alpha1.AnnotationCordonedBy] != "":
+		fmt.Fprintf(o.streams.Out, "node/%s: restored; still annotated %s=%s\n", node.Name, v1alpha1.AnnotationCordonedBy, node.Annotations[v1alpha1.AnnotationCordonedBy])
 	case node.Spec.Unschedulable:
 		fmt.Fprintf(o.streams.Out, "node/%s: restored; left cordoned because vacate did not cordon it (someone else did)\n", node.Name)
 	default:

@@ -22,7 +22,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -213,8 +212,8 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdb
 	switch {
 	case !node.Spec.Unschedulable:
 		np.Cordon = "vacate cordons it (and uncordons it when the drain is cancelled)"
-	case node.Annotations[nodedrain.AnnotationCordonedBy] != "":
-		drainName, _, _ := strings.Cut(node.Annotations[nodedrain.AnnotationCordonedBy], "/") // <drain name>/<drain uid>
+	case node.Annotations[v1alpha1.AnnotationCordonedBy] != "":
+		drainName, _, _ := strings.Cut(node.Annotations[v1alpha1.AnnotationCordonedBy], "/") // <drain name>/<drain uid>
 		np.Cordon = "already cordoned by vacate (drain " + drainName + ")"
 	default:
 		np.Cordon = "already cordoned by someone else; vacate leaves it cordoned after the drain"

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/progress"
 )
@@ -331,7 +330,7 @@ func providerState(p *v1alpha1.EvacuationProvider, ev *v1alpha1.Evacuation, now 
 		return ev.Spec.Provider + " is gone (deleted): nothing will finish this evacuation unless it is re-created"
 	case !p.DeletionTimestamp.IsZero():
 		return fmt.Sprintf("%s is being deleted (for %s); its finalizer %s keeps it until this evacuation is finished or released",
-			p.Name, progress.Duration(now.Sub(p.DeletionTimestamp.Time)), evacuationprovider.Finalizer)
+			p.Name, progress.Duration(now.Sub(p.DeletionTimestamp.Time)), v1alpha1.FinalizerEvacuations)
 	}
 	timeout := nodedrain.DefaultProviderTimeout
 	if p.Spec.Timeout != nil {
@@ -447,7 +446,7 @@ func (o *releaseOptions) showReleased(ctx context.Context, s *session, t *releas
 			return false, s.explain(err, "reading NodeDrain "+node)
 		}
 		for _, h := range nd.Status.Hooks {
-			if h.Name == name && h.Phase == nodedrain.PhaseReleased {
+			if h.Name == name && h.Phase == v1alpha1.PhaseReleased {
 				entry = h
 				return true, nil
 			}

@@ -133,7 +133,7 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 	held := func(detail string) func(*v1alpha1.NodeDrain) bool {
 		return func(nd *v1alpha1.NodeDrain) bool {
 			return slices.ContainsFunc(nd.Status.Blockers, func(b v1alpha1.Blocker) bool {
-				return b.Pod == podKey && b.Reason == nodedrain.BlockerEvacuation && b.Holder == "Evacuation "+evName &&
+				return b.Pod == podKey && b.Reason == v1alpha1.BlockerEvacuation && b.Holder == "Evacuation "+evName &&
 					strings.HasPrefix(b.Detail, detail)
 			})
 		}
@@ -236,7 +236,7 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	}, describe)
 	if !slices.ContainsFunc(final.Status.Hooks, func(h v1alpha1.HookStatus) bool {
-		return h.Name == evName && h.Phase == nodedrain.PhaseReleased && strings.Contains(h.Message, "released by rita at ") &&
+		return h.Name == evName && h.Phase == v1alpha1.PhaseReleased && strings.Contains(h.Message, "released by rita at ") &&
 			strings.HasSuffix(h.Message, ": CHG-9 volume lost")
 	}) {
 		t.Errorf("status.hooks lacks the Released entry: %+v", final.Status.Hooks)
@@ -246,7 +246,7 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 			t.Errorf("the released pod %s is still on the node", podKey)
 		}
 	}
-	waitForEvent(t, c, node, nodedrain.EventEvacuationReleased, "released by rita")
+	waitForEvent(t, c, node, v1alpha1.EventEvacuationReleased, "released by rita")
 	pw.mu.Lock()
 	if !pw.gone {
 		t.Error("the pod watch never saw the pod evicted")

@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -311,7 +310,7 @@ func (u *uninstaller) cancelAll(ctx context.Context) error {
 		return fmt.Errorf("%d drain(s) still there after %s: %s; the vacate controller must be running to restore their nodes: "+
 			"start it (see 'vacate status'), then run uninstall again; or run 'vacate uninstall --cancel-drains --force' to finish without it: "+
 			"it uncordons only the nodes whose %s names a drain that exists by name and UID, removes vacate's finalizers "+
-			"and reports what it leaves behind; nothing else was removed", len(left), u.timeout, describeDrains(left), nodedrain.AnnotationCordonedBy)
+			"and reports what it leaves behind; nothing else was removed", len(left), u.timeout, describeDrains(left), v1alpha1.AnnotationCordonedBy)
 	case err != nil:
 		return u.waitErr(ctx, err, "the restores")
 	}
@@ -591,29 +590,29 @@ func (u *uninstaller) releaseNodes(ctx context.Context) error {
 	}
 	var held []string
 	for _, n := range nodes.Items {
-		if slices.Contains(n.Finalizers, trigger.FinalizerDrain) {
+		if slices.Contains(n.Finalizers, v1alpha1.FinalizerDrain) {
 			held = append(held, n.Name)
 		}
 	}
 	switch {
 	case len(held) == 0:
-		u.say("node finalizers: none of %d node(s) has %s", len(nodes.Items), trigger.FinalizerDrain)
+		u.say("node finalizers: none of %d node(s) has %s", len(nodes.Items), v1alpha1.FinalizerDrain)
 		return nil
 	case u.dryRun:
-		u.say("node finalizers: would remove %s from %d of %d node(s)", trigger.FinalizerDrain, len(held), len(nodes.Items))
+		u.say("node finalizers: would remove %s from %d of %d node(s)", v1alpha1.FinalizerDrain, len(held), len(nodes.Items))
 		return nil
 	}
 	removed := 0
 	for _, name := range held {
-		done, err := u.removeFinalizer(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, trigger.FinalizerDrain)
+		done, err := u.removeFinalizer(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, v1alpha1.FinalizerDrain)
 		if err != nil {
-			return u.explain(err, "removing finalizer "+trigger.FinalizerDrain+" from node "+name)
+			return u.explain(err, "removing finalizer "+v1alpha1.FinalizerDrain+" from node "+name)
 		}
 		if done {
 			removed++
 		}
 	}
-	u.say("node finalizers: removed %s from %d of %d node(s)", trigger.FinalizerDrain, removed, len(nodes.Items))
+	u.say("node finalizers: removed %s from %d of %d node(s)", v1alpha1.FinalizerDrain, removed, len(nodes.Items))
 	return nil
 }
 

@@ -16,8 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 )
 
 // This file is the step of 'uninstall --force' that replaces checkNoDrains:
@@ -87,7 +85,7 @@ func (u *uninstaller) undoLeft(ctx context.Context) error {
 // that vacate cordoned it, or "" when it does: it is exactly <name>/<uid> of
 // a drain that exists, of this node, which recorded no other node UID.
 func notVacatesCordon(node *corev1.Node, drains map[string]*v1alpha1.NodeDrain) string {
-	value := node.Annotations[nodedrain.AnnotationCordonedBy]
+	value := node.Annotations[v1alpha1.AnnotationCordonedBy]
 	name, uid, ok := strings.Cut(value, "/")
 	if !ok {
 		return "names no drain UID (written before vacate recorded one, or by hand)"
@@ -96,7 +94,7 @@ func notVacatesCordon(node *corev1.Node, drains map[string]*v1alpha1.NodeDrain) 
 	switch {
 	case nd == nil:
 		return fmt.Sprintf("names drain %s, which does not exist", name)
-	case value != nodedrain.CordonedByValue(nd):
+	case value != v1alpha1.CordonedByValue(nd):
 		return fmt.Sprintf("names drain %s with UID %s, but that drain's UID is %s", name, uid, nd.UID)
 	case nd.Spec.NodeName != node.Name:
 		return fmt.Sprintf("names the drain of node %s", nd.Spec.NodeName)
@@ -154,7 +152,7 @@ func (o nodeOutcomes) summary(dryRun bool) string {
 	}
 	if len(o.unmarked) > 0 {
 		parts = append(parts, fmt.Sprintf("%s %s from %d schedulable already: %s", verb("removed", "would remove"),
-			nodedrain.AnnotationCordonedBy, len(o.unmarked), strings.Join(truncated(o.unmarked, 5), ", ")))
+			v1alpha1.AnnotationCordonedBy, len(o.unmarked), strings.Join(truncated(o.unmarked, 5), ", ")))
 	}
 	if len(o.cordoned) > 0 {
 		parts = append(parts, fmt.Sprintf("%s %d cordoned that vacate cannot prove it cordoned: %s (see below)", verb("left", "would leave"),
@@ -162,10 +160,10 @@ func (o nodeOutcomes) summary(dryRun bool) string {
 	}
 	if len(o.marked) > 0 {
 		parts = append(parts, fmt.Sprintf("%s %s on %d schedulable that it cannot match to a drain: %s (see below)", verb("left", "would leave"),
-			nodedrain.AnnotationCordonedBy, len(o.marked), strings.Join(truncated(o.marked, 5), ", ")))
+			v1alpha1.AnnotationCordonedBy, len(o.marked), strings.Join(truncated(o.marked, 5), ", ")))
 	}
 	if len(parts) == 0 {
-		return "nodes: none carries " + nodedrain.AnnotationCordonedBy
+		return "nodes: none carries " + v1alpha1.AnnotationCordonedBy
 	}
 	return "nodes: " + strings.Join(parts, "; ")
 }
@@ -184,7 +182,7 @@ func (u *uninstaller) restoreNodes(ctx context.Context, drains []v1alpha1.NodeDr
 	var o nodeOutcomes
 	for i := range nodes.Items {
 		node := &nodes.Items[i]
-		if _, marked := node.Annotations[nodedrain.AnnotationCordonedBy]; !marked {
+		if _, marked := node.Annotations[v1alpha1.AnnotationCordonedBy]; !marked {
 			continue
 		}
 		out, seen, err := u.restoreNode(ctx, node, byName)
@@ -202,14 +200,14 @@ func (u *uninstaller) restoreNodes(ctx context.Context, drains []v1alpha1.NodeDr
 
 // keptLine says why a node was left as it is, and what a person may do.
 func keptLine(node *corev1.Node, why string) string {
-	value := node.Annotations[nodedrain.AnnotationCordonedBy]
+	value := node.Annotations[v1alpha1.AnnotationCordonedBy]
 	if node.Spec.Unschedulable {
 		return fmt.Sprintf("node %s stays cordoned: its %s %q %s: vacate cannot tell it cordoned the node; if nobody else did: "+
-			"kubectl uncordon %s && kubectl annotate node %s %s-", node.Name, nodedrain.AnnotationCordonedBy, value, why,
-			node.Name, node.Name, nodedrain.AnnotationCordonedBy)
+			"kubectl uncordon %s && kubectl annotate node %s %s-", node.Name, v1alpha1.AnnotationCordonedBy, value, why,
+			node.Name, node.Name, v1alpha1.AnnotationCordonedBy)
 	}
 	return fmt.Sprintf("node %s is schedulable but keeps its %s %q, which %s; remove it if nobody needs it: kubectl annotate node %s %s-",
-		node.Name, nodedrain.AnnotationCordonedBy, value, why, node.Name, nodedrain.AnnotationCordonedBy)
+		node.Name, v1alpha1.AnnotationCordonedBy, value, why, node.Name, v1alpha1.AnnotationCordonedBy)
 }
 
 // restoreNode decides from node, as read, whether vacate cordoned it and, if
@@ -233,7 +231,7 @@ func (u *uninstaller) restoreNode(ctx context.Context, node *corev1.Node, drains
 			node = fresh
 		}
 		reread = true
-		value, marked := node.Annotations[nodedrain.AnnotationCordonedBy]
+		value, marked := node.Annotations[v1alpha1.AnnotationCordonedBy]
 		switch {
 		case !marked:
 			out = outcomeGone
@@ -267,7 +265,7 @@ func (u *uninstaller) restoreNode(ctx context.Context, node *corev1.Node, drains
 // annotation value read) and, when the node was read cordoned, the cordon:
 // each only if it is still what was read.
 func uncordonPatch(value string, cordoned bool) ([]byte, error) {
-	path := "/metadata/annotations/" + jsonPointerEscape(nodedrain.AnnotationCordonedBy)
+	path := "/metadata/annotations/" + jsonPointerEscape(v1alpha1.AnnotationCordonedBy)
 	ops := []jsonPatchOp{{Op: "test", Path: path, Value: value}}
 	if cordoned {
 		ops = append(ops,
@@ -414,7 +412,7 @@ func (u *uninstaller) releaseDrains(ctx context.Context, drains []v1alpha1.NodeD
 		names = append(names, nd.Name)
 	}
 	if u.dryRun {
-		u.say("drains: would remove %s from %d: %s", nodedrain.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", "))
+		u.say("drains: would remove %s from %d: %s", v1alpha1.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", "))
 		return nil
 	}
 	for i := range drains {
@@ -426,11 +424,11 @@ func (u *uninstaller) releaseDrains(ctx context.Context, drains []v1alpha1.NodeD
 			}
 		}
 		key := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: nd.Name, UID: nd.UID}}
-		if _, err := u.removeFinalizer(ctx, key, nodedrain.FinalizerRestore); err != nil {
-			return u.explain(err, "removing finalizer "+nodedrain.FinalizerRestore+" from NodeDrain "+nd.Name)
+		if _, err := u.removeFinalizer(ctx, key, v1alpha1.FinalizerRestore); err != nil {
+			return u.explain(err, "removing finalizer "+v1alpha1.FinalizerRestore+" from NodeDrain "+nd.Name)
 		}
 	}
-	u.say("drains: removed %s from %d: %s", nodedrain.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", "))
+	u.say("drains: removed %s from %d: %s", v1alpha1.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", "))
 	return nil
 }
 
@@ -445,7 +443,7 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 	var held []string
 	for i := range list.Items {
 		p := &list.Items[i]
-		if !slices.Contains(p.Finalizers, evacuationprovider.Finalizer) {
+		if !slices.Contains(p.Finalizers, v1alpha1.FinalizerEvacuations) {
 			continue
 		}
 		held = append(held, p.Name)
@@ -453,17 +451,17 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 			continue
 		}
 		key := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}}
-		if _, err := u.removeFinalizer(ctx, key, evacuationprovider.Finalizer); err != nil {
-			return u.explain(err, "removing finalizer "+evacuationprovider.Finalizer+" from EvacuationProvider "+p.Name)
+		if _, err := u.removeFinalizer(ctx, key, v1alpha1.FinalizerEvacuations); err != nil {
+			return u.explain(err, "removing finalizer "+v1alpha1.FinalizerEvacuations+" from EvacuationProvider "+p.Name)
 		}
 	}
 	switch {
 	case len(held) == 0:
-		u.say("evacuation providers: none holds %s", evacuationprovider.Finalizer)
+		u.say("evacuation providers: none holds %s", v1alpha1.FinalizerEvacuations)
 	case u.dryRun:
-		u.say("evacuation providers: would remove %s from %d: %s", evacuationprovider.Finalizer, len(held), strings.Join(truncated(held, 5), ", "))
+		u.say("evacuation providers: would remove %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
 	default:
-		u.say("evacuation providers: removed %s from %d: %s", evacuationprovider.Finalizer, len(held), strings.Join(truncated(held, 5), ", "))
+		u.say("evacuation providers: removed %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
 	}
 	return nil
 }

@@ -25,8 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
-	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
@@ -68,7 +66,7 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 	}
 	waitFor(t, "vacate.dev/drain on every node", func() bool {
 		for _, n := range nodes {
-			if !slices.Contains(getNode(t, c, n).Finalizers, trigger.FinalizerDrain) {
+			if !slices.Contains(getNode(t, c, n).Finalizers, v1alpha1.FinalizerDrain) {
 				return false
 			}
 		}
@@ -87,7 +85,7 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), binding) })
 
 	alice.must(ExitOK, "drain", nodes[0], "--wait", "--timeout", "2m")
-	if n := getNode(t, c, nodes[0]); !n.Spec.Unschedulable || n.Annotations[nodedrain.AnnotationCordonedBy] == "" {
+	if n := getNode(t, c, nodes[0]); !n.Spec.Unschedulable || n.Annotations[v1alpha1.AnnotationCordonedBy] == "" {
 		t.Fatalf("the drain did not cordon %s", nodes[0])
 	}
 	before := clusterState(t, c, cl, nodes, installed)
@@ -122,7 +120,7 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 	if after := clusterState(t, c, cl, nodes, installed); after != before {
 		t.Fatalf("the cluster changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	held := nodesWith(t, c, trigger.FinalizerDrain)
+	held := nodesWith(t, c, v1alpha1.FinalizerDrain)
 
 	// 3. The uninstall. The controller outside the Deployment stops when
 	// uninstall says it waits for it, as a person would stop it.
@@ -145,11 +143,11 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 			t.Errorf("uninstall output lacks %s", want)
 		}
 	}
-	if n := getNode(t, c, nodes[0]); n.Spec.Unschedulable || n.Annotations[nodedrain.AnnotationCordonedBy] != "" {
+	if n := getNode(t, c, nodes[0]); n.Spec.Unschedulable || n.Annotations[v1alpha1.AnnotationCordonedBy] != "" {
 		t.Errorf("%s after uninstall: unschedulable=%t annotations=%v; want restored", n.Name, n.Spec.Unschedulable, n.Annotations)
 	}
-	if left := nodesWith(t, c, trigger.FinalizerDrain); len(left) > 0 {
-		t.Errorf("nodes still holding %s: %v", trigger.FinalizerDrain, left)
+	if left := nodesWith(t, c, v1alpha1.FinalizerDrain); len(left) > 0 {
+		t.Errorf("nodes still holding %s: %v", v1alpha1.FinalizerDrain, left)
 	}
 	if !slices.Contains(getNode(t, c, nodes[1]).Finalizers, foreignFinalizer) {
 		t.Errorf("uninstall dropped the foreign finalizer %s from %s", foreignFinalizer, nodes[1])
@@ -193,7 +191,7 @@ func TestUninstallWithoutControllerStops(t *testing.T) {
 	cl := testenv.DrainClient(t, c)
 	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-uninstall-alone", Count: 1})
 	nd := testutil.NodeDrain(nodes[0], "", "cli:dave")
-	nd.Finalizers = []string{nodedrain.FinalizerRestore} // as the controller adds it
+	nd.Finalizers = []string{v1alpha1.FinalizerRestore} // as the controller adds it
 	if err := cl.Create(context.Background(), nd); err != nil {
 		t.Fatal(err)
 	}
@@ -339,12 +337,12 @@ func TestUninstallForceWithoutController(t *testing.T) {
 	if strings.Contains(out, "web-1") || strings.Contains(out, "web-2") || strings.Contains(out, "cli-force-cancelled") {
 		t.Errorf("uninstall --force reported a hook or an evacuation that confirmed its cancel, or a hook whose pod left:\n%s", out)
 	}
-	if nd := getNode(t, c, n[0]); nd.Spec.Unschedulable || nd.Annotations[nodedrain.AnnotationCordonedBy] != "" || slices.Contains(nd.Finalizers, trigger.FinalizerDrain) {
+	if nd := getNode(t, c, n[0]); nd.Spec.Unschedulable || nd.Annotations[v1alpha1.AnnotationCordonedBy] != "" || slices.Contains(nd.Finalizers, v1alpha1.FinalizerDrain) {
 		t.Errorf("%s after uninstall --force: unschedulable=%t annotations=%v finalizers=%v; want restored", n[0], nd.Spec.Unschedulable, nd.Annotations, nd.Finalizers)
 	}
 	for i, want := range map[int]string{1: n[1], 2: st.cordonedBy} {
-		if nd := getNode(t, c, n[i]); !nd.Spec.Unschedulable || nd.Annotations[nodedrain.AnnotationCordonedBy] != want {
-			t.Errorf("%s after uninstall --force: unschedulable=%t cordoned-by=%q; want it left as it was", n[i], nd.Spec.Unschedulable, nd.Annotations[nodedrain.AnnotationCordonedBy])
+		if nd := getNode(t, c, n[i]); !nd.Spec.Unschedulable || nd.Annotations[v1alpha1.AnnotationCordonedBy] != want {
+			t.Errorf("%s after uninstall --force: unschedulable=%t cordoned-by=%q; want it left as it was", n[i], nd.Spec.Unschedulable, nd.Annotations[v1alpha1.AnnotationCordonedBy])
 		}
 	}
 	for _, e := range mutations(t, c, "uninstaller-force", start) {
@@ -393,7 +391,7 @@ func TestForceUncordonTestsWhatItRead(t *testing.T) {
 	ctx := testenv.Context(t)
 	n := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-force-race", Count: 1})
 	nd := testutil.NodeDrain(n[0], "", "cli:erin")
-	nd.Finalizers = []string{nodedrain.FinalizerRestore}
+	nd.Finalizers = []string{v1alpha1.FinalizerRestore}
 	if err := cl.Create(ctx, nd); err != nil {
 		t.Fatalf("creating NodeDrain %s: %v", nd.Name, err)
 	}
@@ -407,17 +405,17 @@ func TestForceUncordonTestsWhatItRead(t *testing.T) {
 	newer := nd.Name + "/0b4e1a9c-0000-4000-8000-000000000001"
 	cordonWith(t, c, n[0], newer)
 	out, seen, err := u.restoreNode(ctx, read, drains)
-	if err != nil || out != outcomeKept || seen.Annotations[nodedrain.AnnotationCordonedBy] != newer {
+	if err != nil || out != outcomeKept || seen.Annotations[v1alpha1.AnnotationCordonedBy] != newer {
 		t.Errorf("restoreNode after a concurrent cordon: outcome %d, judged cordoned-by=%q, err %v; want kept, judged %q",
-			out, seen.Annotations[nodedrain.AnnotationCordonedBy], err, newer)
+			out, seen.Annotations[v1alpha1.AnnotationCordonedBy], err, newer)
 	}
-	if node := getNode(t, c, n[0]); !node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != newer {
-		t.Errorf("the newer cordon was undone: unschedulable=%t cordoned-by=%q", node.Spec.Unschedulable, node.Annotations[nodedrain.AnnotationCordonedBy])
+	if node := getNode(t, c, n[0]); !node.Spec.Unschedulable || node.Annotations[v1alpha1.AnnotationCordonedBy] != newer {
+		t.Errorf("the newer cordon was undone: unschedulable=%t cordoned-by=%q", node.Spec.Unschedulable, node.Annotations[v1alpha1.AnnotationCordonedBy])
 	}
 
 	cordonWith(t, c, n[0], ours)
 	out, _, err = u.restoreNode(ctx, getNode(t, c, n[0]), drains)
-	if node := getNode(t, c, n[0]); err != nil || out != outcomeUncordoned || node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != "" {
+	if node := getNode(t, c, n[0]); err != nil || out != outcomeUncordoned || node.Spec.Unschedulable || node.Annotations[v1alpha1.AnnotationCordonedBy] != "" {
 		t.Errorf("restoreNode on vacate's own cordon: outcome %d, err %v, unschedulable=%t annotations=%v; want uncordoned",
 			out, err, node.Spec.Unschedulable, node.Annotations)
 	}
@@ -445,7 +443,7 @@ func TestNotVacatesCordon(t *testing.T) {
 		{"n2", "node-uid-2", "n2/uid-2", ""}, // no node UID recorded yet
 	} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.node, UID: types.UID(tc.nodeUID),
-			Annotations: map[string]string{nodedrain.AnnotationCordonedBy: tc.value}}}
+			Annotations: map[string]string{v1alpha1.AnnotationCordonedBy: tc.value}}}
 		if got := notVacatesCordon(node, drains); got != tc.want {
 			t.Errorf("node %s (uid %s) cordoned-by %q: got %q, want %q", tc.node, tc.nodeUID, tc.value, got, tc.want)
 		}
@@ -520,7 +518,7 @@ func leaveStuckState(t *testing.T, c *devcluster.Cluster, cl client.Client) stuc
 	var drains []*v1alpha1.NodeDrain
 	for i, phase := range []v1alpha1.DrainPhase{v1alpha1.PhaseEvacuating, v1alpha1.PhaseDrained} {
 		nd := testutil.NodeDrain(n[i], "", "cli:erin")
-		nd.Finalizers = []string{nodedrain.FinalizerRestore} // as the controller adds it
+		nd.Finalizers = []string{v1alpha1.FinalizerRestore} // as the controller adds it
 		if err := cl.Create(ctx, nd); err != nil {
 			t.Fatalf("creating NodeDrain %s: %v", nd.Name, err)
 		}
@@ -558,9 +556,9 @@ func leaveStuckState(t *testing.T, c *devcluster.Cluster, cl client.Client) stuc
 	cordonWith(t, c, n[1], n[1])          // as a controller before issue 11 did
 	cordonWith(t, c, n[2], st.cordonedBy) // a person copied it
 	// As the policy's onNodeDelete: Drain puts it on the node.
-	patch := must(json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": []string{trigger.FinalizerDrain}}}))
+	patch := must(json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": []string{v1alpha1.FinalizerDrain}}}))
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("adding %s to node %s: %v", trigger.FinalizerDrain, n[0], err)
+		t.Fatalf("adding %s to node %s: %v", v1alpha1.FinalizerDrain, n[0], err)
 	}
 
 	p := &v1alpha1.EvacuationProvider{
@@ -601,7 +599,7 @@ func evacuate(t *testing.T, cl client.Client, nd *v1alpha1.NodeDrain, name strin
 func cordonWith(t *testing.T, c *devcluster.Cluster, node, value string) {
 	t.Helper()
 	patch := must(json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{nodedrain.AnnotationCordonedBy: value}},
+		"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationCordonedBy: value}},
 		"spec":     map[string]any{"unschedulable": true},
 	}))
 	if _, err := c.Client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -739,7 +737,7 @@ func clusterState(t *testing.T, c *devcluster.Cluster, cl client.Client, nodes [
 	var b strings.Builder
 	for _, name := range nodes {
 		n := getNode(t, c, name)
-		fmt.Fprintf(&b, "node %s unschedulable=%t cordonedBy=%s finalizers=%v\n", name, n.Spec.Unschedulable, n.Annotations[nodedrain.AnnotationCordonedBy], n.Finalizers)
+		fmt.Fprintf(&b, "node %s unschedulable=%t cordonedBy=%s finalizers=%v\n", name, n.Spec.Unschedulable, n.Annotations[v1alpha1.AnnotationCordonedBy], n.Finalizers)
 	}
 	drains := &v1alpha1.NodeDrainList{}
 	if err := cl.List(ctx, drains); err != nil {

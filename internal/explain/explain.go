@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/schedule"
 )
@@ -124,12 +123,12 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 	}
 	// A missing node is explained once, below, from the Cordoned condition.
 	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse &&
-		c.Reason != nodedrain.ReasonNodeNotFound {
+		c.Reason != v1alpha1.ReasonNodeNotFound {
 		fix := "the drain starts when this is resolved"
 		switch c.Reason {
-		case nodedrain.ReasonPolicyNotFound:
+		case v1alpha1.ReasonPolicyNotFound:
 			fix = "create that DrainPolicy, or clear spec.policyName to use the default policy (cancel and request again without --policy)"
-		case nodedrain.ReasonAmbiguousPolicy:
+		case v1alpha1.ReasonAmbiguousPolicy:
 			fix = "narrow the policies' nodeSelectors so exactly one selects the node ('kubectl get drainpolicies' shows the Overlapping condition), " +
 				"or cancel and request again with --policy NAME"
 		case schedule.WaitingForSlot:
@@ -141,7 +140,7 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 		case schedule.WaitingForPDBHeadroom:
 			fix = "nothing to do while other drains run: it starts when its pods' PDBs have room, or when it is the only drain left; " +
 				"'vacate plan " + nd.Spec.NodeName + "' shows the PDBs"
-		case nodedrain.WaitingForBatch:
+		case v1alpha1.ReasonWaitingForBatch:
 			fix = "nothing to do: drains requested together are all cordoned before any eviction (the policy's concurrency.batchWindow)"
 		case schedule.OutsideWindow:
 			fix = "wait for the window, or request the drain under a policy without a schedule (--policy NAME)"
@@ -150,14 +149,14 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 		}
 		out = append(out, Finding{Subject: subject, Cause: "not admitted: " + c.Message, Fix: fix, Since: c.LastTransitionTime.Time})
 	}
-	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionCordoned); c != nil && c.Reason == nodedrain.ReasonNodeNotFound {
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionCordoned); c != nil && c.Reason == v1alpha1.ReasonNodeNotFound {
 		out = append(out, Finding{Subject: subject, Cause: c.Message,
 			Fix: "check the node's name; cancel this drain if the node is gone for good", Since: c.LastTransitionTime.Time})
 	}
 	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint); c != nil && c.Status == metav1.ConditionTrue {
 		out = append(out, Finding{Subject: "node/" + nd.Spec.NodeName, Cause: c.Message,
-			Fix: "replace the taint with one of effect NoSchedule ('kubectl taint node " + nd.Spec.NodeName + " " + nodedrain.TaintKey +
-				":NoExecute- " + nodedrain.TaintKey + ":NoSchedule'): the drain stays requested and the pods then leave through evictions",
+			Fix: "replace the taint with one of effect NoSchedule ('kubectl taint node " + nd.Spec.NodeName + " " + v1alpha1.TaintDrain +
+				":NoExecute- " + v1alpha1.TaintDrain + ":NoSchedule'): the drain stays requested and the pods then leave through evictions",
 			Since: c.LastTransitionTime.Time})
 	}
 	if nd.Status.Phase == v1alpha1.PhaseFailed {

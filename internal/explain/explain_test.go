@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
@@ -55,11 +54,11 @@ func TestExplain(t *testing.T) {
 	failed := stuck()
 	failed.Status.Phase = v1alpha1.PhaseFailed
 	failed.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionDrained, Status: metav1.ConditionFalse,
-		Reason: nodedrain.ReasonDrainTimeout, Message: "the drain did not finish within 10m0s"}}
+		Reason: v1alpha1.ReasonDrainTimeout, Message: "the drain did not finish within 10m0s"}}
 	noPolicy := stuck()
 	noPolicy.Status.Phase = v1alpha1.PhasePending
 	noPolicy.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse,
-		Reason: nodedrain.ReasonPolicyNotFound, Message: `DrainPolicy "strict" named by spec.policyName does not exist`}}
+		Reason: v1alpha1.ReasonPolicyNotFound, Message: `DrainPolicy "strict" named by spec.policyName does not exist`}}
 
 	for _, tc := range []struct {
 		name string
@@ -122,7 +121,7 @@ func TestExplain(t *testing.T) {
 		in: Input{Drain: func() *v1alpha1.NodeDrain {
 			nd := stuck()
 			nd.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionNoExecuteTaint, Status: metav1.ConditionTrue,
-				Reason: nodedrain.ReasonNoExecuteTaint, Message: "node n1 has the taint vacate.dev/drain with effect NoExecute: ..."}}
+				Reason: v1alpha1.ReasonNoExecuteTaint, Message: "node n1 has the taint vacate.dev/drain with effect NoExecute: ..."}}
 			return nd
 		}()},
 		want: []string{"node/n1", "why:  node n1 has the taint vacate.dev/drain with effect NoExecute",
@@ -155,9 +154,9 @@ func TestExplain(t *testing.T) {
 // own HTTP hook are explained with who is waited for and what to do.
 func TestExplainEvacuations(t *testing.T) {
 	nd := stuck(
-		v1alpha1.Blocker{Pod: "shop/store-0", Reason: nodedrain.BlockerEvacuation, Holder: "Evacuation n1.replicated-volume",
+		v1alpha1.Blocker{Pod: "shop/store-0", Reason: v1alpha1.BlockerEvacuation, Holder: "Evacuation n1.replicated-volume",
 			Detail: "provider replicated-volume is stale: no heartbeat for 2m0s (timeout 1m0s)", Since: metav1.NewTime(now.Add(-2 * time.Minute))},
-		v1alpha1.Blocker{Pod: "shop/broker-0", Reason: nodedrain.BlockerHTTPHook, Holder: "HTTP hook of pod shop/broker-0",
+		v1alpha1.Blocker{Pod: "shop/broker-0", Reason: v1alpha1.BlockerHTTPHook, Holder: "HTTP hook of pod shop/broker-0",
 			Detail: `HTTP hook http://127.64.0.2:7070/evacuate: last call: HTTP 500: "disk full"`, Since: metav1.NewTime(now.Add(-time.Minute))},
 	)
 	var out bytes.Buffer

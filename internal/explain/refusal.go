@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 )
 
 // controllerIdentity is who vacate-controller evicts as when installed with
@@ -18,18 +17,18 @@ const controllerIdentity = "system:serviceaccount:vacate-system:vacate-controlle
 // for any other blocker.
 func refusedPod(b v1alpha1.Blocker, ns string) (cause, fix string, ok bool) {
 	switch b.Reason {
-	case nodedrain.BlockerForbidden:
+	case v1alpha1.BlockerForbidden:
 		return "the API server denied its eviction (HTTP 403): " + b.Detail,
 			"find what denies it: an admission policy or webhook named in the message " +
 				"('kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings', 'kubectl get validatingwebhookconfigurations'), " +
 				"or RBAC: 'kubectl auth can-i create pods/eviction -n " + ns + " --as=" + controllerIdentity + "' " +
 				"(or the identity your vacate-controller runs as) must say yes; vacate retries with backoff and the drain goes on once it is allowed", true
-	case nodedrain.BlockerInvalid:
+	case v1alpha1.BlockerInvalid:
 		return "the API server rejected its eviction as invalid (HTTP 422): " + b.Detail,
 			"an admission policy or webhook that denies with reason Invalid is the usual cause: the message names it " +
 				"('kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings', 'kubectl get validatingwebhookconfigurations'); " +
 				"vacate retries with backoff and the drain goes on once it is accepted", true
-	case nodedrain.BlockerFailed:
+	case v1alpha1.BlockerFailed:
 		return "its eviction failed: " + b.Detail,
 			"nothing if it passes: vacate retries with backoff; if it persists, look at the API server's health and logs " +
 				"for that message ('kubectl get --raw /readyz?verbose')", true
@@ -44,12 +43,12 @@ func refusedGroup(subject string, blockers []v1alpha1.Blocker, since time.Time, 
 	b := blockers[0]
 	f := Finding{Subject: subject, Since: since}
 	switch b.Reason {
-	case nodedrain.BlockerThrottled:
+	case v1alpha1.BlockerThrottled:
 		f.Cause = "the API server is throttling eviction calls (HTTP 429, not from a PodDisruptionBudget: API Priority and Fairness or another limit): " + b.Detail
 		f.Fix = "nothing while it passes: vacate backs off and waits at least as long as the API server asks (Retry-After); " +
 			"if it lasts, the API server is overloaded: look at its flow control ('kubectl get flowschemas,prioritylevelconfigurations', " +
 			"metric apiserver_flowcontrol_rejected_requests_total) and its load, or slow vacate down (vacate-controller --eviction-qps)"
-	case nodedrain.BlockerMultiplePDBs:
+	case v1alpha1.BlockerMultiplePDBs:
 		keys := strings.Split(strings.TrimPrefix(b.Holder, "PodDisruptionBudget "), ", ")
 		ns, _, _ := strings.Cut(keys[0], "/")
 		described := make([]string, 0, len(keys))

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 )
 
 // TestExplainEvictionRefusals: every way the API server refuses an
@@ -37,7 +36,7 @@ func TestExplainEvictionRefusals(t *testing.T) {
 		notWant []string
 	}{{
 		name: "forbidden",
-		in:   Input{Drain: stuck(refused("shop/web-1", nodedrain.BlockerForbidden, "", vap))},
+		in:   Input{Drain: stuck(refused("shop/web-1", v1alpha1.BlockerForbidden, "", vap))},
 		want: []string{
 			"1. pod shop/web-1 (for 2m00s)",
 			"why:  the API server denied its eviction (HTTP 403): " + vap,
@@ -49,7 +48,7 @@ func TestExplainEvictionRefusals(t *testing.T) {
 		},
 	}, {
 		name: "invalid",
-		in:   Input{Drain: stuck(refused("shop/web-1", nodedrain.BlockerInvalid, "", vap))},
+		in:   Input{Drain: stuck(refused("shop/web-1", v1alpha1.BlockerInvalid, "", vap))},
 		want: []string{
 			"why:  the API server rejected its eviction as invalid (HTTP 422): " + vap,
 			"do:   an admission policy or webhook that denies with reason Invalid",
@@ -58,8 +57,8 @@ func TestExplainEvictionRefusals(t *testing.T) {
 	}, {
 		name: "two PDBs select the pods, a third pod is held by one of them alone",
 		in: Input{Drain: stuck(
-			refused("shop/api-1", nodedrain.BlockerMultiplePDBs, twoPDBs, multiple),
-			refused("shop/api-2", nodedrain.BlockerMultiplePDBs, twoPDBs, multiple),
+			refused("shop/api-1", v1alpha1.BlockerMultiplePDBs, twoPDBs, multiple),
+			refused("shop/api-2", v1alpha1.BlockerMultiplePDBs, twoPDBs, multiple),
 			pdbBlocker("shop/web-1", "shop/a")),
 			PDBs: budgets},
 		want: []string{
@@ -75,8 +74,8 @@ func TestExplainEvictionRefusals(t *testing.T) {
 	}, {
 		name: "throttled",
 		in: Input{Drain: stuck(
-			refused("shop/web-1", nodedrain.BlockerThrottled, nodedrain.HolderThrottling, "Too many requests, please try again later."),
-			refused("shop/web-2", nodedrain.BlockerThrottled, nodedrain.HolderThrottling, "Too many requests, please try again later."))},
+			refused("shop/web-1", v1alpha1.BlockerThrottled, v1alpha1.HolderThrottling, "Too many requests, please try again later."),
+			refused("shop/web-2", v1alpha1.BlockerThrottled, v1alpha1.HolderThrottling, "Too many requests, please try again later."))},
 		want: []string{
 			"1. pod shop/web-1, shop/web-2 (for 2m00s)",
 			"why:  the API server is throttling eviction calls (HTTP 429, not from a PodDisruptionBudget: API Priority and Fairness or another limit): " +
@@ -88,7 +87,7 @@ func TestExplainEvictionRefusals(t *testing.T) {
 		notWant: []string{"PDB ", "allows no disruption"},
 	}, {
 		name: "failed",
-		in:   Input{Drain: stuck(refused("shop/web-1", nodedrain.BlockerFailed, "", "etcdserver: leader changed"))},
+		in:   Input{Drain: stuck(refused("shop/web-1", v1alpha1.BlockerFailed, "", "etcdserver: leader changed"))},
 		want: []string{
 			"why:  its eviction failed: etcdserver: leader changed",
 			"do:   nothing if it passes: vacate retries with backoff; if it persists, look at the API server's health",

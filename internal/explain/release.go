@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 )
 
 // providerDeleted explains pods held by the evacuation of a provider that
@@ -43,10 +42,10 @@ func providerDeleted(subject, evacuation string, b v1alpha1.Blocker, since time.
 func released(nd *v1alpha1.NodeDrain) []Finding {
 	var out []Finding
 	for _, h := range nd.Status.Hooks {
-		if h.Phase != nodedrain.PhaseReleased {
+		if h.Phase != v1alpha1.PhaseReleased {
 			continue
 		}
-		out = append(out, Finding{Subject: "evacuation " + h.Name + ": " + nodedrain.PhaseReleased,
+		out = append(out, Finding{Subject: "evacuation " + h.Name + ": " + v1alpha1.PhaseReleased,
 			Cause: h.Message + "; its pods were let go without waiting for their data to move",
 			Fix:   "nothing for the drain; check with the owners of that data that nothing was lost (kubectl get evacuation " + h.Name + " -o yaml shows spec.release)"})
 	}

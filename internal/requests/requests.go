@@ -24,11 +24,6 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
-// RequesterDelete is the requester of a node's deletion (the trigger
-// controller's, under triggers.onNodeDelete: Drain): the node goes away, so
-// it asks for Decommission (see Raise) and no maintenance window holds it.
-const RequesterDelete = "delete"
-
 // FieldManager is the server-side apply manager of a requester.
 func FieldManager(requester string) string {
 	m := "vacate-" + requester

@@ -25,9 +25,6 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
-// Finalizer holds an EvacuationProvider while an unfinished Evacuation names it.
-const Finalizer = "vacate.dev/evacuations"
-
 // +kubebuilder:rbac:groups=vacate.dev,resources=evacuationproviders,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch
 
@@ -52,16 +49,16 @@ func Unfinished(ev *v1alpha1.Evacuation) bool {
 // (the API refuses new finalizers on one that is). It reports whether the
 // provider holds it, so the caller asks nothing of a provider on its way out.
 func AddFinalizer(ctx context.Context, c client.Client, p *v1alpha1.EvacuationProvider) (bool, error) {
-	if controllerutil.ContainsFinalizer(p, Finalizer) {
+	if controllerutil.ContainsFinalizer(p, v1alpha1.FinalizerEvacuations) {
 		return true, nil
 	}
 	if !p.DeletionTimestamp.IsZero() {
 		return false, nil
 	}
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(p, Finalizer)
+	controllerutil.AddFinalizer(p, v1alpha1.FinalizerEvacuations)
 	if err := c.Patch(ctx, p, patch); err != nil {
-		return false, fmt.Errorf("adding finalizer %s to EvacuationProvider %s: %w", Finalizer, p.Name, err)
+		return false, fmt.Errorf("adding finalizer %s to EvacuationProvider %s: %w", v1alpha1.FinalizerEvacuations, p.Name, err)
 	}
 	return true, nil
 }
@@ -88,7 +85,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			unfinished = append(unfinished, ev.Name)
 		}
 	}
-	has := controllerutil.ContainsFinalizer(p, Finalizer)
+	has := controllerutil.ContainsFinalizer(p, v1alpha1.FinalizerEvacuations)
 	log := logf.FromContext(ctx).WithValues("evacuationProvider", p.Name)
 	switch {
 	case len(unfinished) > 0 && !has:
@@ -97,10 +94,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, ignoreConflict(err)
 	case len(unfinished) == 0 && has:
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.RemoveFinalizer(p, Finalizer)
+		controllerutil.RemoveFinalizer(p, v1alpha1.FinalizerEvacuations)
 		log.Info("releasing the provider: no unfinished evacuation names it", "deleting", !p.DeletionTimestamp.IsZero())
 		if err := r.Client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, ignoreConflict(fmt.Errorf("removing finalizer %s from EvacuationProvider %s: %w", Finalizer, p.Name, err))
+			return reconcile.Result{}, ignoreConflict(fmt.Errorf("removing finalizer %s from EvacuationProvider %s: %w", v1alpha1.FinalizerEvacuations, p.Name, err))
 		}
 	case len(unfinished) > 0 && !p.DeletionTimestamp.IsZero():
 		log.Info("provider deleted while evacuating: it stays until its evacuations are finished, cancelled or released", "evacuations", unfinished)

@@ -26,10 +26,6 @@ import (
 	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
-// WaitingForBatch is the reason a drain waits while the drains requested
-// with it are gathered and cordoned.
-const WaitingForBatch = "WaitingForBatch"
-
 // admissions serializes admission decisions in this process and bridges the
 // informer cache's lag: a drain admitted here counts as running before the
 // cache shows its Admitted condition, so two passes never both take the last
@@ -205,7 +201,7 @@ func (r *Reconciler) queueUp(s *scope, v schedule.Verdict, wake time.Duration) (
 func (r *Reconciler) admitted(s *scope, msg string) (reconcile.Result, error) {
 	nd := s.drain
 	nd.Status.QueuePosition = 0
-	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionTrue, ReasonAdmitted, msg)
+	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted, msg)
 	r.queued.set(nd.Name)
 	if nd.Status.StartTime == nil {
 		nd.Status.StartTime = &metav1.Time{Time: s.now}
@@ -229,7 +225,7 @@ func (r *Reconciler) admitted(s *scope, msg string) (reconcile.Result, error) {
 func (r *Reconciler) gate(s *scope) (schedule.Verdict, bool) {
 	adm, v := s.policy.Admission, schedule.Verdict{Node: s.drain.Name}
 	switch {
-	case !s.node.DeletionTimestamp.IsZero() || requests.Index(s.drain, requests.RequesterDelete) >= 0:
+	case !s.node.DeletionTimestamp.IsZero() || requests.Index(s.drain, v1alpha1.RequesterDelete) >= 0:
 		if adm.ScheduleErr != nil || !adm.Windows.Open(s.now) {
 			s.policy.Why = strings.TrimPrefix(s.policy.Why+"; ", "; ") + "its maintenance windows skipped: the node is being deleted"
 		}
@@ -276,13 +272,13 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (schedule.Verdict, ti
 		}
 	}
 	if left := batchLeft(nd.Status.RequestTime.Time, newest, s.now, adm.BatchWindow); left > 0 {
-		return waiting(WaitingForBatch, fmt.Sprintf("gathering the drains requested with it, to cordon them all before any eviction: "+
+		return waiting(v1alpha1.ReasonWaitingForBatch, fmt.Sprintf("gathering the drains requested with it, to cordon them all before any eviction: "+
 			"the batch closes %s after the last request (batchWindow), at most %s after its own", adm.BatchWindow, maxBatch*adm.BatchWindow), left)
 	}
 	if len(uncordoned) > 0 {
 		// Their cordon is under way; the node's update may reach this
 		// cache after the event that woke us.
-		return waiting(WaitingForBatch, fmt.Sprintf("waiting for %s, requested with it, to be cordoned before any eviction",
+		return waiting(v1alpha1.ReasonWaitingForBatch, fmt.Sprintf("waiting for %s, requested with it, to be cordoned before any eviction",
 			nodeList(uncordoned)), time.Second)
 	}
 	c := &r.queue.verdicts

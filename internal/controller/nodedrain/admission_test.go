@@ -22,7 +22,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -367,7 +366,7 @@ func TestNodeGoneGivesUpAdmission(t *testing.T) {
 	if err := e.c.Client.CoreV1().Nodes().Delete(ctx, nodes[0], metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.waitDrain(t, nodes[0], "holding with NodeNotFound", time.Minute, waitingWith(nodedrain.ReasonNodeNotFound))
+	e.waitDrain(t, nodes[0], "holding with NodeNotFound", time.Minute, waitingWith(v1alpha1.ReasonNodeNotFound))
 	e.waitDrain(t, nodes[1], "admitted once the slot is free", time.Minute, admittedNow)
 
 	back := devcluster.SimulatedNode(nodes[0], zone[nodes[0]], 110)
@@ -444,7 +443,7 @@ func TestMaintenanceWindow(t *testing.T) {
 	requestAll(t, e, nodes[2:])
 	e.waitDrain(t, nodes[2], "queued and cordoned in the window", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
-		return c != nil && c.Reason == nodedrain.WaitingForBatch && meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionCordoned)
+		return c != nil && c.Reason == v1alpha1.ReasonWaitingForBatch && meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionCordoned)
 	})
 	clk.Shift(time.Hour) // past the window's end
 	e.waitDrain(t, nodes[2], "waiting for the next window", time.Minute, func(nd *v1alpha1.NodeDrain) bool {

@@ -94,7 +94,7 @@ func TestPerPodMemoryIsDroppedWhenTheDrainStops(t *testing.T) {
 				}
 				e.waitDrain(t, node, "held: PolicyNotFound", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 					c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
-					return c != nil && c.Reason == nodedrain.ReasonPolicyNotFound
+					return c != nil && c.Reason == v1alpha1.ReasonPolicyNotFound
 				})
 			case "is cancelled":
 				if err := e.cl.Delete(ctx, nd); err != nil {

@@ -32,17 +32,6 @@ import (
 // +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch;create;update;patch;delete;manage
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
-// BlockerEvacuation: a pod waits for its provider's evacuation.
-const BlockerEvacuation = "Evacuation"
-
-// Condition reasons of evacuations.
-const (
-	ReasonEvacuating        = "Evacuating"
-	ReasonEvacuated         = "EvacuationsCompleted"
-	ReasonWaitingAfterEvict = "WaitingForAfterEviction"
-	ReasonCancelling        = "CancellingEvacuations"
-)
-
 // DefaultProviderTimeout bounds a provider's silence when it does not say.
 const DefaultProviderTimeout = time.Minute
 
@@ -158,9 +147,9 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		phase := phaseOf(ev)
 		switch {
 		case ev.Spec.Release != nil:
-			phase = PhaseReleased
+			phase = v1alpha1.PhaseReleased
 		case !done && r.evacuationTimedOut(s, ev.Name, ev.CreationTimestamp.Time):
-			phase = PhaseTimedOut
+			phase = v1alpha1.PhaseTimedOut
 		}
 		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phase, Message: truncate(why, maxDetail)})
 		if !done {
@@ -176,7 +165,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 			continue
 		}
 		for _, pod := range held {
-			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: BlockerEvacuation,
+			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: v1alpha1.BlockerEvacuation,
 				Holder: "Evacuation " + ev.Name, Detail: truncate(why, maxDetail), Since: ev.CreationTimestamp}
 		}
 	}
@@ -197,16 +186,16 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	}
 	switch {
 	case len(hooks) == 0:
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonNoEvacuations, "no evacuation protects pods on this node")
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, v1alpha1.ReasonNoEvacuations, "no evacuation protects pods on this node")
 	case before > completed:
 		nd.Status.Phase = v1alpha1.PhaseEvacuating
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonEvacuating,
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonEvacuating,
 			fmt.Sprintf("%d of %d evacuation(s) before eviction Completed; the pods they protect wait", completed, before))
 	case len(s.evac.pending) > 0:
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonWaitingAfterEvict,
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonWaitingAfterEvict,
 			"waiting for the evacuations after eviction: "+strings.Join(s.evac.pending, "; "))
 	default:
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, ReasonEvacuated,
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, v1alpha1.ReasonEvacuated,
 			fmt.Sprintf("%d evacuation(s) Completed", before+after))
 	}
 	return reconcile.Result{}, nil
@@ -379,15 +368,6 @@ func (r *Reconciler) judgeFor(s *scope, ev *v1alpha1.Evacuation, p *v1alpha1.Eva
 	return done, why, staleIn
 }
 
-// Phases of status.hooks beyond the Evacuation's own.
-const (
-	PhaseReleased = "Released"
-	PhaseTimedOut = "TimedOut"
-)
-
-// EventEvacuationReleased: someone let the drain go on without an evacuation.
-const EventEvacuationReleased = "EvacuationReleased"
-
 // noteReleases records, once, each evacuation released since the last pass.
 func (r *Reconciler) noteReleases(s *scope, hooks []v1alpha1.HookStatus) {
 	was := map[string]string{}
@@ -395,13 +375,13 @@ func (r *Reconciler) noteReleases(s *scope, hooks []v1alpha1.HookStatus) {
 		was[h.Name] = h.Phase
 	}
 	for _, h := range hooks {
-		if h.Phase != PhaseReleased || was[h.Name] == PhaseReleased {
+		if h.Phase != v1alpha1.PhaseReleased || was[h.Name] == v1alpha1.PhaseReleased {
 			continue
 		}
 		nd, msg := s.drain, fmt.Sprintf("Evacuation %s %s; the pods it protected may now be evicted", h.Name, h.Message)
 		s.log.Info("evacuation released by hand", "evacuation", klogRef(h.Name), "detail", h.Message)
 		s.afterWrite(func() {
-			r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventEvacuationReleased, "Release", "%s", msg)
+			r.Events.Eventf(nd, nil, corev1.EventTypeWarning, v1alpha1.EventEvacuationReleased, "Release", "%s", msg)
 		})
 	}
 }
@@ -448,12 +428,6 @@ func keepsItsWork(ev *v1alpha1.Evacuation, u undoing) bool {
 	return ev.Spec.Mode == v1alpha1.ModeDecommission && finished
 }
 
-// Event reasons of an undo.
-const (
-	EventProviderGone  = "ProviderGone"
-	EventCancelTimeout = "CancelTimeout"
-)
-
 // cancelEvacuations asks every provider that worked for a drain of this
 // node to undo it (desired: Cancel) while the drain is reversible, deletes
 // each Evacuation once its provider reports Cancelled (or if it never took
@@ -484,10 +458,10 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 			case kept:
 				s.log.Info("leaving an evacuation's work in place: the drain is not reversible", "evacuation", klogRef(ev.Name), "nodeGoing", u.nodeGoing)
 			case gone:
-				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, EventProviderGone, "Cancel",
+				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, v1alpha1.EventProviderGone, "Cancel",
 					"EvacuationProvider %s is gone: nobody can undo Evacuation %s; deleting it", ev.Spec.Provider, ev.Name)
 			default:
-				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, EventCancelTimeout, "Cancel",
+				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, v1alpha1.EventCancelTimeout, "Cancel",
 					"EvacuationProvider %s did not confirm the cancel of Evacuation %s within %s (timeouts.cancel); giving the node back without it: what it moved may stay moved",
 					ev.Spec.Provider, ev.Name, u.limit)
 			}
@@ -527,7 +501,7 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 	}
 	if len(waiting) > 0 {
 		s.drain.Status.Hooks, s.drain.Status.HooksOmitted = boundHooks(hooks)
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonCancelling,
 			fmt.Sprintf("waiting for the providers to undo their evacuations before restoring the node (at most %s, timeouts.cancel): %s",
 				u.limit, strings.Join(waiting, ", ")))
 		return false, nil
@@ -579,16 +553,6 @@ func phaseOf(ev *v1alpha1.Evacuation) string {
 	}
 	return string(ev.Status.Phase)
 }
-
-// Blocker reasons of HTTP hooks.
-const (
-	// BlockerHTTPHook: a pod waits for its own HTTP evacuation hook.
-	BlockerHTTPHook = "HTTPHook"
-	// BlockerHTTPHookRefused: a pod asks for an HTTP hook at an address
-	// vacate never calls (hostNetwork, link-local, loopback...). It is held:
-	// its data may not have moved.
-	BlockerHTTPHookRefused = "HTTPHookRefused"
-)
 
 // hookRun is the drain's current run, as the hook protocol names it.
 func hookRun(nd *v1alpha1.NodeDrain) hook.Run {
@@ -692,7 +656,7 @@ func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.
 		}
 		// A hook is called from the drain's first pass after admission.
 		if st.StartTime != nil && r.evacuationTimedOut(s, name, st.StartTime.Time) {
-			h.Phase = PhaseTimedOut
+			h.Phase = v1alpha1.PhaseTimedOut
 		}
 		hooks = append(hooks, h)
 		if _, held := s.evac.holding[pod.UID]; !held { // a provider's hold is shown first; both must finish
@@ -713,15 +677,15 @@ func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr err
 	case hook.IsRefused(terr):
 		return v1alpha1.HookStatus{Phase: string(v1alpha1.EvacuationFailed), Message: truncate(terr.Error()+
 			"; the pod stays, as its data may not have moved: fix the pod (or its annotation "+hook.AnnotationPort+
-			"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain", maxDetail)}, BlockerHTTPHookRefused
+			"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain", maxDetail)}, v1alpha1.BlockerHTTPHookRefused
 	case terr != nil:
-		return v1alpha1.HookStatus{Phase: pending, Message: truncate(terr.Error()+"; the pod stays until it is fixed", maxDetail)}, BlockerHTTPHook
+		return v1alpha1.HookStatus{Phase: pending, Message: truncate(terr.Error()+"; the pod stays until it is fixed", maxDetail)}, v1alpha1.BlockerHTTPHook
 	case !calls.written[string(pod.UID)]:
 		why := "recording the call before the first POST"
 		if !calls.record(pod.UID) {
 			why = fmt.Sprintf("waiting: %d hooks are being called (at most %d at once)", len(calls.next), v1alpha1.MaxHookCalls)
 		}
-		return v1alpha1.HookStatus{Phase: pending, Message: "HTTP hook " + t.URL() + ": " + why}, BlockerHTTPHook
+		return v1alpha1.HookStatus{Phase: pending, Message: "HTTP hook " + t.URL() + ": " + why}, v1alpha1.BlockerHTTPHook
 	}
 	talking[pod.UID] = true
 	res := r.Hooks.Evacuate(t)
@@ -739,7 +703,7 @@ func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr err
 	default:
 		h.Phase = string(v1alpha1.EvacuationInProgress)
 	}
-	return h, BlockerHTTPHook
+	return h, v1alpha1.BlockerHTTPHook
 }
 
 // cancelHooks asks the hooks that took part in this run to undo (DELETE)
@@ -788,7 +752,7 @@ func (r *Reconciler) cancelHooks(ctx context.Context, s *scope, u undoing) (bool
 		for _, h := range hooks {
 			names = append(names, h.Name)
 		}
-		r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, EventCancelTimeout, "Cancel",
+		r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, v1alpha1.EventCancelTimeout, "Cancel",
 			"HTTP hook(s) of %s did not acknowledge the cancel within %s (timeouts.cancel); giving the node back without them",
 			listSome(names, 10), u.limit)
 		st.HookCalls = nil
@@ -796,7 +760,7 @@ func (r *Reconciler) cancelHooks(ctx context.Context, s *scope, u undoing) (bool
 	}
 	if len(hooks) > 0 {
 		st.Hooks, st.HooksOmitted = boundHooks(hooks)
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, ReasonCancelling,
+		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonCancelling,
 			fmt.Sprintf("waiting for %d HTTP hook(s) to acknowledge the cancel before restoring the node (at most %s, timeouts.cancel)", len(hooks), u.limit))
 		return false, nil
 	}
@@ -823,7 +787,7 @@ func (r *Reconciler) stillTheTarget(t hook.Target) error {
 
 // hookRank orders status.hooks when not all fit: those that need attention first.
 var hookRank = map[string]int{
-	PhaseReleased: 0, PhaseTimedOut: 1, string(v1alpha1.EvacuationFailed): 2, string(v1alpha1.EvacuationPending): 3,
+	v1alpha1.PhaseReleased: 0, v1alpha1.PhaseTimedOut: 1, string(v1alpha1.EvacuationFailed): 2, string(v1alpha1.EvacuationPending): 3,
 	string(v1alpha1.EvacuationInProgress): 4, string(v1alpha1.EvacuationCancelled): 5, string(v1alpha1.EvacuationCompleted): 6,
 }
 

@@ -112,7 +112,7 @@ func TestEvacuationAfterEviction(t *testing.T) {
 	nd := e.waitDrain(t, target, "pods gone, waiting for the AfterEviction evacuation", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionEvacuated)
 		return nd.Status.Phase == v1alpha1.PhaseEvacuating && nd.Status.Remaining == 0 && nd.Status.Evicted == 1 &&
-			c != nil && c.Status == metav1.ConditionFalse && c.Reason == nodedrain.ReasonWaitingAfterEvict &&
+			c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonWaitingAfterEvict &&
 			strings.Contains(c.Message, "waiting for the evacuations after eviction: "+evName+": InProgress: copying replicas off "+target) &&
 			len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Name == evName && nd.Status.Hooks[0].Phase == string(v1alpha1.EvacuationInProgress)
 	})
@@ -189,7 +189,7 @@ func TestEvacuationFailedHoldsThenResumes(t *testing.T) {
 	want := "provider failed-store failed: replica r-7 has no healthy peer to copy to"
 	nd := e.waitDrain(t, target, "holding the pod of a failed evacuation", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		held := slices.ContainsFunc(nd.Status.Blockers, func(b v1alpha1.Blocker) bool {
-			return b.Reason == nodedrain.BlockerEvacuation && strings.HasPrefix(b.Pod, ns+"/failstore-") &&
+			return b.Reason == v1alpha1.BlockerEvacuation && strings.HasPrefix(b.Pod, ns+"/failstore-") &&
 				b.Holder == "Evacuation "+evName && b.Detail == want
 		})
 		return held && nd.Status.Phase == v1alpha1.PhaseEvacuating && len(nd.Status.Hooks) == 1 &&
@@ -259,7 +259,7 @@ func TestEvacuationProviderModes(t *testing.T) {
 	})
 
 	nd := e.waitDrain(t, maint, "Drained (Maintenance)", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionEvacuated); c == nil || c.Reason != nodedrain.ReasonNoEvacuations || len(nd.Status.Hooks) != 0 {
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionEvacuated); c == nil || c.Reason != v1alpha1.ReasonNoEvacuations || len(nd.Status.Hooks) != 0 {
 		t.Errorf("Maintenance drain reports an evacuation by a Decommission-only provider: %s; hooks %+v", describe(nd), nd.Status.Hooks)
 	}
 	if _, err := getEvacuation(t, e, nodedrain.EvacuationName(maint, "modes-store")); !apierrors.IsNotFound(err) {
@@ -299,7 +299,7 @@ func TestEvacuationNeverTakenUp(t *testing.T) {
 	holds := func(detail string) func(*v1alpha1.NodeDrain) bool {
 		return func(nd *v1alpha1.NodeDrain) bool {
 			return slices.ContainsFunc(nd.Status.Blockers, func(b v1alpha1.Blocker) bool {
-				return b.Reason == nodedrain.BlockerEvacuation && b.Pod == ns+"/"+pod.Name && strings.Contains(b.Detail, detail)
+				return b.Reason == v1alpha1.BlockerEvacuation && b.Pod == ns+"/"+pod.Name && strings.Contains(b.Detail, detail)
 			})
 		}
 	}
@@ -352,7 +352,7 @@ func TestEvacuationWithUnrelatedProvider(t *testing.T) {
 	evName := nodedrain.EvacuationName(target, "bbb-store")
 	e.waitDrain(t, target, "holding the pod for bbb-store", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		return slices.ContainsFunc(nd.Status.Blockers, func(b v1alpha1.Blocker) bool {
-			return b.Reason == nodedrain.BlockerEvacuation && b.Holder == "Evacuation "+evName
+			return b.Reason == v1alpha1.BlockerEvacuation && b.Holder == "Evacuation "+evName
 		}) && len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Name == evName
 	})
 	if _, err := getEvacuation(t, e, nodedrain.EvacuationName(target, "aaa-elsewhere")); !apierrors.IsNotFound(err) {
@@ -385,7 +385,7 @@ func TestEvacuationPhaseEvictingOnceCompleted(t *testing.T) {
 	store.release.Store(true)
 	e.waitDrain(t, target, "Evicting, the PDB holding the evacuated pod", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseEvicting && meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionEvacuated) &&
-			len(nd.Status.Blockers) == 1 && nd.Status.Blockers[0].Reason == nodedrain.BlockerPDB
+			len(nd.Status.Blockers) == 1 && nd.Status.Blockers[0].Reason == v1alpha1.BlockerPDB
 	})
 	if err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "phasestore", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -412,7 +412,7 @@ func TestEvacuationForceDeleteSparesProtected(t *testing.T) {
 	requestAll(t, e, []string{target})
 	e.waitDrain(t, target, "timed out", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked)
-		return c != nil && c.Reason == nodedrain.ReasonDrainTimeout
+		return c != nil && c.Reason == v1alpha1.ReasonDrainTimeout
 	})
 	time.Sleep(2 * time.Second)
 	if p, ok := appPod(t, e, target, "forcestore"); !ok || p.UID != pod.UID || p.DeletionTimestamp != nil {

@@ -103,7 +103,7 @@ func TestEvacuationBeforeEviction(t *testing.T) {
 	holds := func(detail string) func(*v1alpha1.NodeDrain) bool {
 		return func(nd *v1alpha1.NodeDrain) bool {
 			for _, b := range nd.Status.Blockers {
-				if b.Reason == nodedrain.BlockerEvacuation && strings.HasPrefix(b.Pod, ns+"/store-") &&
+				if b.Reason == v1alpha1.BlockerEvacuation && strings.HasPrefix(b.Pod, ns+"/store-") &&
 					b.Holder == "Evacuation "+evName && strings.Contains(b.Detail, detail) {
 					return true
 				}

@@ -97,7 +97,7 @@ func heldBy(t *testing.T, e *env, node, ns, app, evName, detail string) *v1alpha
 	t.Helper()
 	return e.waitDrain(t, node, "holding "+app+" for "+evName+" ("+detail+")", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		for _, b := range nd.Status.Blockers {
-			if b.Reason == nodedrain.BlockerEvacuation && strings.HasPrefix(b.Pod, ns+"/"+app+"-") &&
+			if b.Reason == v1alpha1.BlockerEvacuation && strings.HasPrefix(b.Pod, ns+"/"+app+"-") &&
 				b.Holder == "Evacuation "+evName && strings.Contains(b.Detail, detail) {
 				return true
 			}
@@ -232,7 +232,7 @@ func TestPodQueuedBeforeProviderRegistered(t *testing.T) {
 	apiBehindPDB(t, e, ns, map[string]string{devcluster.HostnameLabel: target}, 2, "0")
 	requestAll(t, e, []string{target})
 	e.waitDrain(t, target, "refused by the PDB", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Status.Blocked == 2 && nd.Status.Blockers[0].Reason == nodedrain.BlockerPDB
+		return nd.Status.Blocked == 2 && nd.Status.Blockers[0].Reason == v1alpha1.BlockerPDB
 	})
 	time.Sleep(3 * time.Second) // a few refusals: the queue's backoff grows
 
@@ -396,7 +396,7 @@ func TestReplacedNodeStartsOver(t *testing.T) {
 	}
 	fresh := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: target, Labels: oldNode.Labels, Annotations: map[string]string{}}}
 	for k, v := range oldNode.Annotations {
-		if k != nodedrain.AnnotationCordonedBy {
+		if k != v1alpha1.AnnotationCordonedBy {
 			fresh.Annotations[k] = v
 		}
 	}
@@ -425,7 +425,7 @@ func TestReplacedNodeStartsOver(t *testing.T) {
 	newStorePod(t, e, ns, target)
 	e.waitDrain(t, target, "holding the store's new pod", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		for _, b := range nd.Status.Blockers {
-			if b.Reason == nodedrain.BlockerEvacuation && b.Pod == ns+"/replstore-new" {
+			if b.Reason == v1alpha1.BlockerEvacuation && b.Pod == ns+"/replstore-new" {
 				return true
 			}
 		}

@@ -156,7 +156,7 @@ func TestHTTPHookHoldsThePodUntilCompleted(t *testing.T) {
 	held := func(detail string) func(*v1alpha1.NodeDrain) bool {
 		return func(nd *v1alpha1.NodeDrain) bool {
 			for _, b := range nd.Status.Blockers {
-				if b.Reason == nodedrain.BlockerHTTPHook && b.Pod == ns+"/"+pods[target].Name && strings.Contains(b.Detail, detail) {
+				if b.Reason == v1alpha1.BlockerHTTPHook && b.Pod == ns+"/"+pods[target].Name && strings.Contains(b.Detail, detail) {
 					return true
 				}
 			}
@@ -255,7 +255,7 @@ func TestHookAndProviderBothComplete(t *testing.T) {
 			provider = provider || (h.Name == nodedrain.EvacuationName(nodes[0], "both-store") && h.Phase == string(v1alpha1.EvacuationCompleted))
 			hooked = hooked || (strings.HasPrefix(h.Name, "pod/") && h.Phase == string(v1alpha1.EvacuationInProgress))
 		}
-		return provider && hooked && len(nd.Status.Blockers) == 1 && nd.Status.Blockers[0].Reason == nodedrain.BlockerHTTPHook
+		return provider && hooked && len(nd.Status.Blockers) == 1 && nd.Status.Blockers[0].Reason == v1alpha1.BlockerHTTPHook
 	})
 	time.Sleep(time.Second) // a moment in which a wrong controller would evict it
 	if p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
-	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -42,10 +41,10 @@ func deletePolicy(t *testing.T, e *env, name string, nodes []string, tune func(*
 	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec})
 	for _, n := range nodes {
 		err := wait.PollUntilContextTimeout(testenv.Context(t), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			return controllerutil.ContainsFinalizer(getNode(t, e, n), trigger.FinalizerDrain), nil
+			return controllerutil.ContainsFinalizer(getNode(t, e, n), v1alpha1.FinalizerDrain), nil
 		})
 		if err != nil {
-			t.Fatalf("node %s never got the finalizer %s", n, trigger.FinalizerDrain)
+			t.Fatalf("node %s never got the finalizer %s", n, v1alpha1.FinalizerDrain)
 		}
 	}
 }
@@ -124,7 +123,7 @@ func TestNodeDeletionRaisesMode(t *testing.T) {
 	t.Log("a running Maintenance drain: the node is deleted")
 	deleteNode(t, e, running)
 	e.waitDrain(t, running, "raised to Decommission by the deletion", 30*time.Second, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Spec.Mode == v1alpha1.ModeDecommission && requests.Index(nd, trigger.RequesterDelete) >= 0 && requests.Index(nd, "cli:x") >= 0
+		return nd.Spec.Mode == v1alpha1.ModeDecommission && requests.Index(nd, v1alpha1.RequesterDelete) >= 0 && requests.Index(nd, "cli:x") >= 0
 	})
 
 	t.Log("a Drained Maintenance drain: a pod arrives (bound by name, past the cordon), then the node is deleted")
@@ -192,7 +191,7 @@ func TestNodeDeletionBounded(t *testing.T) {
 	e.waitDrain(t, target, "blocked by the PDB", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Blocked > 0 })
 	waitNodeGone(t, e, target, "when timeouts.nodeDeletion passed", time.Minute)
 
-	waitNodeEvent(t, e, target, corev1.EventTypeWarning, trigger.EventNodeDeletionTimeout, "blocked")
+	waitNodeEvent(t, e, target, corev1.EventTypeWarning, v1alpha1.EventNodeDeletionTimeout, "blocked")
 	if got := promtest.ToFloat64(metrics.NodeDeletionTimeouts) - counted; got != 1 {
 		t.Errorf("vacate_node_deletion_timeouts_total went up by %v, want 1", got)
 	}
@@ -219,7 +218,7 @@ func TestNodeDeletionBoundedUnderAmbiguousPolicy(t *testing.T) {
 
 	deleteNode(t, e, target)
 	waitNodeGone(t, e, target, "when the longest timeouts.nodeDeletion passed", time.Minute)
-	waitNodeEvent(t, e, target, corev1.EventTypeWarning, trigger.EventNodeDeletionTimeout, "4s")
+	waitNodeEvent(t, e, target, corev1.EventTypeWarning, v1alpha1.EventNodeDeletionTimeout, "4s")
 	if got := promtest.ToFloat64(metrics.NodeDeletionTimeouts) - counted; got != 1 {
 		t.Errorf("vacate_node_deletion_timeouts_total went up by %v, want 1", got)
 	}

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -157,7 +156,7 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != nodedrain.CordonedByValue(blocked) {
+	if !node.Spec.Unschedulable || node.Annotations[v1alpha1.AnnotationCordonedBy] != v1alpha1.CordonedByValue(blocked) {
 		t.Errorf("node not cordoned by vacate: unschedulable=%t annotations=%v", node.Spec.Unschedulable, node.Annotations)
 	}
 	left := podsOn(t, e, ns, target)
@@ -206,10 +205,10 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if node.Spec.Unschedulable {
 		t.Error("node still cordoned after the NodeDrain was deleted")
 	}
-	if _, ok := node.Annotations[nodedrain.AnnotationCordonedBy]; ok {
+	if _, ok := node.Annotations[v1alpha1.AnnotationCordonedBy]; ok {
 		t.Error("vacate's annotation left on the node")
 	}
-	waitEvents(t, e, target, nodedrain.EventCordoned, nodedrain.EventDrained, nodedrain.EventRestored)
+	waitEvents(t, e, target, v1alpha1.EventCordoned, v1alpha1.EventDrained, v1alpha1.EventRestored)
 	guard.Check(t)
 }
 
@@ -233,8 +232,8 @@ func TestUndoLeavesSomeoneElsesCordon(t *testing.T) {
 		t.Fatal(err)
 	}
 	drained := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	if c := meta.FindStatusCondition(drained.Status.Conditions, v1alpha1.ConditionCordoned); c == nil || c.Reason != nodedrain.ReasonAlreadyCordoned {
-		t.Errorf("Cordoned condition = %+v, want reason %s", c, nodedrain.ReasonAlreadyCordoned)
+	if c := meta.FindStatusCondition(drained.Status.Conditions, v1alpha1.ConditionCordoned); c == nil || c.Reason != v1alpha1.ReasonAlreadyCordoned {
+		t.Errorf("Cordoned condition = %+v, want reason %s", c, v1alpha1.ReasonAlreadyCordoned)
 	}
 	if err := e.cl.Delete(ctx, nd); err != nil {
 		t.Fatal(err)
@@ -269,7 +268,7 @@ func TestNodeNotFoundWaitsThenProceeds(t *testing.T) {
 	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
 	e.waitDrain(t, name, "waiting with NodeNotFound", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionCordoned)
-		return c != nil && c.Reason == nodedrain.ReasonNodeNotFound && nd.Status.Phase == v1alpha1.PhasePending
+		return c != nil && c.Reason == v1alpha1.ReasonNodeNotFound && nd.Status.Phase == v1alpha1.PhasePending
 	})
 	testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "late-node", Count: 1})
 	e.waitDrain(t, name, "Drained once the node exists", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
@@ -431,7 +430,7 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 	})
 	t.Logf("status while blocked: %s", describe(blocked))
 	for _, b := range blocked.Status.Blockers {
-		if b.Reason != nodedrain.BlockerPDB || !strings.Contains(b.Detail, ns+"/api") {
+		if b.Reason != v1alpha1.BlockerPDB || !strings.Contains(b.Detail, ns+"/api") {
 			t.Errorf("blocker %s: %s %q, want PodDisruptionBudget naming %s/api", b.Pod, b.Reason, b.Detail, ns)
 		}
 	}
@@ -490,8 +489,8 @@ func TestDrainTimeout(t *testing.T) {
 			left := podsOn(t, e, ns, target)
 			switch tc.onTimeout {
 			case "Fail":
-				if c == nil || c.Reason != nodedrain.ReasonDrainTimeout {
-					t.Errorf("Blocked condition %+v, want reason %s", c, nodedrain.ReasonDrainTimeout)
+				if c == nil || c.Reason != v1alpha1.ReasonDrainTimeout {
+					t.Errorf("Blocked condition %+v, want reason %s", c, v1alpha1.ReasonDrainTimeout)
 				}
 				if len(left) != 2 {
 					t.Errorf("%d pods left on the node, want both kept in place", len(left))
@@ -500,7 +499,7 @@ func TestDrainTimeout(t *testing.T) {
 				if len(left) != 0 {
 					t.Errorf("pods left after ForceDelete: %v", names(left))
 				}
-				waitEvents(t, e, target, nodedrain.EventForceDeleted)
+				waitEvents(t, e, target, v1alpha1.EventForceDeleted)
 			}
 		})
 	}
@@ -554,7 +553,7 @@ func TestEmptyingRequestersUndoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if node.Spec.Unschedulable || node.Annotations[nodedrain.AnnotationCordonedBy] != "" {
+	if node.Spec.Unschedulable || node.Annotations[v1alpha1.AnnotationCordonedBy] != "" {
 		t.Errorf("node not restored: unschedulable=%t annotations=%v", node.Spec.Unschedulable, node.Annotations)
 	}
 	if n := len(podsOn(t, e, ns, target)); n != 2 {

@@ -10,26 +10,11 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
-// TaintKey is the trigger taint: vacate.dev/drain on a node, any effect,
-// requests its drain. vacate never sets it; people and tools do.
-const TaintKey = "vacate.dev/drain"
-
-// Reasons of the NoExecuteTaint condition, and its event.
-const (
-	// ReasonNoExecuteTaint: the trigger taint has effect NoExecute.
-	ReasonNoExecuteTaint = "NoExecuteTaint"
-	// ReasonNoExecuteTaintGone: it no longer has.
-	ReasonNoExecuteTaintGone = "NoExecuteTaintGone"
-	// EventNoExecuteTaint: a Warning on the node when the trigger taint
-	// turns up with effect NoExecute.
-	EventNoExecuteTaint = "NoExecuteTaint"
-)
-
 // hasNoExecuteTrigger reports whether the node carries the trigger taint
 // with effect NoExecute.
 func hasNoExecuteTrigger(node *corev1.Node) bool {
 	for _, t := range node.Spec.Taints {
-		if t.Key == TaintKey && t.Effect == corev1.TaintEffectNoExecute {
+		if t.Key == v1alpha1.TaintDrain && t.Effect == corev1.TaintEffectNoExecute {
 			return true
 		}
 	}
@@ -42,7 +27,7 @@ func noExecuteMessage(node string) string {
 	return fmt.Sprintf("node %s has the taint %s with effect NoExecute: Kubernetes' taint manager deletes every pod "+
 		"that does not tolerate it at once, without PodDisruptionBudgets, evacuations or HTTP hooks; vacate drains "+
 		"what is left. Use effect NoSchedule for the trigger taint (kubectl taint node %s %s:NoExecute- %s:NoSchedule)",
-		node, TaintKey, node, TaintKey, TaintKey)
+		node, v1alpha1.TaintDrain, node, v1alpha1.TaintDrain, v1alpha1.TaintDrain)
 }
 
 // warnNoExecute keeps the NoExecuteTaint condition in step with the node:
@@ -56,12 +41,14 @@ func (r *Reconciler) warnNoExecute(s *scope, node *corev1.Node) {
 	switch {
 	case hasNoExecuteTrigger(node):
 		msg := noExecuteMessage(node.Name)
-		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionTrue, ReasonNoExecuteTaint, msg)
+		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionTrue, v1alpha1.ReasonNoExecuteTaint, msg)
 		if !was {
-			s.afterWrite(func() { r.Events.Eventf(node, nd, corev1.EventTypeWarning, EventNoExecuteTaint, "Drain", "%s", msg) })
+			s.afterWrite(func() {
+				r.Events.Eventf(node, nd, corev1.EventTypeWarning, v1alpha1.EventNoExecuteTaint, "Drain", "%s", msg)
+			})
 		}
 	case meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint) != nil:
-		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionFalse, ReasonNoExecuteTaintGone,
-			fmt.Sprintf("node %s no longer has the taint %s with effect NoExecute", node.Name, TaintKey))
+		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionFalse, v1alpha1.ReasonNoExecuteTaintGone,
+			fmt.Sprintf("node %s no longer has the taint %s with effect NoExecute", node.Name, v1alpha1.TaintDrain))
 	}
 }

@@ -10,8 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
-	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/testenv"
@@ -40,20 +38,20 @@ func TestNoExecuteTriggerTaintWarns(t *testing.T) {
 	annotatedApp(t, e, ns, "web", node, nil)
 
 	updateNode(t, e, node, func(n *corev1.Node) {
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: trigger.TaintKey, Effect: corev1.TaintEffectNoExecute})
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDrain, Effect: corev1.TaintEffectNoExecute})
 	})
 	nd := e.waitDrain(t, node, "requested by the taint and warning about NoExecute", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint)
-		return len(nd.Spec.Requesters) > 0 && nd.Spec.Requesters[0].Name == trigger.RequesterTaint &&
+		return len(nd.Spec.Requesters) > 0 && nd.Spec.Requesters[0].Name == v1alpha1.RequesterTaint &&
 			c != nil && c.Status == metav1.ConditionTrue
 	})
 	c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint)
 	t.Logf("condition %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
-	if c.Reason != nodedrain.ReasonNoExecuteTaint || !strings.Contains(c.Message, "NoSchedule") || !strings.Contains(c.Message, "PodDisruptionBudget") {
+	if c.Reason != v1alpha1.ReasonNoExecuteTaint || !strings.Contains(c.Message, "NoSchedule") || !strings.Contains(c.Message, "PodDisruptionBudget") {
 		t.Errorf("condition %s: %s %q; want reason %s and a message saying PDBs are bypassed and to use NoSchedule",
-			c.Type, c.Reason, c.Message, nodedrain.ReasonNoExecuteTaint)
+			c.Type, c.Reason, c.Message, v1alpha1.ReasonNoExecuteTaint)
 	}
-	waitNodeEvent(t, e, node, corev1.EventTypeWarning, nodedrain.EventNoExecuteTaint, "NoSchedule")
+	waitNodeEvent(t, e, node, corev1.EventTypeWarning, v1alpha1.EventNoExecuteTaint, "NoSchedule")
 	found := false
 	for _, f := range explain.Explain(explain.Input{Drain: nd, Now: time.Now()}).Findings {
 		if strings.Contains(f.Cause, "NoExecute") && strings.Contains(f.Fix, "NoSchedule") {
@@ -68,7 +66,7 @@ func TestNoExecuteTriggerTaintWarns(t *testing.T) {
 	t.Log("the taint becomes NoSchedule: the drain stays requested, the warning ends")
 	updateNode(t, e, node, func(n *corev1.Node) {
 		for i := range n.Spec.Taints {
-			if n.Spec.Taints[i].Key == trigger.TaintKey {
+			if n.Spec.Taints[i].Key == v1alpha1.TaintDrain {
 				n.Spec.Taints[i].Effect = corev1.TaintEffectNoSchedule
 			}
 		}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -71,7 +70,7 @@ func TestPolicyChosenByNodeSelectorAndOverlapsHold(t *testing.T) {
 	create(t, e, second)
 	e.waitDrain(t, nodes[1], "held by the ambiguous policy", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
-		return nd.Status.Phase == v1alpha1.PhasePending && c != nil && c.Reason == nodedrain.ReasonAmbiguousPolicy &&
+		return nd.Status.Phase == v1alpha1.PhasePending && c != nil && c.Reason == v1alpha1.ReasonAmbiguousPolicy &&
 			strings.Contains(c.Message, "pol-also, pol-loose all select the node")
 	})
 	time.Sleep(2 * time.Second) // a moment in which a wrong controller would act

@@ -39,12 +39,6 @@ import (
 
 // Fixed names from the design.
 const (
-	// FinalizerRestore holds a NodeDrain until vacate has undone its changes.
-	FinalizerRestore = "vacate.dev/restore"
-	// AnnotationCordonedBy is set on a node vacate cordoned, to
-	// "<drain name>/<drain uid>" (CordonedByValue); undo only uncordons a
-	// node whose annotation names the drain being undone, UID included.
-	AnnotationCordonedBy = "vacate.dev/cordoned-by"
 	// PodNodeNameIndex indexes cached pods by spec.nodeName.
 	PodNodeNameIndex = "spec.nodeName"
 )
@@ -174,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if !nd.DeletionTimestamp.IsZero() || len(nd.Spec.Requesters) == 0 {
 		return r.undo(ctx, s)
 	}
-	if !controllerutil.ContainsFinalizer(nd, FinalizerRestore) {
+	if !controllerutil.ContainsFinalizer(nd, v1alpha1.FinalizerRestore) {
 		if err := r.patchFinalizer(ctx, nd, controllerutil.AddFinalizer); err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding finalizer to NodeDrain %s: %w", nd.Name, err)
 		}
@@ -228,7 +222,7 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) (bool, error) {
 func (r *Reconciler) patchFinalizer(ctx context.Context, nd *v1alpha1.NodeDrain, change func(ctrl.Object, string) bool) error {
 	obj := nd.DeepCopy()
 	patch := ctrl.MergeFrom(obj.DeepCopy())
-	change(obj, FinalizerRestore)
+	change(obj, v1alpha1.FinalizerRestore)
 	if err := r.Client.Patch(ctx, obj, patch); err != nil {
 		return err
 	}

@@ -15,31 +15,6 @@ import (
 	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
-// Blocker reasons beyond the planner's: why the API server refused a pod's
-// eviction. They appear in status.blockers, in vacate_pods_blocked{reason}
-// and in `vacate explain`.
-const (
-	// BlockerPDB: a PodDisruptionBudget refuses the eviction.
-	BlockerPDB = "PodDisruptionBudget"
-	// BlockerThrottled: the API server throttles the eviction calls (a 429
-	// that no PodDisruptionBudget caused, such as API Priority and
-	// Fairness); vacate backs off.
-	BlockerThrottled = "EvictionThrottled"
-	// BlockerForbidden: the eviction is denied (403): RBAC, an admission
-	// webhook or a ValidatingAdmissionPolicy.
-	BlockerForbidden = "EvictionForbidden"
-	// BlockerMultiplePDBs: more than one PodDisruptionBudget selects the pod,
-	// which the Eviction API refuses (500).
-	BlockerMultiplePDBs = "MultiplePDBs"
-	// BlockerInvalid: the API server found the eviction invalid (422).
-	BlockerInvalid = "EvictionInvalid"
-	// BlockerFailed: the eviction failed for another reason.
-	BlockerFailed = "EvictionFailed"
-)
-
-// HolderThrottling is the holder of an EvictionThrottled blocker.
-const HolderThrottling = "API server throttling"
-
 // refusal is the latest refusal of a pod's eviction.
 type refusal struct {
 	// since is when the API server first answered this way.
@@ -197,7 +172,7 @@ func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Block
 // pdbBlocker is the blocker of a pod a PodDisruptionBudget holds: one
 // refused its eviction, or the plan sees one allowing no disruption now.
 func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool) v1alpha1.Blocker {
-	b.Reason = BlockerPDB
+	b.Reason = v1alpha1.BlockerPDB
 	pdbs := d.BlockingPDBs
 	if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
 		pdbs = d.PDBs
@@ -220,15 +195,15 @@ func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal) v1alpha1.
 	b.Since, b.Detail = metav1.NewTime(ref.since), truncate(ref.message, maxDetail)
 	switch {
 	case ref.result == eviction.Throttled:
-		b.Reason, b.Holder = BlockerThrottled, HolderThrottling
+		b.Reason, b.Holder = v1alpha1.BlockerThrottled, v1alpha1.HolderThrottling
 	case ref.result == eviction.Forbidden:
-		b.Reason = BlockerForbidden
+		b.Reason = v1alpha1.BlockerForbidden
 	case ref.result == eviction.Invalid:
-		b.Reason = BlockerInvalid
+		b.Reason = v1alpha1.BlockerInvalid
 	case ref.multiplePDBs() && len(d.PDBs) > 1:
-		b.Reason, b.Holder = BlockerMultiplePDBs, truncate("PodDisruptionBudget "+strings.Join(d.PDBs, ", "), maxHolder)
+		b.Reason, b.Holder = v1alpha1.BlockerMultiplePDBs, truncate("PodDisruptionBudget "+strings.Join(d.PDBs, ", "), maxHolder)
 	default:
-		b.Reason = BlockerFailed
+		b.Reason = v1alpha1.BlockerFailed
 	}
 	return b
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
@@ -217,15 +216,15 @@ func TestEvictionDeniedByAdmissionPolicy(t *testing.T) {
 	drainNode(t, e, target)
 	blocked := e.waitDrain(t, target, "blocker EvictionForbidden", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		b, ok := blockerOf(nd, ns, pod.Name)
-		return ok && b.Reason == nodedrain.BlockerForbidden
+		return ok && b.Reason == v1alpha1.BlockerForbidden
 	})
 	t.Logf("status while forbidden: %s", describe(blocked))
 	b, _ := blockerOf(blocked, ns, pod.Name)
 	if want := "ValidatingAdmissionPolicy '" + policy + "' with binding '" + policy + "' denied request: evictions of audited-* are frozen during the audit"; !strings.Contains(b.Detail, want) {
 		t.Errorf("blocker detail %q, want the API server's message with %q", b.Detail, want)
 	}
-	if n := testutil.ToFloat64(metrics.PodsBlocked.WithLabelValues(nodedrain.BlockerForbidden)); n < 1 {
-		t.Errorf("vacate_pods_blocked{reason=%q} = %v, want at least 1", nodedrain.BlockerForbidden, n)
+	if n := testutil.ToFloat64(metrics.PodsBlocked.WithLabelValues(v1alpha1.BlockerForbidden)); n < 1 {
+		t.Errorf("vacate_pods_blocked{reason=%q} = %v, want at least 1", v1alpha1.BlockerForbidden, n)
 	}
 	if n := testutil.ToFloat64(metrics.EvictionsTotal.WithLabelValues(string(eviction.Forbidden))); n < 1 {
 		t.Errorf("vacate_evictions_total{result=%q} = %v, want at least 1", eviction.Forbidden, n)
@@ -236,7 +235,7 @@ func TestEvictionDeniedByAdmissionPolicy(t *testing.T) {
 	waitEvictionAnswer(t, e, ns, pod.Name, "the policy to deny with Invalid", apierrors.IsInvalid)
 	blocked = e.waitDrain(t, target, "blocker EvictionInvalid", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		b, ok := blockerOf(nd, ns, pod.Name)
-		return ok && b.Reason == nodedrain.BlockerInvalid
+		return ok && b.Reason == v1alpha1.BlockerInvalid
 	})
 	t.Logf("status while invalid: %s", describe(blocked))
 	if b, _ := blockerOf(blocked, ns, pod.Name); !strings.Contains(b.Detail, "ValidatingAdmissionPolicy '"+policy+"'") {
@@ -280,7 +279,7 @@ func TestPodWithTwoPDBsIsExplained(t *testing.T) {
 	drainNode(t, e, target)
 	blocked := e.waitDrain(t, target, "blocker MultiplePDBs", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		b, ok := blockerOf(nd, ns, pod.Name)
-		return ok && b.Reason == nodedrain.BlockerMultiplePDBs
+		return ok && b.Reason == v1alpha1.BlockerMultiplePDBs
 	})
 	t.Logf("status while refused: %s", describe(blocked))
 	b, _ := blockerOf(blocked, ns, pod.Name)
@@ -365,18 +364,18 @@ func TestThrottledEvictionIsNeverAPDB(t *testing.T) {
 	var asPDB []string
 	blocked := e.waitDrain(t, target, "blocker EvictionThrottled", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		b, ok := blockerOf(nd, ns, pod.Name)
-		if ok && b.Reason == nodedrain.BlockerPDB {
+		if ok && b.Reason == v1alpha1.BlockerPDB {
 			asPDB = append(asPDB, b.Detail)
 		}
-		return ok && b.Reason == nodedrain.BlockerThrottled
+		return ok && b.Reason == v1alpha1.BlockerThrottled
 	})
 	t.Logf("status while throttled: %s", describe(blocked))
 	if len(asPDB) > 0 {
 		t.Errorf("throttling was reported as a PodDisruptionBudget: %v", asPDB)
 	}
 	b, _ := blockerOf(blocked, ns, pod.Name)
-	if b.Holder != nodedrain.HolderThrottling || b.Detail != "Too many requests, please try again later." {
-		t.Errorf("blocker holder %q detail %q, want %q and the API server's message", b.Holder, b.Detail, nodedrain.HolderThrottling)
+	if b.Holder != v1alpha1.HolderThrottling || b.Detail != "Too many requests, please try again later." {
+		t.Errorf("blocker holder %q detail %q, want %q and the API server's message", b.Holder, b.Detail, v1alpha1.HolderThrottling)
 	}
 	if te.calls.Load() == 0 {
 		t.Error("no eviction was attempted")
@@ -389,7 +388,7 @@ func TestThrottledEvictionIsNeverAPDB(t *testing.T) {
 	refused.allow(t)
 	te.throttle.Store(false)
 	done := e.waitDrain(t, target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		if b, ok := blockerOf(nd, ns, pod.Name); ok && b.Reason == nodedrain.BlockerPDB {
+		if b, ok := blockerOf(nd, ns, pod.Name); ok && b.Reason == v1alpha1.BlockerPDB {
 			asPDB = append(asPDB, b.Detail)
 		}
 		return nd.Status.Phase == v1alpha1.PhaseDrained

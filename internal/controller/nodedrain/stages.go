@@ -23,43 +23,6 @@ import (
 	"github.com/vacate-dev/vacate/internal/policy"
 )
 
-// Condition reasons.
-const (
-	ReasonAdmitted        = "Admitted"
-	ReasonNodeNotFound    = "NodeNotFound"
-	ReasonPolicyNotFound  = "PolicyNotFound"
-	ReasonAmbiguousPolicy = "AmbiguousPolicy"
-	ReasonCordoned        = "Cordoned"
-	ReasonAlreadyCordoned = "AlreadyCordoned"
-	ReasonNoEvacuations   = "NoEvacuations"
-	ReasonEvicting        = "Evicting"
-	ReasonAllEvicted      = "AllPodsGone"
-	ReasonBlocked         = "PodsBlocked"
-	ReasonNotBlocked      = "NotBlocked"
-	ReasonDrainTimeout    = "DrainTimeout"
-	// ReasonEvacuationTimedOut: an evacuation ran past timeouts.evacuation.
-	ReasonEvacuationTimedOut = "EvacuationTimedOut"
-	ReasonDrained            = "Drained"
-	ReasonRestored           = "Restored"
-	// ReasonNodeReplaced: the node was deleted and created again; the
-	// drain starts over on the new one.
-	ReasonNodeReplaced = "NodeReplaced"
-	// ReasonForceDeleteForbidden: a drain timed out under onTimeout:
-	// ForceDelete, and the controller may not delete pods.
-	ReasonForceDeleteForbidden = "ForceDeleteForbidden"
-)
-
-// Event reasons.
-const (
-	EventCordoned        = "Cordoned"
-	EventEvictionBlocked = "EvictionBlocked"
-	EventDrained         = "Drained"
-	EventRestored        = "Restored"
-	EventFailed          = "Failed"
-	EventForceDeleted    = "ForceDeleted"
-	EventNodeReplaced    = "NodeReplaced"
-)
-
 // setCondition sets a condition of the drain, its message capped at
 // v1alpha1.MaxMessage runes.
 func (s *scope) setCondition(t string, status metav1.ConditionStatus, reason, msg string) {
@@ -77,8 +40,8 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	if apierrors.IsNotFound(err) {
 		msg := fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName)
-		r.hold(s, ReasonNodeNotFound, msg)
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonNodeNotFound, msg)
+		r.hold(s, v1alpha1.ReasonNodeNotFound, msg)
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonNodeNotFound, msg)
 		return reconcile.Result{RequeueAfter: resync}, nil
 	}
 	if err != nil {
@@ -94,10 +57,10 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName, node)
 	switch {
 	case policy.IsNotFound(err):
-		r.hold(s, ReasonPolicyNotFound, err.Error())
+		r.hold(s, v1alpha1.ReasonPolicyNotFound, err.Error())
 		return reconcile.Result{RequeueAfter: resync}, nil
 	case policy.IsAmbiguous(err):
-		r.hold(s, ReasonAmbiguousPolicy, err.Error())
+		r.hold(s, v1alpha1.ReasonAmbiguousPolicy, err.Error())
 		return reconcile.Result{RequeueAfter: resync}, nil
 	case err != nil:
 		return reconcile.Result{}, err
@@ -106,17 +69,10 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	return reconcile.Result{}, nil
 }
 
-// CordonedByValue is what vacate writes in AnnotationCordonedBy when the
-// drain cordons a node: its name and UID, so that a copied or leftover
-// annotation never passes for this drain's.
-func CordonedByValue(nd *v1alpha1.NodeDrain) string {
-	return nd.Name + "/" + string(nd.UID)
-}
-
 // cordonedByUs reports whether the node carries this drain's cordon record,
 // and is the node the drain recorded (not one recreated under its name).
 func cordonedByUs(node *corev1.Node, nd *v1alpha1.NodeDrain) bool {
-	return node.Annotations[AnnotationCordonedBy] == CordonedByValue(nd) &&
+	return node.Annotations[v1alpha1.AnnotationCordonedBy] == v1alpha1.CordonedByValue(nd) &&
 		(nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID))
 }
 
@@ -145,7 +101,7 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	msg := fmt.Sprintf("node %s was deleted and created again (uid %s, was %s): it is another node; the drain starts over on it",
 		node.Name, node.UID, nd.Status.NodeUID)
-	r.hold(s, ReasonNodeReplaced, msg)
+	r.hold(s, v1alpha1.ReasonNodeReplaced, msg)
 	st := &nd.Status
 	st.NodeUID = string(node.UID)
 	st.Hooks, st.Total, st.Evicted, st.Remaining, st.Progress, st.CompletionTime = nil, 0, 0, 0, "", nil
@@ -153,7 +109,9 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 	for _, t := range []string{v1alpha1.ConditionCordoned, v1alpha1.ConditionEvacuated, v1alpha1.ConditionPodsEvicted, v1alpha1.ConditionDrained} {
 		meta.RemoveStatusCondition(&st.Conditions, t)
 	}
-	s.afterWrite(func() { r.Events.Eventf(nd, node, corev1.EventTypeWarning, EventNodeReplaced, "Drain", "%s", msg) })
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, node, corev1.EventTypeWarning, v1alpha1.EventNodeReplaced, "Drain", "%s", msg)
+	})
 	return reconcile.Result{RequeueAfter: conflictRetry}, nil
 }
 
@@ -163,9 +121,9 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 	node, nd := s.node, s.drain
 	switch {
 	case node.Spec.Unschedulable && cordonedByUs(node, nd):
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonCordoned, "vacate cordoned the node")
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "vacate cordoned the node")
 	case node.Spec.Unschedulable:
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonAlreadyCordoned,
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonAlreadyCordoned,
 			"the node was already cordoned by someone else; vacate will not uncordon it")
 	default:
 		patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
@@ -173,7 +131,7 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 		if node.Annotations == nil {
 			node.Annotations = map[string]string{}
 		}
-		node.Annotations[AnnotationCordonedBy] = CordonedByValue(nd)
+		node.Annotations[v1alpha1.AnnotationCordonedBy] = v1alpha1.CordonedByValue(nd)
 		s.log.Info("cordoning node", "node", klogRef(node.Name))
 		if err := r.Client.Patch(ctx, node, patch); err != nil {
 			if apierrors.IsConflict(err) {
@@ -181,8 +139,8 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 			}
 			return reconcile.Result{}, fmt.Errorf("cordoning node %s: %w", node.Name, err)
 		}
-		r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventCordoned, "Cordon", "cordoned node %s", node.Name)
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, ReasonCordoned, "vacate cordoned the node")
+		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", node.Name)
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "vacate cordoned the node")
 	}
 	if s.drain.Status.Phase == "" || s.drain.Status.Phase == v1alpha1.PhasePending {
 		s.drain.Status.Phase = v1alpha1.PhaseCordoned
@@ -278,7 +236,7 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		} else if refusedByAPI(b.Reason) {
 			nd, pod, msg := s.drain, d.Pod, fmt.Sprintf("eviction of %s refused: %s", b.Pod, b.Detail)
 			s.afterWrite(func() {
-				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, EventEvictionBlocked, "Evict", "%s", msg)
+				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "%s", msg)
 			})
 		}
 		blockers = append(blockers, b)
@@ -296,14 +254,14 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	r.blocked.set(s.drain.Name, reasons...)
 
 	if plan.Completed() {
-		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionTrue, ReasonAllEvicted, plan.ConditionMessage())
+		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionTrue, v1alpha1.ReasonAllEvicted, plan.ConditionMessage())
 	} else {
-		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionFalse, ReasonEvicting, plan.ConditionMessage())
+		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionFalse, v1alpha1.ReasonEvicting, plan.ConditionMessage())
 	}
 	if len(blockers) > 0 {
-		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, ReasonBlocked, blockedMessage(st.Blocked, blockers))
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, v1alpha1.ReasonBlocked, blockedMessage(st.Blocked, blockers))
 	} else {
-		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionFalse, ReasonNotBlocked, "nothing blocks the drain")
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionFalse, v1alpha1.ReasonNotBlocked, "nothing blocks the drain")
 	}
 }
 
@@ -326,10 +284,10 @@ func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
 // with an evacuation past timeouts.evacuation. reason and why say which.
 func overdue(s *scope) (reason, why string, over bool) {
 	if st := s.drain.Status.StartTime; s.policy.DrainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.DrainTimeout {
-		return ReasonDrainTimeout, fmt.Sprintf("the drain did not finish within %s (timeouts.drain)", s.policy.DrainTimeout), true
+		return v1alpha1.ReasonDrainTimeout, fmt.Sprintf("the drain did not finish within %s (timeouts.drain)", s.policy.DrainTimeout), true
 	}
 	if len(s.evac.timedOut) > 0 {
-		return ReasonEvacuationTimedOut, "evacuation(s) past timeouts.evacuation: " + strings.Join(s.evac.timedOut, "; "), true
+		return v1alpha1.ReasonEvacuationTimedOut, "evacuation(s) past timeouts.evacuation: " + strings.Join(s.evac.timedOut, "; "), true
 	}
 	return "", "", false
 }
@@ -360,7 +318,7 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, rea
 		if apierrors.IsForbidden(err) {
 			// Retrying cannot help: the right is missing (or an admission
 			// policy refuses). End the drain saying what to bind.
-			r.fail(s, ReasonForceDeleteForbidden, fmt.Sprintf("%s; onTimeout ForceDelete, but %v; bind the ClusterRole "+
+			r.fail(s, v1alpha1.ReasonForceDeleteForbidden, fmt.Sprintf("%s; onTimeout ForceDelete, but %v; bind the ClusterRole "+
 				"vacate-controller-force-delete to the controller ('vacate manifests force-delete | kubectl apply -f -')", why, err))
 			return reconcile.Result{}, nil
 		}
@@ -401,7 +359,7 @@ func (r *Reconciler) fail(s *scope, reason, msg string) {
 	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason, msg)
 	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
 	s.afterWrite(func() {
-		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, EventFailed, "Drain", "%s", msg)
+		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)
 		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
 	})
 	s.stop = true
@@ -428,7 +386,7 @@ func (r *Reconciler) forceDelete(ctx context.Context, s *scope, plan drain.Plan,
 			return deleted, leaving, fmt.Errorf("deleting pod %s after a timeout: %w", d.Key(), err)
 		}
 		deleted++
-		r.Events.Eventf(nd, d.Pod, corev1.EventTypeWarning, EventForceDeleted, "Delete",
+		r.Events.Eventf(nd, d.Pod, corev1.EventTypeWarning, v1alpha1.EventForceDeleted, "Delete",
 			"deleted pod %s: %s (policy onTimeout: ForceDelete)", d.Key(), why)
 	}
 	return deleted, leaving, nil
@@ -473,11 +431,11 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, 
 	r.forgetNode(nd.Spec.NodeName)
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	took := s.now.Sub(nd.Status.StartTime.Time)
-	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, ReasonDrained,
+	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, v1alpha1.ReasonDrained,
 		fmt.Sprintf("%d pod(s) left the node in %s", nd.Status.Evicted, took.Round(time.Second)))
 	node, evicted, log := s.node, nd.Status.Evicted, s.log
 	s.afterWrite(func() {
-		r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
+		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
 			nd.Spec.NodeName, evicted, took.Round(time.Second))
 		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained)).Inc()
 		metrics.DrainDuration.Observe(took.Seconds())
@@ -495,7 +453,7 @@ func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) 
 	}
 	patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 	node.Spec.Unschedulable = false
-	delete(node.Annotations, AnnotationCordonedBy)
+	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
 	s.log.Info("uncordoning node that vacate cordoned", "node", klogRef(node.Name))
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
 		if apierrors.IsConflict(err) {
@@ -503,7 +461,7 @@ func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) 
 		}
 		return fmt.Errorf("uncordoning node %s: %w", node.Name, err)
 	}
-	r.Events.Eventf(s.drain, node, corev1.EventTypeNormal, EventRestored, "Restore", "uncordoned node %s", node.Name)
+	r.Events.Eventf(s.drain, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore", "uncordoned node %s", node.Name)
 	return nil
 }
 
@@ -528,7 +486,7 @@ func (r *Reconciler) undoing(ctx context.Context, s *scope, node *corev1.Node, n
 // drain), removes vacate's annotation, then releases the finalizer.
 func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	if !controllerutil.ContainsFinalizer(nd, FinalizerRestore) {
+	if !controllerutil.ContainsFinalizer(nd, v1alpha1.FinalizerRestore) {
 		return reconcile.Result{}, nil
 	}
 	wasActive := nd.Status.Phase != "" && nd.Status.Phase != v1alpha1.PhasePending
@@ -572,7 +530,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		}
 	default:
 		if wasActive {
-			r.Events.Eventf(nd, node, corev1.EventTypeNormal, EventRestored, "Restore",
+			r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore",
 				"left node %s as it was: vacate did not cordon it", node.Name)
 		}
 	}
@@ -597,7 +555,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
 	nd.Status.UndoStartTime, nd.Status.Mode = nil, ""
-	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, ReasonRestored, "no requester is left; vacate undid its changes")
+	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonRestored, "no requester is left; vacate undid its changes")
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
@@ -613,7 +571,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 // is also a Warning event on the drain.
 func refusedByAPI(reason string) bool {
 	switch reason {
-	case BlockerPDB, BlockerThrottled, BlockerForbidden, BlockerMultiplePDBs, BlockerInvalid, BlockerFailed:
+	case v1alpha1.BlockerPDB, v1alpha1.BlockerThrottled, v1alpha1.BlockerForbidden, v1alpha1.BlockerMultiplePDBs, v1alpha1.BlockerInvalid, v1alpha1.BlockerFailed:
 		return true
 	}
 	return false

@@ -29,14 +29,6 @@ import (
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
-// Names the lead's change added, spelled out so that this file also runs
-// against the code before it (where it shows the failures it was written for).
-const (
-	reasonEvacuationTimedOut = "EvacuationTimedOut" // nodedrain.ReasonEvacuationTimedOut
-	phaseTimedOut            = "TimedOut"           // nodedrain.PhaseTimedOut
-	eventCancelTimeout       = "CancelTimeout"      // nodedrain.EventCancelTimeout
-)
-
 // keptPods watches pods from now until check is called and fails the test if
 // any of them starts terminating or is deleted at any moment in between (not
 // only at the end), or is not there, the same pod, when check runs.
@@ -229,11 +221,11 @@ func TestForceDeleteEndsWithProtectedPodSpared(t *testing.T) {
 	t.Log("past timeouts.drain the bare pods are deleted; the drain with pods it must spare ends Failed naming them")
 	nd := e.waitDrain(t, spared, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
 	t.Logf("final status: %s", describe(nd))
-	conditionsSay(t, nd, nodedrain.ReasonDrainTimeout, "will not delete",
+	conditionsSay(t, nd, v1alpha1.ReasonDrainTimeout, "will not delete",
 		ns+"/"+store.Name+" (held by Evacuation "+evName+")",
 		ns+"/waiter (annotated vacate.dev/drain: wait-completed)")
 	podGone(t, e, bare, "should have been deleted after the timeout (onTimeout ForceDelete)")
-	waitEvent(t, e, spared, nodedrain.EventForceDeleted, ns+"/bare")
+	waitEvent(t, e, spared, v1alpha1.EventForceDeleted, ns+"/bare")
 	waitEvent(t, e, spared, "Failed", ns+"/"+store.Name, ns+"/waiter")
 
 	t.Log("the node with nothing to spare ends Drained")
@@ -286,7 +278,7 @@ func nodeGivenBack(t *testing.T, e *env, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Spec.Unschedulable || n.Annotations[nodedrain.AnnotationCordonedBy] != "" {
+	if n.Spec.Unschedulable || n.Annotations[v1alpha1.AnnotationCordonedBy] != "" {
 		t.Errorf("node %s not given back: unschedulable=%t annotations=%v", name, n.Spec.Unschedulable, n.Annotations)
 	}
 }
@@ -344,7 +336,7 @@ func TestCancelBoundedWhenProviderNeverConfirms(t *testing.T) {
 		if _, err := getEvacuation(t, e, evName); !apierrors.IsNotFound(err) {
 			t.Errorf("Evacuation %s still there after the undo (%v)", evName, err)
 		}
-		msg := waitEvent(t, e, target, eventCancelTimeout, "EvacuationProvider cx-store", evName, "timeouts.cancel")
+		msg := waitEvent(t, e, target, v1alpha1.EventCancelTimeout, "EvacuationProvider cx-store", evName, "timeouts.cancel")
 		t.Logf("event: %s", msg)
 		t.Log("nothing of the undone drain holds the provider: it can be deleted")
 		providerDeleted(t, e, "cx-store")
@@ -370,7 +362,7 @@ func TestCancelBoundedWhenProviderNeverConfirms(t *testing.T) {
 			t.Error("the hook got no DELETE")
 		}
 		nodeGivenBack(t, e, target)
-		msg := waitEvent(t, e, target, eventCancelTimeout, "pod/"+ns+"/"+pod.Name, "did not acknowledge", "timeouts.cancel")
+		msg := waitEvent(t, e, target, v1alpha1.EventCancelTimeout, "pod/"+ns+"/"+pod.Name, "did not acknowledge", "timeouts.cancel")
 		t.Logf("event: %s", msg)
 		check()
 	})
@@ -444,9 +436,9 @@ func evacuationTimeoutCase(t *testing.T, e *env, prefix, onTimeout string, viaHo
 	requestAll(t, e, []string{target})
 	nd := e.waitDrain(t, target, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
 	t.Logf("final status: %s", describe(nd))
-	conditionsSay(t, nd, reasonEvacuationTimedOut, evName+" not Completed within 3s")
-	if len(nd.Status.Hooks) != 1 || nd.Status.Hooks[0].Name != evName || nd.Status.Hooks[0].Phase != phaseTimedOut {
-		t.Errorf("status.hooks %+v: want %s %s", nd.Status.Hooks, evName, phaseTimedOut)
+	conditionsSay(t, nd, v1alpha1.ReasonEvacuationTimedOut, evName+" not Completed within 3s")
+	if len(nd.Status.Hooks) != 1 || nd.Status.Hooks[0].Name != evName || nd.Status.Hooks[0].Phase != v1alpha1.PhaseTimedOut {
+		t.Errorf("status.hooks %+v: want %s %s", nd.Status.Hooks, evName, v1alpha1.PhaseTimedOut)
 	}
 	if !viaHook {
 		if ev, err := getEvacuation(t, e, evName); err != nil || ev.Status.Phase != v1alpha1.EvacuationInProgress {
@@ -459,7 +451,7 @@ func evacuationTimeoutCase(t *testing.T, e *env, prefix, onTimeout string, viaHo
 			t.Errorf("pods on the node %v: want all three kept in place (onTimeout Fail)", names(left))
 		}
 	case "ForceDelete":
-		conditionsSay(t, nd, reasonEvacuationTimedOut, "will not delete "+ns+"/"+store.Name+" (held by "+holder+")")
+		conditionsSay(t, nd, v1alpha1.ReasonEvacuationTimedOut, "will not delete "+ns+"/"+store.Name+" (held by "+holder+")")
 		podGone(t, e, bare, "should have been deleted after the timeout (onTimeout ForceDelete)")
 		podGone(t, e, web, "should have been deleted after the timeout (onTimeout ForceDelete)")
 	}

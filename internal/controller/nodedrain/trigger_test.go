@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -76,19 +75,19 @@ func TestTaintTriggerAndAnotherRequester(t *testing.T) {
 	})
 
 	updateNode(t, e, node, func(n *corev1.Node) {
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: trigger.TaintKey, Effect: corev1.TaintEffectNoSchedule})
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDrain, Effect: corev1.TaintEffectNoSchedule})
 	})
 	nd := e.waitDrain(t, node, "Drained for the taint", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
-	if got := requesterNames(nd); len(got) != 1 || got[0] != trigger.RequesterTaint {
-		t.Fatalf("requesters %v, want only %q", got, trigger.RequesterTaint)
+	if got := requesterNames(nd); len(got) != 1 || got[0] != v1alpha1.RequesterTaint {
+		t.Fatalf("requesters %v, want only %q", got, v1alpha1.RequesterTaint)
 	}
 	if err := requests.Apply(context.Background(), e.cl, node, v1alpha1.Requester{Name: "cli:alice"}, nd.Spec.Mode, ""); err != nil {
 		t.Fatal(err)
 	}
 
-	updateNode(t, e, node, withoutTaint(trigger.TaintKey))
+	updateNode(t, e, node, withoutTaint(v1alpha1.TaintDrain))
 	nd = e.waitDrain(t, node, "left with alice's request only", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		got := requesterNames(nd)
 		return len(got) == 1 && got[0] == "cli:alice"
@@ -136,8 +135,8 @@ func TestCordonAndExternalTaintTriggers(t *testing.T) {
 	nd := e.waitDrain(t, drainPool[0], "Drained for the cordon", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
-	if got := requesterNames(nd); len(got) != 1 || got[0] != trigger.RequesterCordon {
-		t.Errorf("requesters %v, want only %q", got, trigger.RequesterCordon)
+	if got := requesterNames(nd); len(got) != 1 || got[0] != v1alpha1.RequesterCordon {
+		t.Errorf("requesters %v, want only %q", got, v1alpha1.RequesterCordon)
 	}
 	if err := e.cl.Get(context.Background(), types.NamespacedName{Name: ignorePool[0]}, &v1alpha1.NodeDrain{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a node cordoned under onUnschedulable Ignore got a NodeDrain (%v)", err)
@@ -199,12 +198,12 @@ func TestNodeDeletionDrainsFirst(t *testing.T) {
 		t.Fatalf("no api pod landed on %s", target)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return controllerutil.ContainsFinalizer(getNode(t, e, target), trigger.FinalizerDrain), nil
+		return controllerutil.ContainsFinalizer(getNode(t, e, target), v1alpha1.FinalizerDrain), nil
 	})
 	if err != nil {
-		t.Fatalf("node %s never got the finalizer %s", target, trigger.FinalizerDrain)
+		t.Fatalf("node %s never got the finalizer %s", target, v1alpha1.FinalizerDrain)
 	}
-	if controllerutil.ContainsFinalizer(getNode(t, e, orphan[0]), trigger.FinalizerDrain) {
+	if controllerutil.ContainsFinalizer(getNode(t, e, orphan[0]), v1alpha1.FinalizerDrain) {
 		t.Errorf("node %s under the default (Orphan) got the finalizer", orphan[0])
 	}
 
@@ -214,7 +213,7 @@ func TestNodeDeletionDrainsFirst(t *testing.T) {
 	}
 	nd := e.waitDrain(t, target, "requested by the deletion", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		got := requesterNames(nd)
-		return len(got) == 1 && got[0] == trigger.RequesterDelete
+		return len(got) == 1 && got[0] == v1alpha1.RequesterDelete
 	})
 	if nd.Spec.Mode != v1alpha1.ModeDecommission {
 		t.Errorf("a drain for a deleted node has mode %s, want Decommission", nd.Spec.Mode)
@@ -253,7 +252,7 @@ func TestNodeDeletionDrainsFirst(t *testing.T) {
 	later := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "del-later", Count: 1, Labels: map[string]string{"pool": "del-held"}})
 	hasFinalizer := func(want bool) func(context.Context) (bool, error) {
 		return func(context.Context) (bool, error) {
-			return controllerutil.ContainsFinalizer(getNode(t, e, later[0]), trigger.FinalizerDrain) == want, nil
+			return controllerutil.ContainsFinalizer(getNode(t, e, later[0]), v1alpha1.FinalizerDrain) == want, nil
 		}
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, hasFinalizer(true)); err != nil {

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -123,9 +122,9 @@ func TestCancelRightAfterCordonRestoresNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Spec.Unschedulable || n.Annotations[nodedrain.AnnotationCordonedBy] != "" {
+	if n.Spec.Unschedulable || n.Annotations[v1alpha1.AnnotationCordonedBy] != "" {
 		t.Errorf("after the cancel the node is unschedulable=%v with %s=%q: vacate's cordon was left behind",
-			n.Spec.Unschedulable, nodedrain.AnnotationCordonedBy, n.Annotations[nodedrain.AnnotationCordonedBy])
+			n.Spec.Unschedulable, v1alpha1.AnnotationCordonedBy, n.Annotations[v1alpha1.AnnotationCordonedBy])
 	}
 	if lc.patches.Load() == 0 {
 		t.Error("the controller never patched the node: the test proved nothing")
@@ -139,7 +138,7 @@ func TestHandCopiedCordonAnnotationIsNotOurs(t *testing.T) {
 	e := startEnv(t)
 	ctx := testenv.Context(t)
 	target := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "copied", Count: 1, Labels: map[string]string{testLabel: "copied"}})[0]
-	patch := []byte(`{"spec":{"unschedulable":true},"metadata":{"annotations":{"` + nodedrain.AnnotationCordonedBy + `":"` + target + `"}}}`)
+	patch := []byte(`{"spec":{"unschedulable":true},"metadata":{"annotations":{"` + v1alpha1.AnnotationCordonedBy + `":"` + target + `"}}}`)
 	if _, err := e.c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +147,8 @@ func TestHandCopiedCordonAnnotationIsNotOurs(t *testing.T) {
 		t.Fatal(err)
 	}
 	drained := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	if c := meta.FindStatusCondition(drained.Status.Conditions, v1alpha1.ConditionCordoned); c == nil || c.Reason != nodedrain.ReasonAlreadyCordoned {
-		t.Errorf("Cordoned condition = %+v, want reason %s (the annotation does not name this drain's UID)", c, nodedrain.ReasonAlreadyCordoned)
+	if c := meta.FindStatusCondition(drained.Status.Conditions, v1alpha1.ConditionCordoned); c == nil || c.Reason != v1alpha1.ReasonAlreadyCordoned {
+		t.Errorf("Cordoned condition = %+v, want reason %s (the annotation does not name this drain's UID)", c, v1alpha1.ReasonAlreadyCordoned)
 	}
 	if err := e.cl.Delete(ctx, nd); err != nil {
 		t.Fatal(err)
@@ -159,7 +158,7 @@ func TestHandCopiedCordonAnnotationIsNotOurs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !after.Spec.Unschedulable || after.Annotations[nodedrain.AnnotationCordonedBy] != target {
-		t.Errorf("vacate undid a cordon it did not make: unschedulable=%v, annotation %q", after.Spec.Unschedulable, after.Annotations[nodedrain.AnnotationCordonedBy])
+	if !after.Spec.Unschedulable || after.Annotations[v1alpha1.AnnotationCordonedBy] != target {
+		t.Errorf("vacate undid a cordon it did not make: unschedulable=%v, annotation %q", after.Spec.Unschedulable, after.Annotations[v1alpha1.AnnotationCordonedBy])
 	}
 }

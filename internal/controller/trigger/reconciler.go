@@ -52,31 +52,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/requests"
 )
 
-// Fixed names.
-const (
-	// TaintKey requests a drain of the node it is on.
-	TaintKey = nodedrain.TaintKey
-	// Requester names of the triggers.
-	RequesterTaint    = "taint"
-	RequesterCordon   = "cordon"
-	RequesterDelete   = requests.RequesterDelete
-	requesterExternal = "external:"
-	// FinalizerDrain holds a deleted node until vacate drained it.
-	FinalizerDrain = "vacate.dev/drain"
-	// EventNodeDeletionTimeout: timeouts.nodeDeletion passed and the node
-	// was released before its drain was done.
-	EventNodeDeletionTimeout = "NodeDeletionTimeout"
-)
+// requesterExternal starts the requester of an external taint.
+const requesterExternal = v1alpha1.RequesterExternalPrefix
 
 // IsTrigger reports whether a requester name is one of the triggers'.
 func IsTrigger(name string) bool {
-	return name == RequesterTaint || name == RequesterCordon || name == RequesterDelete || strings.HasPrefix(name, requesterExternal)
+	return name == v1alpha1.RequesterTaint || name == v1alpha1.RequesterCordon || name == v1alpha1.RequesterDelete || strings.HasPrefix(name, requesterExternal)
 }
 
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch;create;patch;delete
@@ -100,17 +86,17 @@ func Wanted(node *corev1.Node, t policy.Triggers) []v1alpha1.Requester {
 	var out []v1alpha1.Requester
 	for _, taint := range node.Spec.Taints {
 		switch {
-		case taint.Key == TaintKey && t.Taint:
-			out = append(out, v1alpha1.Requester{Name: RequesterTaint, Reason: "taint " + TaintKey + " (" + string(taint.Effect) + ")"})
+		case taint.Key == v1alpha1.TaintDrain && t.Taint:
+			out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterTaint, Reason: "taint " + v1alpha1.TaintDrain + " (" + string(taint.Effect) + ")"})
 		case slices.Contains(t.ExternalTaints, taint.Key):
 			out = append(out, v1alpha1.Requester{Name: requesterExternal + taint.Key, Reason: "taint " + taint.Key + " from outside vacate"})
 		}
 	}
-	if t.OnNodeDelete && !node.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(node, FinalizerDrain) {
-		out = append(out, v1alpha1.Requester{Name: RequesterDelete, Reason: "the node is being deleted (policy triggers.onNodeDelete: Drain)"})
+	if t.OnNodeDelete && !node.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerDrain) {
+		out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterDelete, Reason: "the node is being deleted (policy triggers.onNodeDelete: Drain)"})
 	}
-	if t.OnUnschedulable && node.Spec.Unschedulable && node.Annotations[nodedrain.AnnotationCordonedBy] == "" {
-		out = append(out, v1alpha1.Requester{Name: RequesterCordon, Reason: "the node was cordoned (policy triggers.onUnschedulable: Drain)"})
+	if t.OnUnschedulable && node.Spec.Unschedulable && node.Annotations[v1alpha1.AnnotationCordonedBy] == "" {
+		out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterCordon, Reason: "the node was cordoned (policy triggers.onUnschedulable: Drain)"})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return dedupe(out)
@@ -205,7 +191,7 @@ func (r *Reconciler) request(ctx context.Context, node string, nd *v1alpha1.Node
 		has := nd != nil && requests.Index(nd, w.Name) >= 0
 		var err error
 		switch {
-		case w.Name == RequesterDelete && (!has || nd.Spec.Mode != v1alpha1.ModeDecommission):
+		case w.Name == v1alpha1.RequesterDelete && (!has || nd.Spec.Mode != v1alpha1.ModeDecommission):
 			log.Info("requesting a Decommission drain for the node's deletion", "node", node, "requester", w.Name)
 			err = requests.Raise(ctx, r.Client, node, w, nd)
 		case has:
@@ -252,7 +238,7 @@ func (r *Reconciler) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, wante
 // it, but the longest bound of the policies that may govern it still
 // releases it.
 func (r *Reconciler) unresolved(ctx context.Context, node *corev1.Node, nd *v1alpha1.NodeDrain) (reconcile.Result, error) {
-	if !deleting(node) || !controllerutil.ContainsFinalizer(node, FinalizerDrain) {
+	if !deleting(node) || !controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerDrain) {
 		return reconcile.Result{}, nil
 	}
 	list := &v1alpha1.DrainPolicyList{}
@@ -269,7 +255,7 @@ func (r *Reconciler) unresolved(ctx context.Context, node *corev1.Node, nd *v1al
 // passed since the deletion whatever the drain's state, and at once when
 // the policy no longer asks for it (Orphan).
 func (r *Reconciler) nodeFinalizer(ctx context.Context, node *corev1.Node, nd *v1alpha1.NodeDrain, onDelete bool, bound time.Duration) (reconcile.Result, error) {
-	has := controllerutil.ContainsFinalizer(node, FinalizerDrain)
+	has := controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerDrain)
 	switch {
 	case onDelete && !deleting(node) && !has:
 		_, err := r.patchFinalizer(ctx, node, controllerutil.AddFinalizer)
@@ -311,7 +297,7 @@ func (r *Reconciler) expire(ctx context.Context, node *corev1.Node, nd *v1alpha1
 	if nd != nil {
 		related = nd
 	}
-	r.Events.Eventf(node, related, corev1.EventTypeWarning, EventNodeDeletionTimeout, "Release",
+	r.Events.Eventf(node, related, corev1.EventTypeWarning, v1alpha1.EventNodeDeletionTimeout, "Release",
 		"released the deleted node after %s (%s) although %s; its pods and data may not have moved", bound, what, drainState(nd))
 	return reconcile.Result{}, nil
 }
@@ -353,17 +339,17 @@ func deleting(node *corev1.Node) bool { return !node.DeletionTimestamp.IsZero() 
 // gone needs nothing.
 func (r *Reconciler) patchFinalizer(ctx context.Context, node *corev1.Node, change func(client.Object, string) bool) (bool, error) {
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if !change(node, FinalizerDrain) {
+	if !change(node, v1alpha1.FinalizerDrain) {
 		return false, nil
 	}
 	logf.FromContext(ctx).Info("updating vacate's finalizer on the node", "node", node.Name,
-		"add", controllerutil.ContainsFinalizer(node, FinalizerDrain), "deleting", deleting(node))
+		"add", controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerDrain), "deleting", deleting(node))
 	err := r.Client.Patch(ctx, node, patch)
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("updating finalizer %s on node %s: %w", FinalizerDrain, node.Name, err)
+		return false, fmt.Errorf("updating finalizer %s on node %s: %w", v1alpha1.FinalizerDrain, node.Name, err)
 	}
 	return true, nil
 }
@@ -406,10 +392,10 @@ func triggerFieldsChanged() predicate.Predicate {
 		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 		return o.Spec.Unschedulable != n.Spec.Unschedulable ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
-			controllerutil.ContainsFinalizer(o, FinalizerDrain) != controllerutil.ContainsFinalizer(n, FinalizerDrain) ||
+			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerDrain) != controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerDrain) ||
 			taintKeys(o) != taintKeys(n) ||
 			!maps.Equal(o.Labels, n.Labels) ||
-			o.Annotations[nodedrain.AnnotationCordonedBy] != n.Annotations[nodedrain.AnnotationCordonedBy]
+			o.Annotations[v1alpha1.AnnotationCordonedBy] != n.Annotations[v1alpha1.AnnotationCordonedBy]
 	}}
 }
 

@@ -1,0 +1,141 @@
+package v1alpha1
+
+// Names fixed by the design and shared by the controller, the CLI and
+// explain: annotations, finalizers, the drain taint, requester names,
+// condition and blocker reasons, and event reasons. A person or a script
+// reads them in the cluster, so they never change once released.
+
+// Finalizers, annotations and the taint vacate puts on objects.
+const (
+	// FinalizerRestore holds a NodeDrain until vacate has undone its changes.
+	FinalizerRestore = "vacate.dev/restore"
+	// FinalizerDrain holds a deleted node until vacate drained it.
+	FinalizerDrain = "vacate.dev/drain"
+	// FinalizerEvacuations holds an EvacuationProvider while an unfinished
+	// Evacuation names it.
+	FinalizerEvacuations = "vacate.dev/evacuations"
+	// AnnotationCordonedBy is set on a node vacate cordoned, to
+	// "<drain name>/<drain uid>" (CordonedByValue); undo only uncordons a
+	// node whose annotation names the drain being undone, UID included.
+	AnnotationCordonedBy = "vacate.dev/cordoned-by"
+	// TaintDrain is the trigger taint: vacate.dev/drain on a node, any
+	// effect, requests its drain. vacate never sets it; people and tools do.
+	TaintDrain = "vacate.dev/drain"
+)
+
+// CordonedByValue is what vacate writes in AnnotationCordonedBy when the
+// drain cordons a node: its name and UID, so that a copied or leftover
+// annotation never passes for this drain's.
+func CordonedByValue(nd *NodeDrain) string {
+	return nd.Name + "/" + string(nd.UID)
+}
+
+// Requester names of vacate's own triggers, and the prefixes of the others'.
+const (
+	RequesterTaint  = "taint"
+	RequesterCordon = "cordon"
+	// RequesterDelete is the requester of a node's deletion (triggers.onNodeDelete:
+	// Drain): the node goes away, so it asks for Decommission and no
+	// maintenance window holds it.
+	RequesterDelete = "delete"
+	// RequesterExternalPrefix starts "external:<taint key>", a taint of
+	// triggers.externalTaints.
+	RequesterExternalPrefix = "external:"
+	// RequesterCLIPrefix starts "cli:<user>", a person's request through
+	// the CLI under their own identity.
+	RequesterCLIPrefix = "cli:"
+)
+
+// Reasons of NodeDrain conditions.
+const (
+	ReasonAdmitted        = "Admitted"
+	ReasonWaitingForBatch = "WaitingForBatch"
+	ReasonNodeNotFound    = "NodeNotFound"
+	ReasonPolicyNotFound  = "PolicyNotFound"
+	ReasonAmbiguousPolicy = "AmbiguousPolicy"
+	ReasonCordoned        = "Cordoned"
+	ReasonAlreadyCordoned = "AlreadyCordoned"
+	ReasonNoEvacuations   = "NoEvacuations"
+	ReasonEvacuating      = "Evacuating"
+	ReasonEvacuated       = "EvacuationsCompleted"
+	// ReasonWaitingAfterEvict: evacuations of phase afterEviction wait for
+	// the pods to be evicted.
+	ReasonWaitingAfterEvict = "WaitingForAfterEviction"
+	ReasonCancelling        = "CancellingEvacuations"
+	ReasonEvicting          = "Evicting"
+	ReasonAllEvicted        = "AllPodsGone"
+	ReasonBlocked           = "PodsBlocked"
+	ReasonNotBlocked        = "NotBlocked"
+	ReasonDrainTimeout      = "DrainTimeout"
+	// ReasonEvacuationTimedOut: an evacuation ran past timeouts.evacuation.
+	ReasonEvacuationTimedOut = "EvacuationTimedOut"
+	ReasonDrained            = "Drained"
+	ReasonRestored           = "Restored"
+	// ReasonNodeReplaced: the node was deleted and created again; the
+	// drain starts over on the new one.
+	ReasonNodeReplaced = "NodeReplaced"
+	// ReasonForceDeleteForbidden: a drain timed out under onTimeout:
+	// ForceDelete, and the controller may not delete pods.
+	ReasonForceDeleteForbidden = "ForceDeleteForbidden"
+	// ReasonNoExecuteTaint: the trigger taint has effect NoExecute.
+	ReasonNoExecuteTaint = "NoExecuteTaint"
+	// ReasonNoExecuteTaintGone: it no longer has.
+	ReasonNoExecuteTaintGone = "NoExecuteTaintGone"
+)
+
+// Reasons of status.blockers: why a pod is still on the node.
+const (
+	// BlockerPDB: a PodDisruptionBudget refuses the eviction.
+	BlockerPDB = "PodDisruptionBudget"
+	// BlockerThrottled: the API server throttles the eviction calls (a 429
+	// that no PodDisruptionBudget caused, such as API Priority and
+	// Fairness); vacate backs off.
+	BlockerThrottled = "EvictionThrottled"
+	// BlockerForbidden: the eviction is denied (403): RBAC, an admission
+	// webhook or a ValidatingAdmissionPolicy.
+	BlockerForbidden = "EvictionForbidden"
+	// BlockerMultiplePDBs: more than one PodDisruptionBudget selects the
+	// pod, which the Eviction API refuses (500).
+	BlockerMultiplePDBs = "MultiplePDBs"
+	// BlockerInvalid: the API server found the eviction invalid (422).
+	BlockerInvalid = "EvictionInvalid"
+	// BlockerFailed: the eviction failed for another reason.
+	BlockerFailed = "EvictionFailed"
+	// BlockerEvacuation: a pod waits for its provider's evacuation.
+	BlockerEvacuation = "Evacuation"
+	// BlockerHTTPHook: a pod waits for its own HTTP evacuation hook.
+	BlockerHTTPHook = "HTTPHook"
+	// BlockerHTTPHookRefused: a pod asks for an HTTP hook at an address
+	// vacate never calls (hostNetwork, link-local, loopback...). It is
+	// held: its data may not have moved.
+	BlockerHTTPHookRefused = "HTTPHookRefused"
+	// HolderThrottling is the holder of an EvictionThrottled blocker.
+	HolderThrottling = "API server throttling"
+)
+
+// Phases of status.hooks beyond an Evacuation's own.
+const (
+	PhaseReleased = "Released"
+	PhaseTimedOut = "TimedOut"
+)
+
+// Event reasons.
+const (
+	EventCordoned        = "Cordoned"
+	EventEvictionBlocked = "EvictionBlocked"
+	EventDrained         = "Drained"
+	EventRestored        = "Restored"
+	EventFailed          = "Failed"
+	EventForceDeleted    = "ForceDeleted"
+	EventNodeReplaced    = "NodeReplaced"
+	// EventNoExecuteTaint: a Warning on the node when the trigger taint
+	// turns up with effect NoExecute.
+	EventNoExecuteTaint = "NoExecuteTaint"
+	// EventEvacuationReleased: someone let the drain go on without an evacuation.
+	EventEvacuationReleased = "EvacuationReleased"
+	EventProviderGone       = "ProviderGone"
+	EventCancelTimeout      = "CancelTimeout"
+	// EventNodeDeletionTimeout: timeouts.nodeDeletion passed and the node
+	// was released before its drain was done.
+	EventNodeDeletionTimeout = "NodeDeletionTimeout"
+)
