@@ -10,11 +10,9 @@ import (
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -201,23 +199,6 @@ func identityOf(opts Options) (string, error) {
 	}
 	return host + "_" + string(uuid.NewUUID()), nil
 }
-
-// slimObjects drops what vacate never reads from cached objects: managed
-// fields everywhere, and container statuses of pods.
-func slimObjects(obj any) (any, error) {
-	obj, err := cache.TransformStripManagedFields()(obj)
-	if err != nil {
-		return obj, err
-	}
-	if p, ok := obj.(*corev1.Pod); ok {
-		p.Status.ContainerStatuses = nil
-		p.Status.InitContainerStatuses = nil
-		p.Status.EphemeralContainerStatuses = nil
-	}
-	return obj, nil
-}
-
-var _ toolscache.TransformFunc = slimObjects
 
 // InProcessOptions run a controller inside another program (the demo,
 // tests, `vacate dev controller`): no listeners, no leader election.

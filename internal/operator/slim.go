@@ -1,0 +1,112 @@
+package operator
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+)
+
+// vacatePrefix starts every pod annotation vacate reads (vacate.dev/drain,
+// vacate.dev/evacuate-port, vacate.dev/evacuate-path).
+const vacatePrefix = "vacate.dev/"
+
+// slimObjects is the cache's transform: it drops what vacate never reads
+// from cached objects: managed fields everywhere, and of pods everything but
+// what slimPod keeps.
+func slimObjects(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		return slimPod(p), nil
+	}
+	return cache.TransformStripManagedFields()(obj)
+}
+
+var _ toolscache.TransformFunc = slimObjects
+
+// slimPod is what the controller's pod informer keeps of a pod: a new
+// object with only the fields that code reading the controller's cache
+// uses, so the memory of the cache grows with the number of pods, not their
+// size (containers, environment, managed fields, statuses). Idempotent. A
+// field read from cached pods must be added here, with its reader:
+//
+//   - name, namespace, uid: every reader (the planner's keys, the eviction
+//     request and its UID precondition, Evacuation.spec.protectedPods, the
+//     hook target, blockers, events); resourceVersion: the informer itself
+//     and events' object references.
+//   - labels: selectors (PodDisruptionBudgets in the planner, the budgets,
+//     admission and the PDB watch; EvacuationProviders' podSelector; the
+//     policy's skipSelector; vacate's own component label).
+//   - annotations: only the mirror-pod annotation (the planner skips static
+//     pods) and vacate's own, vacate.dev/... (the planner's
+//     vacate.dev/drain, the HTTP hook's port and path, the annotations a
+//     policy may ignore); anything else, such as
+//     kubectl.kubernetes.io/last-applied-configuration, is dropped.
+//   - the controller owner reference: the planner (DaemonSet pods,
+//     unmanaged pods).
+//   - deletionTimestamp: the planner (terminating pods, unreachable nodes).
+//   - spec.nodeName: the pod-by-node index, the pod watch, the eviction
+//     request.
+//   - spec.hostNetwork: the HTTP hook never calls a host-network pod.
+//   - spec.volumes, only emptyDir ones with their name: the planner's
+//     local-storage rule.
+//   - status.phase: the planner (completed pods).
+//   - status.podIP, status.podIPs: the HTTP hook's address and the check
+//     before every call.
+func slimPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              p.Name,
+			Namespace:         p.Namespace,
+			UID:               p.UID,
+			ResourceVersion:   p.ResourceVersion,
+			Labels:            p.Labels,
+			Annotations:       readAnnotations(p.Annotations),
+			DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{
+			NodeName:    p.Spec.NodeName,
+			HostNetwork: p.Spec.HostNetwork,
+			Volumes:     emptyDirs(p.Spec.Volumes),
+		},
+		Status: corev1.PodStatus{
+			Phase:  p.Status.Phase,
+			PodIP:  p.Status.PodIP,
+			PodIPs: p.Status.PodIPs,
+		},
+	}
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+		out.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return out
+}
+
+// readAnnotations are the annotations vacate reads (see slimPod); nil when
+// there are none.
+func readAnnotations(all map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range all {
+		if k != corev1.MirrorPodAnnotationKey && !strings.HasPrefix(k, vacatePrefix) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// emptyDirs are the emptyDir volumes, name and source only; nil when there
+// are none.
+func emptyDirs(vols []corev1.Volume) []corev1.Volume {
+	var out []corev1.Volume
+	for _, v := range vols {
+		if v.EmptyDir != nil {
+			out = append(out, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{EmptyDir: v.EmptyDir}})
+		}
+	}
+	return out
+}

@@ -1,0 +1,253 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/hook"
+	"github.com/vacate-dev/vacate/internal/operator"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+// TestPlannerDecidesTheSameOnSlimPods: the pods of a node, as diverse as a
+// drain meets them (Deployment pods behind a PDB that allows a disruption
+// and one that allows none, a DaemonSet pod, a mirror pod, a finished Job
+// pod, an emptyDir pod, a pod with a persistent volume claim, a bare pod,
+// pods with vacate's annotations, a terminating pod, with an HTTP hook, on the host network,
+// one of vacate's own), read from the API server: the planner, the HTTP
+// hook's target and the eviction request come out the same for the pods
+// and for what the cache keeps of them (operator.SlimPod), under several policies.
+// A field slimPod drops that one of them reads fails this test.
+func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	cs := c.Client
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "slim", Count: 1, Labels: map[string]string{"pool": "slim"}})[0]
+	ns := testenv.Namespace(t, c)
+	onNode := map[string]string{devcluster.HostnameLabel: node}
+
+	create := func(what string, f func() error) {
+		t.Helper()
+		if err := f(); err != nil {
+			t.Fatalf("creating %s: %v", what, err)
+		}
+	}
+	for _, d := range []struct {
+		name, maxUnavailable string
+		emptyDir             bool
+	}{{name: "web", maxUnavailable: "1"}, {name: "tight", maxUnavailable: "0"}, {name: "cache", emptyDir: true}} {
+		dep := devcluster.Deployment(ns, d.name, 2)
+		dep.Spec.Template.Spec.NodeSelector = onNode
+		if d.emptyDir {
+			dep.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}
+		create("Deployment "+d.name, func() error {
+			_, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
+			return err
+		})
+		if d.maxUnavailable != "" {
+			create("PDB "+d.name, func() error {
+				_, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, d.name, d.name, "", d.maxUnavailable), metav1.CreateOptions{})
+				return err
+			})
+		}
+	}
+	ds := devcluster.DaemonSet(ns, "agent")
+	ds.Spec.Template.Spec.NodeSelector = onNode
+	create("DaemonSet", func() error { _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); return err })
+	job := devcluster.Job(ns, "report", 1)
+	job.Spec.Template.Spec.NodeSelector = onNode
+	create("Job", func() error { _, err := cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); return err })
+
+	// Pods created directly: a ConfigMap is their controller, so they count
+	// as managed and the garbage collector keeps them.
+	owner, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := func(name string, change func(*corev1.Pod)) *corev1.Pod {
+		p := devcluster.BarePod(ns, name, node)
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
+		change(p)
+		return p
+	}
+	for _, p := range []*corev1.Pod{
+		devcluster.BarePod(ns, "bare", node),
+		owned("mirror", func(p *corev1.Pod) {
+			p.OwnerReferences = nil
+			p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "hash"}
+		}),
+		owned("claim", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-local"}}},
+				{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/data"}}}}
+		}),
+		owned("skip", func(p *corev1.Pod) { p.Annotations = map[string]string{drain.PodAnnotation: drain.AnnotationSkip} }),
+		owned("wait", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{drain.PodAnnotation: drain.AnnotationWaitCompleted}
+		}),
+		owned("skip-selected", func(p *corev1.Pod) { p.Labels["skip-me"] = "yes" }),
+		owned("own", func(p *corev1.Pod) { p.Labels[drain.ComponentLabel] = drain.ComponentValue }),
+		owned("hook", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{hook.AnnotationPort: "8080", hook.AnnotationPath: "/evacuate", "prometheus.io/scrape": "true"}
+		}),
+		owned("leaving", func(p *corev1.Pod) { p.Finalizers = []string{testHold} }),
+		owned("hook-hostnet", func(p *corev1.Pod) {
+			p.Spec.HostNetwork = true
+			p.Annotations = map[string]string{hook.AnnotationPort: "8080"}
+		}),
+	} {
+		create("pod "+p.Name, func() error { _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); return err })
+	}
+
+	t.Cleanup(func() {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		_, _ = cs.CoreV1().Pods(ns).Patch(context.Background(), "leaving", types.MergePatchType, patch, metav1.PatchOptions{})
+	})
+	ready := func(pods []corev1.Pod) bool {
+		running, succeeded := 0, 0
+		for _, p := range pods {
+			switch {
+			case p.Status.Phase == corev1.PodSucceeded:
+				succeeded++
+			case p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "":
+				running++
+			}
+		}
+		return running == 6+1+10 && succeeded == 1 // Deployments, DaemonSet, own pods; the Job's
+	}
+	waitNodePods(t, c, ns, node, ready)
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "leaving", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := waitNodePods(t, c, ns, node, func(pods []corev1.Pod) bool {
+		return ready(pods) && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == "leaving" && p.DeletionTimestamp != nil })
+	})
+	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "web", 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "tight", 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pdbList, err := cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdbs := make([]*policyv1.PodDisruptionBudget, 0, len(pdbList.Items))
+	for i := range pdbList.Items {
+		pdbs = append(pdbs, &pdbList.Items[i])
+	}
+	full := make([]*corev1.Pod, 0, len(pods))
+	slim := make([]*corev1.Pod, 0, len(pods))
+	for i := range pods {
+		full = append(full, &pods[i])
+		slim = append(slim, operator.SlimPod(pods[i].DeepCopy()))
+	}
+
+	notReady := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+		LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
+	now := time.Now()
+	for _, tc := range []struct {
+		name  string
+		rules drain.Rules
+	}{
+		{name: "defaults", rules: drain.Rules{UnreachablePods: 5 * time.Minute}},
+		{name: "evict everything", rules: drain.Rules{EvictDaemonSets: true, DeleteUnmanaged: true, EvictLocalStorage: true,
+			SkipSelector: labels.SelectorFromSet(labels.Set{"skip-me": "yes"})}},
+		{name: "node not ready", rules: drain.Rules{UnreachablePods: time.Minute}.ForNode(notReady)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, got := drain.New(full, pdbs, tc.rules, now), drain.New(slim, pdbs, tc.rules, now)
+			if w, g := describePlan(want), describePlan(got); !slices.Equal(w, g) {
+				t.Errorf("the planner decides differently on slim pods:\nfrom the API server:\n%s\nfrom the cache:\n%s", lines(w), lines(g))
+			}
+			if want.ConditionMessage() != got.ConditionMessage() || !want.Recheck.Equal(got.Recheck) {
+				t.Errorf("plan summary %q (recheck %s) on slim pods, %q (recheck %s) on the API server's", got.ConditionMessage(), got.Recheck, want.ConditionMessage(), want.Recheck)
+			}
+			if tc.name == "defaults" {
+				t.Logf("plan: %s", want.ConditionMessage())
+				reasons := map[drain.Reason]bool{}
+				for _, d := range want.Decisions {
+					reasons[d.Reason] = true
+				}
+				for _, r := range []drain.Reason{drain.ReasonMirrorPod, drain.ReasonCompleted, drain.ReasonSkipAnnotation, drain.ReasonWaitCompletion,
+					drain.ReasonDaemonSet, drain.ReasonUnmanaged, drain.ReasonLocalStorage, drain.ReasonEvictable, drain.ReasonVacateLast} {
+					if !reasons[r] {
+						t.Errorf("no pod was decided %s: the test does not cover that rule", r)
+					}
+				}
+			}
+		})
+	}
+
+	run := hook.Run{Drain: "uid", Node: node, Mode: "Maintenance"}
+	for i := range full {
+		if hook.Wants(full[i]) != hook.Wants(slim[i]) {
+			t.Errorf("pod %s: hook.Wants differs on the slim pod", full[i].Name)
+		}
+		wt, werr := hook.TargetFor(full[i], run, true)
+		gt, gerr := hook.TargetFor(slim[i], run, true)
+		if hook.Wants(full[i]) && (!reflect.DeepEqual(wt, gt) || fmt.Sprint(werr) != fmt.Sprint(gerr)) {
+			t.Errorf("pod %s: hook target %+v (%v) on the slim pod, %+v (%v) on the API server's", full[i].Name, gt, gerr, wt, werr)
+		}
+		if w, g := eviction.PodRequest(full[i], nil, 1), eviction.PodRequest(slim[i], nil, 1); !reflect.DeepEqual(w, g) {
+			t.Errorf("pod %s: eviction request %+v on the slim pod, %+v on the API server's", full[i].Name, g, w)
+		}
+	}
+}
+
+// testHold is the finalizer that keeps pod "leaving" terminating.
+const testHold = "vacate.dev/test-hold"
+
+// describePlan is every decision of the plan as a line.
+func describePlan(p drain.Plan) []string {
+	out := make([]string, 0, len(p.Decisions))
+	for _, d := range p.Decisions {
+		out = append(out, fmt.Sprintf("%s: %s %s %q pdbs=%v blocked=%v by=%v", d.Key(), d.Action, d.Reason, d.Detail, d.PDBs, d.PDBBlocked, d.BlockingPDBs))
+	}
+	return out
+}
+
+func lines(ss []string) string {
+	out := ""
+	for _, s := range ss {
+		out += "  " + s + "\n"
+	}
+	return out
+}
+
+// waitNodePods polls the namespace's pods on the node until cond holds.
+func waitNodePods(t *testing.T, c *devcluster.Cluster, ns, node string, cond func([]corev1.Pod) bool) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return false, nil
+		}
+		pods = list.Items
+		return cond(pods), nil
+	})
+	if err != nil {
+		var states []string
+		for _, p := range pods {
+			states = append(states, fmt.Sprintf("%s %s ip=%q", p.Name, p.Status.Phase, p.Status.PodIP))
+		}
+		t.Fatalf("the pods on %s never got ready: %v", node, states)
+	}
+	return pods
+}

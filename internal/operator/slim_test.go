@@ -1,0 +1,175 @@
+package operator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/diff"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// bigPod is a realistic pod of a busy cluster, with every part set: managed
+// fields of several managers, a last-applied annotation, three containers
+// with environment, resources, probes and mounts, an init container, the
+// projected service account token, affinity, tolerations, and a full
+// status. i varies names and addresses.
+func bigPod(i int) *corev1.Pod {
+	now := metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))
+	name := fmt.Sprintf("checkout-7d9f8b6c5-%05d", i)
+	ip := fmt.Sprintf("10.%d.%d.%d", i/65536%256, i/256%256, i%256)
+	env := make([]corev1.EnvVar, 0, 12)
+	for j := range 10 {
+		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("CHECKOUT_SETTING_%d", j), Value: strings.Repeat("v", 24)})
+	}
+	env = append(env,
+		corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		corev1.EnvVar{Name: "DB_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "checkout-db"}, Key: "password"}}})
+	res := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+	}
+	container := func(n string, port int32) corev1.Container {
+		return corev1.Container{
+			Name: n, Image: "registry.example.com/shop/" + n + ":v1.42.7@sha256:" + strings.Repeat("ab", 32),
+			Args: []string{"--listen=:" + fmt.Sprint(port), "--log-format=json", "--metrics"},
+			Env:  env, Resources: res,
+			Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(port)}}, PeriodSeconds: 5},
+			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intstr.FromInt32(port)}}, PeriodSeconds: 10},
+			VolumeMounts: []corev1.VolumeMount{{Name: "cache", MountPath: "/cache"}, {Name: "config", MountPath: "/etc/checkout"},
+				{Name: "kube-api-access-x7k2p", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}},
+			TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			ImagePullPolicy: corev1.PullIfNotPresent,
+		}
+	}
+	status := func(n string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: n, Ready: true, RestartCount: 1, Image: "registry.example.com/shop/" + n + ":v1.42.7",
+			ImageID:     "registry.example.com/shop/" + n + "@sha256:" + strings.Repeat("cd", 32),
+			ContainerID: "containerd://" + strings.Repeat("ef", 32),
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}
+	}
+	managed := func(manager string, op metav1.ManagedFieldsOperationType, sub string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", Subresource: sub,
+			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"1\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:env":{},"f:image":{},"f:name":{},"f:ports":{},"f:resources":{}}}},"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastProbeTime":{},"f:status":{},"f:type":{}}},"f:containerStatuses":{},"f:podIP":{},"f:podIPs":{}}}`)}
+	}
+	cond := func(t corev1.PodConditionType) corev1.PodCondition {
+		return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+	}
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, GenerateName: "checkout-7d9f8b6c5-", Namespace: "shop", UID: types.UID(fmt.Sprintf("uid-%05d", i)),
+			ResourceVersion: fmt.Sprint(100000 + i), Generation: 1, CreationTimestamp: now,
+			DeletionTimestamp: &now, DeletionGracePeriodSeconds: ptr.To[int64](30),
+			Labels: map[string]string{"app": "checkout", "pod-template-hash": "7d9f8b6c5", "team": "payments",
+				"app.kubernetes.io/part-of": "shop", "app.kubernetes.io/version": "v1.42.7"},
+			Annotations: map[string]string{
+				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat(`{"apiVersion":"v1","kind":"Pod"}`, 40),
+				"prometheus.io/scrape":                             "true", "prometheus.io/port": "9090",
+				corev1.MirrorPodAnnotationKey: "mirror-hash",
+				"vacate.dev/drain":            "wait-completed", "vacate.dev/evacuate-port": "8080", "vacate.dev/evacuate-path": "/evacuate",
+			},
+			OwnerReferences: []metav1.OwnerReference{
+				{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "checkout-7d9f8b6c5", UID: "rs-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)},
+				{APIVersion: "v1", Kind: "ConfigMap", Name: "checkout-owner", UID: "cm-uid"},
+			},
+			Finalizers: []string{"example.com/hold"},
+			ManagedFields: []metav1.ManagedFieldsEntry{managed("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, ""),
+				managed("kubelet", metav1.ManagedFieldsOperationUpdate, "status"), managed("kube-scheduler", metav1.ManagedFieldsOperationUpdate, "status")},
+		},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{container("migrate", 8079)},
+			Containers:     []corev1.Container{container("app", 8080), container("sidecar", 9090), container("proxy", 15001)},
+			Volumes: []corev1.Volume{
+				{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Gi"))}}},
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "checkout"}}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-checkout"}}},
+				{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+					{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+				}, DefaultMode: ptr.To[int32](420)}}},
+			},
+			NodeName: "node-17", HostNetwork: true, ServiceAccountName: "checkout", SchedulerName: "default-scheduler",
+			PriorityClassName: "shop-critical", Priority: ptr.To[int32](100000), TerminationGracePeriodSeconds: ptr.To[int64](30),
+			DNSPolicy: corev1.DNSClusterFirst, RestartPolicy: corev1.RestartPolicyAlways,
+			NodeSelector: map[string]string{"pool": "general"},
+			Tolerations: []corev1.Toleration{
+				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+				{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+			},
+			Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+				Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname",
+					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}}}}}},
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+				WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}}},
+		},
+		Status: corev1.PodStatus{
+			Phase:      corev1.PodRunning,
+			Conditions: []corev1.PodCondition{cond(corev1.PodInitialized), cond(corev1.PodReady), cond(corev1.ContainersReady), cond(corev1.PodScheduled)},
+			HostIP:     "192.168.1.17", HostIPs: []corev1.HostIP{{IP: "192.168.1.17"}},
+			PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}, {IP: "fd00::" + fmt.Sprint(i)}},
+			StartTime: &now, QOSClass: corev1.PodQOSBurstable,
+			InitContainerStatuses: []corev1.ContainerStatus{status("migrate")},
+			ContainerStatuses:     []corev1.ContainerStatus{status("app"), status("sidecar"), status("proxy")},
+		},
+	}
+}
+
+// TestSlimPodKeepsWhatVacateReads: of a pod with every part set, the
+// cache keeps exactly the fields slimPod's doc comment lists, and applying
+// the transform again changes nothing.
+func TestSlimPodKeepsWhatVacateReads(t *testing.T) {
+	p := bigPod(7)
+	want := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: "shop", UID: p.UID, ResourceVersion: p.ResourceVersion,
+			DeletionTimestamp: p.DeletionTimestamp,
+			Labels:            p.Labels,
+			Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "mirror-hash",
+				"vacate.dev/drain": "wait-completed", "vacate.dev/evacuate-port": "8080", "vacate.dev/evacuate-path": "/evacuate"},
+			OwnerReferences: []metav1.OwnerReference{p.OwnerReferences[0]},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "node-17", HostNetwork: true,
+			Volumes: []corev1.Volume{p.Spec.Volumes[0]},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}
+	got, err := slimObjects(p.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(want, got) {
+		t.Errorf("the cache keeps of a pod (-want +got):\n%s", diff.Diff(want, got))
+	}
+	again, err := slimObjects(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(want, again) {
+		t.Errorf("the transform is not idempotent (-want +got):\n%s", diff.Diff(want, again))
+	}
+
+	// Other kinds lose their managed fields only.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"a": "b"}, ManagedFields: p.ManagedFields},
+		Spec: corev1.NodeSpec{Unschedulable: true}}
+	gotNode, err := slimObjects(node.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.ManagedFields = nil
+	if !equality.Semantic.DeepEqual(node, gotNode) {
+		t.Errorf("the cache keeps of a node (-want +got):\n%s", diff.Diff(node, gotNode))
+	}
+}
