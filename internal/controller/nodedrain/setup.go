@@ -52,7 +52,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: slotMayFree, GenericFunc: func(event.GenericEvent) bool { return false }})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainOfPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
-		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains)).
+		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPDB)).
 		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.drainNamed(ctx, o.(*v1alpha1.Evacuation).Spec.NodeName)
 		})).
@@ -116,8 +116,8 @@ func (r *Reconciler) drainNamed(ctx context.Context, name string) []reconcile.Re
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
 }
 
-// activeDrains wakes every drain still in progress: a PDB or policy change
-// may unblock any of them.
+// activeDrains wakes every drain still in progress: a policy or provider
+// change may concern any of them.
 func (r *Reconciler) activeDrains(ctx context.Context, _ client.Object) []reconcile.Request {
 	r.queue.invalidate()
 	list := &v1alpha1.NodeDrainList{}

@@ -1,0 +1,178 @@
+package nodedrain_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
+)
+
+// passCounter counts the controller's reconcile passes per NodeDrain: a
+// pass is a reconcile ID (controller-runtime puts one in each pass's
+// context), named by the first NodeDrain it reads. Reads from watch
+// handlers and the eviction guard carry no reconcile ID.
+type passCounter struct {
+	client.Client
+	mu     sync.Mutex
+	passes map[types.UID]string
+}
+
+func (c *passCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1alpha1.NodeDrain); ok {
+		if id := controller.ReconcileIDFromContext(ctx); id != "" {
+			c.mu.Lock()
+			if _, seen := c.passes[id]; !seen {
+				c.passes[id] = key.Name
+			}
+			c.mu.Unlock()
+		}
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// of is how many passes the drain has had.
+func (c *passCounter) of(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, d := range c.passes {
+		if d == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPDBChangeWakesOnlyItsDrains: three drains, each blocked by its own
+// PDB (maxUnavailable 0) over the pods of its node. PDB a's status changes
+// again and again (its Deployment grows on a spare node): drain a is woken
+// each time, drains b and c, whose pods PDB a does not select, are not.
+// Then PDB b allows a disruption and drain b notices and finishes.
+func TestPDBChangeWakesOnlyItsDrains(t *testing.T) {
+	c := testenv.Start(t)
+	e := &env{c: c, cl: testenv.DrainClient(t, c)}
+	counter := &passCounter{passes: map[types.UID]string{}}
+	runSolo(t, c, solo{client: func(cl client.Client) client.Client { counter.Client = cl; return counter }})
+	ctx := testenv.Context(t)
+	cs := c.Client
+
+	apps := []string{"a", "b", "c"}
+	nodes := map[string]string{}
+	spareLabels := map[string]string{}
+	for _, app := range apps {
+		pool := map[string]string{"pdbwake-" + app: "true"}
+		nodes[app] = testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "pdbwake-" + app, Count: 1, Labels: pool})[0]
+		spareLabels["pdbwake-"+app] = "true"
+		// A policy of its own, so each drain is admitted on its own.
+		create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "pdbwake-" + app}, Spec: v1alpha1.DrainPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{devcluster.HostnameLabel: nodes[app]}},
+		}})
+	}
+	spare := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "pdbwake-spare", Count: 1, Labels: spareLabels})[0]
+	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	// PDB a's Deployment grows below (not a disruption): it has a namespace
+	// of its own, which the PDB guard does not watch.
+	nsOf := map[string]string{"a": testenv.Namespace(t, c)}
+	ns := testenv.Namespace(t, c)
+	nsOf["b"], nsOf["c"] = ns, ns
+	for _, app := range apps {
+		ns := nsOf[app]
+		dep := devcluster.Deployment(ns, app, 2)
+		dep.Spec.Template.Spec.NodeSelector = map[string]string{"pdbwake-" + app: "true"}
+		if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, app, app, "", "0"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, app := range apps {
+		ns := nsOf[app]
+		if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: app}), 2, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := devcluster.WaitForPDB(ctx, cs, ns, app, 2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+	guard := testenv.WatchPDBs(t, c, ns)
+
+	for _, app := range apps {
+		nd := testutil.NodeDrain(nodes[app], "", "cli:test")
+		create(t, e, nd)
+	}
+	for _, app := range apps {
+		e.waitDrain(t, nodes[app], "blocked by its PDB", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+			return meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionCordoned) &&
+				meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionBlocked) && nd.Status.Blocked == 2
+		})
+	}
+
+	const steps = 6
+	before := map[string]int{}
+	for _, app := range apps {
+		before[app] = counter.of(nodes[app])
+	}
+	t.Logf("changing PDB a's status %d times (Deployment a grows on the spare node); passes so far: %v", steps, before)
+	for i := 1; i <= steps; i++ {
+		passes := counter.of(nodes["a"])
+		replicas := int32(2 + i)
+		patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+		if _, err := cs.AppsV1().Deployments(nsOf["a"]).Patch(ctx, "a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := devcluster.WaitForPDB(ctx, cs, nsOf["a"], "a", replicas, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "drain a woken by its PDB's change", func() bool { return counter.of(nodes["a"]) > passes })
+	}
+	time.Sleep(2 * time.Second) // the passes a wrong mapping would cause are queued by now
+	woken := map[string]int{}
+	for _, app := range apps {
+		woken[app] = counter.of(nodes[app]) - before[app]
+	}
+	t.Logf("passes while PDB a changed: %v", woken)
+	if woken["a"] < steps {
+		t.Errorf("drain a had %d passes for %d changes of its PDB", woken["a"], steps)
+	}
+	for _, app := range []string{"b", "c"} {
+		// A resync or a node update may wake a drain once or twice meanwhile.
+		if woken[app] >= steps/2 {
+			t.Errorf("drain %s had %d passes while PDB a, which selects none of its pods, changed %d times", app, woken[app], steps)
+		}
+	}
+
+	t.Log("relaxing PDB b: drain b must notice and finish")
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Patch(ctx, "b", types.MergePatchType, []byte(`{"spec":{"maxUnavailable":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDrain(t, nodes["b"], "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+	guard.Check(t)
+}
+
+// waitFor polls cond until it holds, for at most a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
