@@ -14,11 +14,15 @@ import (
 const vacatePrefix = "vacate.dev/"
 
 // slimObjects is the cache's transform: it drops what vacate never reads
-// from cached objects: managed fields everywhere, and of pods everything but
-// what slimPod keeps.
+// from cached objects: managed fields everywhere, of pods everything but
+// what slimPod keeps, and of nodes their image lists (status.images: up to
+// 50 image names and sizes per node).
 func slimObjects(obj any) (any, error) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		return slimPod(p), nil
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return slimPod(o), nil
+	case *corev1.Node:
+		o.Status.Images = nil
 	}
 	return cache.TransformStripManagedFields()(obj)
 }

@@ -161,15 +161,47 @@ func TestSlimPodKeepsWhatVacateReads(t *testing.T) {
 		t.Errorf("the transform is not idempotent (-want +got):\n%s", diff.Diff(want, again))
 	}
 
-	// Other kinds lose their managed fields only.
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"a": "b"}, ManagedFields: p.ManagedFields},
-		Spec: corev1.NodeSpec{Unschedulable: true}}
-	gotNode, err := slimObjects(node.DeepCopy())
+	// Other kinds lose their managed fields only (nodes their image lists
+	// too: TestSlimNodeDropsImages).
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"a": "b"}, ManagedFields: p.ManagedFields},
+		Data: map[string]string{"k": "v"}}
+	gotCM, err := slimObjects(cm.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	node.ManagedFields = nil
-	if !equality.Semantic.DeepEqual(node, gotNode) {
-		t.Errorf("the cache keeps of a node (-want +got):\n%s", diff.Diff(node, gotNode))
+	cm.ManagedFields = nil
+	if !equality.Semantic.DeepEqual(cm, gotCM) {
+		t.Errorf("the cache keeps of a ConfigMap (-want +got):\n%s", diff.Diff(cm, gotCM))
+	}
+}
+
+// TestSlimNodeDropsImages: of a node, the cache keeps everything but its
+// managed fields and status.images (up to 50 image names and sizes per
+// node, which nothing in vacate reads).
+func TestSlimNodeDropsImages(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-17", UID: "node-uid", Labels: map[string]string{"topology.kubernetes.io/zone": "a"},
+			Annotations:   map[string]string{"vacate.dev/cordoned-by": "node-17/uid"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)}}},
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "vacate.dev/drain", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.1.17"}},
+			Capacity:   corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")},
+		},
+	}
+	want := node.DeepCopy()
+	want.ManagedFields = nil
+	for i := range 50 {
+		node.Status.Images = append(node.Status.Images, corev1.ContainerImage{SizeBytes: 1 << 28,
+			Names: []string{fmt.Sprintf("registry.example.com/team/app-%d@sha256:%s", i, strings.Repeat("ab", 32)), fmt.Sprintf("registry.example.com/team/app-%d:v1", i)}})
+	}
+	got, err := slimObjects(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(want, got) {
+		t.Errorf("the cache keeps of a node (-want +got):\n%s", diff.Diff(want, got))
 	}
 }

@@ -34,7 +34,9 @@ func (r *Reconciler) drainsOfPDB(ctx context.Context, o client.Object) []reconci
 		return r.activeDrains(ctx, o)
 	}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	// Read only: the cache's objects need no copies.
+	if err := r.Client.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return r.activeDrains(ctx, o)
 	}
 	var nodes []string
