@@ -83,9 +83,21 @@ verify: generate lint ## Fail on unformatted code, untidy modules, vet or lint f
 	@if [ -n "$$(git status --porcelain -- config api)" ]; then git status --short -- config api; echo "generated files differ from the commit: run make generate and commit"; exit 1; fi
 	@echo "verify: ok"
 
+# Benchmarks (docs/performance.md): each run of each driver on a fresh dev
+# cluster. BENCH_FLAGS adds or overrides flags, e.g. BENCH_FLAGS='-runs 1 -rows tight'.
+BENCH_FLAGS ?=
+SCALE_NODES ?= 200
+SCALE_PODS  ?= 10000
+SCALE_RUNS  ?= 1
+
 .PHONY: bench
-bench: controlplane ## Drain 10 of 20 simulated nodes with vacate, then with kubectl drain; print figures
-	$(GO) run ./hack/bench
+bench: controlplane ## Measure vacate against kubectl drain and a tight client: 20 nodes, drain 10, 3 runs each
+	$(GO) run ./hack/bench $(BENCH_FLAGS)
+
+.PHONY: bench-scale
+bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes with SCALE_PODS pods under maxParallelNodes 10%
+	$(GO) run ./hack/bench -nodes $(SCALE_NODES) -pods $(SCALE_PODS) -daemonsets 2 -drain 10% -max-parallel 10% \
+		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 $(BENCH_FLAGS)
 
 .PHONY: bench-pods
 bench-pods: ## Heap bytes per pod in the controller's pod cache, with and without its transform (10,000 realistic pods)

@@ -51,6 +51,13 @@ type Options struct {
 	StartTimeout time.Duration
 	// Out receives progress messages. Default: discarded.
 	Out io.Writer
+	// AuditReadsOf names users whose every request, reads and watches
+	// included, the audit log records (it records only writes otherwise),
+	// so a benchmark can count a client's requests.
+	AuditReadsOf []string
+	// ExtraArgs appends flags to a component's command line, by component
+	// name (KubeControllerManager, KubeScheduler, ...); a later flag wins.
+	ExtraArgs map[string][]string
 }
 
 // Cluster is a running dev cluster.

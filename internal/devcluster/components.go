@@ -114,7 +114,7 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	tlsClient := httpsClient(ca, admin)
 	plain := &http.Client{Timeout: 2 * time.Second}
 	auditPolicy := filepath.Join(c.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML), 0o644); err != nil {
+	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML(opts.AuditReadsOf)), 0o644); err != nil {
 		return nil, fmt.Errorf("writing audit policy: %w", err)
 	}
 	c.AuditLog = filepath.Join(c.Dir, "logs", "audit.log")
@@ -129,7 +129,7 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	peerURL := "http://" + loop(ports[Etcd+"-peer"])
 	mk := func(name string, args []string, hc healthCheck) *component {
 		return &component{
-			proc:   &process{name: name, bin: bins[name], args: args, logPath: filepath.Join(c.Dir, "logs", name+".log")},
+			proc:   &process{name: name, bin: bins[name], args: append(args, opts.ExtraArgs[name]...), logPath: filepath.Join(c.Dir, "logs", name+".log")},
 			port:   ports[name],
 			health: hc,
 		}
@@ -213,16 +213,22 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	return [][]*component{{etcd}, {apiserver}, {kcm, scheduler, kwok}}, nil
 }
 
-// auditPolicyYAML records every request that changes something (not reads),
-// so tests can show what a command wrote, and how many evictions succeeded.
-const auditPolicyYAML = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-- level: Metadata
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
-- level: None
-`
+// auditPolicyYAML records every request that changes something (not reads), so
+// tests can show what a command wrote and how many evictions succeeded, and
+// every request of the users named in readsOf.
+func auditPolicyYAML(readsOf []string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [\"RequestReceived\"]\nrules:\n")
+	if len(readsOf) > 0 {
+		quoted := make([]string, len(readsOf))
+		for i, u := range readsOf {
+			quoted[i] = strconv.Quote(u)
+		}
+		b.WriteString("- level: Metadata\n  users: [" + strings.Join(quoted, ", ") + "]\n")
+	}
+	b.WriteString("- level: Metadata\n  verbs: [\"create\", \"update\", \"patch\", \"delete\", \"deletecollection\"]\n- level: None\n")
+	return b.String()
+}
 
 // waitHealthy polls the component's health endpoint until it answers 200,
 // the process exits, or the timeout passes.

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+)
+
+// driverResult is every run of one driver.
+type driverResult struct {
+	row    string
+	driver driver
+	runs   []figures
+}
+
+// figure is one line of the report: how to read it from a run.
+type figure struct {
+	name string
+	unit string
+	get  func(figures) float64
+	prec int
+}
+
+var raceFigures = []figure{
+	{"wall time", "s", func(f figures) float64 { return f.wall }, 1},
+	{"pods emptied", "", func(f figures) float64 { return float64(f.podsEmptied) }, 0},
+	{"evictions accepted", "", func(f figures) float64 { return float64(f.evictions) }, 0},
+	{"evictions per pod emptied", "", func(f figures) float64 { return f.evictionsPerPod }, 2},
+	{"PDB violations", "", func(f figures) float64 { return float64(f.violations) }, 0},
+	{"drainer API requests per pod emptied", "", func(f figures) float64 { return f.requestsPerPod }, 2},
+	{"idle budget, mean over PDBs", "% of wall", func(f figures) float64 { return f.idleMean }, 1},
+	{"idle budget, worst PDB", "% of wall", func(f figures) float64 { return f.idleMax }, 1},
+	{"PDB allows -> next eviction p50", "ms", func(f figures) float64 { return f.allowP50 }, 0},
+	{"PDB allows -> next eviction p95", "ms", func(f figures) float64 { return f.allowP95 }, 0},
+	{"accepted eviction call p50", "ms", func(f figures) float64 { return f.callP50 }, 0},
+	{"accepted eviction call p95", "ms", func(f figures) float64 { return f.callP95 }, 0},
+	{"drainer CPU", "s", func(f figures) float64 { return f.cpu }, 2},
+	{"drainer CPU per eviction", "ms", func(f figures) float64 { return f.cpuPerEviction }, 1},
+	{"drainer peak RSS", "MiB", func(f figures) float64 { return f.rss }, 1},
+}
+
+var firstFigures = []figure{
+	{"first eviction p50", "ms", func(f figures) float64 { return f.firstP50 }, 0},
+	{"first eviction p95", "ms", func(f figures) float64 { return f.firstP95 }, 0},
+	{"drains measured", "", func(f figures) float64 { return float64(f.firstN) }, 0},
+	{"controller CPU", "s", func(f figures) float64 { return f.cpu }, 2},
+	{"controller peak RSS", "MiB", func(f figures) float64 { return f.rss }, 1},
+}
+
+// report prints, per row, each figure of each driver as min / median / max
+// over its runs.
+func report(out io.Writer, results []driverResult) {
+	for i := 0; i < len(results); {
+		j := i
+		for j < len(results) && results[j].row == results[i].row {
+			j++
+		}
+		printRow(out, results[i:j])
+		i = j
+	}
+}
+
+func printRow(out io.Writer, rs []driverResult) {
+	figs := raceFigures
+	if rs[0].driver.first {
+		figs = firstFigures
+	}
+	fmt.Fprintf(out, "== %s (min / median / max over runs)\n", rs[0].row)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprint(tw, "FIGURE")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "\t%s (%d runs)", r.driver.name, len(r.runs))
+	}
+	fmt.Fprintln(tw)
+	for _, fg := range figs {
+		name := fg.name
+		if fg.unit != "" {
+			name += " (" + fg.unit + ")"
+		}
+		fmt.Fprint(tw, name)
+		for _, r := range rs {
+			xs := make([]float64, len(r.runs))
+			for k, f := range r.runs {
+				xs[k] = fg.get(f)
+			}
+			fmt.Fprintf(tw, "\t%s", formatSpread(spreadOf(xs), fg.prec))
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(out)
+}
+
+// formatSpread renders "min / median / max", or one value when all agree,
+// or "-" when nothing was measured.
+func formatSpread(s spread, prec int) string {
+	if math.IsNaN(s.median) {
+		return "-"
+	}
+	if s.min == s.max {
+		return fmt.Sprintf("%.*f", prec, s.min)
+	}
+	return fmt.Sprintf("%.*f / %.*f / %.*f", prec, s.min, prec, s.median, prec, s.max)
+}
