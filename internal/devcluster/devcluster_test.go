@@ -164,3 +164,15 @@ func TestLostPortRace(t *testing.T) {
 		}
 	}
 }
+
+func TestAuditPolicyYAML(t *testing.T) {
+	writes := "- level: Metadata\n  verbs: [\"create\", \"update\", \"patch\", \"delete\", \"deletecollection\"]\n- level: None\n"
+	if got := auditPolicyYAML(nil); !strings.HasSuffix(got, "rules:\n"+writes) {
+		t.Errorf("without users: want only the writes rule, got\n%s", got)
+	}
+	got := auditPolicyYAML([]string{"vacate:controller", "bench:kubectl"})
+	want := "rules:\n- level: Metadata\n  users: [\"vacate:controller\", \"bench:kubectl\"]\n" + writes
+	if !strings.HasSuffix(got, want) {
+		t.Errorf("with users: want their every request recorded first, got\n%s", got)
+	}
+}
