@@ -73,6 +73,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 		opts.ExtraArgs = map[string][]string{devcluster.KubeControllerManager: {
 			fmt.Sprintf("--kube-api-qps=%d", b.kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.kcmQPS)}}
 	}
+	began := time.Now()
 	c, err := devcluster.Up(ctx, opts)
 	if err != nil {
 		return figures{}, err
@@ -82,6 +83,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 	if err != nil {
 		return figures{}, err
 	}
+	fmt.Fprintf(b.out, "[%s] cluster and workload ready in %s; draining %d nodes\n", d.name, time.Since(began).Round(time.Second), len(e.targets))
 	if d.policy != nil {
 		p, err := d.policy(e)
 		if err != nil {
