@@ -11,8 +11,10 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/vacate-dev/vacate/internal/controller/admission"
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
+	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -59,7 +61,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if err := nodedrain.IndexPods(ctx, mgr); err != nil {
+	if err := index.Register(ctx, mgr); err != nil {
 		return fmt.Errorf("indexing pods by node: %w", err)
 	}
 	cs, err := kubeClient(mgr)
@@ -80,6 +82,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	drains.AllowLoopbackHooks = opts.AllowLoopbackHooks
 	for _, c := range []controllerSetup{
+		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
 		&evacuationprovider.Reconciler{Client: mgr.GetClient()},

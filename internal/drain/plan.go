@@ -188,12 +188,12 @@ func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now 
 		return sorted[i].Name < sorted[j].Name
 	})
 	plan := Plan{Decisions: make([]Decision, 0, len(sorted))}
+	g := guards{pdbs: pdbs}
 	for _, p := range sorted {
 		d := decide(p, r, now)
 		if d.Action == Evict {
-			d.PDBs, d.PDBBlocked = guardingPDBs(p, pdbs)
+			d.PDBs, d.PDBBlocked, d.BlockingPDBs = g.of(p)
 			if d.PDBBlocked {
-				d.BlockingPDBs = blockingPDBs(p, pdbs)
 				d.Detail = "PodDisruptionBudget " + strings.Join(d.BlockingPDBs, ", ") + " allows no disruption now"
 			}
 		}
@@ -360,46 +360,55 @@ func localStoragePods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 		Detail: "emptyDir " + strings.Join(vols, ", ") + " would be lost; set the policy's pods.localStorage to Evict"}, true
 }
 
-// guardingPDBs returns the PDBs that select the pod and whether any of them
-// allows no disruption now.
-func guardingPDBs(p *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) ([]string, bool) {
-	var names []string
-	blocked := false
-	for _, pdb := range pdbs {
-		if !selects(pdb, p) {
+// guards finds the PDBs that select a pod, as the eviction API decides it
+// (same namespace, a non-empty selector matching its labels). A selector is
+// parsed once per plan, when a pod of its namespace first needs it: a plan
+// over many pods and PDBs parses each selector once, not once per pod.
+type guards struct {
+	pdbs []*policyv1.PodDisruptionBudget
+	// sels are the parsed selectors by PDB index; nil: does not select
+	// (no selector, an empty or unreadable one).
+	sels   map[int]labels.Selector
+	parsed map[int]bool
+}
+
+// of returns the PDBs that select the pod (namespace/name, sorted),
+// whether any of them allows no disruption now, and those that allow none.
+func (g *guards) of(p *corev1.Pod) (names []string, blocked bool, blocking []string) {
+	for i, pdb := range g.pdbs {
+		if pdb.Namespace != p.Namespace || !g.selector(i).Matches(labels.Set(p.Labels)) {
 			continue
 		}
-		names = append(names, pdb.Namespace+"/"+pdb.Name)
+		name := pdb.Namespace + "/" + pdb.Name
+		names = append(names, name)
 		if pdb.Status.DisruptionsAllowed <= 0 {
 			blocked = true
+			blocking = append(blocking, name)
 		}
 	}
 	sort.Strings(names)
-	return names, blocked
+	sort.Strings(blocking)
+	return names, blocked, blocking
 }
 
-func blockingPDBs(p *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []string {
-	var names []string
-	for _, pdb := range pdbs {
-		if selects(pdb, p) && pdb.Status.DisruptionsAllowed <= 0 {
-			names = append(names, pdb.Namespace+"/"+pdb.Name)
+// selector is the i-th PDB's parsed selector; labels.Nothing() for one
+// that selects no pod.
+func (g *guards) selector(i int) labels.Selector {
+	if g.parsed == nil {
+		g.sels, g.parsed = map[int]labels.Selector{}, map[int]bool{}
+	}
+	if !g.parsed[i] {
+		g.parsed[i] = true
+		if sel := g.pdbs[i].Spec.Selector; sel != nil {
+			if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && !s.Empty() {
+				g.sels[i] = s
+			}
 		}
 	}
-	sort.Strings(names)
-	return names
-}
-
-// selects reports whether the PDB covers the pod, as the eviction API
-// decides it: same namespace, non-empty selector matching the pod's labels.
-func selects(pdb *policyv1.PodDisruptionBudget, p *corev1.Pod) bool {
-	if pdb.Namespace != p.Namespace || pdb.Spec.Selector == nil {
-		return false
+	if s := g.sels[i]; s != nil {
+		return s
 	}
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-	if err != nil || sel.Empty() {
-		return false
-	}
-	return sel.Matches(labels.Set(p.Labels))
+	return labels.Nothing()
 }
 
 // Count returns how many decisions have the action.

@@ -30,17 +30,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
-)
-
-// Fixed names from the design.
-const (
-	// PodNodeNameIndex indexes cached pods by spec.nodeName.
-	PodNodeNameIndex = "spec.nodeName"
 )
 
 // resync bounds how long a waiting drain goes without a pass; watches on
@@ -82,9 +77,7 @@ type Reconciler struct {
 	AllowLoopbackHooks bool
 
 	refusals refusalCache
-	queue    admissions
 	blocked  reasonGauge // vacate_pods_blocked
-	queued   reasonGauge // vacate_drains_queued
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
 	Wake chan event.GenericEvent
 
@@ -96,10 +89,9 @@ type Reconciler struct {
 // updates the refusal cache and wakes the node's drain, and every attempt is
 // checked against the pod's holds right before the call (mayEvict).
 func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, newQueue func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue) *Reconciler {
-	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024), queue: newAdmissions()}
+	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
 	r.refusals.m = map[types.UID]refusal{}
 	r.blocked = newReasonGauge(metrics.PodsBlocked)
-	r.queued = newReasonGauge(metrics.DrainsQueued)
 	r.Evictions = newQueue(r.onOutcome, r.mayEvict)
 	r.Hooks = hook.NewProber(r.wake)
 	r.Hooks.Check = r.stillTheTarget
@@ -177,7 +169,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, err // undo when the requesters leave
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = modeOf(nd), nil
-	for _, st := range []stage{r.loadNode, r.admit, r.cordon, r.evacuate, r.evict, r.finalize} {
+	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
 			return res, err
@@ -265,13 +257,9 @@ func (r *Reconciler) wake(name string) {
 
 // podsOnNode lists the node's pods from the informer cache.
 func (r *Reconciler) podsOnNode(ctx context.Context, node string) ([]*corev1.Pod, error) {
-	list := &corev1.PodList{}
-	if err := r.Client.List(ctx, list, ctrl.MatchingFields{PodNodeNameIndex: node}); err != nil {
+	pods, err := index.PodsOnNode(ctx, r.Client, node)
+	if err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
-	}
-	pods := make([]*corev1.Pod, 0, len(list.Items))
-	for i := range list.Items {
-		pods = append(pods, &list.Items[i])
 	}
 	return pods, nil
 }

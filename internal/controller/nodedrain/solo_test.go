@@ -9,6 +9,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vacate-dev/vacate/internal/controller/admission"
+	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -26,14 +28,15 @@ type solo struct {
 	queue eviction.Options
 }
 
-// runSolo runs the NodeDrain controller alone (no other controller of
-// vacate), with APIReader the manager's uncached reader, until the test ends,
-// and returns it.
+// runSolo runs the NodeDrain controller alone (with only the admission
+// controller, which starts its drains; no other controller of vacate), with
+// APIReader the manager's uncached reader, until the test ends, and returns
+// it. The wrapped client is the NodeDrain controller's only.
 func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler {
 	t.Helper()
 	var r *nodedrain.Reconciler
 	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
-		if err := nodedrain.IndexPods(context.Background(), mgr); err != nil {
+		if err := index.Register(context.Background(), mgr); err != nil {
 			return err
 		}
 		cs, err := kubernetes.NewForConfig(c.RESTConfig)
@@ -55,6 +58,10 @@ func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler 
 				return eviction.NewQueueWithEvictor(evict, opts)
 			})
 		r.APIReader = mgr.GetAPIReader()
+		adm := &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{}, Events: mgr.GetEventRecorder("vacate-test")}
+		if err := adm.SetupWithManager(mgr); err != nil {
+			return err
+		}
 		return r.SetupWithManager(mgr)
 	})
 	return r

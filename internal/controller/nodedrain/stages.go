@@ -18,6 +18,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/condition"
+	"github.com/vacate-dev/vacate/internal/controller/cordon"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -69,13 +70,6 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	return reconcile.Result{}, nil
 }
 
-// cordonedByUs reports whether the node carries this drain's cordon record,
-// and is the node the drain recorded (not one recreated under its name).
-func cordonedByUs(node *corev1.Node, nd *v1alpha1.NodeDrain) bool {
-	return node.Annotations[v1alpha1.AnnotationCordonedBy] == v1alpha1.CordonedByValue(nd) &&
-		(nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID))
-}
-
 // nodeReplaced starts the drain over on a node that was deleted and created
 // again under the same name: it is another machine. Nothing recorded for the
 // old one applies to it: the admission is given up (hold), the Evacuations of
@@ -117,27 +111,23 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 
 // cordon marks the node unschedulable, recording that vacate did it; a node
 // someone else cordoned is left as it is and never uncordoned by vacate.
+// The admission controller cordoned a drain of a batch before admitting it;
+// this stage cordons what nobody did (a drain admitted by an older version,
+// a node someone uncordoned meanwhile).
 func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, error) {
 	node, nd := s.node, s.drain
 	switch {
-	case node.Spec.Unschedulable && cordonedByUs(node, nd):
+	case node.Spec.Unschedulable && cordon.ByDrain(node, nd):
 		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "vacate cordoned the node")
 	case node.Spec.Unschedulable:
 		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonAlreadyCordoned,
 			"the node was already cordoned by someone else; vacate will not uncordon it")
 	default:
-		patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-		node.Spec.Unschedulable = true
-		if node.Annotations == nil {
-			node.Annotations = map[string]string{}
-		}
-		node.Annotations[v1alpha1.AnnotationCordonedBy] = v1alpha1.CordonedByValue(nd)
 		s.log.Info("cordoning node", "node", klogRef(node.Name))
-		if err := r.Client.Patch(ctx, node, patch); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("cordoning node %s: %w", node.Name, err)
+		if _, err := cordon.Cordon(ctx, r.Client, node, nd); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		} else if err != nil {
+			return reconcile.Result{}, err
 		}
 		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", node.Name)
 		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "vacate cordoned the node")
@@ -448,18 +438,12 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, 
 // annotation names it): schedulable again, annotation removed. A conflict
 // is returned as such, for the caller to retry.
 func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) error {
-	if !cordonedByUs(node, s.drain) {
+	if !cordon.ByDrain(node, s.drain) {
 		return nil
 	}
-	patch := ctrl.MergeFromWithOptions(node.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-	node.Spec.Unschedulable = false
-	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
 	s.log.Info("uncordoning node that vacate cordoned", "node", klogRef(node.Name))
-	if err := r.Client.Patch(ctx, node, patch); err != nil {
-		if apierrors.IsConflict(err) {
-			return err
-		}
-		return fmt.Errorf("uncordoning node %s: %w", node.Name, err)
+	if _, err := cordon.Uncordon(ctx, r.Client, node, s.drain); err != nil {
+		return err
 	}
 	r.Events.Eventf(s.drain, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore", "uncordoned node %s", node.Name)
 	return nil
@@ -498,8 +482,6 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	}
 	dropped := r.forgetNode(nd.Spec.NodeName)
 	r.blocked.set(nd.Name)
-	r.queued.set(nd.Name)
-	r.queue.forget(nd)
 
 	// A fresh read, not the cache: a cordon patched an instant ago may not
 	// be in the cache yet, and must still be undone.
@@ -522,7 +504,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	switch {
 	case nodeGone:
-	case cordonedByUs(node, nd):
+	case cordon.ByDrain(node, nd):
 		if err := r.uncordon(ctx, s, node); apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		} else if err != nil {

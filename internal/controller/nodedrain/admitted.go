@@ -1,0 +1,48 @@
+package nodedrain
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/admission"
+)
+
+// admitted lets the drain go on once the admission controller admitted it
+// (Admitted=True, written before anything is evicted). Until then the drain
+// is Pending and its pass ends here: the admission controller records why
+// it waits, its place in the queue, and cordons it when it may start soon.
+func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	if !admission.IsAdmitted(nd) {
+		if nd.Status.Phase == "" {
+			nd.Status.Phase = v1alpha1.PhasePending
+		}
+		s.stop = true
+		return reconcile.Result{}, nil
+	}
+	if nd.Status.StartTime == nil { // admitted by an earlier version that recorded no start
+		nd.Status.StartTime = &metav1.Time{Time: s.now}
+	}
+	return reconcile.Result{}, nil
+}
+
+// hold stops a drain that may not go on, or not start: its node or its
+// policy is missing or unclear. It gives up any admission (it holds no slot
+// and evicts nothing; the admission controller admits it again, like a new
+// drain, once the cause clears) and waits with the reason. The node stays
+// as it is.
+func (r *Reconciler) hold(s *scope, reason, msg string) {
+	nd := s.drain
+	nd.Status.Phase = v1alpha1.PhasePending
+	nd.Status.StartTime, nd.Status.QueuePosition = nil, 0
+	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted = nil, 0, 0
+	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
+	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, msg)
+	r.forgetNode(nd.Spec.NodeName)
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	r.blocked.set(nd.Name)
+}
