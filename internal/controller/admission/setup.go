@@ -3,13 +3,11 @@ package admission
 import (
 	"context"
 	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/index"
 )
 
 // SetupWithManager registers the controller. Its work items are queues
@@ -151,22 +150,12 @@ func (r *Reconciler) queueOf(ctx context.Context, nd *v1alpha1.NodeDrain, node *
 // queuesOfPDB are the queues with a waiting drain whose node holds a pod
 // the PDB selects: only they may see their headroom change.
 func (r *Reconciler) queuesOfPDB(ctx context.Context, pdb *policyv1.PodDisruptionBudget) []reconcile.Request {
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	nodes, err := index.NodesOfPDB(ctx, r.Client, pdb)
 	if err != nil {
-		return nil
-	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return nil
-	}
-	nodes := map[string]bool{}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName != "" {
-			nodes[p.Spec.NodeName] = true
-		}
+		return r.allQueues(ctx, nil)
 	}
 	keys := map[string]bool{}
-	for _, name := range slices.Sorted(maps.Keys(nodes)) {
+	for _, name := range nodes {
 		nd := &v1alpha1.NodeDrain{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil || !Running(nd) || IsAdmitted(nd) {
 			continue

@@ -3,8 +3,13 @@ package index
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
@@ -36,4 +41,26 @@ func PodsOnNode(ctx context.Context, c client.Reader, node string) ([]*corev1.Po
 		pods = append(pods, &list.Items[i])
 	}
 	return pods, nil
+}
+
+// NodesOfPDB are the nodes (sorted) of the pods the PodDisruptionBudget
+// selects: same namespace, its selector matching (nil selects nothing, {}
+// everything), read from the cache without copies.
+func NodesOfPDB(ctx context.Context, c client.Reader, pdb *policyv1.PodDisruptionBudget) ([]string, error) {
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the pods of PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
+	}
+	nodes := map[string]bool{}
+	for i := range pods.Items {
+		if n := pods.Items[i].Spec.NodeName; n != "" {
+			nodes[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(nodes)), nil
 }

@@ -2,16 +2,14 @@ package nodedrain
 
 import (
 	"context"
-	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/index"
 )
 
 // drainsOfPDB wakes the drains still in progress that have a pod on their
@@ -28,22 +26,9 @@ func (r *Reconciler) drainsOfPDB(ctx context.Context, o client.Object) []reconci
 	if !ok {
 		return r.activeDrains(ctx, o)
 	}
-	r.queue.invalidate()
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector) // nil selects nothing, {} everything
+	nodes, err := index.NodesOfPDB(ctx, r.Client, pdb)
 	if err != nil {
 		return r.activeDrains(ctx, o)
-	}
-	pods := &corev1.PodList{}
-	// Read only: the cache's objects need no copies.
-	if err := r.Client.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return r.activeDrains(ctx, o)
-	}
-	var nodes []string
-	for i := range pods.Items {
-		if n := pods.Items[i].Spec.NodeName; n != "" && !slices.Contains(nodes, n) {
-			nodes = append(nodes, n)
-		}
 	}
 	var out []reconcile.Request
 	for _, n := range nodes {
