@@ -99,6 +99,10 @@ bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes w
 	$(GO) run ./hack/bench -nodes $(SCALE_NODES) -pods $(SCALE_PODS) -daemonsets 2 -drain 10% -max-parallel 10% \
 		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 $(BENCH_FLAGS)
 
+.PHONY: bench-admission
+bench-admission: ## Cost of one admission pass with 10, 100 and 1,000 queued drains (decisions/s, CPU per decision)
+	$(GO) test -run '^$$' -bench BenchmarkAdmissionPass -benchtime 20x ./internal/controller/admission
+
 .PHONY: bench-pods
 bench-pods: ## Heap bytes per pod in the controller's pod cache, with and without its transform (10,000 realistic pods)
 	$(GO) test -run '^$$' -bench BenchmarkPodCacheMemory -benchtime 1x ./internal/operator
