@@ -5,10 +5,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -34,7 +36,8 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodedrain").
 		For(&v1alpha1.NodeDrain{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainOfPod)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainOfPod),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
 		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPDB)).
 		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -45,6 +48,17 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})). // not on status writes
 		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{})).
 		Complete(r)
+}
+
+// podChanged reports whether a pod's update changed anything the cache
+// keeps of it but its resourceVersion: the cache keeps only what vacate
+// reads (operator.slimPod), so most status updates of a running pod
+// (conditions, container statuses) arrive as no change at all.
+func podChanged(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld.(*corev1.Pod).DeepCopy(), e.ObjectNew.(*corev1.Pod).DeepCopy()
+	o.ResourceVersion, n.ResourceVersion = "", ""
+	o.ManagedFields, n.ManagedFields = nil, nil
+	return !equality.Semantic.DeepEqual(o, n)
 }
 
 // drainOfPod wakes the drain of the pod's node, if there is one.
