@@ -97,7 +97,7 @@ bench: controlplane ## Measure vacate against kubectl drain and a tight client: 
 .PHONY: bench-scale
 bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes with SCALE_PODS pods under maxParallelNodes 10%
 	$(GO) run ./hack/bench -nodes $(SCALE_NODES) -pods $(SCALE_PODS) -daemonsets 2 -drain 10% -max-parallel 10% \
-		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 $(BENCH_FLAGS)
+		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 -kwok-parallelism 32 $(BENCH_FLAGS)
 
 .PHONY: bench-admission
 bench-admission: ## Cost of one admission pass with 10, 100 and 1,000 queued drains (decisions/s, CPU per decision)

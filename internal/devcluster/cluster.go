@@ -55,6 +55,10 @@ type Options struct {
 	// included, the audit log records (it records only writes otherwise),
 	// so a benchmark can count a client's requests.
 	AuditReadsOf []string
+	// KwokPodParallelism is how many pods kwok moves through their stages
+	// (scheduled to Running, deleted) at once; 0 keeps kwok's default, 4,
+	// which paces a cluster of thousands of pods.
+	KwokPodParallelism int
 	// ExtraArgs appends flags to a component's command line, by component
 	// name (KubeControllerManager, KubeScheduler, ...); a later flag wins.
 	ExtraArgs map[string][]string

@@ -121,7 +121,7 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	kwokConfig := filepath.Join(c.Dir, "kwok.yaml")
 	// An explicit, empty configuration: kwok's built-in stages, and never the
 	// user's own ~/.kwok/kwok.yaml.
-	if err := os.WriteFile(kwokConfig, []byte("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"), 0o644); err != nil {
+	if err := os.WriteFile(kwokConfig, []byte(kwokConfigYAML(opts.KwokPodParallelism)), 0o644); err != nil {
 		return nil, fmt.Errorf("writing kwok configuration: %w", err)
 	}
 	loop := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
@@ -211,6 +211,16 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	}, healthCheck{url: "http://" + loop(ports[Kwok]) + "/healthz", client: plain, ok: ok200})
 
 	return [][]*component{{etcd}, {apiserver}, {kcm, scheduler, kwok}}, nil
+}
+
+// kwokConfigYAML is kwok's configuration: its built-in stages, with
+// podParallelism pod stages at once when it is set (kwok's default is 4).
+func kwokConfigYAML(podParallelism int) string {
+	options := " {}"
+	if podParallelism > 0 {
+		options = "\n  podPlayStageParallelism: " + strconv.Itoa(podParallelism)
+	}
+	return "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:" + options + "\n"
 }
 
 // auditPolicyYAML records every request that changes something (not reads), so

@@ -176,3 +176,12 @@ func TestAuditPolicyYAML(t *testing.T) {
 		t.Errorf("with users: want their every request recorded first, got\n%s", got)
 	}
 }
+
+func TestKwokConfigYAML(t *testing.T) {
+	if got := kwokConfigYAML(0); !strings.HasSuffix(got, "options: {}\n") {
+		t.Errorf("default: want empty options, got\n%s", got)
+	}
+	if got := kwokConfigYAML(32); !strings.HasSuffix(got, "options:\n  podPlayStageParallelism: 32\n") {
+		t.Errorf("32: got\n%s", got)
+	}
+}
