@@ -104,20 +104,20 @@ func allRows(drained, firstN int) []row {
 	zero := time.Duration(0)
 	return []row{
 		{"engine", []driver{
-			{name: "vacate maxParallelNodes=1", user: controllerUser, policy: policyWith(one, nil), drain: drainWithVacate},
-			{name: "kubectl drain, one node after another", user: kubectlUser, drain: kubectlNodes(perNode, true)},
+			{name: vacateSerial, user: controllerUser, policy: policyWith(one, nil), drain: drainWithVacate},
+			{name: kubectlSerial, user: kubectlUser, drain: kubectlNodes(perNode, true)},
 		}},
 		{"parallel", []driver{
-			{name: "vacate maxParallelNodes=N", user: controllerUser, policy: policyWith(allTargets, nil), drain: drainWithVacate},
-			{name: "kubectl drain n1 ... nN", user: kubectlUser, drain: kubectlNodes(nil, true)},
-			{name: "N kubectl drain at once", user: kubectlUser, drain: kubectlNodes(perNode, false)},
+			{name: vacateParallel, user: controllerUser, policy: policyWith(allTargets, nil), drain: drainWithVacate},
+			{name: kubectlOne, user: kubectlUser, drain: kubectlNodes(nil, true)},
+			{name: kubectlMany, user: kubectlUser, drain: kubectlNodes(perNode, false)},
 		}},
 		{"tight", []driver{
-			{name: "tight client", user: tightUser, drain: drainTight},
+			{name: tightClient, user: tightUser, drain: drainTight},
 		}},
 		{"first", []driver{
-			{name: "first eviction, default batch window", user: controllerUser, policy: policyWith(one, nil), drain: firstEvictions(firstN), first: true},
-			{name: "first eviction, batchWindow 0s", user: controllerUser, policy: policyWith(one, &zero), drain: firstEvictions(firstN), first: true},
+			{name: firstDefault, user: controllerUser, policy: policyWith(one, nil), drain: firstEvictions(firstN), first: true},
+			{name: firstZero, user: controllerUser, policy: policyWith(one, &zero), drain: firstEvictions(firstN), first: true},
 		}},
 	}
 }
@@ -215,5 +215,6 @@ func (b *bench) run(ctx context.Context, rows []row) error {
 	}
 	fmt.Fprintln(b.out)
 	report(b.out, results)
+	checkTargets(b.out, results)
 	return nil
 }

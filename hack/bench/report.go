@@ -103,3 +103,80 @@ func formatSpread(s spread, prec int) string {
 	}
 	return fmt.Sprintf("%.*f / %.*f / %.*f", prec, s.min, prec, s.median, prec, s.max)
 }
+
+// Driver names the target check looks up.
+const (
+	vacateSerial   = "vacate maxParallelNodes=1"
+	vacateParallel = "vacate maxParallelNodes=N"
+	kubectlSerial  = "kubectl drain, one node after another"
+	kubectlOne     = "kubectl drain n1 ... nN"
+	kubectlMany    = "N kubectl drain at once"
+	tightClient    = "tight client"
+	firstDefault   = "first eviction, default batch window"
+	firstZero      = "first eviction, batchWindow 0s"
+)
+
+// defaultBatchWindow is DrainPolicy's concurrency.batchWindow default.
+const defaultBatchWindow = 2000.0 // ms
+
+// checkTargets prints each target of issue 13 against the medians measured,
+// met or not; a target whose drivers did not run is left out.
+func checkTargets(out io.Writer, results []driverResult) {
+	med := func(driver string, get func(figures) float64) float64 {
+		for _, r := range results {
+			if r.driver.name == driver {
+				xs := make([]float64, len(r.runs))
+				for i, f := range r.runs {
+					xs[i] = get(f)
+				}
+				return spreadOf(xs).median
+			}
+		}
+		return math.NaN()
+	}
+	wall := func(f figures) float64 { return f.wall }
+	fmt.Fprintln(out, "== targets (medians)")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tMEASURED\tMET")
+	line := func(target string, measured float64, format string, met bool) {
+		if math.IsNaN(measured) {
+			return
+		}
+		fmt.Fprintf(tw, "%s\t"+format+"\t%s\n", target, measured, yesNo(met))
+	}
+	v := med(vacateParallel, wall)
+	for _, other := range []string{kubectlOne, kubectlMany, tightClient} {
+		o := med(other, wall)
+		if !math.IsNaN(o) {
+			line(fmt.Sprintf("%s wall <= %s wall (%.1f s)", vacateParallel, other, o), v, "%.1f s", v <= o)
+		}
+	}
+	if s, k := med(vacateSerial, wall), med(kubectlSerial, wall); !math.IsNaN(k) {
+		line(fmt.Sprintf("%s wall <= kubectl one node after another (%.1f s)", vacateSerial, k), s, "%.1f s", s <= k)
+	}
+	for _, d := range []string{vacateSerial, vacateParallel} {
+		line(d+": idle budget mean <= 5% of wall", med(d, func(f figures) float64 { return f.idleMean }), "%.1f%%", med(d, func(f figures) float64 { return f.idleMean }) <= 5)
+		p50 := med(d, func(f figures) float64 { return f.allowP50 })
+		line(d+": PDB allows -> eviction p50 <= 50 ms", p50, "%.0f ms", p50 <= 50)
+		rq := med(d, func(f figures) float64 { return f.requestsPerPod })
+		line(d+": controller requests per pod emptied <= 3", rq, "%.2f", rq <= 3)
+		vi := med(d, func(f figures) float64 { return float64(f.violations) })
+		line(d+": PDB violations = 0", vi, "%.0f", vi == 0)
+		ep := med(d, func(f figures) float64 { return f.evictionsPerPod })
+		line(d+": evictions per pod emptied = 1.00", ep, "%.2f", math.Abs(ep-1) < 0.005)
+		rss := med(d, func(f figures) float64 { return f.rss })
+		line(d+": controller peak RSS <= 100 MB (at 10,000 pods)", rss, "%.1f MiB", rss*1.048576 <= 100)
+	}
+	fd := med(firstDefault, func(f figures) float64 { return f.firstP50 })
+	line(fmt.Sprintf("first eviction p50 <= batch window + 100 ms (%.0f ms)", defaultBatchWindow+100), fd, "%.0f ms", fd <= defaultBatchWindow+100)
+	fz := med(firstZero, func(f figures) float64 { return f.firstP50 })
+	line("first eviction p50, window 0s, <= 100 ms", fz, "%.0f ms", fz <= 100)
+	_ = tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "NO"
+}
