@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&rowsFlag, "rows", "engine,parallel,tight,first", "rows to run: engine, parallel, tight, first (comma separated), or driver names")
 	flag.IntVar(&firstN, "first-drains", 20, "single-node drains in the first-eviction row")
 	flag.IntVar(&kcmQPS, "kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that); 0 keeps its default (20), which paces ReplicaSets' pod creation")
-	flag.IntVar(&kwokPar, "kwok-parallelism", 0, "pods kwok moves through their stages at once; 0 keeps its default (4), which makes thousands of pods Running at a few a second")
+	flag.IntVar(&kwokPar, "kwok-parallelism", 0, "pods and nodes kwok handles at once (stages, leases); 0 keeps its default (4), which makes thousands of pods Running at a few a second and lets leases of hundreds of nodes lapse")
 	flag.BoolVar(&keep, "keep", false, "keep every run's cluster directory (logs, audit log) for a look afterwards")
 	flag.BoolVar(&tight, "tight-client", false, "internal: run as the tight client")
 	flag.StringVar(&tightKC, "tight-kubeconfig", "", "internal: the tight client's kubeconfig")
@@ -87,8 +87,10 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	defer os.RemoveAll(filepath.Dir(bins.controller))
 	b := &bench{out: os.Stdout, r: r, runs: runs, bins: bins, kcmQPS: kcmQPS, kwokPar: kwokPar, keep: keep}
 	if err := b.run(ctx, rows); err != nil {
+		_ = os.RemoveAll(filepath.Dir(bins.controller))
 		fail(err)
 	}
 }

@@ -69,7 +69,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 		_ = os.RemoveAll(dir)
 	}()
 	opts := devcluster.Options{Name: "bench", Dir: dir, AuditReadsOf: []string{controllerUser, kubectlUser, tightUser},
-		KwokPodParallelism: b.kwokPar}
+		KwokParallelism: b.kwokPar}
 	if b.kcmQPS > 0 {
 		opts.ExtraArgs = map[string][]string{devcluster.KubeControllerManager: {
 			fmt.Sprintf("--kube-api-qps=%d", b.kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.kcmQPS)}}

@@ -55,10 +55,12 @@ type Options struct {
 	// included, the audit log records (it records only writes otherwise),
 	// so a benchmark can count a client's requests.
 	AuditReadsOf []string
-	// KwokPodParallelism is how many pods kwok moves through their stages
-	// (scheduled to Running, deleted) at once; 0 keeps kwok's default, 4,
-	// which paces a cluster of thousands of pods.
-	KwokPodParallelism int
+	// KwokParallelism is how many pods and nodes kwok moves through their
+	// stages (scheduled to Running, deleted), and how many node leases it
+	// renews, at once; 0 keeps kwok's default, 4 of each, which makes
+	// thousands of pods Running at a few a second and lets leases of
+	// hundreds of nodes lapse on a loaded machine.
+	KwokParallelism int
 	// ExtraArgs appends flags to a component's command line, by component
 	// name (KubeControllerManager, KubeScheduler, ...); a later flag wins.
 	ExtraArgs map[string][]string

@@ -121,7 +121,7 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	kwokConfig := filepath.Join(c.Dir, "kwok.yaml")
 	// An explicit, empty configuration: kwok's built-in stages, and never the
 	// user's own ~/.kwok/kwok.yaml.
-	if err := os.WriteFile(kwokConfig, []byte(kwokConfigYAML(opts.KwokPodParallelism)), 0o644); err != nil {
+	if err := os.WriteFile(kwokConfig, []byte(kwokConfigYAML(opts.KwokParallelism)), 0o644); err != nil {
 		return nil, fmt.Errorf("writing kwok configuration: %w", err)
 	}
 	loop := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
@@ -214,11 +214,13 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 }
 
 // kwokConfigYAML is kwok's configuration: its built-in stages, with
-// podParallelism pod stages at once when it is set (kwok's default is 4).
-func kwokConfigYAML(podParallelism int) string {
+// parallelism pod stages, node stages and node lease renewals at once when
+// it is set (kwok's default is 4 of each).
+func kwokConfigYAML(parallelism int) string {
 	options := " {}"
-	if podParallelism > 0 {
-		options = "\n  podPlayStageParallelism: " + strconv.Itoa(podParallelism)
+	if parallelism > 0 {
+		n := strconv.Itoa(parallelism)
+		options = "\n  podPlayStageParallelism: " + n + "\n  nodePlayStageParallelism: " + n + "\n  nodeLeaseParallelism: " + n
 	}
 	return "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:" + options + "\n"
 }

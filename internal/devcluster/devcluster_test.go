@@ -181,7 +181,7 @@ func TestKwokConfigYAML(t *testing.T) {
 	if got := kwokConfigYAML(0); !strings.HasSuffix(got, "options: {}\n") {
 		t.Errorf("default: want empty options, got\n%s", got)
 	}
-	if got := kwokConfigYAML(32); !strings.HasSuffix(got, "options:\n  podPlayStageParallelism: 32\n") {
+	if got := kwokConfigYAML(32); !strings.HasSuffix(got, "options:\n  podPlayStageParallelism: 32\n  nodePlayStageParallelism: 32\n  nodeLeaseParallelism: 32\n") {
 		t.Errorf("32: got\n%s", got)
 	}
 }
