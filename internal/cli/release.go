@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/progress"
 )
 
@@ -168,7 +167,7 @@ func (o *releaseOptions) read(ctx context.Context, s *session, node string) (*re
 	if err != nil {
 		return nil, s.explain(err, "reading NodeDrain "+node)
 	}
-	name := nodedrain.EvacuationName(node, o.provider)
+	name := v1alpha1.EvacuationName(node, o.provider)
 	err = s.client.Get(ctx, types.NamespacedName{Name: name}, t.ev)
 	if apierrors.IsNotFound(err) {
 		return nil, o.noEvacuation(ctx, s, node)
@@ -332,7 +331,7 @@ func providerState(p *v1alpha1.EvacuationProvider, ev *v1alpha1.Evacuation, now 
 		return fmt.Sprintf("%s is being deleted (for %s); its finalizer %s keeps it until this evacuation is finished or released",
 			p.Name, progress.Duration(now.Sub(p.DeletionTimestamp.Time)), v1alpha1.FinalizerEvacuations)
 	}
-	timeout := nodedrain.DefaultProviderTimeout
+	timeout := v1alpha1.DefaultProviderTimeout
 	if p.Spec.Timeout != nil {
 		timeout = p.Spec.Timeout.Duration
 	}

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -122,7 +121,7 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 	c, cl, node, idle, pod, provider := releaseScene(t)
 	ctx := testenv.Context(t)
 	pw := watchPod(t, c, pod)
-	evName := nodedrain.EvacuationName(node, provider)
+	evName := v1alpha1.EvacuationName(node, provider)
 	podKey := pod.Namespace + "/" + pod.Name
 
 	nd := testutil.NodeDrain(node, "", "test:release")
@@ -327,7 +326,7 @@ func TestReleaseNeverLandsOnAnotherDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), nd) })
-	ev := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: nodedrain.EvacuationName(node, "gone")},
+	ev := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.EvacuationName(node, "gone")},
 		Spec: v1alpha1.EvacuationSpec{NodeName: node, Provider: "gone", Mode: v1alpha1.ModeMaintenance,
 			Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID)}}
 	if err := cl.Create(ctx, ev); err != nil {

@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
@@ -344,7 +343,7 @@ func (u *uninstaller) checkTriggers(ctx context.Context, drains []v1alpha1.NodeD
 			return u.explain(err, "resolving the DrainPolicy of node "+node.Name)
 		}
 		var reasons []string
-		for _, r := range trigger.Wanted(node, p.Triggers) {
+		for _, r := range p.Triggers.Wanted(node) {
 			reasons = append(reasons, r.Reason)
 		}
 		if len(reasons) > 0 {

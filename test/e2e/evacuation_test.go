@@ -16,7 +16,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	rv "github.com/vacate-dev/vacate/examples/replicated-volume"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
@@ -91,7 +90,7 @@ func TestResumeAfterKillMidEvacuation(t *testing.T) {
 	uids := map[string]types.UID{}
 	for _, p := range []string{"kill-volumes", "kill-cleanup"} {
 		ev := &v1alpha1.Evacuation{}
-		if err := e.cl.Get(ctx, types.NamespacedName{Name: nodedrain.EvacuationName(target, p)}, ev); err != nil {
+		if err := e.cl.Get(ctx, types.NamespacedName{Name: v1alpha1.EvacuationName(target, p)}, ev); err != nil {
 			t.Fatal(err)
 		}
 		uids[p] = ev.UID
@@ -103,7 +102,7 @@ func TestResumeAfterKillMidEvacuation(t *testing.T) {
 
 	for p, uid := range uids {
 		ev := &v1alpha1.Evacuation{}
-		if err := e.cl.Get(ctx, types.NamespacedName{Name: nodedrain.EvacuationName(target, p)}, ev); err != nil || ev.UID != uid || ev.Generation != 1 {
+		if err := e.cl.Get(ctx, types.NamespacedName{Name: v1alpha1.EvacuationName(target, p)}, ev); err != nil || ev.UID != uid || ev.Generation != 1 {
 			t.Errorf("Evacuation for %s was replaced or re-requested after the restart (uid %s -> %s, generation %d, %v)", p, uid, ev.UID, ev.Generation, err)
 		}
 	}

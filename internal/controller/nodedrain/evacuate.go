@@ -2,8 +2,6 @@ package nodedrain
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -31,9 +29,6 @@ import (
 // +kubebuilder:rbac:groups=vacate.dev,resources=evacuationproviders,verbs=get;list;watch
 // +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch;create;update;patch;delete;manage
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
-
-// DefaultProviderTimeout bounds a provider's silence when it does not say.
-const DefaultProviderTimeout = time.Minute
 
 // evacState is what a pass learned about the drain's evacuations.
 type evacState struct {
@@ -76,16 +71,6 @@ func providerStage(p *v1alpha1.EvacuationProvider) v1alpha1.EvacuationStage {
 // takesPart reports whether a provider takes part in drains of this mode.
 func takesPart(p *v1alpha1.EvacuationProvider, mode v1alpha1.DrainMode) bool {
 	return len(p.Spec.Modes) == 0 || slices.Contains(p.Spec.Modes, mode)
-}
-
-// EvacuationName is the name of the Evacuation of node for provider.
-func EvacuationName(node, provider string) string {
-	name := node + "." + provider
-	if len(name) <= 253 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return name[:253-17] + "-" + hex.EncodeToString(sum[:])[:16]
 }
 
 // evacuate asks every provider whose pods leave the node (in Decommission:
@@ -306,7 +291,7 @@ func (r *Reconciler) selects(ctx context.Context, p *v1alpha1.EvacuationProvider
 // newly protected pods added (never removed), and its stage only moves
 // toward BeforeEviction (holding more, never less).
 func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, ev *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
-	name := EvacuationName(nd.Spec.NodeName, p.Name)
+	name := v1alpha1.EvacuationName(nd.Spec.NodeName, p.Name)
 	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, NodeUID: string(node.UID), Provider: p.Name, Mode: modeOf(nd),
 		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID), Stage: providerStage(p)}
 	if ev != nil && ours(ev, nd, node) {
@@ -513,7 +498,7 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 // it turns stale if nothing changes. Only Completed for the current spec
 // is done; silence past the provider's timeout is reported as such.
 func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Time) (done bool, why string, staleIn time.Duration) {
-	timeout := DefaultProviderTimeout
+	timeout := v1alpha1.DefaultProviderTimeout
 	if p != nil && p.Spec.Timeout != nil {
 		timeout = p.Spec.Timeout.Duration
 	}

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
@@ -105,7 +104,7 @@ func TestEvacuationAfterEviction(t *testing.T) {
 	create(t, e, provider("after-store", v1alpha1.StageAfterEviction, 5*time.Second, "afterstore"))
 	store := &slowStore{}
 	runProvider(t, e.c, "after-store", store)
-	evName := nodedrain.EvacuationName(target, "after-store")
+	evName := v1alpha1.EvacuationName(target, "after-store")
 
 	requestAll(t, e, []string{target})
 	t.Log("the protected pod leaves while its evacuation is still InProgress")
@@ -183,7 +182,7 @@ func TestEvacuationFailedHoldsThenResumes(t *testing.T) {
 	store.broken.Store(true)
 	runProvider(t, e.c, "failed-store", store)
 	check := guardProtected(t, e, ns, "failstore", target, "failed-store")
-	evName := nodedrain.EvacuationName(target, "failed-store")
+	evName := v1alpha1.EvacuationName(target, "failed-store")
 
 	requestAll(t, e, []string{target})
 	want := "provider failed-store failed: replica r-7 has no healthy peer to copy to"
@@ -262,7 +261,7 @@ func TestEvacuationProviderModes(t *testing.T) {
 	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionEvacuated); c == nil || c.Reason != v1alpha1.ReasonNoEvacuations || len(nd.Status.Hooks) != 0 {
 		t.Errorf("Maintenance drain reports an evacuation by a Decommission-only provider: %s; hooks %+v", describe(nd), nd.Status.Hooks)
 	}
-	if _, err := getEvacuation(t, e, nodedrain.EvacuationName(maint, "modes-store")); !apierrors.IsNotFound(err) {
+	if _, err := getEvacuation(t, e, v1alpha1.EvacuationName(maint, "modes-store")); !apierrors.IsNotFound(err) {
 		t.Errorf("an Evacuation was created for a Maintenance drain of a Decommission-only provider (%v)", err)
 	}
 	if _, ok := appPod(t, e, maint, "modestore-m"); ok {
@@ -270,7 +269,7 @@ func TestEvacuationProviderModes(t *testing.T) {
 	}
 
 	nd = e.waitDrain(t, decom, "Drained (Decommission)", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	ev, err := getEvacuation(t, e, nodedrain.EvacuationName(decom, "modes-store"))
+	ev, err := getEvacuation(t, e, v1alpha1.EvacuationName(decom, "modes-store"))
 	if err != nil || ev.Spec.Mode != v1alpha1.ModeDecommission || ev.Status.Phase != v1alpha1.EvacuationCompleted || len(nd.Status.Hooks) != 1 {
 		t.Errorf("Decommission drain: Evacuation %+v / %+v (%v); hooks %+v", ev.Spec, ev.Status, err, nd.Status.Hooks)
 	}
@@ -295,7 +294,7 @@ func TestEvacuationNeverTakenUp(t *testing.T) {
 	if !ok {
 		t.Fatal("no ghoststore pod on the node")
 	}
-	evName := nodedrain.EvacuationName(target, "ghost-store")
+	evName := v1alpha1.EvacuationName(target, "ghost-store")
 	holds := func(detail string) func(*v1alpha1.NodeDrain) bool {
 		return func(nd *v1alpha1.NodeDrain) bool {
 			return slices.ContainsFunc(nd.Status.Blockers, func(b v1alpha1.Blocker) bool {
@@ -349,13 +348,13 @@ func TestEvacuationWithUnrelatedProvider(t *testing.T) {
 	check := guardProtected(t, e, ns, "unrelstore", target, "bbb-store")
 
 	requestAll(t, e, []string{target})
-	evName := nodedrain.EvacuationName(target, "bbb-store")
+	evName := v1alpha1.EvacuationName(target, "bbb-store")
 	e.waitDrain(t, target, "holding the pod for bbb-store", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		return slices.ContainsFunc(nd.Status.Blockers, func(b v1alpha1.Blocker) bool {
 			return b.Reason == v1alpha1.BlockerEvacuation && b.Holder == "Evacuation "+evName
 		}) && len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Name == evName
 	})
-	if _, err := getEvacuation(t, e, nodedrain.EvacuationName(target, "aaa-elsewhere")); !apierrors.IsNotFound(err) {
+	if _, err := getEvacuation(t, e, v1alpha1.EvacuationName(target, "aaa-elsewhere")); !apierrors.IsNotFound(err) {
 		t.Errorf("an Evacuation was created for a provider with nothing on the node (%v)", err)
 	}
 	store.release.Store(true)

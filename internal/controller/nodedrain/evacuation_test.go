@@ -17,7 +17,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
@@ -59,7 +58,7 @@ func guardProtected(t *testing.T, e *env, ns, app, node, provider string) (check
 	t.Helper()
 	check1 := watchLeaving(t, e, ns, app, node, func(p *corev1.Pod) string {
 		evac := &v1alpha1.Evacuation{}
-		err := e.cl.Get(context.Background(), types.NamespacedName{Name: nodedrain.EvacuationName(node, provider)}, evac)
+		err := e.cl.Get(context.Background(), types.NamespacedName{Name: v1alpha1.EvacuationName(node, provider)}, evac)
 		if err != nil || evac.Status.Phase != v1alpha1.EvacuationCompleted {
 			return fmt.Sprintf("pod %s evicted while its evacuation is %q (%v)", p.Name, evac.Status.Phase, err)
 		}
@@ -99,7 +98,7 @@ func TestEvacuationBeforeEviction(t *testing.T) {
 	check := guardProtected(t, e, ns, "store", target, "store")
 
 	requestAll(t, e, []string{target})
-	evName := nodedrain.EvacuationName(target, "store")
+	evName := v1alpha1.EvacuationName(target, "store")
 	holds := func(detail string) func(*v1alpha1.NodeDrain) bool {
 		return func(nd *v1alpha1.NodeDrain) bool {
 			for _, b := range nd.Status.Blockers {

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
@@ -133,7 +132,7 @@ func TestHoldSurvivesProviderDeletion(t *testing.T) {
 	store := &slowStore{}
 	runProvider(t, e.c, "del-store", store)
 	check := staysUntil(t, e, ns, "delstore", target, store.release.Load)
-	evName := nodedrain.EvacuationName(target, "del-store")
+	evName := v1alpha1.EvacuationName(target, "del-store")
 
 	requestAll(t, e, []string{target})
 	heldBy(t, e, target, ns, "delstore", evName, "InProgress")
@@ -190,7 +189,7 @@ func TestHoldSurvivesProviderEditsAndRelabel(t *testing.T) {
 	store := &slowStore{}
 	runProvider(t, e.c, "edit-store", store)
 	check := staysUntil(t, e, ns, "editstore", target, store.release.Load)
-	evName := nodedrain.EvacuationName(target, "edit-store")
+	evName := v1alpha1.EvacuationName(target, "edit-store")
 
 	requestAll(t, e, []string{target})
 	heldBy(t, e, target, ns, "editstore", evName, "InProgress")
@@ -241,7 +240,7 @@ func TestPodQueuedBeforeProviderRegistered(t *testing.T) {
 	store := &slowStore{}
 	runProvider(t, e.c, "late-store", store)
 	check := staysUntil(t, e, ns, "api", target, store.release.Load)
-	heldBy(t, e, target, ns, "api", nodedrain.EvacuationName(target, "late-store"), "InProgress")
+	heldBy(t, e, target, ns, "api", v1alpha1.EvacuationName(target, "late-store"), "InProgress")
 	t.Log("the PDB now allows every disruption; the pods must still wait for the evacuation")
 	if err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "api", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -292,11 +291,11 @@ func TestDecommissionAsksEveryProviderAndKeepsItsWork(t *testing.T) {
 	if len(nd.Status.Hooks) != 2 {
 		t.Errorf("Decommission drain: hooks %+v, want both providers' evacuations", nd.Status.Hooks)
 	}
-	if ev, err := getEvacuation(t, e, nodedrain.EvacuationName(decom, "elsewhere-store")); err != nil || ev.Status.Phase != v1alpha1.EvacuationCompleted {
+	if ev, err := getEvacuation(t, e, v1alpha1.EvacuationName(decom, "elsewhere-store")); err != nil || ev.Status.Phase != v1alpha1.EvacuationCompleted {
 		t.Errorf("the provider with no pod on the node was not asked in Decommission (%v)", err)
 	}
 	e.waitDrain(t, maint, "Drained (Maintenance)", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	if _, err := getEvacuation(t, e, nodedrain.EvacuationName(maint, "elsewhere-store")); !apierrors.IsNotFound(err) {
+	if _, err := getEvacuation(t, e, v1alpha1.EvacuationName(maint, "elsewhere-store")); !apierrors.IsNotFound(err) {
 		t.Errorf("a Maintenance drain asked a provider that protects nothing on the node (%v)", err)
 	}
 
@@ -305,7 +304,7 @@ func TestDecommissionAsksEveryProviderAndKeepsItsWork(t *testing.T) {
 	if n := pods.cancels.Load() + elsewhere.cancels.Load(); n != 0 {
 		t.Errorf("providers were asked to cancel %d time(s) after a completed Decommission", n)
 	}
-	if _, err := getEvacuation(t, e, nodedrain.EvacuationName(decom, "pods-store")); !apierrors.IsNotFound(err) {
+	if _, err := getEvacuation(t, e, v1alpha1.EvacuationName(decom, "pods-store")); !apierrors.IsNotFound(err) {
 		t.Errorf("the Decommission drain's Evacuation is still there after the undo (%v)", err)
 	}
 	t.Log("cancelling the Maintenance drain: its provider undoes")
@@ -370,7 +369,7 @@ func TestReplacedNodeStartsOver(t *testing.T) {
 	store.release.Store(true)
 	runProvider(t, e.c, "repl-store", store)
 	requestAll(t, e, []string{target})
-	evName := nodedrain.EvacuationName(target, "repl-store")
+	evName := v1alpha1.EvacuationName(target, "repl-store")
 	e.waitDrain(t, target, "the store evacuated and evicted, api refused", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		_, there := appPod(t, e, target, "replstore")
 		return !there && nd.Status.Blocked == 1

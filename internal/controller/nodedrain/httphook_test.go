@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/testenv"
@@ -252,7 +251,7 @@ func TestHookAndProviderBothComplete(t *testing.T) {
 	e.waitDrain(t, nodes[0], "held by the hook after the provider completed", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		provider, hooked := false, false
 		for _, h := range nd.Status.Hooks {
-			provider = provider || (h.Name == nodedrain.EvacuationName(nodes[0], "both-store") && h.Phase == string(v1alpha1.EvacuationCompleted))
+			provider = provider || (h.Name == v1alpha1.EvacuationName(nodes[0], "both-store") && h.Phase == string(v1alpha1.EvacuationCompleted))
 			hooked = hooked || (strings.HasPrefix(h.Name, "pod/") && h.Phase == string(v1alpha1.EvacuationInProgress))
 		}
 		return provider && hooked && len(nd.Status.Blockers) == 1 && nd.Status.Blockers[0].Reason == v1alpha1.BlockerHTTPHook

@@ -22,7 +22,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/testenv"
@@ -215,7 +214,7 @@ func TestForceDeleteEndsWithProtectedPodSpared(t *testing.T) {
 	bare := barePod(t, e, ns, "bare", spared, nil)
 	lonely := barePod(t, e, ns, "lonely", clean, nil)
 	check := keptPods(t, e, ns, store, waiter)
-	evName := nodedrain.EvacuationName(spared, "spare-store")
+	evName := v1alpha1.EvacuationName(spared, "spare-store")
 
 	requestAll(t, e, nodes)
 	t.Log("past timeouts.drain the bare pods are deleted; the drain with pods it must spare ends Failed naming them")
@@ -322,7 +321,7 @@ func TestCancelBoundedWhenProviderNeverConfirms(t *testing.T) {
 		create(t, e, provider("cx-store", v1alpha1.StageBeforeEviction, 30*time.Second, "cxstore"))
 		store := &stuckCancelStore{}
 		runProvider(t, e.c, "cx-store", store)
-		evName := nodedrain.EvacuationName(target, "cx-store")
+		evName := v1alpha1.EvacuationName(target, "cx-store")
 
 		requestAll(t, e, []string{target})
 		e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
@@ -422,7 +421,7 @@ func evacuationTimeoutCase(t *testing.T, e *env, prefix, onTimeout string, viaHo
 	bare := barePod(t, e, ns, prefix+"-bare", target, nil)
 	// evName is the evacuation's name in status.hooks; holder, how the
 	// drain names what holds the pod.
-	evName, holder := nodedrain.EvacuationName(target, storeApp), ""
+	evName, holder := v1alpha1.EvacuationName(target, storeApp), ""
 	if viaHook {
 		evName, holder = "pod/"+ns+"/"+store.Name, "HTTP hook of pod "+ns+"/"+store.Name
 		serveHook(t, &store, port, &hookApp{answer: answer(200, `{"state":"InProgress","message":"forwarding stored messages","remaining":40}`)})

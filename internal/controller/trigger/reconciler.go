@@ -80,28 +80,6 @@ type Reconciler struct {
 	Events events.EventRecorder
 }
 
-// Wanted returns the trigger requesters a node calls for under the
-// policy's triggers, sorted by name.
-func Wanted(node *corev1.Node, t policy.Triggers) []v1alpha1.Requester {
-	var out []v1alpha1.Requester
-	for _, taint := range node.Spec.Taints {
-		switch {
-		case taint.Key == v1alpha1.TaintDrain && t.Taint:
-			out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterTaint, Reason: "taint " + v1alpha1.TaintDrain + " (" + string(taint.Effect) + ")"})
-		case slices.Contains(t.ExternalTaints, taint.Key):
-			out = append(out, v1alpha1.Requester{Name: requesterExternal + taint.Key, Reason: "taint " + taint.Key + " from outside vacate"})
-		}
-	}
-	if t.OnNodeDelete && !node.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerDrain) {
-		out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterDelete, Reason: "the node is being deleted (policy triggers.onNodeDelete: Drain)"})
-	}
-	if t.OnUnschedulable && node.Spec.Unschedulable && node.Annotations[v1alpha1.AnnotationCordonedBy] == "" {
-		out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterCordon, Reason: "the node was cordoned (policy triggers.onUnschedulable: Drain)"})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return dedupe(out)
-}
-
 // Reconcile adds the entries of the triggers that hold, raises the drain of
 // a deleted node to Decommission, keeps the node finalizer, and withdraws
 // the entries that no longer hold. Under an ambiguous policy (or one that
@@ -129,7 +107,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return res, errors.Join(err, berr)
 	}
-	wanted := Wanted(node, p.Triggers)
+	wanted := p.Triggers.Wanted(node)
 	undoing := nd != nil && !nd.DeletionTimestamp.IsZero() // the delete event brings us back
 	var reqErr error
 	if !undoing {
@@ -418,16 +396,4 @@ func taintKeys(n *corev1.Node) string {
 	}
 	sort.Strings(keys)
 	return strings.Join(keys, ",")
-}
-
-// dedupe drops repeated names (a taint key with two effects), keeping the
-// first.
-func dedupe(rs []v1alpha1.Requester) []v1alpha1.Requester {
-	out := rs[:0]
-	for i, r := range rs {
-		if i == 0 || rs[i-1].Name != r.Name {
-			out = append(out, r)
-		}
-	}
-	return out
 }
