@@ -14,14 +14,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/operator"
 )
 
 // newConfigFlags are kubectl's connection flags (--kubeconfig, --context,
@@ -83,9 +84,11 @@ func dial(flags *genericclioptions.ConfigFlags) (*session, error) {
 	if s.clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("building a client for %s: %w", s.where, err)
 	}
-	scheme, err := operator.Scheme()
-	if err != nil {
-		return nil, err
+	// Kubernetes' kinds and vacate's; not pkg/evacuation.Scheme, whose
+	// package brings a controller manager into the CLI.
+	scheme, kinds := runtime.NewScheme(), runtime.NewSchemeBuilder(clientgoscheme.AddToScheme, v1alpha1.AddToScheme)
+	if err := kinds.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
 	if s.client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("building a client for %s: %w", s.where, err)

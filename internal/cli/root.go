@@ -2,6 +2,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,24 +67,14 @@ did when a drain is cancelled.`,
   vacate explain node-1
 
   # Give the node back
-  vacate cancel node-1
-
-  # Try it all on a throwaway local cluster
-  vacate demo`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+  vacate cancel node-1`,
 	}
-	root.SetIn(s.In)
-	root.SetOut(s.Out)
-	root.SetErr(s.Err)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	SetUp(root, s)
 	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-") {
 		asKubectlPlugin(root)
 	}
 	flags.AddFlags(root.PersistentFlags())
-	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(),
-		"\n\nGlobal Flags:\n{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}",
-		"\n\nConnection flags (--kubeconfig, --context, --user, --request-timeout, ...): see '{{.Root.DisplayName}} --help'.", 1))
+	connectionFlagsInUsage(root)
 	root.AddCommand(
 		newDrainCommand(flags, s, clk),
 		newCancelCommand(flags, s),
@@ -93,14 +84,45 @@ did when a drain is cancelled.`,
 		newReleaseCommand(flags, s, clk),
 		newManifestsCommand(s),
 		newUninstallCommand(flags, s, clk),
-		newDevCommand(s),
-		newDemoCommand(s),
+		newDevToolCommand("dev", nil),
+		newDevToolCommand("demo", []string{"demo"}),
 	)
 	addCompletionExamples(root)
 	if root.Annotations[cobra.CommandDisplayNameAnnotation] != "" {
 		pluginExamples(root)
 	}
 	return root
+}
+
+// connectionFlagsInUsage replaces, in the usage of every subcommand, the
+// long list of kubectl's connection flags by one line that points to the
+// root's help. It wraps cobra's default usage function rather than setting
+// a usage template: a template would link text/template, whose reflection
+// keeps every exported method of every type in the binary (tens of MB).
+func connectionFlagsInUsage(root *cobra.Command) {
+	usage := root.UsageFunc()
+	root.SetUsageFunc(func(c *cobra.Command) error {
+		var b bytes.Buffer
+		out := c.OutOrStderr()
+		c.SetOut(&b)
+		err := usage(c)
+		c.SetOut(out)
+		text := b.String()
+		if start := strings.Index(text, "\n\nGlobal Flags:\n"); start >= 0 {
+			end := strings.Index(text[start+2:], "\n\n")
+			if end < 0 {
+				end = len(text) - 1 // the block ends the usage, before its last newline
+			} else {
+				end += start + 2
+			}
+			text = text[:start] + fmt.Sprintf("\n\nConnection flags (--kubeconfig, --context, --user, --request-timeout, ...): see '%s --help'.",
+				c.Root().DisplayName()) + text[end:]
+		}
+		if _, werr := io.WriteString(out, text); err == nil {
+			err = werr
+		}
+		return err
+	})
 }
 
 // asKubectlPlugin names the command "kubectl vacate" in help and usage, as
@@ -128,11 +150,28 @@ func Main(args []string, s Streams) int {
 // Run runs the vacate command with a context and clock and returns its exit
 // code.
 func Run(ctx context.Context, args []string, s Streams, clk clock.WithTicker) int {
-	root := NewRootCommand(s, clk)
+	return Execute(ctx, NewRootCommand(s, clk), args, s)
+}
+
+// SetUp gives a root command vacate's conventions: the streams, no usage
+// text or error printed by cobra (Execute prints one line), flag errors as
+// usage errors. The development command (internal/devcli) uses it too.
+func SetUp(root *cobra.Command, s Streams) {
+	root.SilenceUsage, root.SilenceErrors = true, true
+	root.SetIn(s.In)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+}
+
+// Execute runs a command tree set up by SetUp with args and returns its exit
+// code: errors are printed as one line; usage errors exit ExitUsage, an
+// exitError its code, others ExitError.
+func Execute(ctx context.Context, root *cobra.Command, args []string, s Streams) int {
 	root.SetArgs(args)
 	completing := len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd)
 	if _, _, err := root.Find(args); err != nil && !completing { // unknown command
-		fmt.Fprintf(s.Err, "error: %v; see 'vacate --help'\n", err)
+		fmt.Fprintf(s.Err, "error: %v; see '%s --help'\n", err, root.Name())
 		return ExitUsage
 	}
 	err := root.ExecuteContext(ctx)
@@ -152,7 +191,7 @@ func Run(ctx context.Context, args []string, s Streams, clk clock.WithTicker) in
 }
 
 // isCobraUsageError recognises the argument errors of our Args validators
-// (noArgs, asGroup and the commands' own), which cobra returns as they are.
+// (NoArgs, AsGroup and the commands' own), which cobra returns as they are.
 func isCobraUsageError(err error) bool {
 	var ae argsError
 	return errors.As(err, &ae)
@@ -163,17 +202,21 @@ type argsError struct{ msg string }
 
 func (e argsError) Error() string { return e.msg }
 
-// noArgs rejects positional arguments with a usage error.
-func noArgs(cmd *cobra.Command, args []string) error {
+// UsageError is an error in how the command was called: Execute exits
+// ExitUsage with it.
+func UsageError(msg string) error { return argsError{msg} }
+
+// NoArgs rejects positional arguments with a usage error.
+func NoArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return argsError{fmt.Sprintf("%q takes no arguments, got %q; see %q", cmd.CommandPath(), args, cmd.CommandPath()+" --help")}
 	}
 	return nil
 }
 
-// asGroup makes a command that only holds subcommands reject an unknown
+// AsGroup makes a command that only holds subcommands reject an unknown
 // subcommand as a usage error (cobra would show the help and exit 0).
-func asGroup(cmd *cobra.Command) *cobra.Command {
+func AsGroup(cmd *cobra.Command) *cobra.Command {
 	cmd.Args = cobra.ArbitraryArgs
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if len(args) > 0 {

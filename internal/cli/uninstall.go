@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/operator"
+	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
 
@@ -98,7 +98,7 @@ needs cluster admin rights.`,
 
   # Remove the controller but keep the CRDs and DrainPolicies, for a reinstall
   vacate uninstall --keep-crds`,
-		Args: noArgs,
+		Args: NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context())
 		},
@@ -487,10 +487,9 @@ func podSelector(deploy *unstructured.Unstructured) (string, error) {
 // leases are where a vacate-controller holds its leader Lease: the
 // Deployment's namespace, and the controller's default (out of cluster).
 func leases(ns string) []types.NamespacedName {
-	d := operator.DefaultOptions()
-	out := []types.NamespacedName{{Namespace: ns, Name: d.LeaderElectionID}}
-	if d.LeaderElectionNamespace != ns {
-		out = append(out, types.NamespacedName{Namespace: d.LeaderElectionNamespace, Name: d.LeaderElectionID})
+	out := []types.NamespacedName{{Namespace: ns, Name: leader.DefaultLeaseName}}
+	if leader.DefaultLeaseNamespace != ns {
+		out = append(out, types.NamespacedName{Namespace: leader.DefaultLeaseNamespace, Name: leader.DefaultLeaseName})
 	}
 	return out
 }

@@ -55,9 +55,9 @@ type Options struct {
 	// ReportDir is where the report file goes. Default: the vacate cache
 	// directory's demo/ folder.
 	ReportDir string
-	// Executable runs the controller that --keep leaves running: it is
-	// started as `Executable dev controller --name vacate-demo`. Default:
-	// this program.
+	// Executable is vacate-dev, which runs the brokers (`Executable broker
+	// ...`) and the controller that --keep leaves running (`Executable
+	// controller --name vacate-demo`). Default: this program.
 	Executable string
 }
 
@@ -435,16 +435,16 @@ func (d *demo) writeReport(r progress.Report) (string, error) {
 }
 
 // keep leaves a vacate controller running against the kept cluster, as a
-// detached `vacate dev controller`, and says how to use the CLI on it.
+// detached `vacate-dev controller`, and says how to use the CLI on it.
 func (d *demo) keep(ctx context.Context) error {
 	exe, err := d.executable()
 	if err != nil {
 		return err
 	}
 	logPath := filepath.Join(d.c.Dir, "controller-kept.log")
-	// The log's path names the cluster's directory, so `vacate dev down`
+	// The log's path names the cluster's directory, so `vacate-dev down`
 	// finds and stops this process with the cluster's own.
-	cmd := exec.Command(exe, "dev", "controller", "--name", ClusterName, "--log-file", logPath)
+	cmd := exec.Command(exe, "controller", "--name", ClusterName, "--log-file", logPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the vacate controller: %w", err)
@@ -472,7 +472,7 @@ Try the CLI on it:
   vacate explain %s
   vacate cancel %s --requester %s    # give back the nodes the demo drained
 Stop it all with:
-  vacate dev down --name %s
+  vacate-dev down --name %s
 `, pid, logPath, d.c.Kubeconfig, idle, idle, idle, strings.Join(drained, " "), Requester, ClusterName)
 	return nil
 }

@@ -24,10 +24,11 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 	clusters := t.TempDir()
 	t.Setenv(devcluster.EnvClustersDir, clusters)
 	reports := t.TempDir()
+	_, dev := buildTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := Run(ctx, &out, Options{ReportDir: reports, Executable: buildVacate(t)}); err != nil {
+	if err := Run(ctx, &out, Options{ReportDir: reports, Executable: dev}); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
 	got := out.String()
@@ -108,29 +109,34 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 	}
 }
 
-// buildVacate builds the vacate binary the demo runs its helper processes with.
-func buildVacate(t *testing.T) string {
+// buildTools builds vacate and vacate-dev (the program the demo runs its
+// helper processes with) into one directory, as make build does, and
+// returns their paths.
+func buildTools(t *testing.T) (vacate, vacateDev string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "vacate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
-		t.Fatalf("building vacate: %v\n%s", err, out)
+	dir := t.TempDir()
+	for _, name := range []string{"vacate", "vacate-dev"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/vacate-dev/vacate/cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
 	}
-	return bin
+	return filepath.Join(dir, "vacate"), filepath.Join(dir, "vacate-dev")
 }
 
 // TestDemoKeepLeavesAWorkingController: with --keep the cluster stays up
 // with a vacate controller, the CLI drains a node on it, and `vacate dev
-// down` stops everything, the controller included.
+// down` (the user CLI handing over to vacate-dev beside it) stops
+// everything, the controller included.
 func TestDemoKeepLeavesAWorkingController(t *testing.T) {
 	clusters := t.TempDir()
 	t.Setenv(devcluster.EnvClustersDir, clusters)
 	dir := filepath.Join(clusters, ClusterName)
 	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
-	bin := buildVacate(t)
+	bin, dev := buildTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := Run(ctx, &out, Options{Keep: true, Executable: bin, ReportDir: t.TempDir()}); err != nil {
+	if err := Run(ctx, &out, Options{Keep: true, Executable: dev, ReportDir: t.TempDir()}); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
 	got := out.String()
@@ -153,7 +159,7 @@ func TestDemoKeepLeavesAWorkingController(t *testing.T) {
 	}
 	controllers := 0
 	for _, pid := range devcluster.ProcessesUsing(dir) {
-		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmdline), "dev\x00controller") {
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmdline), "vacate-dev\x00controller\x00") {
 			controllers++
 		}
 	}

@@ -114,7 +114,7 @@ func (d *demo) brokers(ctx context.Context, s *stateful, nodes []string) error {
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(exe, "dev", "broker", "--name", p.Name, "--listen", fmt.Sprintf("%s:%d", p.Status.PodIP, brokerPort),
+		cmd := exec.Command(exe, "broker", "--name", p.Name, "--listen", fmt.Sprintf("%s:%d", p.Status.PodIP, brokerPort),
 			"--data", filepath.Join(d.c.Dir, "brokers", p.Name), "--peers", strings.Join(peers, ","), "--no-fsync", "--forward-delay", "1ms")
 		cmd.Stdout, cmd.Stderr = log, log
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

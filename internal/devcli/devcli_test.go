@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"bufio"
@@ -19,12 +19,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/spf13/cobra"
-	"k8s.io/utils/clock"
 
+	"github.com/vacate-dev/vacate/internal/cli"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 )
 
-// run calls the CLI in process and returns its exit code and outputs.
+// run calls vacate-dev in process and returns its exit code and outputs.
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -32,7 +32,26 @@ func run(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-// TestDevUpStatusEnvDown drives `vacate dev` as a person would: up prints a
+// vacate calls the user CLI in process and returns its exit code and
+// outputs.
+func vacate(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := cli.Main(args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	return code, out.String(), errOut.String()
+}
+
+// buildDev builds vacate-dev into a temporary directory.
+func buildDev(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), cli.DevProgram)
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate-dev").CombinedOutput(); err != nil {
+		t.Fatalf("building vacate-dev: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestDevUpStatusEnvDown drives vacate-dev as a person would: up prints a
 // kubeconfig that kubectl can use, status and env describe the cluster, and
 // down leaves no process behind.
 func TestDevUpStatusEnvDown(t *testing.T) {
@@ -41,8 +60,8 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	dir := filepath.Join(clusters, "clitest")
 	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
 
-	code, out, errOut := run(t, "dev", "up", "--name", "clitest")
-	if code != ExitOK {
+	code, out, errOut := run(t, "up", "--name", "clitest")
+	if code != cli.ExitOK {
 		t.Fatalf("dev up exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	t.Logf("dev up:\n%s", out)
@@ -89,17 +108,16 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	}
 
 	// The CLI on a cluster without vacate says what to install.
-	code, _, errOut = run(t, "status", "--kubeconfig", kubeconfig)
-	oneError(t, code, errOut, ExitError, "vacate is not installed in the cluster at", "vacate manifests crds | kubectl apply -f -")
+	code, _, errOut = vacate(t, "status", "--kubeconfig", kubeconfig)
+	if code != cli.ExitError || !strings.Contains(errOut, "vacate is not installed in the cluster at") || !strings.Contains(errOut, "vacate manifests crds | kubectl apply -f -") {
+		t.Errorf("vacate status without vacate installed: exit %d %q, want exit 1 saying what to install", code, errOut)
+	}
 
-	// `dev controller` installs the CRDs and runs the controller until
+	// `controller` installs the CRDs and runs the controller until
 	// stopped: the CLI then drains the node. It sets process-wide loggers,
 	// so it runs as its own process, as people run it.
-	bin := filepath.Join(t.TempDir(), "vacate")
-	if b, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
-		t.Fatalf("building vacate: %v\n%s", err, b)
-	}
-	ctl := exec.Command(bin, "dev", "controller", "--name", "clitest", "--log-file", filepath.Join(dir, "controller.log"))
+	bin := buildDev(t)
+	ctl := exec.Command(bin, "controller", "--name", "clitest", "--log-file", filepath.Join(dir, "controller.log"))
 	ctl.Env = append(os.Environ(), devcluster.EnvClustersDir+"="+clusters)
 	var ctlErr bytes.Buffer
 	ctl.Stderr = &ctlErr
@@ -108,10 +126,10 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ctl.Process.Kill() })
 	deadline := time.Now().Add(time.Minute)
-	for code, _, _ = run(t, "status", "--kubeconfig", kubeconfig); code != ExitOK && time.Now().Before(deadline); code, _, _ = run(t, "status", "--kubeconfig", kubeconfig) {
+	for code, _, _ = vacate(t, "status", "--kubeconfig", kubeconfig); code != cli.ExitOK && time.Now().Before(deadline); code, _, _ = vacate(t, "status", "--kubeconfig", kubeconfig) {
 		time.Sleep(200 * time.Millisecond)
 	}
-	if code, out, errOut := run(t, "drain", "cli-node-0", "--wait", "--timeout", "1m", "--kubeconfig", kubeconfig); code != ExitOK || !strings.Contains(out, "cli-node-0 Drained 0/0") {
+	if code, out, errOut := vacate(t, "drain", "cli-node-0", "--wait", "--timeout", "1m", "--kubeconfig", kubeconfig); code != cli.ExitOK || !strings.Contains(out, "cli-node-0 Drained 0/0") {
 		t.Errorf("drain with dev controller: exit %d\n%s%s", code, out, errOut)
 	}
 	if err := ctl.Process.Signal(syscall.SIGINT); err != nil {
@@ -121,9 +139,9 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 		t.Errorf("dev controller exited with %v: %s", err, ctlErr.String())
 	}
 
-	code, out, _ = run(t, "dev", "status", "--name", "clitest")
+	code, out, _ = run(t, "status", "--name", "clitest")
 	t.Logf("dev status:\n%s", out)
-	if code != ExitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("dev status exited %d", code)
 	}
 	for _, comp := range []string{devcluster.Etcd, devcluster.KubeAPIServer, devcluster.KubeControllerManager, devcluster.KubeScheduler, devcluster.Kwok} {
@@ -135,19 +153,19 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 		t.Errorf("dev status does not show the API server ready")
 	}
 
-	code, out, _ = run(t, "dev", "env", "--name", "clitest")
-	if code != ExitOK || out != "export KUBECONFIG="+kubeconfig+"\n" {
+	code, out, _ = run(t, "env", "--name", "clitest")
+	if code != cli.ExitOK || out != "export KUBECONFIG="+kubeconfig+"\n" {
 		t.Errorf("dev env = %d %q, want 0 %q", code, out, "export KUBECONFIG="+kubeconfig+"\n")
 	}
 
-	code, _, errOut = run(t, "dev", "up", "--name", "clitest")
-	if code != ExitError || !strings.Contains(errOut, "already running") {
+	code, _, errOut = run(t, "up", "--name", "clitest")
+	if code != cli.ExitError || !strings.Contains(errOut, "already running") {
 		t.Errorf("second dev up = %d %q, want exit 1 saying it is already running", code, errOut)
 	}
 
-	code, out, errOut = run(t, "dev", "down", "--name", "clitest")
+	code, out, errOut = run(t, "down", "--name", "clitest")
 	t.Logf("dev down:\n%s", out)
-	if code != ExitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("dev down exited %d: %s", code, errOut)
 	}
 	if n := strings.Count(out, "stopped "); n != 5 {
@@ -157,24 +175,20 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 		t.Errorf("processes still running after dev down: %v", pids)
 	}
 
-	code, out, _ = run(t, "dev", "down", "--name", "clitest")
-	if code != ExitOK || !strings.Contains(out, "not running") {
+	code, out, _ = run(t, "down", "--name", "clitest")
+	if code != cli.ExitOK || !strings.Contains(out, "not running") {
 		t.Errorf("dev down of a stopped cluster = %d %q, want 0 saying it is not running", code, out)
 	}
-	code, _, errOut = run(t, "dev", "env", "--name", "clitest")
-	if code != ExitError || !strings.Contains(errOut, "not running") {
+	code, _, errOut = run(t, "env", "--name", "clitest")
+	if code != cli.ExitError || !strings.Contains(errOut, "not running") {
 		t.Errorf("dev env of a stopped cluster = %d %q, want exit 1 saying it is not running", code, errOut)
 	}
 }
 
-// TestDevUpStopsOnInterrupt runs the real binary: Ctrl-C, both during start
+// TestDevUpStopsOnInterrupt runs the real vacate-dev: Ctrl-C, both during start
 // and once the cluster is up in the foreground, stops every process.
 func TestDevUpStopsOnInterrupt(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "vacate")
-	build := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building vacate: %v\n%s", err, out)
-	}
+	bin := buildDev(t)
 	clusters := t.TempDir()
 
 	for _, tc := range []struct {
@@ -184,12 +198,12 @@ func TestDevUpStopsOnInterrupt(t *testing.T) {
 		stream   string
 		wantCode int
 	}{
-		{name: "during-start", waitFor: "started kube-apiserver", stream: "stderr", wantCode: ExitError},
-		{name: "foreground", waitFor: "press Ctrl-C", stream: "stdout", wantCode: ExitOK},
+		{name: "during-start", waitFor: "started kube-apiserver", stream: "stderr", wantCode: cli.ExitError},
+		{name: "foreground", waitFor: "press Ctrl-C", stream: "stdout", wantCode: cli.ExitOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(clusters, tc.name)
-			cmd := exec.Command(bin, "dev", "up", "--foreground", "--name", tc.name)
+			cmd := exec.Command(bin, "up", "--foreground", "--name", tc.name)
 			cmd.Env = append(os.Environ(), devcluster.EnvClustersDir+"="+clusters)
 			stdout, _ := cmd.StdoutPipe()
 			stderr, _ := cmd.StderrPipe()
@@ -218,10 +232,10 @@ func TestDevUpStopsOnInterrupt(t *testing.T) {
 			select {
 			case _, ok := <-seen:
 				if !ok {
-					t.Fatalf("vacate exited before printing %q:\n%s", tc.waitFor, lines.String())
+					t.Fatalf("vacate-dev exited before printing %q:\n%s", tc.waitFor, lines.String())
 				}
 			case <-time.After(3 * time.Minute):
-				t.Fatalf("vacate did not print %q in time", tc.waitFor)
+				t.Fatalf("vacate-dev did not print %q in time", tc.waitFor)
 			}
 			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 				t.Fatal(err)
@@ -231,7 +245,7 @@ func TestDevUpStopsOnInterrupt(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(time.Minute):
-				t.Fatal("vacate did not exit within a minute of Ctrl-C")
+				t.Fatal("vacate-dev did not exit within a minute of Ctrl-C")
 			}
 			if code := cmd.ProcessState.ExitCode(); code != tc.wantCode {
 				t.Errorf("exit code %d, want %d", code, tc.wantCode)
@@ -245,28 +259,28 @@ func TestDevUpStopsOnInterrupt(t *testing.T) {
 
 func TestBadUsageIsExitTwo(t *testing.T) {
 	for _, args := range [][]string{
-		{"dev", "up", "extra"},
-		{"dev", "up", "--no-such-flag"},
-		{"dev", "status", "--name"},
+		{"up", "extra"},
+		{"up", "--no-such-flag"},
+		{"status", "--name"},
 		{"no-such-command"},
-		{"dev", "no-such-command"},
+		{"demo", "--nodes"},
 	} {
 		code, _, errOut := run(t, args...)
-		if code != ExitUsage {
-			t.Errorf("vacate %v exited %d, want %d (stderr %q)", args, code, ExitUsage, errOut)
+		if code != cli.ExitUsage {
+			t.Errorf("vacate-dev %v exited %d, want %d (stderr %q)", args, code, cli.ExitUsage, errOut)
 		}
 		if !strings.HasPrefix(errOut, "error: ") || strings.Count(errOut, "\n") != 1 {
-			t.Errorf("vacate %v: want one error line, got %q", args, errOut)
+			t.Errorf("vacate-dev %v: want one error line, got %q", args, errOut)
 		}
 	}
-	code, _, errOut := run(t, "dev", "up", "--name", "Bad_Name")
-	if code != ExitError || !strings.Contains(errOut, "lower-case") {
+	code, _, errOut := run(t, "up", "--name", "Bad_Name")
+	if code != cli.ExitError || !strings.Contains(errOut, "lower-case") {
 		t.Errorf("bad cluster name: exit %d %q", code, errOut)
 	}
 }
 
 func TestEveryCommandHasExamples(t *testing.T) {
-	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard}, clock.RealClock{})
+	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard})
 	var check func(prefix string, cmds []*cobra.Command)
 	check = func(prefix string, cmds []*cobra.Command) {
 		for _, c := range cmds {
@@ -279,5 +293,5 @@ func TestEveryCommandHasExamples(t *testing.T) {
 			check(prefix+" "+c.Name(), c.Commands())
 		}
 	}
-	check("vacate", root.Commands())
+	check("vacate-dev", root.Commands())
 }

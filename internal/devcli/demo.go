@@ -1,8 +1,9 @@
-package cli
+package devcli
 
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/vacate-dev/vacate/internal/cli"
 	"github.com/vacate-dev/vacate/internal/demo"
 )
 
@@ -17,10 +18,10 @@ PDBs, a StatefulSet with a tight PDB, a DaemonSet, a Job), then drains three
 nodes with the live progress view: one is held by the tight PDB, explained,
 and released by relaxing the PDB. Ends with a summary table and the path of a
 JSON report, and stops the cluster (--keep leaves it, with a controller).`,
-		Example: `  vacate demo
+		Example: `  vacate-dev demo
   # leave the cluster running to explore it with kubectl
-  vacate demo --keep`,
-		Args: noArgs,
+  vacate-dev demo --keep`,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return demo.Run(cmd.Context(), s.Out, opts)
 		},

@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/examples/broker"
+	"github.com/vacate-dev/vacate/internal/cli"
 )
 
 // newDevBrokerCommand runs the reference broker (examples/broker) as a
@@ -17,12 +18,12 @@ func newDevBrokerCommand() *cobra.Command {
 		Use:    "broker --name NAME --listen ADDR --data DIR [--peers URL,...]",
 		Short:  "Run the reference message broker (used by the demo)",
 		Hidden: true,
-		Example: `  vacate dev broker --name broker-0 --listen 127.64.0.2:7070 --data /tmp/broker-0 \
+		Example: `  vacate-dev broker --name broker-0 --listen 127.64.0.2:7070 --data /tmp/broker-0 \
     --peers http://127.64.0.3:7070,http://127.64.0.4:7070`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if b.Name == "" || b.Dir == "" || listen == "" {
-				return argsError{"--name, --listen and --data are required"}
+				return cli.UsageError("--name, --listen and --data are required")
 			}
 			if peers != "" {
 				b.Peers = strings.Split(peers, ",")

@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"fmt"
@@ -11,23 +11,25 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vacate-dev/vacate/internal/cli"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/operator"
 )
 
-func newDevControllerCommand(s Streams, name *string) *cobra.Command {
+func newDevControllerCommand(s Streams) *cobra.Command {
 	var logFile string
+	name := new(string)
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the vacate controller against a dev cluster, in the foreground",
 		Long: `Installs vacate's CRDs in the dev cluster and runs the vacate controller
 (leader election on, no metrics or probe listeners) until Ctrl-C, so the CLI
-has something to talk to. 'vacate dev down' stops it too.`,
-		Example: `  vacate dev up
-  vacate dev controller &
-  eval "$(vacate dev env)"
+has something to talk to. 'vacate-dev down' stops it too.`,
+		Example: `  vacate-dev up
+  vacate-dev controller &
+  eval "$(vacate-dev env)"
   vacate drain node-0 --wait`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := readRunningState(*name)
 			if err != nil {
@@ -64,5 +66,6 @@ has something to talk to. 'vacate dev down' stops it too.`,
 		},
 	}
 	cmd.Flags().StringVar(&logFile, "log-file", "", "append the controller's log to this file instead of stderr")
+	nameFlag(cmd, name)
 	return cmd
 }

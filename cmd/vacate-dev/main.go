@@ -1,0 +1,14 @@
+// Command vacate-dev holds vacate's development tools: the local dev
+// cluster, the controller run against it, the demo and the reference
+// workloads. It is not part of what users install (cmd/vacate).
+package main
+
+import (
+	"os"
+
+	"github.com/vacate-dev/vacate/internal/devcli"
+)
+
+func main() {
+	os.Exit(devcli.Main(os.Args[1:], devcli.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}))
+}
