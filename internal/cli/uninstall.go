@@ -30,7 +30,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/leader"
-	"github.com/vacate-dev/vacate/internal/policy"
 )
 
 type uninstallOptions struct {
@@ -42,6 +41,8 @@ type uninstallOptions struct {
 	keepCRDs     bool
 	dryRun       bool
 	timeout      time.Duration
+	// lease names the Lease of a controller run outside the Deployment.
+	lease types.NamespacedName
 }
 
 func newUninstallCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.PassiveClock) *cobra.Command {
@@ -62,7 +63,10 @@ no node behind:
      waits (--timeout) until the controller has restored every node.
   2. controller: the Deployment vacate-controller and its PDB are deleted,
      and uninstall waits until its pods and any vacate-controller holding
-     the leader Lease have stopped, so nothing re-adds vacate's finalizers.
+     a leader Lease have stopped, so nothing re-adds vacate's finalizers:
+     the Deployment's Lease (its --leader-election-id and
+     --leader-election-namespace) and the one --lease-namespace and
+     --lease-name name (a controller run outside the cluster).
   3. node finalizers: vacate.dev/drain (policy triggers.onNodeDelete: Drain)
      is removed from every node; other finalizers are kept.
   4. the DrainPolicies, the namespace, service account and RBAC objects,
@@ -85,6 +89,8 @@ did not confirm a cancel (uninstall cannot undo a provider's work), HTTP
 hooks that may not have been told to cancel, a controller still running.
 It exits non-zero only when a request fails, not for what it reports.
 
+Uninstall reads the cluster first and plans every step from what it read;
+--dry-run prints that plan, each step with its reason, and changes nothing.
 Objects already gone are skipped, so uninstall can be run again. Uninstalling
 needs cluster admin rights.`,
 		Example: `  # See what would be done, changing nothing
@@ -110,6 +116,9 @@ needs cluster admin rights.`,
 	f.BoolVar(&o.keepCRDs, "keep-crds", false, "keep the CRDs and the DrainPolicies")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print what would be done; change nothing")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for each step: the restores, the controller to stop (0: as long as it takes)")
+	f.StringVar(&o.lease.Namespace, "lease-namespace", leader.DefaultLeaseNamespace,
+		"namespace of the leader Lease of a vacate-controller run outside the installed Deployment (the Deployment's own Lease is read from its flags)")
+	f.StringVar(&o.lease.Name, "lease-name", leader.DefaultLeaseName, "name of that Lease")
 	return cmd
 }
 
@@ -149,27 +158,62 @@ func (o *uninstallOptions) run(ctx context.Context) error {
 	if u.served, err = s.servesVacate(); err != nil {
 		return u.explain(err, "checking for vacate's API")
 	}
-	leftover := u.checkNoDrains
-	if o.force {
-		leftover = u.undoLeft
+	v, err := u.read(ctx)
+	if err != nil {
+		return err
 	}
-	for _, step := range []func(context.Context) error{
-		u.cancelAll, u.stopController, leftover, u.releaseNodes, u.deletePolicies, u.deleteRest, u.deleteCRDs, u.noteBindings,
-	} {
-		if err := step(ctx); err != nil {
+	plan := planUninstall(v, objs, uninstallChoices{cancelDrains: o.cancelDrains, force: o.force, keepCRDs: o.keepCRDs})
+	if plan.refusal != nil {
+		return plan.refusal
+	}
+	if o.dryRun {
+		plan.write(u.say, o.force)
+		u.say("dry run: nothing was changed in %s", s.where)
+		return nil
+	}
+	if err := u.execute(ctx, plan, v); err != nil {
+		return err
+	}
+	if o.force {
+		u.left.write(u.say, false)
+	}
+	if o.keepCRDs {
+		u.say("vacate is uninstalled from %s; its CRDs and DrainPolicies are kept", s.where)
+	} else {
+		u.say("vacate is uninstalled from %s", s.where)
+	}
+	return nil
+}
+
+// execute runs the plan's steps in order. Each step after a wait reads
+// again what it acts on: the controller restores drains and removes
+// finalizers meanwhile.
+func (u *uninstaller) execute(ctx context.Context, plan uninstallPlan, v clusterView) error {
+	for _, step := range plan.steps {
+		var err error
+		switch step.kind {
+		case stepCancelDrains:
+			err = u.cancelAll(ctx, v.drains)
+		case stepStopController:
+			err = u.stopController(ctx)
+		case stepCheckNoDrains:
+			err = u.checkNoDrains(ctx)
+		case stepUndoLeft:
+			err = u.undoLeft(ctx)
+		case stepReleaseNodes:
+			err = u.releaseNodes(ctx)
+		case stepDeletePolicies:
+			err = u.deletePolicies(ctx)
+		case stepDeleteRest:
+			err = u.deleteRest(ctx)
+		case stepDeleteCRDs:
+			err = u.deleteCRDs(ctx)
+		case stepNoteBindings:
+			err = u.noteBindings(ctx)
+		}
+		if err != nil {
 			return err
 		}
-	}
-	if o.force {
-		u.sayLeftBehind()
-	}
-	switch {
-	case o.dryRun:
-		u.say("dry run: nothing was changed in %s", s.where)
-	case o.keepCRDs:
-		u.say("vacate is uninstalled from %s; its CRDs and DrainPolicies are kept", s.where)
-	default:
-		u.say("vacate is uninstalled from %s", s.where)
 	}
 	return nil
 }
@@ -239,37 +283,16 @@ func decodeManifests(text string) ([]*unstructured.Unstructured, error) {
 
 // Step 1: drains.
 
-// cancelAll deletes every NodeDrain, so the controller restores its node,
-// and waits until all are gone. Without --cancel-drains it refuses while
-// any exists.
-func (u *uninstaller) cancelAll(ctx context.Context) error {
+// cancelAll deletes the drains uninstall read (the plan checked that it may:
+// --cancel-drains, no trigger that would request them again), so the
+// controller restores their nodes, and waits until all are gone.
+func (u *uninstaller) cancelAll(ctx context.Context, drains []v1alpha1.NodeDrain) error {
 	if !u.served {
 		u.say("drains: none (the cluster does not serve vacate's API)")
 		return nil
 	}
-	list := &v1alpha1.NodeDrainList{}
-	if err := u.s.client.List(ctx, list); err != nil {
-		return u.explain(err, "listing NodeDrains")
-	}
-	drains := list.Items
 	if len(drains) == 0 {
 		u.say("drains: none")
-		return nil
-	}
-	if !u.cancelDrains {
-		return fmt.Errorf("%d drain(s) in place: %s; every one, finished or not, must be cancelled so the controller restores its node "+
-			"(uncordons it if vacate cordoned it): run 'vacate uninstall --cancel-drains' to do that, or 'vacate cancel' them first",
-			len(drains), describeDrains(drains))
-	}
-	if err := u.checkTriggers(ctx, drains); err != nil {
-		return err
-	}
-	if u.dryRun {
-		var then string
-		if u.force {
-			then = " (--force: those it does not restore within --timeout, uninstall restores as far as is safe)"
-		}
-		u.say("drains: would cancel %d: %s; the controller would restore their nodes%s", len(drains), describeDrains(drains), then)
 		return nil
 	}
 	u.say("drains: cancelling %d: %s; waiting for the controller to restore their nodes", len(drains), describeDrains(drains))
@@ -319,42 +342,6 @@ func (u *uninstaller) cancelAll(ctx context.Context) error {
 		return fmt.Errorf("drain(s) requested again after the cancel: %s; remove what requests them, then run uninstall again; nothing else was removed", describeDrains(again))
 	}
 	return u.sayRestored(ctx, drains)
-}
-
-// checkTriggers refuses to cancel drains that a trigger of their node's
-// policy would request again at once (a taint, a cordon, the node's own
-// deletion): the controller would drain the node again.
-func (u *uninstaller) checkTriggers(ctx context.Context, drains []v1alpha1.NodeDrain) error {
-	var held []string
-	for _, nd := range drains {
-		node := &corev1.Node{}
-		err := u.s.client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return u.explain(err, "reading node "+nd.Spec.NodeName)
-		}
-		p, err := policy.Resolve(ctx, u.s.client, "", node)
-		if policy.IsAmbiguous(err) {
-			continue // the triggers do nothing under an ambiguous policy
-		}
-		if err != nil {
-			return u.explain(err, "resolving the DrainPolicy of node "+node.Name)
-		}
-		var reasons []string
-		for _, r := range p.Triggers.Wanted(node) {
-			reasons = append(reasons, r.Reason)
-		}
-		if len(reasons) > 0 {
-			held = append(held, node.Name+" ("+strings.Join(reasons, "; ")+")")
-		}
-	}
-	if len(held) > 0 {
-		return fmt.Errorf("cannot cancel every drain: a trigger would request these again at once: %s; remove the taint or cordon, "+
-			"or let the drain finish, then run uninstall again; nothing was changed", strings.Join(truncated(held, 5), ", "))
-	}
-	return nil
 }
 
 // sayRestored reports what became of the restored drains' nodes.
@@ -420,15 +407,15 @@ func truncated(items []string, n int) []string {
 // (one run outside the cluster included), so nothing re-adds vacate's
 // finalizers once they are removed.
 func (u *uninstaller) stopController(ctx context.Context) error {
-	var deploy *unstructured.Unstructured
-	for _, o := range u.controller {
-		if o.GetKind() == "Deployment" {
-			deploy = o
-		}
-	}
+	deploy := u.deployment()
 	if deploy == nil {
 		return errors.New("the install manifests hold no Deployment") // a broken build
 	}
+	installed, err := u.installedDeployment(ctx, deploy)
+	if err != nil {
+		return err
+	}
+	leases := controllerLeases(installed, u.lease)
 	r, err := u.deleteAll(ctx, u.controller)
 	if err != nil {
 		return err
@@ -443,16 +430,10 @@ func (u *uninstaller) stopController(ctx context.Context) error {
 		return u.explain(err, "listing the controller's pods")
 	}
 	running := len(pods.Items)
-	switch {
-	case r.none():
+	if r.none() {
 		u.say("controller: no Deployment %s/%s installed; nothing to delete", ns, deploy.GetName())
-	case u.dryRun:
-		u.say("controller: %s; its %d pod(s) would stop", r.summary(true), running)
-	default:
+	} else {
 		u.say("controller: %s; waiting for its %d pod(s) to stop", r.summary(false), running)
-	}
-	if u.dryRun {
-		return u.sayLeaseHolders(ctx, ns)
 	}
 	err = u.poll(ctx, func(ctx context.Context) (bool, error) {
 		pods, err = u.s.clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -473,7 +454,7 @@ func (u *uninstaller) stopController(ctx context.Context) error {
 	case err != nil:
 		return u.waitErr(ctx, err, "the controller's pods to stop")
 	}
-	return u.waitForLeases(ctx, ns)
+	return u.waitForLeases(ctx, leases)
 }
 
 func podSelector(deploy *unstructured.Unstructured) (string, error) {
@@ -482,16 +463,6 @@ func podSelector(deploy *unstructured.Unstructured) (string, error) {
 		return "", fmt.Errorf("the install manifests' Deployment has no spec.selector.matchLabels: %v", err)
 	}
 	return labels.SelectorFromSet(match).String(), nil
-}
-
-// leases are where a vacate-controller holds its leader Lease: the
-// Deployment's namespace, and the controller's default (out of cluster).
-func leases(ns string) []types.NamespacedName {
-	out := []types.NamespacedName{{Namespace: ns, Name: leader.DefaultLeaseName}}
-	if leader.DefaultLeaseNamespace != ns {
-		out = append(out, types.NamespacedName{Namespace: leader.DefaultLeaseNamespace, Name: leader.DefaultLeaseName})
-	}
-	return out
 }
 
 // leaseHolder is who holds the Lease now, or "" (free, expired, absent).
@@ -513,26 +484,10 @@ func (u *uninstaller) leaseHolder(ctx context.Context, key types.NamespacedName)
 	return *sp.HolderIdentity, nil
 }
 
-func (u *uninstaller) sayLeaseHolders(ctx context.Context, ns string) error {
-	for _, key := range leases(ns) {
-		holder, err := u.leaseHolder(ctx, key)
-		if err != nil {
-			return err
-		}
-		switch {
-		case holder != "" && u.force:
-			u.say("controller: a vacate-controller holds Lease %s (%s); uninstall would wait until it stops, at most --timeout, then go on (--force)", key, holder)
-		case holder != "":
-			u.say("controller: a vacate-controller holds Lease %s (%s); uninstall would wait until it stops", key, holder)
-		}
-	}
-	return nil
-}
-
 // waitForLeases waits until no vacate-controller holds a leader Lease: one
 // that runs outside the Deployment would re-add vacate's finalizers.
-func (u *uninstaller) waitForLeases(ctx context.Context, ns string) error {
-	for _, key := range leases(ns) {
+func (u *uninstaller) waitForLeases(ctx context.Context, leases []types.NamespacedName) error {
+	for _, key := range leases {
 		holder, err := u.leaseHolder(ctx, key)
 		if err != nil {
 			return err
@@ -564,7 +519,7 @@ func (u *uninstaller) waitForLeases(ctx context.Context, ns string) error {
 // trigger could request one while the controller stopped): deleting the
 // CRDs would hang on its finalizer, and its node may be cordoned.
 func (u *uninstaller) checkNoDrains(ctx context.Context) error {
-	if !u.served || u.dryRun {
+	if !u.served {
 		return nil
 	}
 	list := &v1alpha1.NodeDrainList{}
@@ -592,12 +547,8 @@ func (u *uninstaller) releaseNodes(ctx context.Context) error {
 			held = append(held, n.Name)
 		}
 	}
-	switch {
-	case len(held) == 0:
+	if len(held) == 0 {
 		u.say("node finalizers: none of %d node(s) has %s", len(nodes.Items), v1alpha1.FinalizerDrain)
-		return nil
-	case u.dryRun:
-		u.say("node finalizers: would remove %s from %d of %d node(s)", v1alpha1.FinalizerDrain, len(held), len(nodes.Items))
 		return nil
 	}
 	removed := 0
@@ -678,9 +629,6 @@ func (u *uninstaller) deletePolicies(ctx context.Context) error {
 	case u.keepCRDs:
 		u.say("drain policies: %d kept (--keep-crds): %s", len(names), strings.Join(truncated(names, 5), ", "))
 		return nil
-	case u.dryRun:
-		u.say("drain policies: would delete %d: %s", len(names), strings.Join(truncated(names, 5), ", "))
-		return nil
 	}
 	for i := range list.Items {
 		if err := u.s.client.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
@@ -696,52 +644,32 @@ func (u *uninstaller) deleteRest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	u.say("rbac and namespace: %s", r.summary(u.dryRun))
+	u.say("rbac and namespace: %s", r.summary(false))
 	return nil
 }
 
 func (u *uninstaller) deleteCRDs(ctx context.Context) error {
 	if u.keepCRDs {
-		names := make([]string, 0, len(u.crds))
-		for _, o := range u.crds {
-			names = append(names, o.GetName())
-		}
-		u.say("crds: kept (--keep-crds): %s", strings.Join(names, ", "))
+		u.say("crds: kept (--keep-crds): %s", strings.Join(u.crdNames(), ", "))
 		return nil
 	}
 	r, err := u.deleteAll(ctx, u.crds)
 	if err != nil {
 		return err
 	}
-	u.say("crds: %s", r.summary(u.dryRun))
+	u.say("crds: %s", r.summary(false))
 	return nil
 }
 
 // noteBindings names the ClusterRoleBindings that bind vacate's
 // ClusterRoles and that uninstall leaves: someone made them for people.
 func (u *uninstaller) noteBindings(ctx context.Context) error {
-	ours, roles := map[string]bool{}, map[string]bool{}
-	for _, o := range u.rest {
-		switch o.GetKind() {
-		case "ClusterRoleBinding":
-			ours[o.GetName()] = true
-		case "ClusterRole":
-			roles[o.GetName()] = true
-		}
-	}
 	list, err := u.s.clientset.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return u.explain(err, "listing ClusterRoleBindings")
 	}
-	var left []string
-	for _, b := range list.Items {
-		if roles[b.RoleRef.Name] && b.RoleRef.Kind == "ClusterRole" && !ours[b.Name] {
-			left = append(left, b.Name+" (to "+b.RoleRef.Name+")")
-		}
-	}
-	if len(left) > 0 {
-		u.say("note: ClusterRoleBinding(s) not made by 'vacate manifests install' still bind vacate's roles: %s; delete them if nobody needs them",
-			strings.Join(truncated(left, 5), ", "))
+	if note := bindingsNote(list.Items, u.rest); note != "" {
+		u.say("%s", note)
 	}
 	return nil
 }
@@ -777,10 +705,7 @@ func (r deleted) summary(dryRun bool) string {
 func (u *uninstaller) deleteAll(ctx context.Context, objs []*unstructured.Unstructured) (deleted, error) {
 	var r deleted
 	for _, want := range slices.Backward(objs) {
-		name := want.GetKind() + " " + want.GetName()
-		if want.GetNamespace() != "" {
-			name = want.GetKind() + " " + want.GetNamespace() + "/" + want.GetName()
-		}
+		name := objectName(want)
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(want.GroupVersionKind())
 		err := u.s.client.Get(ctx, client.ObjectKeyFromObject(want), obj)
@@ -794,11 +719,9 @@ func (u *uninstaller) deleteAll(ctx context.Context, objs []*unstructured.Unstru
 			r.deleting = append(r.deleting, name)
 			continue
 		}
-		if !u.dryRun {
-			err := u.s.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return r, u.explain(err, "deleting "+name)
-			}
+		err = u.s.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return r, u.explain(err, "deleting "+name)
 		}
 		r.done = append(r.done, name)
 	}

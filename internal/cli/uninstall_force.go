@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,54 +27,49 @@ type leftBehind struct {
 	controller, nodes, evacuations, hooks []string
 }
 
-// sayLeftBehind prints the summary that ends uninstall --force.
-func (u *uninstaller) sayLeftBehind() {
-	lines := make([]string, 0, len(u.left.controller)+len(u.left.nodes)+len(u.left.evacuations)+len(u.left.hooks))
-	lines = append(append(append(append(lines, u.left.controller...), u.left.nodes...), u.left.evacuations...), u.left.hooks...)
+// write prints the summary that ends uninstall --force, or for --dry-run
+// what it would leave.
+func (l leftBehind) write(say func(string, ...any), dryRun bool) {
+	lines := make([]string, 0, len(l.controller)+len(l.nodes)+len(l.evacuations)+len(l.hooks))
+	lines = append(append(append(append(lines, l.controller...), l.nodes...), l.evacuations...), l.hooks...)
 	switch {
-	case len(lines) == 0 && u.dryRun:
-		u.say("would leave behind: nothing, if the controller does not restore the drains first")
+	case len(lines) == 0 && dryRun:
+		say("would leave behind: nothing, if the controller does not restore the drains first")
 	case len(lines) == 0:
-		u.say("left behind: nothing")
-	case u.dryRun:
-		u.say("would leave behind, if the controller does not restore the drains first:")
+		say("left behind: nothing")
+	case dryRun:
+		say("would leave behind, if the controller does not restore the drains first:")
 	default:
-		u.say("left behind:")
+		say("left behind:")
 	}
 	for _, l := range lines {
-		u.say("  %s", l)
+		say("  %s", l)
 	}
 }
 
 // undoLeft does, without the controller, the part of its undo that is safe:
-// it uncordons the nodes vacate provably cordoned, removes vacate's
-// finalizers from the NodeDrains and EvacuationProviders, and notes what it
-// cannot undo: nodes it cannot prove it cordoned, evacuations whose provider
-// did not confirm a cancel, HTTP hooks that may not have been told.
+// from a fresh read (the controller may have restored some drains while
+// uninstall waited), it uncordons the nodes vacate provably cordoned,
+// removes vacate's finalizers from the NodeDrains and EvacuationProviders,
+// and notes, as the planner does (planUndoLeft), what it cannot undo: nodes
+// it cannot prove it cordoned, evacuations whose provider did not confirm a
+// cancel, HTTP hooks that may not have been told. The notes are taken
+// before the drains go: the garbage collector deletes their Evacuations
+// with them.
 func (u *uninstaller) undoLeft(ctx context.Context) error {
-	var drains []v1alpha1.NodeDrain
-	if u.served {
-		list := &v1alpha1.NodeDrainList{}
-		if err := u.s.client.List(ctx, list); err != nil {
-			return u.explain(err, "listing NodeDrains")
-		}
-		drains = list.Items
-		// Before the drains go: the garbage collector deletes their
-		// Evacuations with them.
-		if err := u.noteEvacuations(ctx); err != nil {
-			return err
-		}
-		if err := u.noteHooks(ctx, drains); err != nil {
-			return err
-		}
+	v, err := u.read(ctx)
+	if err != nil {
+		return err
 	}
-	if err := u.restoreNodes(ctx, drains); err != nil {
+	_, notes := planUndoLeft(v)
+	u.left.evacuations, u.left.hooks = notes.evacuations, notes.hooks
+	if err := u.restoreNodes(ctx, v.drains); err != nil {
 		return err
 	}
 	if !u.served {
 		return nil
 	}
-	if err := u.releaseDrains(ctx, drains); err != nil {
+	if err := u.releaseDrains(ctx, v.drains); err != nil {
 		return err
 	}
 	return u.releaseProviders(ctx)
@@ -194,7 +188,7 @@ func (u *uninstaller) restoreNodes(ctx context.Context, drains []v1alpha1.NodeDr
 			u.left.nodes = append(u.left.nodes, keptLine(seen, notVacatesCordon(seen, byName)))
 		}
 	}
-	u.say("%s", o.summary(u.dryRun))
+	u.say("%s", o.summary(false))
 	return nil
 }
 
@@ -232,19 +226,11 @@ func (u *uninstaller) restoreNode(ctx context.Context, node *corev1.Node, drains
 		}
 		reread = true
 		value, marked := node.Annotations[v1alpha1.AnnotationCordonedBy]
-		switch {
-		case !marked:
+		if !marked {
 			out = outcomeGone
 			return nil
-		case notVacatesCordon(node, drains) != "":
-			out = outcomeKept
-			return nil
-		case node.Spec.Unschedulable:
-			out = outcomeUncordoned
-		default:
-			out = outcomeUnmarked
 		}
-		if u.dryRun {
+		if out = judgeCordon(node, drains); out == outcomeKept {
 			return nil
 		}
 		patch, err := uncordonPatch(value, node.Spec.Unschedulable)
@@ -287,24 +273,6 @@ func patchTestFailed(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsConflict(err)
 }
 
-// noteEvacuations notes every Evacuation whose provider did not confirm a
-// cancel for its current request: uninstall cannot undo a provider's work.
-func (u *uninstaller) noteEvacuations(ctx context.Context) error {
-	list := &v1alpha1.EvacuationList{}
-	if err := u.s.client.List(ctx, list); err != nil {
-		return u.explain(err, "listing Evacuations")
-	}
-	for i := range list.Items {
-		ev := &list.Items[i]
-		if cancelConfirmed(ev) {
-			continue
-		}
-		u.left.evacuations = append(u.left.evacuations, fmt.Sprintf("provider %s may still hold changes for node %s (Evacuation %s was %s); check the provider",
-			ev.Spec.Provider, ev.Spec.NodeName, ev.Name, evacuationPhase(ev)))
-	}
-	return nil
-}
-
 // cancelConfirmed: the provider answered Cancelled to a Cancel request, for
 // the current generation (as the controller judges it).
 func cancelConfirmed(ev *v1alpha1.Evacuation) bool {
@@ -323,84 +291,6 @@ func evacuationPhase(ev *v1alpha1.Evacuation) string {
 	return string(ev.Status.Phase)
 }
 
-// noteHooks notes the HTTP hooks of the drains that may not have been told
-// to cancel: those the drain's status shows neither Completed nor
-// Cancelled, and Completed ones whose pod is still on the node (it moved
-// its data and was never asked to take it back; a pod that has left holds
-// nothing, as the controller's own cancel reasons). status.hooks lists at
-// most v1alpha1.MaxHooks; the pods of status.hookCalls it leaves out are
-// noted too, while still on the node.
-func (u *uninstaller) noteHooks(ctx context.Context, drains []v1alpha1.NodeDrain) error {
-	for _, nd := range drains {
-		noted := map[string]bool{}
-		for _, h := range nd.Status.Hooks {
-			ref, isHook := strings.CutPrefix(h.Name, "pod/")
-			if !isHook {
-				continue
-			}
-			noted[ref] = true
-			if h.Phase == string(v1alpha1.EvacuationCancelled) {
-				continue
-			}
-			if h.Phase == string(v1alpha1.EvacuationCompleted) {
-				there, err := u.podOnNode(ctx, ref, nd.Spec.NodeName)
-				if err != nil {
-					return err
-				}
-				if !there {
-					continue
-				}
-			}
-			u.left.hooks = append(u.left.hooks, fmt.Sprintf("HTTP hook of pod %s on node %s may not have been told to cancel (drain %s, hook was %s); check the app",
-				ref, nd.Spec.NodeName, nd.Name, h.Phase))
-		}
-		if err := u.noteUnlistedHookCalls(ctx, nd, noted); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// noteUnlistedHookCalls notes the pods of the drain's status.hookCalls that
-// status.hooks does not list (it is bounded) and that are still on the node:
-// each was called and never acknowledged a cancel.
-func (u *uninstaller) noteUnlistedHookCalls(ctx context.Context, nd v1alpha1.NodeDrain, listed map[string]bool) error {
-	if len(nd.Status.HookCalls) == 0 {
-		return nil
-	}
-	pods, err := u.s.clientset.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nd.Spec.NodeName).String()})
-	if err != nil {
-		return u.explain(err, "listing the pods of node "+nd.Spec.NodeName)
-	}
-	byUID := make(map[string]string, len(pods.Items))
-	for _, p := range pods.Items {
-		byUID[string(p.UID)] = p.Namespace + "/" + p.Name
-	}
-	for _, c := range nd.Status.HookCalls {
-		ref, there := byUID[c.UID]
-		if !there || c.Completed || listed[ref] {
-			continue
-		}
-		u.left.hooks = append(u.left.hooks, fmt.Sprintf("HTTP hook of pod %s on node %s may not have been told to cancel (drain %s, hook was called; status.hooks did not list it); check the app",
-			ref, nd.Spec.NodeName, nd.Name))
-	}
-	return nil
-}
-
-// podOnNode reports whether the pod namespace/name is on node.
-func (u *uninstaller) podOnNode(ctx context.Context, ref, node string) (bool, error) {
-	ns, name, _ := strings.Cut(ref, "/")
-	pod, err := u.s.clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, u.explain(err, "reading pod "+ref)
-	}
-	return pod.Spec.NodeName == node, nil
-}
-
 // releaseDrains removes vacate.dev/restore from the drains left, deleting
 // first those requested since the cancel, so that each goes.
 func (u *uninstaller) releaseDrains(ctx context.Context, drains []v1alpha1.NodeDrain) error {
@@ -410,10 +300,6 @@ func (u *uninstaller) releaseDrains(ctx context.Context, drains []v1alpha1.NodeD
 	names := make([]string, 0, len(drains))
 	for _, nd := range drains {
 		names = append(names, nd.Name)
-	}
-	if u.dryRun {
-		u.say("drains: would remove %s from %d: %s", v1alpha1.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", "))
-		return nil
 	}
 	for i := range drains {
 		nd := &drains[i]
@@ -447,9 +333,6 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 			continue
 		}
 		held = append(held, p.Name)
-		if u.dryRun {
-			continue
-		}
 		key := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}}
 		if _, err := u.removeFinalizer(ctx, key, v1alpha1.FinalizerEvacuations); err != nil {
 			return u.explain(err, "removing finalizer "+v1alpha1.FinalizerEvacuations+" from EvacuationProvider "+p.Name)
@@ -458,8 +341,6 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 	switch {
 	case len(held) == 0:
 		u.say("evacuation providers: none holds %s", v1alpha1.FinalizerEvacuations)
-	case u.dryRun:
-		u.say("evacuation providers: would remove %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
 	default:
 		u.say("evacuation providers: removed %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
 	}

@@ -150,7 +150,14 @@ func Resolve(ctx context.Context, c client.Reader, policyName string, node *core
 	if node != nil {
 		nodeLabels = node.Labels
 	}
-	dp, why, err := Select(nodeLabels, list.Items)
+	return Choose(nodeLabels, list.Items)
+}
+
+// Choose resolves the policy that governs a node with these labels among
+// policies, as Resolve does without a policy name: Select, then FromSpec,
+// built-in defaults when none applies. No API calls.
+func Choose(nodeLabels map[string]string, policies []v1alpha1.DrainPolicy) (Policy, error) {
+	dp, why, err := Select(nodeLabels, policies)
 	if err != nil {
 		return Policy{}, err
 	}
