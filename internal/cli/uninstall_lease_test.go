@@ -1,11 +1,21 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
 // TestControllerLeases: uninstall finds the controller's Lease from the
@@ -56,4 +66,55 @@ func installedDeploymentManifest() (*unstructured.Unstructured, error) {
 		}
 	}
 	return nil, nil
+}
+
+// TestUninstallFindsTheLeaseFromTheDeployment: the installed Deployment's
+// controller elects its leader on a Lease renamed by its flags, held by a
+// live replica, and another controller holds a Lease that --lease-namespace
+// and --lease-name name: the dry run waits on both, by those names.
+func TestUninstallFindsTheLeaseFromTheDeployment(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.DrainClient(t, c)
+	ctx := testenv.Context(t)
+	install(t, c, cl)
+	patch := must(json.Marshal([]jsonPatchOp{
+		{Op: "test", Path: "/spec/template/spec/containers/0/args/2", Value: "--leader-election-id=vacate-controller"},
+		{Op: "replace", Path: "/spec/template/spec/containers/0/args/2", Value: "--leader-election-id=vacate-renamed"},
+	}))
+	if _, err := c.Client.AppsV1().Deployments("vacate-system").Patch(ctx, "vacate-controller", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("renaming the Deployment's Lease: %v", err)
+	}
+	holdLeaseAt(t, c, types.NamespacedName{Namespace: "vacate-system", Name: "vacate-renamed"}, "renamed-replica")
+	holdLeaseAt(t, c, types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "vacate-elsewhere"}, "elsewhere")
+	u := newUser(t, c, "uninstaller-lease", "system:masters")
+
+	out := u.must(ExitOK, "uninstall", "--cancel-drains", "--dry-run")
+	if want := "controller: a vacate-controller holds Lease vacate-system/vacate-renamed (renamed-replica); uninstall would wait until it stops"; !strings.Contains(out, want) {
+		t.Errorf("the dry run does not wait on the Deployment's Lease; want %q in:\n%s", want, out)
+	}
+	out = u.must(ExitOK, "uninstall", "--cancel-drains", "--dry-run", "--lease-namespace", metav1.NamespaceDefault, "--lease-name", "vacate-elsewhere")
+	for _, want := range []string{
+		"controller: a vacate-controller holds Lease vacate-system/vacate-renamed (renamed-replica)",
+		"controller: a vacate-controller holds Lease default/vacate-elsewhere (elsewhere); uninstall would wait until it stops",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the dry run with --lease-namespace/--lease-name lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// holdLeaseAt makes holder the holder of the Lease key for an hour, until
+// the test ends.
+func holdLeaseAt(t *testing.T, c *devcluster.Cluster, key types.NamespacedName, holder string) {
+	t.Helper()
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](3600),
+			RenewTime: &metav1.MicroTime{Time: time.Now()}},
+	}
+	leases := c.Client.CoordinationV1().Leases(key.Namespace)
+	if _, err := leases.Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating Lease %s: %v", key, err)
+	}
+	t.Cleanup(func() { _ = leases.Delete(context.Background(), key.Name, metav1.DeleteOptions{}) })
 }
