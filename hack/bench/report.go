@@ -25,6 +25,7 @@ type figure struct {
 var raceFigures = []figure{
 	{"wall time", "s", func(f figures) float64 { return f.wall }, 1},
 	{"pods emptied", "", func(f figures) float64 { return float64(f.podsEmptied) }, 0},
+	{"pods emptied per second", "/s", func(f figures) float64 { return float64(f.podsEmptied) / f.wall }, 1},
 	{"evictions accepted", "", func(f figures) float64 { return float64(f.evictions) }, 0},
 	{"evictions per pod emptied", "", func(f figures) float64 { return f.evictionsPerPod }, 2},
 	{"PDB violations", "", func(f figures) float64 { return float64(f.violations) }, 0},
