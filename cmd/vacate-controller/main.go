@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vacate-dev/vacate/internal/controller"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/operator"
 )
@@ -32,6 +33,7 @@ func main() {
 	fs.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", opts.RetryPeriod, "how often candidates try to acquire the Lease")
 	fs.StringVar(&opts.Identity, "identity", "", "name of this replica in the Lease, in its requests' user agent and its HTTP hook calls (default: host name and a random suffix)")
 	fs.IntVar(&opts.Controllers.EvictionWorkers, "eviction-workers", 20, "evictions in flight across all nodes")
+	fs.IntVar(&opts.Controllers.DrainWorkers, "drain-workers", controller.DefaultDrainWorkers, "drains whose reconcile passes run at once")
 	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", eviction.DefaultQPS, "eviction calls per second, first attempts and retries alike")
 	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", eviction.DefaultBurst, "burst of eviction calls")
 	fs.DurationVar(&opts.Controllers.APITimeout, "api-timeout", eviction.DefaultCallTimeout, "bound of each eviction call and of each reconcile pass's API calls (watches are not bounded)")

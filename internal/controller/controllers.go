@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -24,6 +25,9 @@ import (
 type Options struct {
 	// EvictionWorkers bounds evictions in flight across all nodes.
 	EvictionWorkers int
+	// DrainWorkers is how many drains' passes run at once; zero uses
+	// DefaultDrainWorkers.
+	DrainWorkers int
 	// EvictionsPerNode bounds evictions in flight per node.
 	EvictionsPerNode int
 	// EvictionQPS and EvictionBurst bound the rate of eviction calls.
@@ -43,6 +47,11 @@ type Options struct {
 	// operator's leader fence: no hook call unless this replica leads).
 	WrapHookTransport func(http.RoundTripper) http.RoundTripper
 }
+
+// DefaultDrainWorkers is how many drains' passes run at once by default:
+// a pass spends most of its time waiting for the API server (its status
+// write), so drains of many nodes would queue behind each other with one.
+const DefaultDrainWorkers = 10
 
 // Clock is what the controllers need of a clock: tickers for the eviction
 // queue, timers for waking drains when a maintenance window opens.
@@ -81,6 +90,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)
 	}
 	drains.AllowLoopbackHooks = opts.AllowLoopbackHooks
+	drains.Workers = cmp.Or(opts.DrainWorkers, DefaultDrainWorkers)
 	for _, c := range []controllerSetup{
 		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		drains,

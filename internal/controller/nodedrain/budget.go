@@ -3,6 +3,7 @@ package nodedrain
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,24 +25,63 @@ type pdbBudget struct {
 }
 
 // pdbBudgets computes the budgets of pdbs, the PDBs the plan was made
-// with, so that plan and budgets see the same statuses. An eviction queued or in flight without a PDB refusal, one tried again at
-// once and not answered yet, and one that succeeded while the cache does
-// not show it yet (its pod still to evict in the plan) each use up one.
-func (r *Reconciler) pdbBudgets(pdbs []*policyv1.PodDisruptionBudget, plan drain.Plan) pdbBudget {
+// with, so that plan and budgets see the same statuses, less the evictions
+// of every drain (not only this one's: drains of many nodes share PDBs)
+// already on their way: queued or in flight without a PDB refusal, tried
+// again at once and not answered yet, or succeeded while the cache does not
+// show the pod terminating yet. The caller holds r.budgetMu until it has
+// queued what the budgets let through.
+func (r *Reconciler) pdbBudgets(pdbs []*policyv1.PodDisruptionBudget) pdbBudget {
 	b := pdbBudget{left: map[string]int{}, state: map[string]string{}}
 	for _, p := range pdbs {
 		key := p.Namespace + "/" + p.Name
 		b.left[key] = int(p.Status.DisruptionsAllowed)
 		b.state[key] = pdbState(p)
 	}
-	for _, d := range plan.Decisions {
-		if d.Action == drain.Evict && r.evictionUnderway(d.Pod.UID) {
-			for _, k := range d.PDBs {
-				b.left[k]--
-			}
-		}
+	for k, n := range r.claims.underway(r.evictionUnderway) {
+		b.left[k] -= n
 	}
 	return b
+}
+
+// pdbClaims are the PDBs of every pod whose eviction vacate queued, across
+// all drains, so that a budget counts the evictions of other drains too.
+// An entry is dropped once its pod's eviction is no longer underway.
+type pdbClaims struct {
+	mu    sync.Mutex
+	byPod map[types.UID][]string
+}
+
+// claim records the PDBs of a pod whose eviction is queued or tried again.
+func (c *pdbClaims) claim(uid types.UID, pdbs []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byPod == nil {
+		c.byPod = map[types.UID][]string{}
+	}
+	if len(pdbs) == 0 {
+		delete(c.byPod, uid)
+		return
+	}
+	c.byPod[uid] = pdbs
+}
+
+// underway counts, per PDB, the pods whose eviction is underway, and
+// forgets the others.
+func (c *pdbClaims) underway(isUnderway func(types.UID) bool) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for uid, pdbs := range c.byPod {
+		if !isUnderway(uid) {
+			delete(c.byPod, uid)
+			continue
+		}
+		for _, k := range pdbs {
+			out[k]++
+		}
+	}
+	return out
 }
 
 // evictionUnderway says whether the pod's eviction counts against its
@@ -101,11 +141,13 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 		if !budget.take(d.PDBs) {
 			return nil
 		}
+		r.claims.claim(uid, d.PDBs)
 		return r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode))
 	}
 	state := budget.fingerprint(d.PDBs)
 	if r.refusals.resolved(d, state) && budget.take(d.PDBs) {
 		r.refusals.retrying(uid, state)
+		r.claims.claim(uid, d.PDBs)
 		r.Evictions.RetryNow(uid)
 	}
 	return nil

@@ -75,8 +75,15 @@ type Reconciler struct {
 	// AllowLoopbackHooks lets hooks call loopback addresses (development
 	// clusters only: --allow-loopback-hooks).
 	AllowLoopbackHooks bool
+	// Workers is how many drains' passes run at once (--drain-workers);
+	// 0 means one. A drain's passes never run concurrently with each other.
+	Workers int
 
 	refusals refusalCache
+	// claims and budgetMu share the PDBs' budgets between the drains'
+	// concurrent passes (budget.go).
+	claims   pdbClaims
+	budgetMu sync.Mutex
 	blocked  reasonGauge // vacate_pods_blocked
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
 	Wake chan event.GenericEvent

@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -35,6 +36,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodedrain").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		For(&v1alpha1.NodeDrain{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainOfPod),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).

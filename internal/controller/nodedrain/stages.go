@@ -170,17 +170,8 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if reason, why, over := overdue(s); over && !plan.Completed() {
 		return r.timeout(ctx, s, plan, reason, why)
 	}
-	budget := r.pdbBudgets(s.pdbs, plan)
-	for _, d := range plan.Decisions {
-		if d.Action != drain.Evict {
-			continue
-		}
-		if _, held := s.evac.holding[d.Pod.UID]; held {
-			continue // its evacuation is not Completed
-		}
-		if err := r.queueEviction(s, d, budget); err != nil {
-			return reconcile.Result{}, err
-		}
+	if err := r.queueEvictions(s, plan); err != nil {
+		return reconcile.Result{}, err
 	}
 	r.report(s, plan)
 	if !plan.Completed() {
@@ -195,6 +186,27 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		return reconcile.Result{RequeueAfter: after}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// queueEvictions queues the plan's evictions within the PDBs' budgets.
+// Drains run their passes concurrently and share PDBs: one pass at a time
+// computes the budgets and queues what they let through.
+func (r *Reconciler) queueEvictions(s *scope, plan drain.Plan) error {
+	r.budgetMu.Lock()
+	defer r.budgetMu.Unlock()
+	budget := r.pdbBudgets(s.pdbs)
+	for _, d := range plan.Decisions {
+		if d.Action != drain.Evict {
+			continue
+		}
+		if _, held := s.evac.holding[d.Pod.UID]; held {
+			continue // its evacuation is not Completed
+		}
+		if err := r.queueEviction(s, d, budget); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // report writes counts, blockers and the PodsEvicted and Blocked conditions.

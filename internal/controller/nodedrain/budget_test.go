@@ -1,0 +1,47 @@
+package nodedrain
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/testutil"
+)
+
+// TestBudgetIsSharedByDrains: two drains, each with two pods of one
+// Deployment whose PDB allows one disruption. Their passes together queue
+// one eviction, not one each: the second drain's budget counts the first
+// drain's eviction on its way. (The queue is not run: what counts is what
+// the passes hand to it.)
+func TestBudgetIsSharedByDrains(t *testing.T) {
+	r := &Reconciler{}
+	r.refusals.m = map[types.UID]refusal{}
+	r.Evictions = eviction.NewQueueWithEvictor(func(context.Context, *policyv1.Eviction) error { return nil }, eviction.Options{})
+	pdbs := []*policyv1.PodDisruptionBudget{testutil.PDB("shop", "web", "web", 1, 1)}
+	now := time.Now()
+	queued := 0
+	for _, node := range []string{"n1", "n2"} {
+		pods := []*corev1.Pod{
+			testutil.Pod(node + "-web-1").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
+			testutil.Pod(node + "-web-2").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
+		}
+		s := &scope{pdbs: pdbs, now: now}
+		if err := r.queueEvictions(s, drain.New(pods, pdbs, drain.Rules{}, now)); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if r.Evictions.Pending(p.UID) {
+				queued++
+			}
+		}
+	}
+	if queued != 1 {
+		t.Errorf("the two drains queued %d evictions of pods behind a PDB that allows 1", queued)
+	}
+}
