@@ -1,10 +1,12 @@
 package nodedrain
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -31,14 +33,15 @@ type pdbBudget struct {
 // again at once and not answered yet, or succeeded while the cache does not
 // show the pod terminating yet. The caller holds r.budgetMu until it has
 // queued what the budgets let through.
-func (r *Reconciler) pdbBudgets(pdbs []*policyv1.PodDisruptionBudget) pdbBudget {
+func (r *Reconciler) pdbBudgets(ctx context.Context, pdbs []*policyv1.PodDisruptionBudget) pdbBudget {
 	b := pdbBudget{left: map[string]int{}, state: map[string]string{}}
 	for _, p := range pdbs {
 		key := p.Namespace + "/" + p.Name
 		b.left[key] = int(p.Status.DisruptionsAllowed)
 		b.state[key] = pdbState(p)
 	}
-	for k, n := range r.claims.underway(r.evictionUnderway) {
+	underway := func(uid types.UID, pod types.NamespacedName) bool { return r.evictionUnderway(ctx, uid, pod) }
+	for k, n := range r.claims.underway(underway) {
 		b.left[k] -= n
 	}
 	return b
@@ -49,35 +52,40 @@ func (r *Reconciler) pdbBudgets(pdbs []*policyv1.PodDisruptionBudget) pdbBudget 
 // An entry is dropped once its pod's eviction is no longer underway.
 type pdbClaims struct {
 	mu    sync.Mutex
-	byPod map[types.UID][]string
+	byPod map[types.UID]claim
+}
+
+type claim struct {
+	pod  types.NamespacedName
+	pdbs []string
 }
 
 // claim records the PDBs of a pod whose eviction is queued or tried again.
-func (c *pdbClaims) claim(uid types.UID, pdbs []string) {
+func (c *pdbClaims) claim(pod *corev1.Pod, pdbs []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byPod == nil {
-		c.byPod = map[types.UID][]string{}
+		c.byPod = map[types.UID]claim{}
 	}
 	if len(pdbs) == 0 {
-		delete(c.byPod, uid)
+		delete(c.byPod, pod.UID)
 		return
 	}
-	c.byPod[uid] = pdbs
+	c.byPod[pod.UID] = claim{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, pdbs: pdbs}
 }
 
 // underway counts, per PDB, the pods whose eviction is underway, and
 // forgets the others.
-func (c *pdbClaims) underway(isUnderway func(types.UID) bool) map[string]int {
+func (c *pdbClaims) underway(isUnderway func(types.UID, types.NamespacedName) bool) map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]int{}
-	for uid, pdbs := range c.byPod {
-		if !isUnderway(uid) {
+	for uid, cl := range c.byPod {
+		if !isUnderway(uid, cl.pod) {
 			delete(c.byPod, uid)
 			continue
 		}
-		for _, k := range pdbs {
+		for _, k := range cl.pdbs {
 			out[k]++
 		}
 	}
@@ -85,11 +93,14 @@ func (c *pdbClaims) underway(isUnderway func(types.UID) bool) map[string]int {
 }
 
 // evictionUnderway says whether the pod's eviction counts against its
-// PDBs' budget: evicted and not yet seen terminating, or queued and not
+// PDBs' budget: evicted while the cache still shows the pod, not
+// terminating (the PDB's status does not count it yet), or queued and not
 // waiting on a PDB refusal.
-func (r *Reconciler) evictionUnderway(uid types.UID) bool {
+func (r *Reconciler) evictionUnderway(ctx context.Context, uid types.UID, key types.NamespacedName) bool {
 	if r.Evictions.Evicted(uid) {
-		return true
+		pod := &corev1.Pod{}
+		err := r.Client.Get(ctx, key, pod)
+		return err == nil && pod.UID == uid && pod.DeletionTimestamp.IsZero()
 	}
 	if !r.Evictions.Pending(uid) {
 		return false
@@ -141,13 +152,13 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 		if !budget.take(d.PDBs) {
 			return nil
 		}
-		r.claims.claim(uid, d.PDBs)
+		r.claims.claim(d.Pod, d.PDBs)
 		return r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode))
 	}
 	state := budget.fingerprint(d.PDBs)
 	if r.refusals.resolved(d, state) && budget.take(d.PDBs) {
 		r.refusals.retrying(uid, state)
-		r.claims.claim(uid, d.PDBs)
+		r.claims.claim(d.Pod, d.PDBs)
 		r.Evictions.RetryNow(uid)
 	}
 	return nil

@@ -28,11 +28,11 @@ func TestBudgetIsSharedByDrains(t *testing.T) {
 	queued := 0
 	for _, node := range []string{"n1", "n2"} {
 		pods := []*corev1.Pod{
-			testutil.Pod(node + "-web-1").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
-			testutil.Pod(node + "-web-2").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
+			testutil.Pod(node+"-web-1").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
+			testutil.Pod(node+"-web-2").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 		}
 		s := &scope{pdbs: pdbs, now: now}
-		if err := r.queueEvictions(s, drain.New(pods, pdbs, drain.Rules{}, now)); err != nil {
+		if err := r.queueEvictions(context.Background(), s, drain.New(pods, pdbs, drain.Rules{}, now)); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range pods {

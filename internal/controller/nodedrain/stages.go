@@ -170,7 +170,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if reason, why, over := overdue(s); over && !plan.Completed() {
 		return r.timeout(ctx, s, plan, reason, why)
 	}
-	if err := r.queueEvictions(s, plan); err != nil {
+	if err := r.queueEvictions(ctx, s, plan); err != nil {
 		return reconcile.Result{}, err
 	}
 	r.report(s, plan)
@@ -191,10 +191,10 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 // queueEvictions queues the plan's evictions within the PDBs' budgets.
 // Drains run their passes concurrently and share PDBs: one pass at a time
 // computes the budgets and queues what they let through.
-func (r *Reconciler) queueEvictions(s *scope, plan drain.Plan) error {
+func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Plan) error {
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
-	budget := r.pdbBudgets(s.pdbs)
+	budget := r.pdbBudgets(ctx, s.pdbs)
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
 			continue
