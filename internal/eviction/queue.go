@@ -90,6 +90,12 @@ type Request struct {
 	// PerNode bounds the evictions in flight on this pod's node (the drain
 	// policy's maxParallelEvictionsPerNode); 0 uses Options.PerNode.
 	PerNode int
+	// PDBs are the PodDisruptionBudgets that select the pod
+	// (namespace/name). At most one eviction of a PDB's pods is in flight
+	// at once: the API server serializes them anyway (each updates the
+	// PDB's status; one that conflicts waits 500 ms and tries again), so
+	// calls sent together only wait there, holding a worker.
+	PDBs []string
 }
 
 // Options configure a Queue.
@@ -135,6 +141,10 @@ type Queue struct {
 	mu       sync.Mutex
 	requests map[types.UID]Request
 	perNode  map[string]int
+	// perPDB counts the evictions in flight per PDB (at most one), and
+	// parked are the pods that wait for a PDB's call to finish.
+	perPDB map[string]int
+	parked map[string][]types.UID
 	// evicted remembers pods whose eviction succeeded, so that an Add that
 	// races the informer (the pod not yet seen terminating) cannot evict a
 	// pod twice.
@@ -236,6 +246,8 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "vacate_evictions", Clock: opts.Clock}),
 		requests: map[types.UID]Request{},
 		perNode:  map[string]int{},
+		perPDB:   map[string]int{},
+		parked:   map[string][]types.UID{},
 		evicted:  map[types.UID]evictedPod{},
 	}
 	return q
@@ -392,11 +404,18 @@ func (q *Queue) next(ctx context.Context) bool {
 		q.queue.AddAfter(uid, nodeBusyDelay)
 		return true
 	}
-	q.perNode[r.Node]++
+	for _, pdb := range r.PDBs {
+		if q.perPDB[pdb] > 0 { // queued again when that call ends
+			q.parked[pdb] = append(q.parked[pdb], uid)
+			q.mu.Unlock()
+			return true
+		}
+	}
+	q.take(r)
 	q.mu.Unlock()
 
 	if !q.admit(ctx) || !q.wanted(uid) { // shut down, or forgotten meanwhile
-		q.release(r.Node)
+		q.release(r)
 		return true
 	}
 	if ok, why := q.opts.MayEvict(r); !ok {
@@ -406,7 +425,7 @@ func (q *Queue) next(ctx context.Context) bool {
 	out := q.evict(ctx, r)
 
 	q.mu.Lock()
-	q.perNode[r.Node]--
+	q.give(r)
 	switch out.Result {
 	case Evicted:
 		q.evicted[uid] = evictedPod{at: out.At, node: r.Node}
@@ -442,10 +461,34 @@ func (q *Queue) wanted(uid types.UID) bool {
 	return ok
 }
 
-// release frees a node's slot taken for a call that was not made.
-func (q *Queue) release(node string) {
+// take uses the request's node slot and its PDBs' one call in flight.
+// q.mu is held.
+func (q *Queue) take(r Request) {
+	q.perNode[r.Node]++
+	for _, pdb := range r.PDBs {
+		q.perPDB[pdb]++
+	}
+}
+
+// give frees what take used, and queues again the pods parked behind the
+// PDBs' call. q.mu is held.
+func (q *Queue) give(r Request) {
+	q.perNode[r.Node]--
+	for _, pdb := range r.PDBs {
+		if q.perPDB[pdb]--; q.perPDB[pdb] <= 0 {
+			delete(q.perPDB, pdb)
+			for _, uid := range q.parked[pdb] {
+				q.queue.Add(uid)
+			}
+			delete(q.parked, pdb)
+		}
+	}
+}
+
+// release frees what a call that was not made had taken.
+func (q *Queue) release(r Request) {
 	q.mu.Lock()
-	q.perNode[node]--
+	q.give(r)
 	q.mu.Unlock()
 }
 
@@ -453,7 +496,7 @@ func (q *Queue) release(node string) {
 // it Held.
 func (q *Queue) hold(r Request, why string) {
 	q.mu.Lock()
-	q.perNode[r.Node]--
+	q.give(r)
 	delete(q.requests, r.UID)
 	q.mu.Unlock()
 	q.queue.Forget(r.UID)

@@ -300,3 +300,65 @@ func TestRetryNowSkipsTheBackoff(t *testing.T) {
 	h.q.RetryNow(pod.UID) // without it the next attempt is an hour away
 	h.waitFor(t, Evicted)
 }
+
+// TestOneCallInFlightPerPDB: five pods of one PDB and three without a PDB,
+// on different nodes. The API server serializes evictions under one PDB
+// (a conflicting one waits 500 ms), so the queue sends the PDB's one at a
+// time; the pods without a PDB go in parallel, and every pod is evicted.
+func TestOneCallInFlightPerPDB(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	inFlight, peak := map[string]int{}, map[string]int{}
+	groupOf := map[string]string{}
+	h := newHarnessWith(t, Options{Workers: 10, PerNode: 10, QPS: 1000, Burst: 1000}, func(ev *policyv1.Eviction, _ int) error {
+		mu.Lock()
+		g := groupOf[ev.Name]
+		inFlight[g]++
+		peak[g] = max(peak[g], inFlight[g])
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight[g]--
+		mu.Unlock()
+		return nil
+	}, true)
+	t.Cleanup(func() { close(release) }) // runs first: frees calls a failed test left waiting
+	var reqs []Request
+	for i := range 8 {
+		p := testutil.Pod(fmt.Sprintf("pod-%d", i)).OnNode(fmt.Sprintf("n%d", i)).Obj()
+		r := PodRequest(p, nil, 0)
+		groupOf[p.Name] = "none"
+		if i < 5 {
+			r.PDBs, groupOf[p.Name] = []string{"default/web"}, "web"
+		}
+		reqs = append(reqs, r)
+	}
+	for _, r := range reqs {
+		if err := h.q.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		ready := inFlight["web"] == 1 && inFlight["none"] == 3
+		snapshot := fmt.Sprint(inFlight)
+		mu.Unlock()
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in flight %s, want 1 of the PDB's and the 3 others", snapshot)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range reqs {
+		release <- struct{}{}
+	}
+	for range reqs {
+		h.waitFor(t, Evicted)
+	}
+	if peak["web"] != 1 || peak["none"] != 3 {
+		t.Errorf("peak in flight %v, want web 1 and none 3", peak)
+	}
+}

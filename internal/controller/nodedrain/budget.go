@@ -153,7 +153,9 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 			return nil
 		}
 		r.claims.claim(d.Pod, d.PDBs)
-		return r.Evictions.Add(eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode))
+		req := eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)
+		req.PDBs = d.PDBs
+		return r.Evictions.Add(req)
 	}
 	state := budget.fingerprint(d.PDBs)
 	if r.refusals.resolved(d, state) && budget.take(d.PDBs) {
