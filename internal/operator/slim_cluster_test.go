@@ -130,13 +130,34 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 		}
 		return running == 6+1+10 && succeeded == 1 // Deployments, DaemonSet, own pods; the Job's
 	}
-	waitNodePods(t, c, ns, node, ready)
+	pods := waitNodePods(t, c, ns, node, ready)
+	// kwok removes the finalizers of a deleted pod on its nodes (its
+	// pod-delete stage) within milliseconds, so "leaving" is terminating only
+	// for a moment: a watch catches that moment, and the comparison below
+	// uses the pod as it was then.
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=leaving"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, "leaving", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pods := waitNodePods(t, c, ns, node, func(pods []corev1.Pod) bool {
-		return ready(pods) && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == "leaving" && p.DeletionTimestamp != nil })
-	})
+	var leaving *corev1.Pod
+	for leaving == nil {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch of pod leaving ended before it was seen terminating")
+			}
+			if p, isPod := ev.Object.(*corev1.Pod); isPod && p.DeletionTimestamp != nil {
+				leaving = p
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("pod leaving was never seen terminating")
+		}
+	}
+	w.Stop()
+	pods = append(slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Name == "leaving" }), *leaving)
 	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "web", 2, time.Minute); err != nil {
 		t.Fatal(err)
 	}
