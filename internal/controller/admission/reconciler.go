@@ -215,7 +215,7 @@ func (r *Reconciler) read(ctx context.Context, reader client.Reader, key string,
 	if len(q.admitted) >= q.limits.MaxParallel {
 		return q, nil // no slot: every waiting drain waits for one, whatever its PDBs
 	}
-	if q.pdbs, err = r.listPDBs(ctx); err != nil {
+	if q.pdbs, err = index.PDBs(ctx, r.Client); err != nil {
 		return nil, err
 	}
 	for _, m := range append(append([]*member(nil), q.admitted...), q.waiting...) {
@@ -293,18 +293,6 @@ func (r *Reconciler) limits(ctx context.Context, pol policy.Policy, policies []v
 		return schedule.Limits{}, err
 	}
 	return schedule.Limits{MaxParallel: n, Topology: adm.Topology}, nil
-}
-
-func (r *Reconciler) listPDBs(ctx context.Context) ([]*policyv1.PodDisruptionBudget, error) {
-	list := &policyv1.PodDisruptionBudgetList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
-	}
-	out := make([]*policyv1.PodDisruptionBudget, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
-	}
-	return out, nil
 }
 
 // needs are the PDB disruptions the node's pods still need: per PDB, the

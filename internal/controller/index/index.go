@@ -64,3 +64,16 @@ func NodesOfPDB(ctx context.Context, c client.Reader, pdb *policyv1.PodDisruptio
 	}
 	return slices.Sorted(maps.Keys(nodes)), nil
 }
+
+// PDBs lists every PodDisruptionBudget from the cache.
+func PDBs(ctx context.Context, c client.Reader) ([]*policyv1.PodDisruptionBudget, error) {
+	list := &policyv1.PodDisruptionBudgetList{}
+	if err := c.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
+	}
+	out := make([]*policyv1.PodDisruptionBudget, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}

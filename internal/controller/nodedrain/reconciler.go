@@ -271,18 +271,6 @@ func (r *Reconciler) podsOnNode(ctx context.Context, node string) ([]*corev1.Pod
 	return pods, nil
 }
 
-func (r *Reconciler) pdbs(ctx context.Context) ([]*policyv1.PodDisruptionBudget, error) {
-	list := &policyv1.PodDisruptionBudgetList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
-	}
-	out := make([]*policyv1.PodDisruptionBudget, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
-	}
-	return out, nil
-}
-
 // reasonGauge keeps a gauge by reason as the sum over drains, such as
 // vacate_pods_blocked{reason} and vacate_drains_queued{reason}.
 type reasonGauge struct {

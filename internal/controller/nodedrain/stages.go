@@ -19,6 +19,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/controller/cordon"
+	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -150,7 +151,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	if err != nil {
 		return drain.Plan{}, err
 	}
-	pdbs, err := r.pdbs(ctx)
+	pdbs, err := index.PDBs(ctx, r.Client)
 	if err != nil {
 		return drain.Plan{}, err
 	}
