@@ -336,10 +336,15 @@ func TestAdmissionSurvivesKillAndRestart(t *testing.T) {
 	}
 }
 
-// request asks for a drain of the node, as a person's CLI would.
+// request asks for a drain of the node, as a person's CLI would, with the
+// finalizer the NodeDrain controller (not run here) adds before anything
+// else: admission leaves a drain without it alone. The drain is removed
+// when the test ends (an admitted drain of a deleted node would hold a slot
+// in every queue of the later tests).
 func request(t *testing.T, cl client.Client, node string) {
 	t.Helper()
-	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: v1alpha1.NodeDrainSpec{
+	t.Cleanup(func() { removeDrain(cl, node) })
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node, Finalizers: []string{v1alpha1.FinalizerRestore}}, Spec: v1alpha1.NodeDrainSpec{
 		NodeName: node, Requesters: []v1alpha1.Requester{{Name: "cli:test", Reason: "admission test"}}}}
 	if err := cl.Create(testenv.Context(t), nd); err != nil {
 		t.Fatal(err)
@@ -358,4 +363,18 @@ func withdraw(t *testing.T, cl client.Client, node string) {
 	if err := cl.Patch(testenv.Context(t), nd, patch); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// removeDrain deletes the node's drain and releases its finalizer, which no
+// NodeDrain controller runs here to release.
+func removeDrain(cl client.Client, node string) {
+	ctx := context.Background()
+	nd := &v1alpha1.NodeDrain{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: node}, nd); err != nil {
+		return
+	}
+	_ = cl.Delete(ctx, nd)
+	patch := client.MergeFrom(nd.DeepCopy())
+	nd.Finalizers = nil
+	_ = cl.Patch(ctx, nd, patch)
 }

@@ -96,6 +96,7 @@ func queueOf(b *testing.B, running, limit, queued, perNode int, allowed int32) *
 		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: types.UID("uid-" + node),
 			Labels: map[string]string{"fleet": "a", "topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%3)}}})
 		nd := testutil.NodeDrain(node, "", "cli:bench")
+		nd.Finalizers = []string{v1alpha1.FinalizerRestore} // added by the NodeDrain controller
 		nd.Status.RequestTime = &metav1.Time{Time: now.Add(-time.Hour + time.Duration(i)*time.Millisecond)}
 		if i < running {
 			nd.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionTrue,

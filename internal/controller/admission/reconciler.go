@@ -31,9 +31,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -320,9 +322,12 @@ func IsAdmitted(nd *v1alpha1.NodeDrain) bool {
 }
 
 // Running reports whether a drain takes part in admission: requested, not
-// being deleted, not ended.
+// being deleted, not ended, and carrying the finalizer its undo needs (the
+// NodeDrain controller adds it first; until then nothing is done to its
+// node, since a drain deleted without it would leave the cordon behind).
 func Running(nd *v1alpha1.NodeDrain) bool {
 	return len(nd.Spec.Requesters) > 0 && nd.DeletionTimestamp.IsZero() &&
+		controllerutil.ContainsFinalizer(nd, v1alpha1.FinalizerRestore) &&
 		nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed &&
 		nd.Status.Phase != v1alpha1.PhaseRestoring
 }
@@ -528,11 +533,59 @@ func (r *Reconciler) cordonBatch(ctx context.Context, q *queue, p *plan) (reconc
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}
-		if changed {
-			r.Events.Eventf(m.drain, m.node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", m.node.Name)
+		if !changed {
+			continue
+		}
+		r.Events.Eventf(m.drain, m.node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", m.node.Name)
+		if res, err := r.stillWanted(ctx, m); err != nil || !res.IsZero() {
+			return res, err
 		}
 	}
 	return reconcile.Result{}, nil
+}
+
+// stillWanted takes back a cordon this pass just made if the drain was
+// cancelled meanwhile. The pass decided from a read made before the cordon;
+// a cancel in between may have run its undo, which reads the node fresh,
+// before the cordon landed, and so found nothing to give back. Read after
+// the cordon, a drain still running is cancelled later, and its undo sees
+// the cordon; one cancelled is undone here (an undo that also saw the
+// cordon finds it gone, or loses the optimistic lock and reads again).
+func (r *Reconciler) stillWanted(ctx context.Context, m *member) (reconcile.Result, error) {
+	nd := &v1alpha1.NodeDrain{}
+	err := r.fresh().Get(ctx, client.ObjectKeyFromObject(m.drain), nd)
+	switch {
+	case err == nil && nd.UID == m.drain.UID && Running(nd):
+		return reconcile.Result{}, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return reconcile.Result{}, fmt.Errorf("reading NodeDrain %s after cordoning its node: %w", m.drain.Name, err)
+	}
+	// No later pass would see this drain again: retry a conflict here, on
+	// a fresh read of the node (kwok and the kubelet write it often).
+	node := m.node
+	changed := false
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var uerr error
+		if changed, uerr = cordon.Uncordon(ctx, r.Client, node, m.drain); !apierrors.IsConflict(uerr) {
+			return uerr
+		}
+		latest := &corev1.Node{}
+		if err := r.fresh().Get(ctx, client.ObjectKeyFromObject(m.node), latest); err != nil {
+			return err
+		}
+		node = latest
+		return uerr
+	})
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	if changed {
+		r.Events.Eventf(m.drain, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore",
+			"uncordoned node %s: its drain was cancelled while admission cordoned it", node.Name)
+	}
+	return reconcile.Result{RequeueAfter: conflictRetry}, nil // the queue changed: decide again
 }
 
 // write records the verdicts in the drains' status, admissions first and

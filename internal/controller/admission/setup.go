@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -71,8 +72,8 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 }
 
 // queueMayChange reports whether a drain's change can change its queue:
-// its phase, admission, cordon, request time, policy, node, or its
-// requesters coming or going.
+// its phase, admission, cordon, request time, policy, node, its
+// requesters coming or going, or the finalizer it needs to run.
 func queueMayChange(e event.UpdateEvent) bool {
 	o, n := e.ObjectOld.(*v1alpha1.NodeDrain), e.ObjectNew.(*v1alpha1.NodeDrain)
 	cond := func(nd *v1alpha1.NodeDrain, t string) string {
@@ -83,6 +84,7 @@ func queueMayChange(e event.UpdateEvent) bool {
 	}
 	return o.Status.Phase != n.Status.Phase || !n.DeletionTimestamp.IsZero() ||
 		(len(o.Spec.Requesters) == 0) != (len(n.Spec.Requesters) == 0) ||
+		controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerRestore) != controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerRestore) ||
 		o.Spec.PolicyName != n.Spec.PolicyName || o.Status.NodeUID != n.Status.NodeUID ||
 		!o.Status.RequestTime.Equal(n.Status.RequestTime) ||
 		cond(o, v1alpha1.ConditionAdmitted) != cond(n, v1alpha1.ConditionAdmitted) ||
