@@ -291,6 +291,11 @@ type Workload struct {
 	PDBMaxUnavailable string
 	// NodeSelector, when set, keeps every pod of the mix on matching nodes.
 	NodeSelector map[string]string
+	// SpreadDeployment places the Deployment's pods evenly over the nodes
+	// (a hard topology spread, maxSkew 1, over the nodes that are not
+	// cordoned), so that every node holds some: without it the scheduler
+	// may leave a node without any.
+	SpreadDeployment bool
 }
 
 // CreateWorkload creates the mix: Deployment "web" with PDB "web", StatefulSet
@@ -302,6 +307,13 @@ func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) er
 	}
 	dep, sts, ds := Deployment(ns, "web", w.DeploymentReplicas), StatefulSet(ns, "db", w.StatefulSetReplicas), DaemonSet(ns, "agent")
 	dep.Spec.Template.Spec.NodeSelector = w.NodeSelector
+	if w.SpreadDeployment {
+		dep.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: HostnameLabel, WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector:    selectorFor("web"),
+			NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor), // a cordoned node counts for nothing
+		}}
+	}
 	sts.Spec.Template.Spec.NodeSelector = w.NodeSelector
 	ds.Spec.Template.Spec.NodeSelector = w.NodeSelector
 	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {

@@ -72,7 +72,8 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	ns := testenv.Namespace(t, e.c)
 
 	t.Log("creating web (6 replicas, PDB maxUnavailable 1) on the test nodes, a DaemonSet, and on the target a bare pod, an emptyDir pod and a Job's pod")
-	if err := devcluster.CreateWorkload(ctx, cs, devcluster.Workload{Namespace: ns, DeploymentReplicas: 6, StatefulSetReplicas: 0, NodeSelector: sel}); err != nil {
+	if err := devcluster.CreateWorkload(ctx, cs, devcluster.Workload{Namespace: ns, DeploymentReplicas: 6, StatefulSetReplicas: 0, NodeSelector: sel,
+		SpreadDeployment: true}); err != nil { // two web pods on each node, the target included
 		t.Fatal(err)
 	}
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, devcluster.BarePod(ns, "bare", target), metav1.CreateOptions{}); err != nil {
@@ -98,6 +99,9 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	}
 	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "web"}), 6, 2*time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	if !hasApp(podsOn(t, e, ns, target), "web") {
+		t.Fatalf("no web pod on the target %s: the scenario needs some (pods there: %v)", target, names(podsOn(t, e, ns, target)))
 	}
 	waitPods(t, e, ns, "the Job's pod to succeed", func(pods []corev1.Pod) bool {
 		for _, p := range pods {
