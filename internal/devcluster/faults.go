@@ -1,8 +1,10 @@
 package devcluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 
@@ -20,9 +22,56 @@ const restartTimeout = 2 * time.Minute
 // program started (not on a cluster found through its State file).
 
 // Pause freezes a component (SIGSTOP): its process keeps its sockets and
-// state but answers nothing until Resume.
+// state but answers nothing until Resume. It returns once every thread of
+// the process is stopped: the signal is delivered asynchronously, and a
+// thread inside a system call (a disk write on a loaded machine) stops only
+// when the call returns.
 func (c *Cluster) Pause(name string) error {
-	return c.signal(name, syscall.SIGSTOP)
+	if err := c.signal(name, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	comp, err := c.component(name)
+	if err != nil {
+		return err
+	}
+	pid := comp.proc.pid()
+	var last string
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, pauseTimeout, true, func(context.Context) (bool, error) {
+		var stopped bool
+		stopped, last = allThreadsStopped(pid)
+		return stopped, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s (pid %d) did not stop within %s: %s", name, pid, pauseTimeout, last)
+	}
+	return nil
+}
+
+// pauseTimeout bounds how long Pause waits for a process's threads to stop.
+const pauseTimeout = 10 * time.Second
+
+// allThreadsStopped reports whether every thread of the process is in the
+// stopped state (T in /proc/PID/task/TID/stat), and if not, which is not.
+func allThreadsStopped(pid int) (bool, string) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false, err.Error()
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			return false, fmt.Sprintf("unreadable stat of thread %s", task.Name())
+		}
+		if state := stat[i+2]; state != 'T' && state != 't' {
+			return false, fmt.Sprintf("thread %s is in state %c", task.Name(), state)
+		}
+	}
+	return true, ""
 }
 
 // Resume continues a component that Pause froze (SIGCONT).
