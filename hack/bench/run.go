@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
@@ -126,8 +129,40 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 	f := measureRun(d, rec, waiters, reqs, u, start, end)
 	if b.keep {
 		dumpTimeline(filepath.Join(dir, "timeline.json"), rec, waiters, start, end)
+		dumpEvents(ctx, filepath.Join(dir, "events.txt"), c.Client)
 	}
 	return f, nil
+}
+
+// dumpEvents writes the events vacate-controller reported, by reason, and
+// each one, for a look afterwards.
+func dumpEvents(ctx context.Context, path string, cs kubernetes.Interface) {
+	list, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		_ = os.WriteFile(path, []byte(err.Error()+"\n"), 0o644)
+		return
+	}
+	byReason := map[string]int{}
+	var lines []string
+	for _, ev := range list.Items {
+		if ev.ReportingController != "vacate-controller" {
+			continue
+		}
+		n := 1
+		if ev.Series != nil {
+			n = int(ev.Series.Count)
+		}
+		byReason[ev.Reason] += n
+		lines = append(lines, fmt.Sprintf("%s %s %s/%s x%d: %s", ev.EventTime.Format(time.RFC3339Nano), ev.Reason,
+			ev.Regarding.Kind, ev.Regarding.Name, n, ev.Note))
+	}
+	sort.Strings(lines)
+	var out strings.Builder
+	for reason, n := range byReason {
+		fmt.Fprintf(&out, "%6d %s\n", n, reason)
+	}
+	out.WriteString("\n" + strings.Join(lines, "\n") + "\n")
+	_ = os.WriteFile(path, []byte(out.String()), 0o644)
 }
 
 // dumpTimeline writes what the run measured from, for a look afterwards.

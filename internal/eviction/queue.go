@@ -159,14 +159,16 @@ const (
 	// DefaultQPS and DefaultBurst bound eviction calls. Every successful
 	// eviction makes the cluster do several writes more (the pod's deletion,
 	// its replacement's creation and binding, status updates, endpoint
-	// changes), so 10 calls a second are some 50 writes a second: well
-	// within what a small control plane serves, while the pods of a full
-	// node (110) are asked to leave within seconds, far below their usual
-	// termination grace period. The burst lets one node's parallel
-	// evictions (maxParallelEvictionsPerNode, 10 by default) and a few
-	// retries start at once.
-	DefaultQPS   = 10
-	DefaultBurst = 20
+	// changes), so 50 calls a second are some 250 writes a second: what the
+	// 2-core dev cluster serves (docs/performance.md), and far less than a
+	// production control plane does. Most drains never reach it: the PDBs
+	// let through one eviction call at a time each, and only as fast as
+	// their workloads' replacements become ready. At 10 a second it was the
+	// limit of a ten-node drain (docs/performance.md), slower than ten
+	// `kubectl drain` processes. The burst lets the drains of several nodes
+	// start their evictions together.
+	DefaultQPS   = 50
+	DefaultBurst = 100
 	// DefaultCallTimeout bounds each eviction call: far above a healthy
 	// answer (milliseconds), below the API server's own request timeout
 	// (60s), so a worker stuck on a slow etcd is freed and retries later.

@@ -85,6 +85,8 @@ type Reconciler struct {
 	claims   pdbClaims
 	budgetMu sync.Mutex
 	blocked  reasonGauge // vacate_pods_blocked
+	// writes spaces out status writes that change only progress.
+	writes statusWrites
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
 	Wake chan event.GenericEvent
 
@@ -141,7 +143,7 @@ func (s *scope) afterWrite(f func()) { s.onWritten = append(s.onWritten, f) }
 type stage func(context.Context, *scope) (reconcile.Result, error)
 
 // Reconcile dispatches the stages of a drain, or its undo.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	nd := &v1alpha1.NodeDrain{}
 	if err := r.Client.Get(ctx, req.NamespacedName, nd); err != nil {
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
@@ -152,11 +154,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		if p := recover(); p != nil {
 			panic(p) // a pass that broke off halfway records nothing
 		}
+		now := time.Now()
+		if !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status) {
+			if wait := r.writes.wait(nd.UID, now); wait > 0 {
+				if res.RequeueAfter == 0 || wait < res.RequeueAfter {
+					res.RequeueAfter = wait // the progress is written then
+				}
+				return
+			}
+		}
 		written, perr := r.patchStatus(ctx, before, nd)
 		if perr != nil {
 			err = errors.Join(err, perr)
 		}
 		if written {
+			r.writes.wrote(nd.UID, now)
 			for _, f := range s.onWritten {
 				f()
 			}

@@ -236,7 +236,10 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		}
 		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
 			b.Since = since
-		} else if refusedByAPI(b.Reason) {
+		} else if _, refused := r.refusals.get(d.Pod.UID); refused && refusedByAPI(b.Reason) {
+			// Only a refusal the API server answered: a pod the plan holds
+			// back because its PDB allows no disruption now (most pods of a
+			// drain, at some moment) is a blocker, not an event.
 			nd, pod, msg := s.drain, d.Pod, fmt.Sprintf("eviction of %s refused: %s", b.Pod, b.Detail)
 			s.afterWrite(func() {
 				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "%s", msg)

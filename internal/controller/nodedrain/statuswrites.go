@@ -1,0 +1,94 @@
+package nodedrain
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+)
+
+// progressInterval is the least time between two status writes of a drain
+// when the later one changes only its progress: the counts, and the
+// condition messages that carry them. A drain emptying its node at tens of
+// pods a second would otherwise write its status several times per pod
+// (each eviction, each pod terminating, each pod gone). Any other change
+// (a phase, a condition's status or reason, a blocker, an admission) is
+// written at once; progress held back is written by a pass no later than
+// the interval after the last write.
+const progressInterval = time.Second
+
+// statusWrites remembers when each drain's status was last written, by
+// this process, in real time (not the reconciler's clock, which tests may
+// stop: the interval is about the API server's load).
+type statusWrites struct {
+	mu   sync.Mutex
+	last map[types.UID]time.Time
+}
+
+// wait is how long the drain's progress-only change must wait (0: write).
+func (w *statusWrites) wait(uid types.UID, now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at, ok := w.last[uid]; ok && now.Sub(at) < progressInterval {
+		return progressInterval - now.Sub(at)
+	}
+	return 0
+}
+
+// wrote records a write of the drain's status, and forgets the writes that
+// no longer hold anything back.
+func (w *statusWrites) wrote(uid types.UID, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		w.last = map[types.UID]time.Time{}
+	}
+	for k, at := range w.last {
+		if now.Sub(at) >= progressInterval {
+			delete(w.last, k)
+		}
+	}
+	w.last[uid] = now
+}
+
+// progressOnly reports whether after differs from before only in the
+// drain's progress: the counts, the messages of conditions whose status and
+// reason stay, and which pods wait for a PodDisruptionBudget (the plan
+// holds them back while their PDB allows no disruption; which ones, and
+// whether that makes the drain Blocked, changes with every eviction a PDB
+// lets through). Blockers of any other kind are not progress.
+func progressOnly(before, after *v1alpha1.NodeDrainStatus) bool {
+	b, a := withoutPDBWaits(before), withoutPDBWaits(after)
+	a.Total, a.Evicted, a.Remaining, a.Progress = b.Total, b.Evicted, b.Remaining, b.Progress
+	a.Blocked, a.BlockersOmitted = b.Blocked, b.BlockersOmitted
+	onlyPDBs := len(a.Blockers) == 0 && len(b.Blockers) == 0
+	for i := range a.Conditions {
+		c := &a.Conditions[i]
+		old := meta.FindStatusCondition(b.Conditions, c.Type)
+		switch {
+		case old == nil:
+		case c.Type == v1alpha1.ConditionBlocked && onlyPDBs:
+			*c = *old
+		case old.Status == c.Status && old.Reason == c.Reason:
+			c.Message, c.LastTransitionTime, c.ObservedGeneration = old.Message, old.LastTransitionTime, old.ObservedGeneration
+		}
+	}
+	return equality.Semantic.DeepEqual(*b, *a)
+}
+
+// withoutPDBWaits is a copy of the status without its PodDisruptionBudget
+// blockers.
+func withoutPDBWaits(st *v1alpha1.NodeDrainStatus) *v1alpha1.NodeDrainStatus {
+	out := st.DeepCopy()
+	out.Blockers = nil
+	for _, b := range st.Blockers {
+		if b.Reason != v1alpha1.BlockerPDB {
+			out.Blockers = append(out.Blockers, b)
+		}
+	}
+	return out
+}
