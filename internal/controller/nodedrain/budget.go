@@ -74,6 +74,13 @@ func (c *pdbClaims) claim(pod *corev1.Pod, pdbs []string) {
 	c.byPod[pod.UID] = claim{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, pdbs: pdbs}
 }
 
+// pdbsOf are the PDBs claimed by the pod's eviction, if any.
+func (c *pdbClaims) pdbsOf(uid types.UID) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byPod[uid].pdbs
+}
+
 // underway counts, per PDB, the pods whose eviction is underway, and
 // forgets the others.
 func (c *pdbClaims) underway(isUnderway func(types.UID, types.NamespacedName) bool) map[string]int {

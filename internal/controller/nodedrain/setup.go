@@ -2,6 +2,7 @@ package nodedrain
 
 import (
 	"context"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -38,7 +39,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Named("nodedrain").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		For(&v1alpha1.NodeDrain{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainOfPod),
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPod),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
 		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPDB)).
@@ -63,9 +64,31 @@ func podChanged(e event.UpdateEvent) bool {
 	return !equality.Semantic.DeepEqual(o, n)
 }
 
-// drainOfPod wakes the drain of the pod's node, if there is one.
-func (r *Reconciler) drainOfPod(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.drainNamed(ctx, o.(*corev1.Pod).Spec.NodeName)
+// drainsOfPod wakes the drain of the pod's node, if there is one. A pod
+// vacate evicted that is now terminating also gives its PDBs' budget back
+// (its eviction no longer counts as underway, budget.go): that wakes the
+// drains of every node with a pod those PDBs select, which may evict one now.
+func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	pod := o.(*corev1.Pod)
+	out := r.drainNamed(ctx, pod.Spec.NodeName)
+	if pod.DeletionTimestamp.IsZero() {
+		return out
+	}
+	seen := map[string]bool{pod.Spec.NodeName: true}
+	for _, key := range r.claims.pdbsOf(pod.UID) {
+		ns, name, _ := strings.Cut(key, "/")
+		pdb := &policyv1.PodDisruptionBudget{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pdb); err != nil {
+			continue
+		}
+		for _, req := range r.drainsOfPDB(ctx, pdb) {
+			if !seen[req.Name] {
+				seen[req.Name] = true
+				out = append(out, req)
+			}
+		}
+	}
+	return out
 }
 
 func (r *Reconciler) drainOfNode(ctx context.Context, o client.Object) []reconcile.Request {
