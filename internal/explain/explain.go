@@ -138,7 +138,7 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 			fix = "nothing to do: it starts when the drains in the other topology domain end; " +
 				"to drain more domains at once, raise the policy's concurrency.maxUnavailablePerTopologyKey"
 		case schedule.WaitingForPDBHeadroom:
-			fix = "nothing to do while other drains run: it starts when its pods' PDBs have room, or when it is the only drain left; " +
+			fix = "nothing to do while other drains run: it starts when a PDB of one of its pods has room, or when it is the only drain left; " +
 				"'vacate plan " + nd.Spec.NodeName + "' shows the PDBs"
 		case v1alpha1.ReasonWaitingForBatch:
 			fix = "nothing to do: drains requested together are all cordoned before any eviction (the policy's concurrency.batchWindow)"

@@ -8,10 +8,11 @@
 //   - at most MaxParallel drains run at once (admitted ones count);
 //   - per topology key (for example the zone), at most MaxUnavailable
 //     domains have running drains;
-//   - drains whose pods' PDBs have headroom go first, counting the
-//     disruptions the running drains still need; a drain whose pods a PDB
-//     could not let go now waits while another drain runs (it would hold a
-//     slot and evict nothing, and compete for the PDB with the running one);
+//   - drains whose pods' PDBs all have headroom go first, counting the
+//     disruptions the running drains still need; then drains that can let
+//     at least one pod go now (a PDB with room, or a pod no PDB guards);
+//     a drain none of whose pods could go now waits while another drain
+//     runs (it would hold a slot and evict nothing);
 //   - otherwise first requested, first admitted.
 package schedule
 
@@ -47,6 +48,9 @@ type Drain struct {
 	// the node, how many of those pods it guards. For a running drain these
 	// are the disruptions it will still need.
 	PDBs map[string]int
+	// Unguarded is how many pods that must still leave the node no PDB
+	// guards: they can go at once.
+	Unguarded int
 }
 
 // TopologyLimit bounds the domains of a key with running drains.
@@ -87,11 +91,13 @@ type Verdict struct {
 
 // Admit decides, for each drain not yet admitted, whether it starts now,
 // given the PDBs' current allowed disruptions. It admits greedily, best
-// first: a drain whose PDBs have room now (counting what the drains admitted
-// before it will take), then the earliest requested, then by name. A drain
-// without room waits (WaitingForPDBHeadroom) while any other drain runs; it
-// starts only when nothing else does, so something always moves. Verdicts
-// come in that order: the admitted, then the queue.
+// first: a drain whose PDBs all have room now (counting what the drains
+// admitted before it will take), then the earliest requested, then by name.
+// A drain with room in only some of its PDBs fills the slots left after
+// those: part of its node can go now, and a free slot helps nobody. A drain
+// none of whose pods could go now waits (WaitingForPDBHeadroom) while any
+// other drain runs; it starts only when nothing else does, so something
+// always moves. Verdicts come in that order: the admitted, then the queue.
 func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Verdict {
 	allowed := map[string]int{}
 	for _, p := range pdbs {
@@ -135,6 +141,18 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 		}
 		return true
 	}
+	// movable: some of the drain's pods could go now.
+	movable := func(d Drain) bool {
+		if d.Unguarded > 0 || len(d.PDBs) == 0 {
+			return true
+		}
+		for name := range d.PDBs {
+			if allowed[name] >= 1 {
+				return true
+			}
+		}
+		return false
+	}
 	fits := func(d Drain) (bool, string) {
 		for _, lim := range l.Topology {
 			v := d.Topology[lim.Key]
@@ -169,10 +187,23 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 				best = i
 			}
 		}
-		// A drain whose PDBs have no room would hold a slot and a cordoned
-		// node while evicting nothing: it starts only when nothing else runs.
-		if best < 0 || (!headroom(waiting[best]) && running > 0) {
+		if best < 0 {
 			break
+		}
+		if !headroom(waiting[best]) && running > 0 {
+			// None with room in all its PDBs: the earliest that can let
+			// some pods go takes the slot. One that could let none go
+			// would hold a slot while evicting nothing: it starts only
+			// when nothing else runs.
+			best = -1
+			for i, d := range waiting {
+				if ok, _ := fits(d); ok && movable(d) && (best < 0 || better(d, waiting[best])) {
+					best = i
+				}
+			}
+			if best < 0 {
+				break
+			}
 		}
 		d := waiting[best]
 		waiting = append(waiting[:best], waiting[best+1:]...)
@@ -195,7 +226,7 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 		case !ok:
 			v.Reason, v.Message = WaitingForZone, why
 		default:
-			v.Reason, v.Message = WaitingForPDBHeadroom, fmt.Sprintf("no room now in %s (counting what running drains still need); drains whose PDBs have room go first",
+			v.Reason, v.Message = WaitingForPDBHeadroom, fmt.Sprintf("none of its pods could go now: no room in %s (counting what running drains still need); drains whose PDBs have room go first",
 				strings.Join(short(d), ", "))
 		}
 		v.Message = fmt.Sprintf("queued at position %d: %s", v.Position, v.Message)

@@ -101,7 +101,7 @@ func TestAdmitPDBAwareAvoidsDeadlock(t *testing.T) {
 		t.Errorf("queue %v: n2 and n3 must wait for PDB room while n1 runs", w)
 	}
 	for _, v := range vs {
-		if v.Node == "n2" && !strings.Contains(v.Message, "no room now in PDB shop/a (allows 0, its pods here 1)") {
+		if v.Node == "n2" && !strings.Contains(v.Message, "none of its pods could go now: no room in PDB shop/a (allows 0, its pods here 1)") {
 			t.Errorf("n2's message does not name the PDB without room: %q", v.Message)
 		}
 	}
@@ -131,6 +131,47 @@ func TestAdmitPDBAwareAvoidsDeadlock(t *testing.T) {
 	stuck = append(stuck, drainAt("free", "z0", 1, nil))
 	if got := strings.Join(admitted(Admit(stuck, zero, Limits{MaxParallel: 2})), " "); got != "free" {
 		t.Errorf("admitted %q, want only the drain with room", got)
+	}
+}
+
+// TestAdmitPartialRoomFillsFreeSlots: at scale a node holds pods of dozens
+// of PDBs, and one PDB short of room must not keep the whole node waiting
+// beside a free slot while the rest of its pods could go. A drain with room
+// in some of its PDBs (or pods no PDB guards) takes a slot left free by the
+// drains with room in all of theirs; one none of whose pods could go still
+// waits.
+func TestAdmitPartialRoomFillsFreeSlots(t *testing.T) {
+	pdbs := []*policyv1.PodDisruptionBudget{testutil.PDB("shop", "a", "a", 1, 1), testutil.PDB("shop", "b", "b", 1, 1)}
+	drains := []Drain{
+		drainAt("n1", "z0", 0, map[string]int{"shop/a": 1}),
+		drainAt("n2", "z0", 1, map[string]int{"shop/a": 1, "shop/b": 1}), // a is short, b has room
+		drainAt("n3", "z0", 2, map[string]int{"shop/a": 1}),              // only a: nothing could go
+		drainAt("n4", "z0", 3, map[string]int{"shop/a": 1}),
+	}
+	drains[0].Admitted = true
+	drains[3].Unguarded = 2 // a is short, but two pods no PDB guards can go
+	vs := Admit(drains, pdbs, Limits{MaxParallel: 4})
+	if got := strings.Join(admitted(vs), " "); got != "n2 n4" {
+		t.Fatalf("admitted %q, want n2 (room in PDB b) and n4 (unguarded pods) in the free slots", got)
+	}
+	if w := waitingFor(vs); w["n3"] != WaitingForPDBHeadroom {
+		t.Errorf("queue %v: n3, none of whose pods could go, must wait", w)
+	}
+
+	// Slots are scarce: a later drain with room in all its PDBs goes before
+	// an earlier one with room in only some.
+	scarce := []Drain{
+		drainAt("n1", "z0", 0, map[string]int{"shop/a": 1}),
+		drainAt("n2", "z0", 1, map[string]int{"shop/a": 1, "shop/b": 1}),
+		drainAt("n5", "z0", 2, map[string]int{"shop/b": 1}),
+	}
+	scarce[0].Admitted = true
+	vs = Admit(scarce, pdbs, Limits{MaxParallel: 2})
+	if got := strings.Join(admitted(vs), " "); got != "n5" {
+		t.Errorf("admitted %q with one slot free, want n5 (room in all its PDBs) before n2", got)
+	}
+	if w := waitingFor(vs); w["n2"] != WaitingForSlot {
+		t.Errorf("queue %v: n2 must wait for a slot", w)
 	}
 }
 

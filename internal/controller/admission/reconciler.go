@@ -172,8 +172,8 @@ type queue struct {
 	nodes  map[string]*corev1.Node
 	limits schedule.Limits
 	pdbs   []*policyv1.PodDisruptionBudget
-	// needs are, per member's node, the PDB disruptions its pods still need.
-	needs map[string]map[string]int
+	// needs are, per member's node, what its pods that must still leave need.
+	needs map[string]need
 }
 
 // read gathers the queue from reader (the cache, or the API server for the
@@ -187,7 +187,7 @@ func (r *Reconciler) read(ctx context.Context, reader client.Reader, key string,
 	if err := r.Client.List(ctx, policies); err != nil {
 		return nil, fmt.Errorf("listing DrainPolicies: %w", err)
 	}
-	q := &queue{key: key, policy: pol, now: now, all: list.Items, nodes: map[string]*corev1.Node{}, needs: map[string]map[string]int{}}
+	q := &queue{key: key, policy: pol, now: now, all: list.Items, nodes: map[string]*corev1.Node{}, needs: map[string]need{}}
 	for i := range list.Items {
 		nd := &list.Items[i]
 		if !Running(nd) {
@@ -297,20 +297,31 @@ func (r *Reconciler) limits(ctx context.Context, pol policy.Policy, policies []v
 	return schedule.Limits{MaxParallel: n, Topology: adm.Topology}, nil
 }
 
-// needs are the PDB disruptions the node's pods still need: per PDB, the
-// pods it guards that the planner would evict.
-func (r *Reconciler) needs(ctx context.Context, node *corev1.Node, pol policy.Policy, pdbs []*policyv1.PodDisruptionBudget, now time.Time) (map[string]int, error) {
+// need is what a node's pods that must still leave need of the PDBs.
+type need struct {
+	// pdbs are, per PDB, the pods it guards.
+	pdbs map[string]int
+	// unguarded are the pods no PDB guards.
+	unguarded int
+}
+
+// needs are what the node's pods that the planner would evict need: per
+// PDB, the pods it guards, and how many no PDB guards.
+func (r *Reconciler) needs(ctx context.Context, node *corev1.Node, pol policy.Policy, pdbs []*policyv1.PodDisruptionBudget, now time.Time) (need, error) {
 	pods, err := index.PodsOnNode(ctx, r.Client, node.Name)
 	if err != nil {
-		return nil, fmt.Errorf("listing pods on node %s: %w", node.Name, err)
+		return need{}, fmt.Errorf("listing pods on node %s: %w", node.Name, err)
 	}
-	out := map[string]int{}
+	out := need{pdbs: map[string]int{}}
 	for _, dec := range drain.New(pods, pdbs, pol.Rules.ForNode(node), now).Decisions {
 		if dec.Action != drain.Evict {
 			continue
 		}
+		if len(dec.PDBs) == 0 {
+			out.unguarded++
+		}
 		for _, p := range dec.PDBs {
-			out[p]++
+			out.pdbs[p]++
 		}
 	}
 	return out, nil
@@ -482,7 +493,7 @@ func (q *queue) describe(m *member, p *plan) string {
 
 // toSchedule describes a member for the scheduler.
 func (q *queue) toSchedule(m *member) schedule.Drain {
-	d := schedule.Drain{Node: m.node.Name, Admitted: m.admitted, Requested: requestTime(m.drain, q.now), Topology: map[string]string{}, PDBs: q.needs[m.node.Name]}
+	d := schedule.Drain{Node: m.node.Name, Admitted: m.admitted, Requested: requestTime(m.drain, q.now), Topology: map[string]string{}, PDBs: q.needs[m.node.Name].pdbs, Unguarded: q.needs[m.node.Name].unguarded}
 	for _, lim := range q.limits.Topology {
 		d.Topology[lim.Key] = m.node.Labels[lim.Key]
 	}
