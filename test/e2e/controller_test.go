@@ -335,6 +335,11 @@ func drained(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.P
 // then 429s until the expiry). vacate cannot shorten that; the drain resumes.
 const afterKill = 4 * time.Minute
 
+// slowEvictions slows a controller's evictions so that a test can act while
+// a drain is part way: on kwok a PDB of maxUnavailable 1 lets a node of 8 pods
+// drain in under a second at the default rate.
+var slowEvictions = []string{"--eviction-qps", "2", "--eviction-burst", "1"}
+
 // TestResumeAfterKillBetweenCordonAndFirstEviction kills the controller
 // while a PDB holds every eviction back, relaxes the PDB while no controller
 // runs, and starts a new one: it finishes the drain.
@@ -380,7 +385,7 @@ func (e *env) faultMidDrain(t *testing.T, name string, fault func(e *env, ctrl *
 	t.Helper()
 	ns, node := e.workload(t, name, 2, 16, "1")
 	guard := testenv.WatchPDBs(t, e.c, ns)
-	ctrl := startController(t, e.c, name, false, name)
+	ctrl := startController(t, e.c, name, false, name, slowEvictions...)
 	e.drain(t, node)
 	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Evicted >= 2 && nd.Status.Remaining > 0
@@ -399,8 +404,8 @@ func TestLeaderFailover(t *testing.T) {
 	e := newEnv(t)
 	ns, node := e.workload(t, "leader", 2, 16, "1")
 	guard := testenv.WatchPDBs(t, e.c, ns)
-	a := startController(t, e.c, "a", true, "failover")
-	b := startController(t, e.c, "b", true, "failover")
+	a := startController(t, e.c, "a", true, "failover", slowEvictions...)
+	b := startController(t, e.c, "b", true, "failover", slowEvictions...)
 	var leader, standby *proc
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		switch {
