@@ -25,6 +25,7 @@ func main() {
 	fs := flag.CommandLine
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", opts.MetricsAddr, "address of the /metrics endpoint; 0 disables it")
 	fs.StringVar(&opts.ProbeAddr, "health-probe-bind-address", opts.ProbeAddr, "address of /healthz and /readyz; 0 disables them")
+	fs.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address of net/http/pprof's profiles (heap, CPU, goroutines); empty or 0 disables them (the default): profiles show the cluster's data, so bind to localhost")
 	fs.BoolVar(&opts.LeaderElect, "leader-elect", opts.LeaderElect, "elect a leader on a Lease so only one replica acts")
 	fs.StringVar(&opts.LeaderElectionID, "leader-election-id", opts.LeaderElectionID, "name of the Lease")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", opts.LeaderElectionNamespace, "namespace of the Lease")

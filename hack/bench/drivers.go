@@ -87,8 +87,8 @@ func allTargets(r recipe, drained int) string {
 // controllerFlags are vacate-controller's flags in every run: its defaults
 // but for the kubeconfig and no metrics or probe listeners (the machine is
 // shared; their ports could be taken).
-func controllerFlags(kubeconfig string) []string {
-	return []string{"--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
+func controllerFlags(kubeconfig string, extra []string) []string {
+	return append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...)
 }
 
 // controller is a running vacate-controller.
@@ -106,7 +106,7 @@ func startController(ctx context.Context, e *env) (*controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.bins.controller, controllerFlags(e.kubeconfigs[controllerUser])...)
+	cmd := exec.Command(e.bins.controller, controllerFlags(e.kubeconfigs[controllerUser], e.r.ctrlFlags)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -46,6 +46,7 @@ func main() {
 		tight      bool
 		tightKC    string
 		tightNodes string
+		ctrlFlags  string
 	)
 	flag.IntVar(&r.nodes, "nodes", 20, "simulated nodes in the cluster")
 	flag.IntVar(&r.pods, "pods", 480, "Deployment and StatefulSet pods (DaemonSet pods come on top)")
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&firstN, "first-drains", 20, "single-node drains in the first-eviction row")
 	flag.IntVar(&kcmQPS, "kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that); 0 keeps its default (20), which paces ReplicaSets' pod creation")
 	flag.IntVar(&kwokPar, "kwok-parallelism", 0, "pods and nodes kwok handles at once (stages, leases); 0 keeps its default (4), which makes thousands of pods Running at a few a second and lets leases of hundreds of nodes lapse")
+	flag.StringVar(&ctrlFlags, "controller-flags", "", "more vacate-controller flags, space separated (for example --pprof-bind-address 127.0.0.1:6060 to take profiles during a run)")
 	flag.BoolVar(&keep, "keep", false, "keep every run's cluster directory (logs, audit log) for a look afterwards")
 	flag.BoolVar(&tight, "tight-client", false, "internal: run as the tight client")
 	flag.StringVar(&tightKC, "tight-kubeconfig", "", "internal: the tight client's kubeconfig")
@@ -75,6 +77,7 @@ func main() {
 		}
 		return
 	}
+	r.ctrlFlags = strings.Fields(ctrlFlags)
 	drained, err := r.drainCount()
 	if err != nil {
 		fail(fmt.Errorf("-drain %w", err))
@@ -193,7 +196,7 @@ type bench struct {
 }
 
 func (b *bench) run(ctx context.Context, rows []row) error {
-	fmt.Fprintf(b.out, "recipe: %s\nvacate-controller flags: %s\n", b.r, strings.Join(controllerFlags("<its own user>"), " "))
+	fmt.Fprintf(b.out, "recipe: %s\nvacate-controller flags: %s\n", b.r, strings.Join(controllerFlags("<its own user>", b.r.ctrlFlags), " "))
 	fmt.Fprintf(b.out, "runs per driver: %d, each on a fresh dev cluster\n\n", b.runs)
 	var results []driverResult
 	for _, rw := range rows {

@@ -40,6 +40,7 @@ type recipe struct {
 	drain       string // nodes to drain: a count or a percentage of nodes
 	maxParallel string // the DrainPolicy's maxParallelNodes in the parallel row; "" = the drained count
 	podsPerNode int    // node pod capacity
+	ctrlFlags   []string // vacate-controller flags on top of controllerFlags'
 }
 
 // split returns how many Deployments and StatefulSets make up the pods:

@@ -33,6 +33,9 @@ import (
 type Options struct {
 	MetricsAddr string // "0" disables the metrics server
 	ProbeAddr   string // "0" disables the probes
+	// PprofAddr serves net/http/pprof (heap, CPU, goroutine profiles); ""
+	// or "0" disables it, the default.
+	PprofAddr string
 
 	LeaderElect             bool
 	LeaderElectionID        string
@@ -95,6 +98,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		Scheme:                              scheme,
 		Metrics:                             metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:              opts.ProbeAddr,
+		PprofBindAddress:                    opts.PprofAddr,
 		LeaderElection:                      opts.LeaderElect,
 		LeaderElectionID:                    opts.LeaderElectionID,
 		LeaderElectionNamespace:             opts.LeaderElectionNamespace,
