@@ -34,12 +34,12 @@ type recipe struct {
 	nodes       int
 	pods        int // Deployment and StatefulSet pods; DaemonSet pods come on top
 	daemonSets  int
-	perDeploy   int    // pods per Deployment, each behind a PDB
-	pdbMaxUnav  string // the PDBs' maxUnavailable
-	stsSize     int    // pods per StatefulSet (no PDB)
-	drain       string // nodes to drain: a count or a percentage of nodes
-	maxParallel string // the DrainPolicy's maxParallelNodes in the parallel row; "" = the drained count
-	podsPerNode int    // node pod capacity
+	perDeploy   int      // pods per Deployment, each behind a PDB
+	pdbMaxUnav  string   // the PDBs' maxUnavailable
+	stsSize     int      // pods per StatefulSet (no PDB)
+	drain       string   // nodes to drain: a count or a percentage of nodes
+	maxParallel string   // the DrainPolicy's maxParallelNodes in the parallel row; "" = the drained count
+	podsPerNode int      // node pod capacity
 	ctrlFlags   []string // vacate-controller flags on top of controllerFlags'
 }
 
