@@ -6,6 +6,8 @@ package drain
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -361,23 +363,34 @@ func localStoragePods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 }
 
 // guards finds the PDBs that select a pod, as the eviction API decides it
-// (same namespace, a non-empty selector matching its labels). A selector is
-// parsed once per plan, when a pod of its namespace first needs it: a plan
-// over many pods and PDBs parses each selector once, not once per pod.
+// (same namespace, a non-empty selector matching its labels). A pod is
+// matched only against its candidates: the PDBs of its namespace with one
+// of its labels among their matchLabels, and those whose selector has no
+// matchLabels; a plan costs pods x labels, not pods x PDBs of the cluster.
+// A selector is parsed once per plan, when a pod first needs it.
 type guards struct {
 	pdbs []*policyv1.PodDisruptionBudget
+	// byLabel are PDB indexes by namespace and one of their matchLabels
+	// (the least key); byNamespace, those without matchLabels. Built on
+	// first use.
+	byLabel     map[nsLabel][]int
+	byNamespace map[string][]int
 	// sels are the parsed selectors by PDB index; nil: does not select
 	// (no selector, an empty or unreadable one).
 	sels   map[int]labels.Selector
 	parsed map[int]bool
 }
 
+type nsLabel struct{ namespace, key, value string }
+
 // of returns the PDBs that select the pod (namespace/name, sorted),
 // whether any of them allows no disruption now, and those that allow none.
 func (g *guards) of(p *corev1.Pod) (names []string, blocked bool, blocking []string) {
-	for i, pdb := range g.pdbs {
-		if pdb.Namespace != p.Namespace || !g.selector(i).Matches(labels.Set(p.Labels)) {
-			continue
+	g.index()
+	check := func(i int) {
+		pdb := g.pdbs[i]
+		if !g.selector(i).Matches(labels.Set(p.Labels)) {
+			return
 		}
 		name := pdb.Namespace + "/" + pdb.Name
 		names = append(names, name)
@@ -386,9 +399,38 @@ func (g *guards) of(p *corev1.Pod) (names []string, blocked bool, blocking []str
 			blocking = append(blocking, name)
 		}
 	}
+	for k, v := range p.Labels {
+		for _, i := range g.byLabel[nsLabel{p.Namespace, k, v}] {
+			check(i)
+		}
+	}
+	for _, i := range g.byNamespace[p.Namespace] {
+		check(i)
+	}
 	sort.Strings(names)
 	sort.Strings(blocking)
 	return names, blocked, blocking
+}
+
+// index files every PDB that may select a pod under byLabel or
+// byNamespace; a PDB without a selector selects none and is left out.
+func (g *guards) index() {
+	if g.byLabel != nil {
+		return
+	}
+	g.byLabel, g.byNamespace = map[nsLabel][]int{}, map[string][]int{}
+	for i, pdb := range g.pdbs {
+		sel := pdb.Spec.Selector
+		switch {
+		case sel == nil:
+		case len(sel.MatchLabels) > 0:
+			k := slices.Min(slices.Collect(maps.Keys(sel.MatchLabels)))
+			key := nsLabel{pdb.Namespace, k, sel.MatchLabels[k]}
+			g.byLabel[key] = append(g.byLabel[key], i)
+		default:
+			g.byNamespace[pdb.Namespace] = append(g.byNamespace[pdb.Namespace], i)
+		}
+	}
 }
 
 // selector is the i-th PDB's parsed selector; labels.Nothing() for one

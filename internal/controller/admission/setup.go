@@ -60,7 +60,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 				if o.Status.DisruptionsAllowed == n.Status.DisruptionsAllowed && equality.Semantic.DeepEqual(o.Spec, n.Spec) {
 					return // headroom is all admission reads of a PDB
 				}
-				r.add(q, append(r.queuesOfPDB(ctx, o), r.queuesOfPDB(ctx, n)...)...)
+				r.add(q, r.queuesOfPDB(ctx, n)...)
+				if !equality.Semantic.DeepEqual(o.Spec.Selector, n.Spec.Selector) {
+					r.add(q, r.queuesOfPDB(ctx, o)...) // the queues of the pods it releases
+				}
 			},
 			DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				if pdb, ok := e.Object.(*policyv1.PodDisruptionBudget); ok {

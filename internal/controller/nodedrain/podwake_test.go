@@ -43,7 +43,8 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 		testutil.PDB("apps", "web", "web", 1, 1),
 	}
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).Build()
+		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).
+		WithIndex(&corev1.Pod{}, index.PodLabel, index.LabelsOf).Build()
 	r := &Reconciler{Client: cl}
 	ctx := context.Background()
 	woken := func(pod client.Object) []string {

@@ -42,7 +42,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPod),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
-		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPDB)).
+		Watches(&policyv1.PodDisruptionBudget{}, r.pdbHandler()).
 		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.drainNamed(ctx, o.(*v1alpha1.Evacuation).Spec.NodeName)
 		})).

@@ -1,0 +1,115 @@
+package drain
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// evictionAPIGuards is the Eviction API's rule, pod by pod and PDB by PDB
+// (pkg/registry/core/pod/storage/eviction.go, getPodDisruptionBudgets):
+// same namespace, a selector that parses, is not empty and matches.
+func evictionAPIGuards(p *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []string {
+	var out []string
+	for _, pdb := range pdbs {
+		if pdb.Namespace != p.Namespace {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		out = append(out, pdb.Namespace+"/"+pdb.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestGuardsFindWhatTheEvictionAPIFinds: the planner matches a pod only
+// against the PDBs indexed by one of its labels (and those without
+// matchLabels); over random pods and PDBs of every selector shape (none,
+// empty, matchLabels, matchExpressions of each operator, both, unreadable),
+// it finds exactly the PDBs the Eviction API's pod-by-PDB rule finds.
+func TestGuardsFindWhatTheEvictionAPIFinds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 13))
+	namespaces := []string{"a", "b"}
+	keys := []string{"app", "tier", "zone"}
+	values := []string{"x", "y", "z"}
+	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
+	randomLabels := func() map[string]string {
+		l := map[string]string{}
+		for _, k := range keys {
+			if rng.IntN(3) > 0 {
+				l[k] = pick(values)
+			}
+		}
+		return l
+	}
+	randomSelector := func() *metav1.LabelSelector {
+		switch rng.IntN(8) {
+		case 0:
+			return nil
+		case 1:
+			return &metav1.LabelSelector{}
+		case 2: // unreadable: In without values
+			return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: pick(keys), Operator: metav1.LabelSelectorOpIn}}}
+		}
+		sel := &metav1.LabelSelector{}
+		if rng.IntN(3) > 0 {
+			sel.MatchLabels = map[string]string{}
+			for range 1 + rng.IntN(2) {
+				sel.MatchLabels[pick(keys)] = pick(values)
+			}
+		}
+		if rng.IntN(2) == 0 {
+			ops := []metav1.LabelSelectorOperator{metav1.LabelSelectorOpIn, metav1.LabelSelectorOpNotIn, metav1.LabelSelectorOpExists, metav1.LabelSelectorOpDoesNotExist}
+			r := metav1.LabelSelectorRequirement{Key: pick(keys), Operator: ops[rng.IntN(len(ops))]}
+			if r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn {
+				r.Values = []string{pick(values), pick(values)}
+			}
+			sel.MatchExpressions = append(sel.MatchExpressions, r)
+		}
+		return sel
+	}
+	matched := 0
+	for round := range 200 {
+		var pdbs []*policyv1.PodDisruptionBudget
+		for i := range rng.IntN(12) {
+			pdbs = append(pdbs, &policyv1.PodDisruptionBudget{
+				ObjectMeta: metav1.ObjectMeta{Namespace: pick(namespaces), Name: fmt.Sprintf("pdb-%d", i)},
+				Spec:       policyv1.PodDisruptionBudgetSpec{Selector: randomSelector()},
+				Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: int32(rng.IntN(2))},
+			})
+		}
+		g := guards{pdbs: pdbs}
+		for i := range 10 {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pick(namespaces), Name: fmt.Sprintf("pod-%d", i), Labels: randomLabels()}}
+			want := evictionAPIGuards(p, pdbs)
+			got, blocked, blocking := g.of(p)
+			if !slices.Equal(got, want) {
+				t.Fatalf("round %d: pod %s/%s labels %v: guards %v, the Eviction API's rule %v", round, p.Namespace, p.Name, p.Labels, got, want)
+			}
+			var wantBlocking []string
+			for _, pdb := range pdbs {
+				if slices.Contains(want, pdb.Namespace+"/"+pdb.Name) && pdb.Status.DisruptionsAllowed <= 0 {
+					wantBlocking = append(wantBlocking, pdb.Namespace+"/"+pdb.Name)
+				}
+			}
+			sort.Strings(wantBlocking)
+			if !slices.Equal(blocking, wantBlocking) || blocked != (len(wantBlocking) > 0) {
+				t.Fatalf("round %d: pod %s: blocking %v (blocked %t), want %v", round, p.Name, blocking, blocked, wantBlocking)
+			}
+			matched += len(want)
+		}
+	}
+	if matched < 100 {
+		t.Fatalf("only %d pod-PDB matches over every round: the random cases do not exercise matching", matched)
+	}
+}
