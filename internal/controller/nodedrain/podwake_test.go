@@ -9,8 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
@@ -66,5 +69,54 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	r.claims.claim(running, []string{"apps/web"})
 	if got := woken(running); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a claimed pod not yet terminating woke %v, want only its node's drain (its budget is still used)", got)
+	}
+}
+
+// TestPDBUpdateWakesTheDrainsOfOldAndNewPods: a PDB status change (one per
+// eviction it allows) wakes the drains of the nodes with its pods; a
+// selector change wakes those of the pods it selected before as well, whose
+// budget it no longer holds. Pure mapping over a fake cache.
+func TestPDBUpdateWakesTheDrainsOfOldAndNewPods(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := []client.Object{
+		testutil.NodeDrain("node-a", "", "cli:test"), testutil.NodeDrain("node-b", "", "cli:test"),
+		testutil.NodeDrain("node-c", "", "cli:test"),
+		testutil.Pod("web-a").Namespace("apps").OnNode("node-a").Labels("app", "web").Obj(),
+		testutil.Pod("api-b").Namespace("apps").OnNode("node-b").Labels("app", "api").Obj(),
+		testutil.Pod("db-c").Namespace("apps").OnNode("node-c").Labels("app", "db").Obj(),
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).
+		WithIndex(&corev1.Pod{}, index.PodLabel, index.LabelsOf).Build()
+	r := &Reconciler{Client: cl}
+	h := r.pdbHandler()
+	woken := func(old, cur client.Object) []string {
+		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+		defer q.ShutDown()
+		h.Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+		var out []string
+		for q.Len() > 0 {
+			req, _ := q.Get()
+			out = append(out, req.Name)
+			q.Done(req)
+		}
+		slices.Sort(out)
+		return out
+	}
+	web := testutil.PDB("apps", "guard", "web", 1, 1)
+	webLess := web.DeepCopy()
+	webLess.Status.DisruptionsAllowed = 0
+	if got := woken(web, webLess); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("a status change woke %v, want node-a only", got)
+	}
+	api := webLess.DeepCopy()
+	api.Spec.Selector.MatchLabels = map[string]string{"app": "api"}
+	if got := woken(webLess, api); !slices.Equal(got, []string{"node-a", "node-b"}) {
+		t.Errorf("a selector change from web to api woke %v, want node-a (released) and node-b (now guarded), not node-c", got)
 	}
 }
