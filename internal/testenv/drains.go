@@ -2,6 +2,9 @@ package testenv
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,10 +66,26 @@ func Controller(t testing.TB, c *devcluster.Cluster, tune ...func(*operator.Opti
 	cl, stop := StartController(t, c, tune...)
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
-			t.Errorf("controller exited with %v", err)
+			t.Errorf("controller exited with %v\n%s", err, vacateGoroutines())
 		}
 	})
 	return cl
+}
+
+// vacateGoroutines are the stacks of the goroutines that run vacate's or
+// controller-runtime's code, to name what did not stop when a controller did
+// not end in time.
+func vacateGoroutines() string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if (strings.Contains(g, "vacate-dev/vacate/") || strings.Contains(g, "sigs.k8s.io/controller-runtime/")) &&
+			!strings.Contains(g, "testenv.vacateGoroutines") {
+			out = append(out, g)
+		}
+	}
+	return fmt.Sprintf("%d goroutines run vacate's code:\n%s", len(out), strings.Join(out, "\n\n"))
 }
 
 // StartController is Controller for a test that stops the controller
