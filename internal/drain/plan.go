@@ -383,6 +383,17 @@ type guards struct {
 
 type nsLabel struct{ namespace, key, value string }
 
+// FilingLabel is the label a selector is looked up by: its least
+// matchLabels key, and that key's value; false when it has no matchLabels.
+// Every pod the selector matches carries that label.
+func FilingLabel(sel *metav1.LabelSelector) (key, value string, ok bool) {
+	if sel == nil || len(sel.MatchLabels) == 0 {
+		return "", "", false
+	}
+	key = slices.Min(slices.Collect(maps.Keys(sel.MatchLabels)))
+	return key, sel.MatchLabels[key], true
+}
+
 // of returns the PDBs that select the pod (namespace/name, sorted),
 // whether any of them allows no disruption now, and those that allow none.
 func (g *guards) of(p *corev1.Pod) (names []string, blocked bool, blocking []string) {
@@ -421,11 +432,11 @@ func (g *guards) index() {
 	g.byLabel, g.byNamespace = map[nsLabel][]int{}, map[string][]int{}
 	for i, pdb := range g.pdbs {
 		sel := pdb.Spec.Selector
+		k, v, filed := FilingLabel(sel)
 		switch {
 		case sel == nil:
-		case len(sel.MatchLabels) > 0:
-			k := slices.Min(slices.Collect(maps.Keys(sel.MatchLabels)))
-			key := nsLabel{pdb.Namespace, k, sel.MatchLabels[k]}
+		case filed:
+			key := nsLabel{pdb.Namespace, k, v}
 			g.byLabel[key] = append(g.byLabel[key], i)
 		default:
 			g.byNamespace[pdb.Namespace] = append(g.byNamespace[pdb.Namespace], i)

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vacate-dev/vacate/internal/drain"
 )
 
 // PodNodeName indexes cached pods by spec.nodeName.
@@ -80,9 +82,8 @@ func NodesOfPDB(ctx context.Context, c client.Reader, pdb *policyv1.PodDisruptio
 		return nil, fmt.Errorf("PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
 	}
 	opts := []client.ListOption{client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
-	if pdb.Spec.Selector != nil && len(pdb.Spec.Selector.MatchLabels) > 0 {
-		k := slices.Min(slices.Collect(maps.Keys(pdb.Spec.Selector.MatchLabels)))
-		opts = append(opts, client.MatchingFields{PodLabel: LabelValue(k, pdb.Spec.Selector.MatchLabels[k])})
+	if k, v, ok := drain.FilingLabel(pdb.Spec.Selector); ok {
+		opts = append(opts, client.MatchingFields{PodLabel: LabelValue(k, v)})
 	}
 	pods := &corev1.PodList{}
 	if err := c.List(ctx, pods, opts...); err != nil {
