@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -388,12 +390,35 @@ func TestControllerChangesOnlyItsOwnOnNodes(t *testing.T) {
 		{what: "set spec.podCIDR", patch: `{"spec":{"podCIDR":"10.99.0.0/24","podCIDRs":["10.99.0.0/24"]}}`, refusal: spec},
 		{what: "set spec.providerID", patch: `{"spec":{"providerID":"fake://rbac"}}`, refusal: spec},
 		{what: "cordon with its annotation", patch: `{"spec":{"unschedulable":true},"metadata":{"annotations":{"vacate.dev/cordoned-by":"x/y"}}}`},
-		{what: "add its taint", patch: `[{"op":"add","path":"/spec/taints","value":[{"key":"vacate.dev/drain","effect":"NoSchedule"}]}]`, json: true},
 		{what: "add its finalizer", patch: `{"metadata":{"finalizers":["vacate.dev/drain"]}}`},
 	} {
 		if err := try(p); err != nil {
 			t.Errorf("%s: %v", p.what, err)
 		}
+	}
+	// Adding its taint keeps the node's others: the node lifecycle
+	// controller adds and removes its not-ready taint on its own schedule,
+	// and a patch that replaced the list would remove it, which the policy
+	// rightly refuses. The patch tests the resourceVersion it was built
+	// from, and is rebuilt when the node changed in between.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		taints, err := json.Marshal(append(n.Spec.Taints, corev1.Taint{Key: "vacate.dev/drain", Effect: corev1.TaintEffectNoSchedule}))
+		if err != nil {
+			return false, err
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/resourceVersion","value":%q},{"op":"add","path":"/spec/taints","value":%s}]`, n.ResourceVersion, taints)
+		err = try(nodePatch{patch: patch, json: true})
+		if apierrors.IsInvalid(err) && strings.Contains(err.Error(), "test") {
+			return false, nil // the node changed since it was read
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Errorf("add its taint: %v", err)
 	}
 
 	// The controller, as the service account, drains and restores a node.
