@@ -67,6 +67,9 @@ const (
 	ReasonBlocked           = "PodsBlocked"
 	ReasonNotBlocked        = "NotBlocked"
 	ReasonDrainTimeout      = "DrainTimeout"
+	// ReasonDeadlinePassed: a requester's deadline passed before the drain
+	// finished (status.deadline); timeouts.onTimeout applies.
+	ReasonDeadlinePassed = "DeadlinePassed"
 	// ReasonEvacuationTimedOut: an evacuation ran past timeouts.evacuation.
 	ReasonEvacuationTimedOut = "EvacuationTimedOut"
 	ReasonDrained            = "Drained"

@@ -29,6 +29,15 @@ type Requester struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// Deadline is when this requester needs the node empty, because the
+	// machine goes away then: a spot instance's termination time, the end of
+	// a shutdown's inhibit delay. The earliest deadline of a drain's
+	// requesters is the drain's (status.deadline): drains with a deadline
+	// are admitted first, earliest first, and a drain not finished by it
+	// ends as at timeouts.drain (timeouts.onTimeout decides: Fail, or
+	// ForceDelete).
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
 }
 
 // NodeDrainSpec is what is asked.
@@ -103,6 +112,15 @@ const (
 	// hook or a blocker.
 	MaxMessage = 1024
 )
+
+// DrainDeadline is when a drain must be done by, and which requester set it.
+type DrainDeadline struct {
+	// Time is the deadline.
+	Time metav1.Time `json:"time"`
+	// Requester is the name of the requester whose deadline it is.
+	// +kubebuilder:validation:MaxLength=253
+	Requester string `json:"requester"`
+}
 
 // Blocker is a pod that holds the drain up, and why.
 type Blocker struct {
@@ -238,6 +256,9 @@ type NodeDrainStatus struct {
 	// +optional
 	UndoStartTime *metav1.Time `json:"undoStartTime,omitempty"`
 
+	// Deadline is the earliest deadline of the requesters, and whose it is.
+	// +optional
+	Deadline *DrainDeadline `json:"deadline,omitempty"`
 	// StartTime is when the drain was first admitted.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
@@ -256,6 +277,7 @@ type NodeDrainStatus struct {
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=1
 // +kubebuilder:printcolumn:name="Evicted/Total",type=string,JSONPath=`.status.progress`
 // +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.blocked`
+// +kubebuilder:printcolumn:name="Deadline",type=date,JSONPath=`.status.deadline.time`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.nodeName",message="metadata.name must equal spec.nodeName: a NodeDrain is named after its node"
 type NodeDrain struct {

@@ -14,6 +14,12 @@
 //     a drain none of whose pods could go now waits while another drain
 //     runs (it would hold a slot and evict nothing);
 //   - otherwise first requested, first admitted.
+//
+// A drain with a deadline (the machine goes away then) comes before all
+// the others, earliest deadline first, and takes the next free slot even
+// if none of its pods could go now: it cannot wait for the budgets, and
+// its cordon and evacuations can start. It never takes more than the
+// policy's limits allow.
 package schedule
 
 import (
@@ -51,6 +57,9 @@ type Drain struct {
 	// Unguarded is how many pods that must still leave the node no PDB
 	// guards: they can go at once.
 	Unguarded int
+	// Deadline, when set, is when the node must be empty (its requesters'
+	// earliest deadline).
+	Deadline time.Time
 }
 
 // TopologyLimit bounds the domains of a key with running drains.
@@ -163,7 +172,20 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 		}
 		return true, ""
 	}
+	// urgent: a's deadline comes before b's (a drain without one comes last).
+	urgent := func(a, b Drain) bool {
+		switch {
+		case a.Deadline.IsZero():
+			return false
+		case b.Deadline.IsZero():
+			return true
+		}
+		return a.Deadline.Before(b.Deadline)
+	}
 	better := func(a, b Drain) bool {
+		if urgent(a, b) || urgent(b, a) {
+			return urgent(a, b)
+		}
 		if !a.Requested.Equal(b.Requested) {
 			return a.Requested.Before(b.Requested)
 		}
@@ -179,6 +201,10 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 			switch {
 			case best < 0:
 				best = i
+			case urgent(d, waiting[best]) || urgent(waiting[best], d):
+				if urgent(d, waiting[best]) {
+					best = i
+				}
 			case headroom(d) != headroom(waiting[best]):
 				if headroom(d) {
 					best = i
@@ -190,7 +216,7 @@ func Admit(drains []Drain, pdbs []*policyv1.PodDisruptionBudget, l Limits) []Ver
 		if best < 0 {
 			break
 		}
-		if !headroom(waiting[best]) && running > 0 {
+		if !headroom(waiting[best]) && running > 0 && waiting[best].Deadline.IsZero() {
 			// None with room in all its PDBs: the earliest that can let
 			// some pods go takes the slot. One that could let none go
 			// would hold a slot while evicting nothing: it starts only

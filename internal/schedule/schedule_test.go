@@ -198,3 +198,40 @@ func TestMaxParallel(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestAdmitDeadlinesFirst(t *testing.T) {
+	// Three drains without a deadline requested first, then two whose
+	// machines go away: the deadlines go first, earliest first.
+	drains := []Drain{
+		drainAt("a", "z0", 0, nil), drainAt("b", "z0", 1, nil), drainAt("c", "z0", 2, nil),
+		drainAt("spot-late", "z0", 3, nil), drainAt("spot-soon", "z0", 4, nil),
+	}
+	drains[3].Deadline = t0.Add(10 * time.Minute)
+	drains[4].Deadline = t0.Add(6 * time.Minute)
+	vs := Admit(drains, nil, Limits{MaxParallel: 1})
+	if got := strings.Join(admitted(vs), " "); got != "spot-soon" {
+		t.Fatalf("admitted %q, want spot-soon (earliest deadline)", got)
+	}
+	var queue []string
+	for _, v := range vs[1:] {
+		queue = append(queue, fmt.Sprintf("%d:%s", v.Position, v.Node))
+	}
+	if got := strings.Join(queue, " "); got != "1:spot-late 2:a 3:b 4:c" {
+		t.Errorf("queue %q, want the other deadline first, then by request", got)
+	}
+
+	// A deadline takes a free slot even when none of its pods could go now
+	// (the machine goes away whatever the budgets say), but never more
+	// slots than the policy allows.
+	zero := []*policyv1.PodDisruptionBudget{testutil.PDB("shop", "a", "a", 0, 0)}
+	blocked := []Drain{drainAt("running", "z0", 0, nil), drainAt("patient", "z0", 1, map[string]int{"shop/a": 1}),
+		drainAt("spot", "z0", 2, map[string]int{"shop/a": 1})}
+	blocked[0].Admitted = true
+	blocked[2].Deadline = t0.Add(2 * time.Minute)
+	if got := strings.Join(admitted(Admit(blocked, zero, Limits{MaxParallel: 2})), " "); got != "spot" {
+		t.Errorf("admitted %q next to a running drain, want spot (its deadline), not patient (no room)", got)
+	}
+	if got := admitted(Admit(blocked, zero, Limits{MaxParallel: 1})); len(got) != 0 {
+		t.Errorf("admitted %v with every slot taken, want none", got)
+	}
+}

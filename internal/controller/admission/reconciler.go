@@ -497,6 +497,9 @@ func (q *queue) toSchedule(m *member) schedule.Drain {
 	for _, lim := range q.limits.Topology {
 		d.Topology[lim.Key] = m.node.Labels[lim.Key]
 	}
+	if dl := v1alpha1.EarliestDeadline(m.drain.Spec.Requesters); dl != nil {
+		d.Deadline = dl.Time.Time
+	}
 	return d
 }
 

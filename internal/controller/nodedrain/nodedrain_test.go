@@ -509,6 +509,52 @@ func TestDrainTimeout(t *testing.T) {
 	}
 }
 
+// TestRequesterDeadline: a requester's deadline (a spot notice's
+// termination time) is the drain's, shown in status.deadline; a drain held
+// by a PDB past it ends as at timeouts.drain, here Failed with the pods in
+// place, saying whose deadline passed. The policy has no drain timeout.
+func TestRequesterDeadline(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	const prefix = "deadline"
+	sel := map[string]string{testLabel: prefix}
+	target := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: 1, Labels: sel})[0]
+	ns := testenv.Namespace(t, e.c)
+	apiBehindPDB(t, e, ns, sel, 2, "0")
+	policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: prefix}}
+	if err := e.cl.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), policy) })
+	nd := testutil.NodeDrain(target, policy.Name, "cli:test")
+	soon := metav1.NewTime(time.Now().Add(4 * time.Second).Truncate(time.Second))
+	later := metav1.NewTime(soon.Add(time.Hour))
+	nd.Spec.Requesters = []v1alpha1.Requester{
+		{Name: "agent:aws-spot", Reason: "spot interruption", Deadline: &soon},
+		{Name: "agent:gcp-maintenance", Deadline: &later},
+		{Name: "cli:test"},
+	}
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+	e.waitDrain(t, target, "status.deadline", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		d := nd.Status.Deadline
+		return d != nil && d.Requester == "agent:aws-spot" && d.Time.Equal(&soon)
+	})
+	end := e.waitDrain(t, target, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
+	c := meta.FindStatusCondition(end.Status.Conditions, v1alpha1.ConditionBlocked)
+	if c == nil || c.Reason != v1alpha1.ReasonDeadlinePassed || !strings.Contains(c.Message, "the deadline of requester agent:aws-spot") {
+		t.Errorf("Blocked condition %+v, want reason %s naming agent:aws-spot", c, v1alpha1.ReasonDeadlinePassed)
+	}
+	if end.Status.CompletionTime == nil || end.Status.CompletionTime.Before(&soon) {
+		t.Errorf("completed at %v, before the deadline %v", end.Status.CompletionTime, soon)
+	}
+	if left := podsOn(t, e, ns, target); len(left) != 2 {
+		t.Errorf("%d pods left on the node, want both kept in place (onTimeout Fail)", len(left))
+	}
+}
+
 // TestEmptyingRequestersUndoes: when the last requester leaves, vacate
 // uncordons the node it cordoned and releases its finalizer; the NodeDrain
 // object stays, idle.

@@ -188,6 +188,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{}, err // undo when the requesters leave
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = modeOf(nd), nil
+	nd.Status.Deadline = v1alpha1.EarliestDeadline(nd.Spec.Requesters)
 	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {

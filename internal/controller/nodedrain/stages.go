@@ -286,9 +286,14 @@ func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
 	return msg
 }
 
-// overdue says whether the drain ran out of time: past timeouts.drain, or
-// with an evacuation past timeouts.evacuation. reason and why say which.
+// overdue says whether the drain ran out of time: past a requester's
+// deadline (the machine goes away then), past timeouts.drain, or with an
+// evacuation past timeouts.evacuation. reason and why say which.
 func overdue(s *scope) (reason, why string, over bool) {
+	if d := s.drain.Status.Deadline; d != nil && !s.now.Before(d.Time.Time) {
+		return v1alpha1.ReasonDeadlinePassed, fmt.Sprintf("the drain did not finish by %s, the deadline of requester %s",
+			d.Time.UTC().Format(time.RFC3339), d.Requester), true
+	}
 	if st := s.drain.Status.StartTime; s.policy.DrainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.DrainTimeout {
 		return v1alpha1.ReasonDrainTimeout, fmt.Sprintf("the drain did not finish within %s (timeouts.drain)", s.policy.DrainTimeout), true
 	}
@@ -299,15 +304,20 @@ func overdue(s *scope) (reason, why string, over bool) {
 }
 
 // waitFor is how long an evicting drain waits for its next pass when no
-// event comes: the resync, or the drain timeout if sooner.
+// event comes: the resync, or the drain timeout or deadline if sooner.
 func (r *Reconciler) waitFor(s *scope) time.Duration {
+	wait := resync
 	if s.policy.DrainTimeout > 0 && s.drain.Status.StartTime != nil {
-		left := s.drain.Status.StartTime.Add(s.policy.DrainTimeout).Sub(s.now)
-		if left > 0 && left < resync {
-			return left
+		if left := s.drain.Status.StartTime.Add(s.policy.DrainTimeout).Sub(s.now); left > 0 {
+			wait = min(wait, left)
 		}
 	}
-	return resync
+	if d := s.drain.Status.Deadline; d != nil {
+		if left := d.Time.Sub(s.now); left > 0 {
+			wait = min(wait, left)
+		}
+	}
+	return wait
 }
 
 // timeout ends a drain that ran out of time. Under onTimeout: Fail it is
@@ -552,7 +562,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	nd.Status.HooksOmitted, nd.Status.HookCalls, nd.Status.RunID = 0, nil, "" // the next request is a new run
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
-	nd.Status.UndoStartTime, nd.Status.Mode = nil, ""
+	nd.Status.UndoStartTime, nd.Status.Mode, nd.Status.Deadline = nil, "", nil
 	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonRestored, "no requester is left; vacate undid its changes")
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
