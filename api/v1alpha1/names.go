@@ -18,6 +18,12 @@ const (
 	// "<drain name>/<drain uid>" (CordonedByValue); undo only uncordons a
 	// node whose annotation names the drain being undone, UID included.
 	AnnotationCordonedBy = "vacate.dev/cordoned-by"
+	// TaintNotice is vacate-agent's taint (effect NoSchedule, value the
+	// notice's source such as "aws-spot"): set while a notice says the
+	// machine goes away, so nothing new lands on the node while its drain
+	// waits to be admitted, and removed when the notice goes. Only the
+	// agent sets it; it is not a trigger.
+	TaintNotice = "vacate.dev/notice"
 	// TaintDrain is the trigger taint: vacate.dev/drain on a node, any
 	// effect, requests its drain. vacate never sets it; people and tools do.
 	TaintDrain = "vacate.dev/drain"

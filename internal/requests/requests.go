@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,6 +96,9 @@ func applySpec(node string, r v1alpha1.Requester, mode v1alpha1.DrainMode, polic
 	entry := map[string]any{"name": r.Name}
 	if r.Reason != "" {
 		entry["reason"] = r.Reason
+	}
+	if r.Deadline != nil {
+		entry["deadline"] = r.Deadline.UTC().Format(time.RFC3339)
 	}
 	spec := map[string]any{"nodeName": node, "requesters": []any{entry}}
 	if mode != "" {

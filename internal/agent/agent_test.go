@@ -1,0 +1,323 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/agent"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/requests"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// scripted is a Source the test drives: it reports what the test sends,
+// and records the notices the agent finishes.
+type scripted struct {
+	name    string
+	initial []agent.Notice // reported at start; nil with silent
+	silent  bool           // reports nothing until sent something
+	send    chan []agent.Notice
+	probs   chan []agent.Problem
+
+	mu       sync.Mutex
+	finished []string
+}
+
+func newScripted(name string) *scripted {
+	return &scripted{name: name, send: make(chan []agent.Notice, 4), probs: make(chan []agent.Problem, 4)}
+}
+
+func (s *scripted) Name() string { return s.name }
+
+func (s *scripted) Run(ctx context.Context, r agent.Reporter) error {
+	if !s.silent {
+		r.Notices(s.initial)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ns := <-s.send:
+			r.Notices(ns)
+		case ps := <-s.probs:
+			r.Problems(ps)
+		}
+	}
+}
+
+func (s *scripted) Finish(_ context.Context, n agent.Notice, drained bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = append(s.finished, fmt.Sprintf("%s drained=%t", n.Source, drained))
+	return nil
+}
+
+func (s *scripted) finishes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.finished...)
+}
+
+// runAgent runs an agent for node with the sources until the test ends.
+func runAgent(t *testing.T, cl client.Client, node string, sources ...agent.Source) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a := agent.New(agent.Options{Client: cl, Node: node, Sources: sources, Interval: 200 * time.Millisecond, Log: testr.New(t)})
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	last := ""
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, state := cond(ctx)
+		last = state
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v; last seen: %s", what, err, last)
+	}
+}
+
+func noticeTaint(n *corev1.Node) string {
+	for _, t := range n.Spec.Taints {
+		if t.Key == v1alpha1.TaintNotice {
+			return t.Value + ":" + string(t.Effect)
+		}
+	}
+	return ""
+}
+
+func agentCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == agent.ConditionType {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+type fixture struct {
+	c      *devcluster.Cluster
+	cl     client.Client
+	ns     string
+	target string
+}
+
+// workload is two simulated nodes with a Deployment of four behind a PDB
+// that lets one go at a time; target is the first node, with pods on it.
+func workload(t *testing.T, prefix, maxUnavailable string) fixture {
+	t.Helper()
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c)
+	ctx := testenv.Context(t)
+	sel := map[string]string{"vacate.dev/test": prefix}
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: prefix, Count: 2, Labels: sel})
+	ns := testenv.Namespace(t, c)
+	dep := devcluster.Deployment(ns, "api", 4)
+	dep.Spec.Template.Spec.NodeSelector = sel
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "api", "api", "", maxUnavailable), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "api"}), 4, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, c.Client, ns, "api", 4, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	target := ""
+	for _, p := range pods {
+		if p.Spec.NodeName == nodes[0] || p.Spec.NodeName == nodes[1] {
+			target = p.Spec.NodeName
+			break
+		}
+	}
+	return fixture{c: c, cl: cl, ns: ns, target: target}
+}
+
+func (f fixture) podsOnTarget(ctx context.Context) int {
+	pods, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + f.target})
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNoticeDrainsTheNodeAndGoingBackUndoes: a spot notice becomes the
+// requester agent:aws-spot with its deadline and mode, the node is tainted
+// at once, drained with the PDB held, the source is told the node is
+// Drained, and when the notice goes the requester is withdrawn: the drain
+// is deleted, the node uncordoned and untainted.
+func TestNoticeDrainsTheNodeAndGoingBackUndoes(t *testing.T) {
+	f := workload(t, "agent-spot", "1")
+	ctx := testenv.Context(t)
+	guard := testenv.WatchPDBs(t, f.c, f.ns)
+	src := newScripted("aws")
+	runAgent(t, f.cl, f.target, src)
+
+	waitFor(t, "the VacateAgent condition", time.Minute, func(ctx context.Context) (bool, string) {
+		n, err := f.c.Client.CoreV1().Nodes().Get(ctx, f.target, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := agentCondition(n)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == agent.ReasonWatching, fmt.Sprintf("%+v", c)
+	})
+
+	deadline := time.Now().Add(2 * time.Minute).Truncate(time.Second)
+	src.send <- []agent.Notice{{Source: "aws-spot", Mode: v1alpha1.ModeDecommission, Deadline: deadline, Reason: "AWS spot interruption: terminate"}}
+	nd := testenv.WaitForDrain(t, f.cl, f.target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	}, func(nd *v1alpha1.NodeDrain) string { return fmt.Sprintf("%s %+v %+v", nd.Status.Phase, nd.Spec, nd.Status.Conditions) })
+	if i := requests.Index(nd, "agent:aws-spot"); i < 0 || nd.Spec.Requesters[i].Deadline == nil ||
+		!nd.Spec.Requesters[i].Deadline.Time.Equal(deadline) || nd.Spec.Requesters[i].Reason != "AWS spot interruption: terminate" {
+		t.Errorf("requesters %+v, want agent:aws-spot with the notice's reason and deadline %s", nd.Spec.Requesters, deadline)
+	}
+	if nd.Spec.Mode != v1alpha1.ModeDecommission || nd.Status.Deadline == nil || nd.Status.Deadline.Requester != "agent:aws-spot" {
+		t.Errorf("mode %s, status.deadline %+v; want Decommission and the agent's deadline", nd.Spec.Mode, nd.Status.Deadline)
+	}
+	if n := f.podsOnTarget(ctx); n != 0 {
+		t.Errorf("%d pods left on the drained node", n)
+	}
+	node, err := f.c.Client.CoreV1().Nodes().Get(ctx, f.target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := noticeTaint(node); got != "aws-spot:NoSchedule" {
+		t.Errorf("taint %s = %q, want aws-spot:NoSchedule", v1alpha1.TaintNotice, got)
+	}
+	if c := agentCondition(node); c == nil || c.Reason != agent.ReasonNotice || !strings.Contains(c.Message, "agent:aws-spot") {
+		t.Errorf("condition %+v, want NoticeReceived naming agent:aws-spot", c)
+	}
+	waitFor(t, "the source told Drained", 30*time.Second, func(context.Context) (bool, string) {
+		got := src.finishes()
+		return len(got) == 1 && got[0] == "aws-spot drained=true", fmt.Sprint(got)
+	})
+	guard.Check(t)
+
+	// The notice goes: the agent gives the node back.
+	src.send <- nil
+	waitFor(t, "the node given back", time.Minute, func(ctx context.Context) (bool, string) {
+		err := f.cl.Get(ctx, types.NamespacedName{Name: f.target}, &v1alpha1.NodeDrain{})
+		n, nerr := f.c.Client.CoreV1().Nodes().Get(ctx, f.target, metav1.GetOptions{})
+		if nerr != nil {
+			return false, nerr.Error()
+		}
+		return apierrors.IsNotFound(err) && !n.Spec.Unschedulable && noticeTaint(n) == "",
+			fmt.Sprintf("drain: %v; unschedulable %t; taint %q", err, n.Spec.Unschedulable, noticeTaint(n))
+	})
+	if got := src.finishes(); len(got) != 1 {
+		t.Errorf("finished %v, want once", got)
+	}
+}
+
+// TestDeadlineFinishesTheNotice: a drain a PDB holds past the notice's
+// deadline: the source is told at the deadline (not drained), and the
+// drain ends Failed, DeadlinePassed, with the pods in place.
+func TestDeadlineFinishesTheNotice(t *testing.T) {
+	f := workload(t, "agent-late", "0")
+	src := newScripted("logind")
+	runAgent(t, f.cl, f.target, src)
+	deadline := time.Now().Add(5 * time.Second)
+	src.send <- []agent.Notice{{Source: "shutdown", Mode: v1alpha1.ModeMaintenance, Deadline: deadline, Reason: "the machine is rebooting"}}
+	waitFor(t, "the source told the deadline came", time.Minute, func(context.Context) (bool, string) {
+		got := src.finishes()
+		return len(got) == 1 && got[0] == "shutdown drained=false", fmt.Sprint(got)
+	})
+	if time.Now().Before(deadline) {
+		t.Errorf("finished before the deadline %s", deadline)
+	}
+	nd := testenv.WaitForDrain(t, f.cl, f.target, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseFailed
+	}, func(nd *v1alpha1.NodeDrain) string { return fmt.Sprintf("%s %+v", nd.Status.Phase, nd.Status.Conditions) })
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked); c == nil || c.Reason != v1alpha1.ReasonDeadlinePassed {
+		t.Errorf("Blocked %+v, want %s", c, v1alpha1.ReasonDeadlinePassed)
+	}
+	if n := f.podsOnTarget(testenv.Context(t)); n == 0 {
+		t.Errorf("no pod left on the node; the PDB allowed none to go")
+	}
+}
+
+// TestRestartWithdrawsOnlyWhatNoSourceReports: after a restart (a node
+// back from a reboot) the agent withdraws a requester of its own that no
+// source reports, but only once every source has reported: a source that
+// has not answered yet may still hold that notice. Others' requesters
+// stay. A source's problem shows in the node's condition.
+func TestRestartWithdrawsOnlyWhatNoSourceReports(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "agent-restart", Count: 1})[0]
+	for _, r := range []string{"agent:shutdown", "cli:alice"} {
+		if err := requests.Apply(ctx, cl, node, v1alpha1.Requester{Name: r}, v1alpha1.ModeMaintenance, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requesters := func(ctx context.Context) (bool, string) {
+		nd := &v1alpha1.NodeDrain{}
+		if err := cl.Get(ctx, types.NamespacedName{Name: node}, nd); err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, r := range nd.Spec.Requesters {
+			names = append(names, r.Name)
+		}
+		return strings.Join(names, ",") == "cli:alice", strings.Join(names, ",")
+	}
+	logind, cloud := newScripted("logind"), newScripted("aws")
+	cloud.silent = true
+	runAgent(t, cl, node, logind, cloud)
+
+	// logind reported nothing, aws not yet: agent:shutdown stays.
+	time.Sleep(2 * time.Second)
+	if ok, got := requesters(ctx); ok {
+		t.Fatalf("requesters %s: withdrawn before every source reported", got)
+	}
+	cloud.probs <- []agent.Problem{{Source: "aws", Reason: "MetadataUnavailable", Message: "the metadata service does not answer"}}
+	waitFor(t, "the problem in the node's condition", 30*time.Second, func(ctx context.Context) (bool, string) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		cond := agentCondition(n)
+		return cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == "MetadataUnavailable" &&
+			strings.Contains(cond.Message, "aws: the metadata service does not answer"), fmt.Sprintf("%+v", cond)
+	})
+	cloud.send <- nil
+	waitFor(t, "agent:shutdown withdrawn, cli:alice kept", 30*time.Second, requesters)
+}
