@@ -203,7 +203,9 @@ func TestNoticeDrainsTheNodeAndGoingBackUndoes(t *testing.T) {
 	src.send <- []agent.Notice{{Source: "aws-spot", Mode: v1alpha1.ModeDecommission, Deadline: deadline, Reason: "AWS spot interruption: terminate"}}
 	nd := testenv.WaitForDrain(t, f.cl, f.target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
-	}, func(nd *v1alpha1.NodeDrain) string { return fmt.Sprintf("%s %+v %+v", nd.Status.Phase, nd.Spec, nd.Status.Conditions) })
+	}, func(nd *v1alpha1.NodeDrain) string {
+		return fmt.Sprintf("%s %+v %+v", nd.Status.Phase, nd.Spec, nd.Status.Conditions)
+	})
 	if i := requests.Index(nd, "agent:aws-spot"); i < 0 || nd.Spec.Requesters[i].Deadline == nil ||
 		!nd.Spec.Requesters[i].Deadline.Time.Equal(deadline) || nd.Spec.Requesters[i].Reason != "AWS spot interruption: terminate" {
 		t.Errorf("requesters %+v, want agent:aws-spot with the notice's reason and deadline %s", nd.Spec.Requesters, deadline)
@@ -264,7 +266,9 @@ func TestDeadlineFinishesTheNotice(t *testing.T) {
 	}
 	nd := testenv.WaitForDrain(t, f.cl, f.target, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseFailed
-	}, func(nd *v1alpha1.NodeDrain) string { return fmt.Sprintf("%s %+v", nd.Status.Phase, nd.Status.Conditions) })
+	}, func(nd *v1alpha1.NodeDrain) string {
+		return fmt.Sprintf("%s %+v", nd.Status.Phase, nd.Status.Conditions)
+	})
 	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked); c == nil || c.Reason != v1alpha1.ReasonDeadlinePassed {
 		t.Errorf("Blocked %+v, want %s", c, v1alpha1.ReasonDeadlinePassed)
 	}
