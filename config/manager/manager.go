@@ -25,7 +25,7 @@ var NamespaceYAML string
 //go:embed force-delete.yaml
 var ForceDeleteYAML string
 
-// imageLine is the placeholder image in controller.yaml.
+// imageLine is the placeholder image in a manifest.
 var imageLine = regexp.MustCompile(`(?m)^(\s+image: )IMAGE$`)
 
 // validImage is a loose check of an image reference: no spaces, quotes or
@@ -45,11 +45,18 @@ func ControllerYAML(image string) (string, error) {
 // WorkloadYAML returns the controller's manifests without the namespace,
 // with the controller's image set.
 func WorkloadYAML(image string) (string, error) {
+	return SetImage(controllerYAML, "vacate-controller", image)
+}
+
+// SetImage replaces the one placeholder image (a line "image: IMAGE") of a
+// manifest with image, after checking it is an image reference; binary
+// names the program, for the error.
+func SetImage(manifest, binary, image string) (string, error) {
 	if !validImage.MatchString(strings.ToLower(image)) {
-		return "", fmt.Errorf("image %q is not an image reference such as ghcr.io/acme/vacate-controller:v0.1.0", image)
+		return "", fmt.Errorf("image %q is not an image reference such as ghcr.io/acme/%s:v0.1.0", image, binary)
 	}
-	if n := len(imageLine.FindAllStringIndex(controllerYAML, -1)); n != 1 {
-		return "", fmt.Errorf("controller.yaml has %d image placeholders, want 1", n)
+	if n := len(imageLine.FindAllStringIndex(manifest, -1)); n != 1 {
+		return "", fmt.Errorf("the %s manifest has %d image placeholders, want 1", binary, n)
 	}
-	return imageLine.ReplaceAllString(controllerYAML, "${1}"+image), nil
+	return imageLine.ReplaceAllString(manifest, "${1}"+image), nil
 }

@@ -8,19 +8,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/config/admission"
+	"github.com/vacate-dev/vacate/config/agent"
 	"github.com/vacate-dev/vacate/config/crd"
 	"github.com/vacate-dev/vacate/config/manager"
 	"github.com/vacate-dev/vacate/config/rbac"
 )
 
 // manifestKinds are what 'vacate manifests' prints.
-var manifestKinds = []string{"install", "crds", "controller-role", "controller", "user-role", "admission", "force-delete"}
+var manifestKinds = []string{"install", "crds", "controller-role", "controller", "user-role", "admission", "force-delete", "agent", "agent-unit"}
 
 func newManifestsCommand(s Streams) *cobra.Command {
-	var image string
+	var image, agentImage string
 	var forceDelete bool
 	cmd := &cobra.Command{
-		Use:   "manifests install|crds|controller-role|controller|user-role|admission|force-delete...",
+		Use:   "manifests install|crds|controller-role|controller|user-role|admission|force-delete|agent|agent-unit...",
 		Short: "Print the manifests vacate needs in a cluster, for kubectl apply",
 		Long: `Prints, as YAML for 'kubectl apply -f -', the manifests built into this vacate:
   install          everything below but force-delete, in order: what a cluster
@@ -40,7 +41,12 @@ func newManifestsCommand(s Streams) *cobra.Command {
                    spec.release on an Evacuation, as themselves
   force-delete     the binding of vacate-controller-force-delete to the
                    controller: needed only by a DrainPolicy with
-                   timeouts.onTimeout: ForceDelete`,
+                   timeouts.onTimeout: ForceDelete
+  agent            vacate-agent on every node (needs --agent-image): service
+                   account, ClusterRole, DaemonSet, and the admission policy
+                   that keeps each agent to its own node; after install
+  agent-unit       the systemd unit of vacate-agent's signal mode (not YAML:
+                   for /etc/systemd/system/vacate-agent.service)`,
 		Example: `  # Install vacate in the current cluster
   vacate manifests install --image ghcr.io/acme/vacate-controller:v0.1.0 | kubectl apply -f -
 
@@ -68,13 +74,23 @@ func newManifestsCommand(s Streams) *cobra.Command {
 				if (a == "controller" || a == "install") && image == "" {
 					return argsError{fmt.Sprintf("%q needs --image, the vacate-controller image to run", a)}
 				}
+				if a == "agent" && agentImage == "" {
+					return argsError{`"agent" needs --agent-image, the vacate-agent image to run`}
+				}
+				if a == "agent-unit" && len(args) > 1 {
+					return argsError{`"agent-unit" is a systemd unit, not YAML: print it alone`}
+				}
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "agent-unit" {
+				_, err := fmt.Fprint(s.Out, agent.SystemdUnit)
+				return err
+			}
 			var parts []string
 			for _, a := range args {
-				docs, err := manifest(a, image, forceDelete)
+				docs, err := manifest(a, image, agentImage, forceDelete)
 				if err != nil {
 					return err
 				}
@@ -95,6 +111,7 @@ func newManifestsCommand(s Streams) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&image, "image", "", "the vacate-controller image, for controller and install")
+	cmd.Flags().StringVar(&agentImage, "agent-image", "", "the vacate-agent image, for agent")
 	cmd.Flags().BoolVar(&forceDelete, "force-delete", false,
 		"install: also bind the ClusterRole vacate-controller-force-delete (pod delete), for DrainPolicies with timeouts.onTimeout: ForceDelete")
 	return cmd
@@ -102,7 +119,7 @@ func newManifestsCommand(s Streams) *cobra.Command {
 
 // manifest returns the documents of one kind. install lists the namespace
 // once, first, so that the Role in it applies.
-func manifest(kind, image string, forceDelete bool) ([]string, error) {
+func manifest(kind, image, agentImage string, forceDelete bool) ([]string, error) {
 	switch kind {
 	case "install":
 		all := []string{}
@@ -131,6 +148,12 @@ func manifest(kind, image string, forceDelete bool) ([]string, error) {
 		return []string{admission.YAML()}, nil
 	case "force-delete":
 		return []string{manager.ForceDeleteYAML}, nil
+	case "agent":
+		y, err := agent.YAML(agentImage)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return []string{y}, nil
 	case "controller":
 		y, err := manager.ControllerYAML(image)
 		if err != nil {

@@ -236,10 +236,15 @@ func (u *uninstaller) explain(err error, doing string) error {
 
 // installedObjects decodes what 'vacate manifests install' prints.
 func installedObjects() (installed, error) {
-	docs, err := manifest("install", "vacate-controller", true) // with the force-delete binding, if any
+	docs, err := manifest("install", "vacate-controller", "", true) // with the force-delete binding, if any
 	if err != nil {
 		return installed{}, err
 	}
+	agentDocs, err := manifest("agent", "", "vacate-agent", false) // and the agent, if installed
+	if err != nil {
+		return installed{}, err
+	}
+	docs = append(docs, agentDocs...)
 	objs, err := decodeManifests(strings.Join(docs, "\n---\n"))
 	if err != nil {
 		return installed{}, fmt.Errorf("decoding the install manifests: %w", err)

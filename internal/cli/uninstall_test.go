@@ -104,7 +104,7 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 		"node finalizers: would remove vacate.dev/drain from ",
 		"drain policies: would delete 1: default",
 		"rbac and namespace: would delete 14: " +
-			"RoleBinding vacate-system/vacate-controller, ClusterRoleBinding vacate-controller, ServiceAccount vacate-system/vacate-controller, ValidatingAdmissionPolicyBinding vacate-evacuations, ValidatingAdmissionPolicy vacate-evacuations, ValidatingAdmissionPolicyBinding vacate-nodedrains, ValidatingAdmissionPolicy vacate-nodedrains, ValidatingAdmissionPolicyBinding vacate-controller-nodes, ValidatingAdmissionPolicy vacate-controller-nodes, ClusterRole vacate-user, ClusterRole vacate-controller-force-delete, Role vacate-system/vacate-controller, ClusterRole vacate-controller, Namespace vacate-system; 1 not there",
+			"RoleBinding vacate-system/vacate-controller, ClusterRoleBinding vacate-controller, ServiceAccount vacate-system/vacate-controller, ValidatingAdmissionPolicyBinding vacate-evacuations, ValidatingAdmissionPolicy vacate-evacuations, ValidatingAdmissionPolicyBinding vacate-nodedrains, ValidatingAdmissionPolicy vacate-nodedrains, ValidatingAdmissionPolicyBinding vacate-controller-nodes, ValidatingAdmissionPolicy vacate-controller-nodes, ClusterRole vacate-user, ClusterRole vacate-controller-force-delete, Role vacate-system/vacate-controller, ClusterRole vacate-controller, Namespace vacate-system; 7 not there",
 		"crds: would delete 4: CustomResourceDefinition nodedrains.vacate.dev, CustomResourceDefinition evacuations.vacate.dev, " +
 			"CustomResourceDefinition evacuationproviders.vacate.dev, CustomResourceDefinition drainpolicies.vacate.dev",
 		"note: ClusterRoleBinding(s) not made by 'vacate manifests install' still bind vacate's roles: uninstall-test-carol (to vacate-user)",
@@ -133,7 +133,7 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 		regexp.MustCompile(`(?m)^controller: a vacate-controller still holds Lease kube-system/vacate-controller \(\S+\); waiting until it stops$`),
 		regexp.MustCompile(fmt.Sprintf(`(?m)^node finalizers: removed vacate.dev/drain from %d of \d+ node\(s\)$`, len(held))),
 		regexp.MustCompile(`(?m)^drain policies: deleted 1: default$`),
-		regexp.MustCompile(`(?m)^rbac and namespace: deleted 14: ` + regexp.QuoteMeta("RoleBinding vacate-system/vacate-controller, ClusterRoleBinding vacate-controller, ServiceAccount vacate-system/vacate-controller, ValidatingAdmissionPolicyBinding vacate-evacuations, ValidatingAdmissionPolicy vacate-evacuations, ValidatingAdmissionPolicyBinding vacate-nodedrains, ValidatingAdmissionPolicy vacate-nodedrains, ValidatingAdmissionPolicyBinding vacate-controller-nodes, ValidatingAdmissionPolicy vacate-controller-nodes, ClusterRole vacate-user, ClusterRole vacate-controller-force-delete, Role vacate-system/vacate-controller, ClusterRole vacate-controller, Namespace vacate-system; 1 not there") + `$`),
+		regexp.MustCompile(`(?m)^rbac and namespace: deleted 14: ` + regexp.QuoteMeta("RoleBinding vacate-system/vacate-controller, ClusterRoleBinding vacate-controller, ServiceAccount vacate-system/vacate-controller, ValidatingAdmissionPolicyBinding vacate-evacuations, ValidatingAdmissionPolicy vacate-evacuations, ValidatingAdmissionPolicyBinding vacate-nodedrains, ValidatingAdmissionPolicy vacate-nodedrains, ValidatingAdmissionPolicyBinding vacate-controller-nodes, ValidatingAdmissionPolicy vacate-controller-nodes, ClusterRole vacate-user, ClusterRole vacate-controller-force-delete, Role vacate-system/vacate-controller, ClusterRole vacate-controller, Namespace vacate-system; 7 not there") + `$`),
 		regexp.MustCompile(`(?m)^crds: deleted 4: CustomResourceDefinition nodedrains.vacate.dev, CustomResourceDefinition evacuations.vacate.dev, ` +
 			`CustomResourceDefinition evacuationproviders.vacate.dev, CustomResourceDefinition drainpolicies.vacate.dev$`),
 		regexp.MustCompile(`(?m)^note: .* uninstall-test-carol \(to vacate-user\); delete them if nobody needs them$`),
@@ -765,7 +765,7 @@ func clusterState(t *testing.T, c *devcluster.Cluster, cl client.Client, nodes [
 }
 
 func crdYAML() ([]byte, error) {
-	docs, err := manifest("crds", "", false)
+	docs, err := manifest("crds", "", "", false)
 	return []byte(strings.Join(docs, "\n---\n")), err
 }
 
