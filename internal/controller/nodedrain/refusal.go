@@ -157,6 +157,11 @@ func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Block
 	case d.Action == drain.Evict:
 		ref, refused := r.refusals.get(d.Pod.UID)
 		switch {
+		case r.Evictions.Evicted(d.Pod.UID):
+			// Evicted, and the cache does not show it terminating yet: the
+			// PDB's status, already updated by that eviction, allows no
+			// disruption, but nothing holds this pod.
+			return b, false
 		case refused && ref.result != eviction.PDBBlocked:
 			return refusalBlocker(b, d, ref), true
 		case refused || d.PDBBlocked:
