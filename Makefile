@@ -10,7 +10,7 @@ TOOLS_BIN  := $(BIN)/tools
 STATICCHECK := $(TOOLS_BIN)/staticcheck
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 # Go modules in this repository: vacate itself and the build-only modules.
-MODULES    := . hack/controlplane hack/kwok hack/tools
+MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 PKGS       ?= ./...
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -74,6 +75,28 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
 		}
 	}
 	return bins, nil
+}
+
+// EnsureTool returns the path of the pinned test tool name (such as
+// EC2MetadataMock), building it from source the first time like
+// EnsureBinaries does the dev cluster's components, and reusing the cached
+// build afterwards. Only the module that builds name is built.
+func EnsureTool(ctx context.Context, name string, progress io.Writer) (string, error) {
+	for _, s := range toolSources {
+		if !slices.Contains(s.names, name) {
+			continue
+		}
+		cache, err := CacheDir()
+		if err != nil {
+			return "", err
+		}
+		dir := filepath.Join(cache, "bin", s.version)
+		if err := ensureSource(ctx, s, dir, findSourceDir(), progress); err != nil {
+			return "", err
+		}
+		return filepath.Join(dir, name), nil
+	}
+	return "", fmt.Errorf("no test tool named %q", name)
 }
 
 func ensureSource(ctx context.Context, s binarySource, dir, src string, progress io.Writer) error {

@@ -3,9 +3,11 @@ package devcluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -56,6 +58,7 @@ func TestPinnedVersionsMatchHackModules(t *testing.T) {
 		{"controlplane", "k8s.io/kubernetes " + KubernetesVersion},
 		{"controlplane", "go.etcd.io/etcd/server/v3 " + EtcdVersion},
 		{"kwok", "sigs.k8s.io/kwok " + KwokVersion},
+		{"ec2-metadata-mock", "github.com/aws/amazon-ec2-metadata-mock " + EC2MetadataMockVersion},
 	} {
 		b, err := os.ReadFile(filepath.Join(root, "hack", tc.module, "go.mod"))
 		if err != nil {
@@ -63,6 +66,46 @@ func TestPinnedVersionsMatchHackModules(t *testing.T) {
 		}
 		if !strings.Contains(string(b), tc.require+"\n") {
 			t.Errorf("hack/%s/go.mod does not require %q", tc.module, tc.require)
+		}
+	}
+}
+
+// TestEveryBinaryHasAMainPackage checks that the module building each
+// binary or tool has a main package named after it, since `go build ./...`
+// names the binaries after their directories, and that dev clusters do not
+// build the test tools.
+func TestEveryBinaryHasAMainPackage(t *testing.T) {
+	root := findSourceDir()
+	if root == "" {
+		t.Fatal("not inside a vacate checkout")
+	}
+	for _, s := range append(slices.Clone(binarySources), toolSources...) {
+		for _, n := range s.names {
+			main := filepath.Join(root, "hack", s.module, n, "main.go")
+			b, err := os.ReadFile(main)
+			if err != nil {
+				t.Errorf("%s is built by hack/%s: %v", n, s.module, err)
+				continue
+			}
+			if !strings.Contains(string(b), "\npackage main\n") {
+				t.Errorf("%s is not a main package", main)
+			}
+		}
+	}
+	for _, tool := range toolSources {
+		for _, s := range binarySources {
+			if s.module == tool.module || s.version == tool.version {
+				t.Errorf("test tool module hack/%s is built with every dev cluster", tool.module)
+			}
+		}
+	}
+}
+
+func TestEnsureToolRejectsUnknownName(t *testing.T) {
+	t.Setenv(EnvCacheDir, t.TempDir())
+	for _, name := range []string{Kwok, "no-such-tool"} {
+		if _, err := EnsureTool(t.Context(), name, io.Discard); err == nil || !strings.Contains(err.Error(), "no test tool named") {
+			t.Errorf("EnsureTool(%q) = %v, want an error naming no test tool", name, err)
 		}
 	}
 }

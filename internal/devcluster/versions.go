@@ -10,6 +10,9 @@ const (
 	EtcdVersion = "v3.6.8"
 	// KwokVersion is the kwok controller that simulates nodes and pods.
 	KwokVersion = "v0.7.0"
+	// EC2MetadataMockVersion is amazon-ec2-metadata-mock, which stands in
+	// for the EC2 instance metadata service in vacate-agent's tests.
+	EC2MetadataMockVersion = "v1.13.0"
 )
 
 // Component names, used for binaries, log files, pid files and errors.
@@ -20,6 +23,9 @@ const (
 	KubeScheduler         = "kube-scheduler"
 	Kubectl               = "kubectl"
 	Kwok                  = "kwok"
+	// EC2MetadataMock is a test tool, not a dev cluster component: build it
+	// with EnsureTool.
+	EC2MetadataMock = "ec2-metadata-mock"
 )
 
 // binarySource says which module under hack/ builds a binary.
@@ -33,4 +39,10 @@ var binarySources = []binarySource{
 	{module: "controlplane", version: "kubernetes-" + KubernetesVersion + "_etcd-" + EtcdVersion,
 		names: []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, Kubectl}},
 	{module: "kwok", version: "kwok-" + KwokVersion, names: []string{Kwok}},
+}
+
+// toolSources build the test tools that dev clusters do not run; EnsureTool
+// builds one on demand, so starting a dev cluster never waits for them.
+var toolSources = []binarySource{
+	{module: "ec2-metadata-mock", version: "ec2-metadata-mock-" + EC2MetadataMockVersion, names: []string{EC2MetadataMock}},
 }
