@@ -15,6 +15,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
+	"github.com/vacate-dev/vacate/internal/agent/aws/awstest"
 )
 
 // The mock's fixed answers: times set by flags, and its default event ID.
@@ -292,7 +293,7 @@ func TestMetadataDown(t *testing.T) {
 	rec.waitFor(t, "the spot notice", lastIs(want))
 
 	t.Log("stopping the metadata mock")
-	m.stop()
+	m.Stop()
 	rec.waitFor(t, "a MetadataUnavailable problem", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(p) > 0 && len(p[len(p)-1]) == 1
 	})
@@ -304,7 +305,7 @@ func TestMetadataDown(t *testing.T) {
 	}
 
 	t.Log("starting the metadata mock again on the same port")
-	m.start()
+	m.Start()
 	rec.waitFor(t, "the problem to clear", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(p[len(p)-1]) == 0
 	})
@@ -329,8 +330,7 @@ func TestMetadataDown(t *testing.T) {
 // none), until the service answers.
 func TestStartsWithoutMetadata(t *testing.T) {
 	t.Parallel()
-	m := &metadataMock{t: t, args: []string{"asglifecycle"}, port: freePort(t), dir: t.TempDir()}
-	t.Cleanup(m.stop)
+	m := awstest.NewMock(t, "asglifecycle")
 	rec, ct := runSource(t, m.URL(), Options{})
 	rec.waitFor(t, "a MetadataUnavailable problem", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(p) == 1 && len(p[0]) == 1 && p[0][0].Reason == ReasonMetadataUnavailable
@@ -340,7 +340,7 @@ func TestStartsWithoutMetadata(t *testing.T) {
 		t.Fatalf("notices reported before the service answered:%s", describe(notices))
 	}
 
-	m.start()
+	m.Start()
 	want := []agent.Notice{{Source: SourceASG, Mode: v1alpha1.ModeDecommission, Reason: "Auto Scaling is terminating the instance"}}
 	rec.waitFor(t, "the Auto Scaling notice and no problem", func(n [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(n) == 1 && sameNotices(n[0], want) && len(p[len(p)-1]) == 0
