@@ -64,6 +64,9 @@ func Explain(in Input) Explanation {
 		e.Idle = "The controller has not started it yet: is vacate-controller running? ('kubectl get pods -A -l app.kubernetes.io/name=vacate-controller')"
 	}
 	e.Findings = append(e.Findings, drainFindings(nd)...)
+	if f, ok := deadlineFinding(nd, in.Now); ok {
+		e.Findings = append(e.Findings, f)
+	}
 	// Blockers that share a holder and a reason share most of the
 	// explanation; a PDB is explained once, naming all the pods it holds.
 	// (The same PDBs may hold some pods as PodDisruptionBudget and others as
@@ -110,7 +113,48 @@ func state(nd *v1alpha1.NodeDrain) string {
 	if st.Blocked > 0 {
 		s += fmt.Sprintf(", %d blocked", st.Blocked)
 	}
+	if d := st.Deadline; d != nil {
+		s += fmt.Sprintf("; deadline %s (%s)", d.Time.UTC().Format(time.RFC3339), d.Requester)
+	}
 	return s
+}
+
+// deadlineFinding says what will not make it by the drain's deadline (the
+// machine goes then): the pods blocked now, and the remaining pods if the
+// pace so far cannot empty the node in time.
+func deadlineFinding(nd *v1alpha1.NodeDrain, now time.Time) (Finding, bool) {
+	st := nd.Status
+	d := st.Deadline
+	if d == nil || st.Phase == v1alpha1.PhaseDrained || st.Phase == v1alpha1.PhaseFailed {
+		return Finding{}, false
+	}
+	subject := "nodedrain/" + nd.Name
+	left := d.Time.Sub(now)
+	when := fmt.Sprintf("the machine goes at %s (the deadline of %s", d.Time.UTC().Format(time.RFC3339), d.Requester)
+	fix := "at the deadline the policy's timeouts.onTimeout applies (Fail leaves the pods where they are; ForceDelete deletes them)"
+	if left <= 0 {
+		return Finding{Subject: subject, Cause: when + ", passed " + (-left).Round(time.Second).String() + " ago)", Fix: fix}, true
+	}
+	when += fmt.Sprintf(", in %s)", left.Round(time.Second))
+	var late []string
+	if st.Blocked > 0 {
+		late = append(late, fmt.Sprintf("%d blocked pod(s) will not leave in time unless what holds them (below) changes", st.Blocked))
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAdmitted); c == nil || c.Status != metav1.ConditionTrue {
+		late = append(late, "the drain is not admitted yet")
+	} else if st.StartTime != nil && st.Remaining > 0 && st.Evicted > 0 {
+		ran := now.Sub(st.StartTime.Time)
+		need := time.Duration(float64(ran) * float64(st.Remaining) / float64(st.Evicted))
+		if need > left {
+			late = append(late, fmt.Sprintf("at the pace so far (%d pod(s) in %s) the %d remaining need about %s",
+				st.Evicted, ran.Round(time.Second), st.Remaining, need.Round(time.Second)))
+		}
+	}
+	if len(late) == 0 {
+		return Finding{}, false
+	}
+	return Finding{Subject: subject, Cause: when + ": " + strings.Join(late, "; "),
+		Fix: "unblock the pods below now; " + fix}, true
 }
 
 // drainFindings are the causes that hold the whole drain, not one pod.

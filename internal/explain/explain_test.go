@@ -174,3 +174,64 @@ func TestExplainEvacuations(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadline: a drain whose machine goes at a deadline says what will
+// not make it: blocked pods, a drain not admitted yet, a pace too slow for
+// the time left; a drain on pace, or ended, says nothing about it.
+func TestDeadline(t *testing.T) {
+	admitted := []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAdmitted}}
+	withDeadline := func(in time.Duration, blockers ...v1alpha1.Blocker) *v1alpha1.NodeDrain {
+		nd := stuck(blockers...)
+		nd.Status.Deadline = &v1alpha1.DrainDeadline{Time: metav1.NewTime(now.Add(in)), Requester: "agent:aws-spot"}
+		nd.Status.Conditions = admitted
+		nd.Status.StartTime = &metav1.Time{Time: now.Add(-time.Minute)} // 2 evicted in 1m, 2 remaining
+		return nd
+	}
+	slow := withDeadline(30 * time.Second)
+	onPace := withDeadline(5 * time.Minute)
+	queued := withDeadline(5 * time.Minute)
+	queued.Status.Conditions = nil
+	passed := withDeadline(-10 * time.Second)
+	drained := withDeadline(time.Minute)
+	drained.Status.Phase = v1alpha1.PhaseDrained
+	for _, tc := range []struct {
+		name string
+		nd   *v1alpha1.NodeDrain
+		want []string // in the deadline's finding; none: no finding
+	}{
+		{"blocked", withDeadline(2*time.Minute, pdbBlocker("shop/web-1", "shop/web")),
+			[]string{"the machine goes at 2026-11-22T15:02:00Z (the deadline of agent:aws-spot, in 2m0s)", "1 blocked pod(s) will not leave in time"}},
+		{"too slow", slow, []string{"in 30s", "at the pace so far (2 pod(s) in 1m0s) the 2 remaining need about 1m0s"}},
+		{"not admitted", queued, []string{"the drain is not admitted yet"}},
+		{"passed", passed, []string{"passed 10s ago"}},
+		{"on pace", onPace, nil},
+		{"drained", drained, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := Explain(Input{Drain: tc.nd, Now: now})
+			var found *Finding
+			for i, f := range e.Findings {
+				if strings.Contains(f.Cause, "the machine goes at") {
+					found = &e.Findings[i]
+				}
+			}
+			if tc.want == nil {
+				if found != nil {
+					t.Fatalf("finding %+v, want none", *found)
+				}
+				return
+			}
+			if found == nil {
+				t.Fatalf("no deadline finding in %+v", e.Findings)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(found.Cause, w) {
+					t.Errorf("cause %q lacks %q", found.Cause, w)
+				}
+			}
+			if !strings.Contains(found.Fix, "timeouts.onTimeout") || !strings.Contains(e.State, "deadline 2026-11-22T") {
+				t.Errorf("fix %q, state %q: want what happens at the deadline and the deadline in the state", found.Fix, e.State)
+			}
+		})
+	}
+}
