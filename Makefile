@@ -55,8 +55,13 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 .PHONY: test
-test: controlplane ## Run the whole test suite with -race (starts real local control planes)
+test: controlplane dbus-daemon ## Run the whole test suite with -race (starts real local control planes)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+# The logind source's tests run a private D-Bus daemon (internal/agent/logind/logindtest).
+.PHONY: dbus-daemon
+dbus-daemon: ## Install dbus-daemon (Debian package) for the logind tests, unless it is there
+	@command -v dbus-daemon >/dev/null || { apt-get update && apt-get install -y --no-install-recommends dbus-daemon; }
 
 .PHONY: demo
 demo: controlplane ## Run the demo on a throwaway local cluster

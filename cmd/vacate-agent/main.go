@@ -1,14 +1,13 @@
-// Command vacate-agent runs on each node and turns shutdown and preemption
-// signals into drain requests. It arrives with its own issue; until then it
-// only says so.
+// Command vacate-agent runs on each node and turns the signals that the
+// machine is going away (a shutdown or reboot from logind, SIGTERM in
+// signal mode, a cloud's spot, maintenance or scale-in notice) into drain
+// requests, holding the shutdown until the node is drained or a deadline.
 package main
 
 import (
-	"fmt"
 	"os"
+
+	"github.com/vacate-dev/vacate/internal/agent/app"
 )
 
-func main() {
-	fmt.Fprintln(os.Stderr, "vacate-agent: not yet implemented")
-	os.Exit(1)
-}
+func main() { os.Exit(app.Main(os.Args[1:], os.Stderr)) }

@@ -330,17 +330,14 @@ func (a *Agent) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, name strin
 	return err
 }
 
-// finish tells a source its notice is done: the drain is Drained, or the
-// notice's deadline came.
+// finish records, once per notice, that it is done (the drain is Drained,
+// or the notice's deadline came), and tells its source if the source
+// wants to know (a Finisher).
 func (a *Agent) finish(ctx context.Context) error {
 	now := a.opts.Now()
 	var nd *v1alpha1.NodeDrain
 	var errs []error
 	for _, s := range a.opts.Sources {
-		f, ok := s.(Finisher)
-		if !ok {
-			continue
-		}
 		for _, n := range a.current(s.Name()) {
 			if n.CordonOnly || a.isFinished(n) {
 				continue
@@ -357,9 +354,11 @@ func (a *Agent) finish(ctx context.Context) error {
 				continue
 			}
 			a.opts.Log.Info("notice done", "source", n.Source, "drained", drained, "deadline", n.Deadline)
-			if err := f.Finish(ctx, n, drained); err != nil {
-				errs = append(errs, fmt.Errorf("finishing notice %s: %w", n.Source, err))
-				continue
+			if f, ok := s.(Finisher); ok {
+				if err := f.Finish(ctx, n, drained); err != nil {
+					errs = append(errs, fmt.Errorf("finishing notice %s: %w", n.Source, err))
+					continue
+				}
 			}
 			a.markFinished(n, drained, now)
 		}

@@ -136,7 +136,10 @@ func Run(ctx context.Context, out io.Writer, opts Options) (err error) {
 	if err := d.drain(ctx, targets); err != nil {
 		return err
 	}
-	return d.reportStateful(ctx, data)
+	if err := d.reportStateful(ctx, data); err != nil {
+		return err
+	}
+	return d.spotNotice(ctx, others[len(others)-1])
 }
 
 // startController installs the CRDs and runs the vacate controller in this

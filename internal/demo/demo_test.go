@@ -46,6 +46,9 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 		"3 of 3 drained, 0 failed; report: " + reports,
 		"stopping the dev cluster",
 		"volumes after the drains: 6 of 6 with every replica's checksum right, 0 still on node-",
+		"gets a spot preemption notice",
+		"before its deadline (requester agent:gcp-preempted, mode Decommission): the VM may go",
+		"the notice is withdrawn, and vacate-agent gives node-",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("demo output lacks %q", want)

@@ -40,32 +40,39 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 const testLabel = "vacate.dev/test"
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// binaries are the programs the package built, by name.
+var binaries struct {
+	sync.Mutex
+	dir   string
+	built map[string]string
+}
 
-// controllerBinary builds vacate-controller once for the package.
-func controllerBinary(t *testing.T) string {
+// goBinary builds cmd/<name> once for the package and returns its path.
+func goBinary(t *testing.T, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	binaries.Lock()
+	defer binaries.Unlock()
+	if p, ok := binaries.built[name]; ok {
+		return p
+	}
+	if binaries.dir == "" {
 		dir, err := os.MkdirTemp("", "vacate-e2e-bin-")
 		if err != nil {
-			buildErr = err
-			return
+			t.Fatal(err)
 		}
-		binPath = filepath.Join(dir, "vacate-controller")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/vacate-dev/vacate/cmd/vacate-controller").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building vacate-controller: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+		binaries.dir, binaries.built = dir, map[string]string{}
 	}
-	return binPath
+	path := filepath.Join(binaries.dir, name)
+	out, err := exec.Command("go", "build", "-o", path, "github.com/vacate-dev/vacate/cmd/"+name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("building %s: %v\n%s", name, err, out)
+	}
+	binaries.built[name] = path
+	return path
 }
+
+// controllerBinary builds vacate-controller once for the package.
+func controllerBinary(t *testing.T) string { return goBinary(t, "vacate-controller") }
 
 // proc is a running vacate-controller.
 type proc struct {

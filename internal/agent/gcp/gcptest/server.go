@@ -49,18 +49,28 @@ type Server struct {
 // maintenance-event "NONE"; it stops when the test ends.
 func NewServer(t testing.TB) *Server {
 	t.Helper()
+	s, err := Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Listen starts a fake metadata server on a free port of 127.0.0.1, as
+// NewServer, outside a test (the demo); Stop stops it.
+func Listen() (*Server, error) {
 	s := &Server{
 		values:  map[string]string{KeyPreempted: "FALSE", KeyMaintenanceEvent: "NONE"},
 		changed: make(chan struct{}),
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("gcptest: listening: %v", err)
+		return nil, fmt.Errorf("gcptest: listening: %w", err)
 	}
 	s.addr = ln.Addr().String()
 	s.serve(ln)
-	t.Cleanup(s.Stop)
-	return s
+	return s, nil
 }
 
 // URL is the server's base URL, the agent's Endpoint.
