@@ -27,6 +27,7 @@ import (
 	"github.com/vacate-dev/vacate/config/admission"
 	agentconfig "github.com/vacate-dev/vacate/config/agent"
 	"github.com/vacate-dev/vacate/internal/agent/aws/awstest"
+	"github.com/vacate-dev/vacate/internal/agent/logind/logindtest"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -420,4 +421,74 @@ func hasTaint(n *corev1.Node, key, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestAgentHoldsShutdownUntilDrained: the agent against a stand-in logind
+// on a real dbus-daemon, with its own rights. It holds a delay lock and
+// reports logind's InhibitDelayMaxSec as shorter than it wants; a reboot
+// that is cancelled gives the node back and the lock is taken again; a
+// reboot that goes on is held (the lock stays) until the node is Drained,
+// and released then.
+func TestAgentHoldsShutdownUntilDrained(t *testing.T) {
+	e := newEnv(t)
+	installAgentRights(t, e)
+	startController(t, e.c, "controller", false, "vacate-agent-logind")
+	ns, node := e.workload(t, "agent-logind", 2, 6, "0")
+	ctx := testenv.Context(t)
+	bus := logindtest.StartBus(t)
+	ld := logindtest.StartConfig(t, bus, logindtest.Config{InhibitDelayMax: time.Minute})
+	startAgent(t, e.c, node, "--dbus-address", bus, "--cloud", "none", "--shutdown-delay", "2m")
+	e.waitAgentCondition(t, node, "InhibitDelayTooShort")
+	if err := ld.WaitHeld(ctx, 1); err != nil {
+		t.Fatalf("the agent holds no delay lock: %v", err)
+	}
+
+	t.Log("a reboot, cancelled while the PDB holds the drain")
+	ld.EmitPrepareForShutdown(true, "reboot")
+	nd := e.waitDrain(t, node, "requested by agent:shutdown", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return requests.Index(nd, "agent:shutdown") >= 0 && nd.Status.Blocked > 0
+	})
+	if nd.Spec.Mode != v1alpha1.ModeMaintenance || nd.Status.Deadline == nil {
+		t.Errorf("mode %s, deadline %v: want a Maintenance drain with logind's deadline", nd.Spec.Mode, nd.Status.Deadline)
+	}
+	if ld.Held() != 1 {
+		t.Errorf("%d locks held while the drain runs, want 1", ld.Held())
+	}
+	ld.EmitPrepareForShutdown(false, "")
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.cl.Get(ctx, types.NamespacedName{Name: node}, &v1alpha1.NodeDrain{})
+		n, nerr := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && nerr == nil && !n.Spec.Unschedulable, nil
+	})
+	if err != nil {
+		t.Fatalf("the cancelled reboot did not give the node back: %v", err)
+	}
+	if err := ld.WaitHeld(ctx, 1); err != nil {
+		t.Fatalf("no lock after the cancelled reboot: %v", err)
+	}
+
+	t.Log("a reboot that goes on: the lock is held until the node is Drained")
+	ld.EmitPrepareForShutdown(true, "reboot")
+	e.waitDrain(t, node, "blocked by the PDB", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return requests.Index(nd, "agent:shutdown") >= 0 && nd.Status.Blocked > 0
+	})
+	if ld.Held() != 1 {
+		t.Fatalf("%d locks held while the PDB holds the drain, want 1", ld.Held())
+	}
+	if _, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Patch(ctx, "web", types.MergePatchType,
+		[]byte(`{"spec":{"maxUnavailable":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.WaitReleased(ctx); err != nil {
+		t.Fatalf("the lock was never released: %v", err)
+	}
+	released := time.Now()
+	done := &v1alpha1.NodeDrain{}
+	if err := e.cl.Get(ctx, types.NamespacedName{Name: node}, done); err != nil {
+		t.Fatal(err)
+	}
+	if done.Status.Phase != v1alpha1.PhaseDrained || done.Status.CompletionTime == nil || done.Status.CompletionTime.After(released) {
+		t.Errorf("the lock was released at %s with the drain %s (completed %v): want it released only once Drained",
+			released, done.Status.Phase, done.Status.CompletionTime)
+	}
 }
