@@ -64,7 +64,7 @@ func installAgentRights(t *testing.T, e *env) {
 			continue
 		}
 		obj.SetResourceVersion("")
-		if err := e.cl.Patch(ctx, obj, client.Apply, client.FieldOwner("e2e"), client.ForceOwnership); err != nil {
+		if err := e.cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("e2e"), client.ForceOwnership); err != nil {
 			t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 		applied++
