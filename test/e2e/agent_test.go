@@ -32,6 +32,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -53,24 +54,55 @@ func installAgentRights(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	docs := strings.Split(y+"\n---\n"+admission.YAML(), "\n---\n")
-	applied := 0
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vacate-system"}}
+	if err := client.IgnoreAlreadyExists(e.cl.Create(ctx, ns)); err != nil {
+		t.Fatal(err)
+	}
+	applied, kinds := 0, map[string]bool{}
 	for _, doc := range docs {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
 			t.Fatal(err)
 		}
-		switch obj.GetKind() {
-		case "", "ServiceAccount", "DaemonSet": // no namespace vacate-system here, and no kubelet
-			continue
+		if obj.GetKind() == "" {
+			continue // comments only
 		}
-		obj.SetResourceVersion("")
-		if err := e.cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("e2e"), client.ForceOwnership); err != nil {
+		opts := []client.ApplyOption{client.FieldOwner("e2e"), client.ForceOwnership}
+		if obj.GetKind() == "DaemonSet" {
+			// Validated by the API server, not run: the tests run the
+			// agent as a process, and its pods would land on every
+			// simulated node of the package's cluster.
+			opts = append(opts, client.DryRunAll)
+		}
+		if err := e.cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), opts...); err != nil {
 			t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 		applied++
+		kinds[obj.GetKind()] = true
 	}
-	if applied < 6 {
+	if !kinds["DaemonSet"] || !kinds["ServiceAccount"] || !kinds["ClusterRole"] || !kinds["ValidatingAdmissionPolicy"] {
+		t.Fatalf("config/agent lacks a part: applied %v", kinds)
+	}
+	if applied < 8 {
 		t.Fatalf("applied %d objects from config/agent and config/admission, want the role, binding and policies", applied)
+	}
+	// The policy takes effect when the API server has loaded it: until an
+	// agent's request for another node's drain is refused.
+	cfg, err := clientcmd.BuildConfigFromFlags("", agentKubeconfig(t, e.c, "probe-node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := client.New(cfg, client.Options{Scheme: e.cl.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		nd := testutil.NodeDrain("probe-other-node", "", "agent:probe")
+		err := probe.Create(ctx, nd, client.DryRunAll)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'vacate-agent'"), nil
+	})
+	if err != nil {
+		t.Fatalf("the policy vacate-agent never took effect: %v", err)
 	}
 }
 
