@@ -311,18 +311,40 @@ func TestAgentKeptToItsOwnNode(t *testing.T) {
 		t.Errorf("withdrawing its own requester took cli:alice too: %+v", after.Spec.Requesters)
 	}
 
-	taint := func(node, key string) error {
+	taint := func(node, key string, effect corev1.TaintEffect) error {
 		n, err := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		base := n.DeepCopy()
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: "aws-spot", Effect: corev1.TaintEffectNoSchedule})
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: "aws-spot", Effect: effect})
 		return as.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}
-	allowed("taint its node vacate.dev/notice", taint(mine, v1alpha1.TaintNotice))
-	refused("taint another node", taint(other, v1alpha1.TaintNotice))
-	refused("set another taint on its node", taint(mine, "example.com/other"))
+	allowed("taint its node vacate.dev/notice", taint(mine, v1alpha1.TaintNotice, corev1.TaintEffectNoSchedule))
+	refused("taint another node", taint(other, v1alpha1.TaintNotice, corev1.TaintEffectNoSchedule))
+	refused("set another taint on its node", taint(mine, "example.com/other", corev1.TaintEffectNoSchedule))
+	refused("make its taint NoExecute", taint(mine, v1alpha1.TaintNotice, corev1.TaintEffectNoExecute))
+	label := func(status bool) error {
+		n, err := e.c.Client.CoreV1().Nodes().Get(ctx, mine, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		base := n.DeepCopy()
+		n.Annotations = map[string]string{v1alpha1.AnnotationCordonedBy: "forged/uid"}
+		if status {
+			return as.Status().Patch(ctx, n, client.MergeFrom(base))
+		}
+		return as.Patch(ctx, n, client.MergeFrom(base))
+	}
+	refused("annotate its node", label(false))
+	refused("annotate its node through its status", label(true))
+	owned := &v1alpha1.NodeDrain{}
+	if err := e.cl.Get(ctx, types.NamespacedName{Name: mine}, owned); err != nil {
+		t.Fatal(err)
+	}
+	base := owned.DeepCopy()
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: other, UID: "x"}}
+	refused("give its drain an owner", as.Patch(ctx, owned, client.MergeFrom(base)))
 	condition := func(node string, typ corev1.NodeConditionType) error {
 		n, err := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
