@@ -131,7 +131,8 @@ func deadlineFinding(nd *v1alpha1.NodeDrain, now time.Time) (Finding, bool) {
 	subject := "nodedrain/" + nd.Name
 	left := d.Time.Sub(now)
 	when := fmt.Sprintf("the machine goes at %s (the deadline of %s", d.Time.UTC().Format(time.RFC3339), d.Requester)
-	fix := "at the deadline the policy's timeouts.onTimeout applies (Fail leaves the pods where they are; ForceDelete deletes them)"
+	fix := "at the deadline a running drain ends as the policy's timeouts.onTimeout says (Fail leaves the pods where they are; " +
+		"ForceDelete deletes them), and one not started yet fails with nothing evicted"
 	if left <= 0 {
 		return Finding{Subject: subject, Cause: when + ", passed " + (-left).Round(time.Second).String() + " ago)", Fix: fix}, true
 	}

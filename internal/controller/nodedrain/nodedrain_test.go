@@ -15,11 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/admission"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -552,6 +555,53 @@ func TestRequesterDeadline(t *testing.T) {
 	}
 	if left := podsOn(t, e, ns, target); len(left) != 2 {
 		t.Errorf("%d pods left on the node, want both kept in place (onTimeout Fail)", len(left))
+	}
+}
+
+// TestDeadlinePassesInTheQueue: a drain still waiting for a slot when its
+// requester's deadline passes fails then, DeadlinePassed, with nothing
+// evicted; it never starts late.
+func TestDeadlinePassesInTheQueue(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	const prefix = "queued-deadline"
+	sel := map[string]string{testLabel: prefix}
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: 2, Labels: sel})
+	ns := testenv.Namespace(t, e.c)
+	apiBehindPDB(t, e, ns, sel, 4, "0")
+	policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: prefix}}
+	policy.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: sel}
+	policy.Spec.Concurrency.MaxParallelNodes = ptr.To(intstr.FromInt32(1))
+	policy.Spec.Concurrency.BatchWindow = &metav1.Duration{}
+	if err := e.cl.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), policy) })
+	running := testutil.NodeDrain(nodes[0], "", "cli:test")
+	if err := e.cl.Create(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), running) })
+	e.waitDrain(t, nodes[0], "admitted", time.Minute, admission.IsAdmitted)
+	before := podsOn(t, e, ns, nodes[1])
+
+	soon := metav1.NewTime(time.Now().Add(4 * time.Second).Truncate(time.Second))
+	queued := testutil.NodeDrain(nodes[1], "")
+	queued.Spec.Requesters = []v1alpha1.Requester{{Name: "agent:aws-spot", Deadline: &soon}}
+	if err := e.cl.Create(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), queued) })
+	end := e.waitDrain(t, nodes[1], "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
+	c := meta.FindStatusCondition(end.Status.Conditions, v1alpha1.ConditionDrained)
+	if c == nil || c.Reason != v1alpha1.ReasonDeadlinePassed || !strings.Contains(c.Message, "passed before the drain started") {
+		t.Errorf("Drained condition %+v, want %s saying it never started", c, v1alpha1.ReasonDeadlinePassed)
+	}
+	if end.Status.StartTime != nil || end.Status.CompletionTime == nil || end.Status.CompletionTime.Before(&soon) {
+		t.Errorf("start %v, completion %v: want never started, ended at or after the deadline %v", end.Status.StartTime, end.Status.CompletionTime, soon)
+	}
+	if after := podsOn(t, e, ns, nodes[1]); len(after) != len(before) {
+		t.Errorf("%d pods on the queued drain's node, %d before: nothing may be evicted", len(after), len(before))
 	}
 }
 

@@ -184,11 +184,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			return reconcile.Result{}, fmt.Errorf("adding finalizer to NodeDrain %s: %w", nd.Name, err)
 		}
 	}
+	nd.Status.Deadline = v1alpha1.EarliestDeadline(nd.Spec.Requesters)
 	if ended, err := r.ended(ctx, s); ended || err != nil {
 		return reconcile.Result{}, err // undo when the requesters leave
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = modeOf(nd), nil
-	nd.Status.Deadline = v1alpha1.EarliestDeadline(nd.Spec.Requesters)
 	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
