@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -187,7 +188,19 @@ type wanted struct {
 	requesters map[string]*want
 	cordon     []Notice // cordon-only notices
 	problems   []Problem
-	complete   bool
+	// reported is, by notice source, whether the sources that may report it
+	// have all reported once ("" stands for the sources that are not
+	// Owners, which may report any).
+	reported map[string]bool
+}
+
+// mayWithdraw says whether a requester of the agent that no source reports
+// may be withdrawn: every source that may report it has reported once.
+func (w wanted) mayWithdraw(requester string) bool {
+	if ok, owned := w.reported[strings.TrimPrefix(requester, RequesterPrefix)]; owned {
+		return ok
+	}
+	return w.reported[""]
 }
 
 type want struct {
@@ -199,7 +212,18 @@ type want struct {
 func (a *Agent) wanted() wanted {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	w := wanted{requesters: map[string]*want{}, complete: len(a.notices) == len(a.opts.Sources)}
+	w := wanted{requesters: map[string]*want{}, reported: map[string]bool{"": true}}
+	for _, s := range a.opts.Sources {
+		_, reported := a.notices[s.Name()]
+		if o, ok := s.(Owner); ok {
+			for _, src := range o.NoticeSources() {
+				prev, seen := w.reported[src]
+				w.reported[src] = reported && (prev || !seen)
+			}
+		} else {
+			w.reported[""] = w.reported[""] && reported
+		}
+	}
 	for _, s := range a.opts.Sources {
 		w.problems = append(w.problems, a.problems[s.Name()]...)
 		for _, n := range a.notices[s.Name()] {
@@ -270,16 +294,16 @@ func (a *Agent) sync(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if nd != nil && w.complete {
+	if nd != nil {
 		for _, r := range nd.Spec.Requesters {
-			if strings.HasPrefix(r.Name, RequesterPrefix) && w.requesters[r.Name] == nil {
+			if strings.HasPrefix(r.Name, RequesterPrefix) && w.requesters[r.Name] == nil && w.mayWithdraw(r.Name) {
 				if err := a.withdraw(ctx, nd, r.Name); err != nil {
 					errs = append(errs, err)
 				}
 			}
 		}
 	}
-	if err := a.finish(ctx); err != nil {
+	if err := a.finish(ctx, w); err != nil {
 		errs = append(errs, err)
 	}
 	if err := a.condition(ctx, w); err != nil {
@@ -333,7 +357,7 @@ func (a *Agent) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, name strin
 // finish records, once per notice, that it is done (the drain is Drained,
 // or the notice's deadline came), and tells its source if the source
 // wants to know (a Finisher).
-func (a *Agent) finish(ctx context.Context) error {
+func (a *Agent) finish(ctx context.Context, w wanted) error {
 	now := a.opts.Now()
 	var nd *v1alpha1.NodeDrain
 	var errs []error
@@ -348,7 +372,7 @@ func (a *Agent) finish(ctx context.Context) error {
 					return err
 				}
 			}
-			drained := drainedFor(nd, RequesterPrefix+n.Source)
+			drained := drainedFor(nd, w.requesters[RequesterPrefix+n.Source])
 			late := !n.Deadline.IsZero() && !now.Before(n.Deadline)
 			if !drained && !late {
 				continue
@@ -366,11 +390,21 @@ func (a *Agent) finish(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// drainedFor reports whether the drain is Drained with the requester on
-// it, for its current spec (a raised mode runs the drain again).
-func drainedFor(nd *v1alpha1.NodeDrain, requester string) bool {
-	return nd.Name != "" && requests.Index(nd, requester) >= 0 &&
-		nd.Status.ObservedGeneration == nd.Generation && nd.Status.Phase == v1alpha1.PhaseDrained
+// drainedFor reports whether the drain is Drained for what the agent
+// wants: its requester on it as wanted, in a mode at least the wanted one,
+// and the status for the current spec (a raised mode runs the drain
+// again). A cache that has not seen the agent's last write yet is not
+// Drained for it.
+func drainedFor(nd *v1alpha1.NodeDrain, w *want) bool {
+	if w == nil || nd.Name == "" {
+		return false
+	}
+	i := requests.Index(nd, w.requester.Name)
+	if i < 0 || !sameRequester(nd.Spec.Requesters[i], w.requester) ||
+		(w.mode == v1alpha1.ModeDecommission && nd.Spec.Mode != v1alpha1.ModeDecommission) {
+		return false
+	}
+	return nd.Status.ObservedGeneration == nd.Generation && nd.Status.Phase == v1alpha1.PhaseDrained
 }
 
 func (a *Agent) current(source string) []Notice {
@@ -408,11 +442,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// truncate cuts s to at most n bytes, on a character boundary (a cut
+// character would be stored as U+FFFD, and never compare equal again).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-3] + "..."
+	cut := n - 3
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // nodeOf reads the agent's node.

@@ -325,3 +325,51 @@ func TestRestartWithdrawsOnlyWhatNoSourceReports(t *testing.T) {
 	cloud.send <- nil
 	waitFor(t, "agent:shutdown withdrawn, cli:alice kept", 30*time.Second, requesters)
 }
+
+// owning is a scripted source that says which notices it reports.
+type owning struct {
+	*scripted
+	owns []string
+}
+
+func (o owning) NoticeSources() []string { return o.owns }
+
+// TestRestartWithdrawsPerSource: with sources that say which notices they
+// report, a stale requester is withdrawn as soon as its own source has
+// reported, even while another source (a metadata service down at boot)
+// has not; that source's stale requester waits for it.
+func TestRestartWithdrawsPerSource(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "agent-owners", Count: 1})[0]
+	for _, r := range []string{"agent:shutdown", "agent:aws-spot", "cli:alice"} {
+		if err := requests.Apply(ctx, cl, node, v1alpha1.Requester{Name: r}, v1alpha1.ModeMaintenance, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requesters := func(want string) func(ctx context.Context) (bool, string) {
+		return func(ctx context.Context) (bool, string) {
+			nd := &v1alpha1.NodeDrain{}
+			if err := cl.Get(ctx, types.NamespacedName{Name: node}, nd); err != nil {
+				return false, err.Error()
+			}
+			var names []string
+			for _, r := range nd.Spec.Requesters {
+				names = append(names, r.Name)
+			}
+			return strings.Join(names, ",") == want, strings.Join(names, ",")
+		}
+	}
+	logind := owning{newScripted("logind"), []string{"shutdown"}}
+	cloud := owning{newScripted("aws"), []string{"aws-spot", "aws-asg"}}
+	cloud.silent = true
+	runAgent(t, cl, node, logind, cloud)
+	waitFor(t, "agent:shutdown withdrawn while aws has not answered", 30*time.Second, requesters("agent:aws-spot,cli:alice"))
+	time.Sleep(time.Second)
+	if ok, got := requesters("agent:aws-spot,cli:alice")(ctx); !ok {
+		t.Fatalf("requesters %s: agent:aws-spot withdrawn before its source reported", got)
+	}
+	cloud.send <- nil
+	waitFor(t, "agent:aws-spot withdrawn once aws reported", 30*time.Second, requesters("cli:alice"))
+}

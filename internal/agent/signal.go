@@ -79,3 +79,6 @@ func (s *SignalSource) Finish(context.Context, Notice, bool) error {
 	}
 	return nil
 }
+
+// NoticeSources: the signal mode reports "sigterm".
+func (s *SignalSource) NoticeSources() []string { return []string{"sigterm"} }

@@ -54,6 +54,16 @@ type Source interface {
 	Run(ctx context.Context, r Reporter) error
 }
 
+// Owner is a Source that says which notice sources (Notice.Source) it
+// reports. After a restart the agent withdraws a requester of its own that
+// no source reports any more as soon as the sources that own it have
+// reported once, whatever the others do (a metadata service that does not
+// answer must not keep a rebooted node drained). A requester no Owner
+// owns waits until every Source that is not an Owner has reported.
+type Owner interface {
+	NoticeSources() []string
+}
+
 // Reporter receives a source's state. Its methods may be called from any
 // goroutine; each call replaces what the source reported before.
 type Reporter interface {

@@ -189,7 +189,27 @@ func Run(ctx context.Context, o Options, log logr.Logger) error {
 	}
 	var done <-chan struct{} // signal mode: closed when the agent is done
 	if o.OnSigterm {
-		sig := &agent.SignalSource{Signals: sigterm, Deadline: o.Deadline, Mode: v1alpha1.ModeMaintenance}
+		// The first SIGTERM is the notice; a second one stops the agent at
+		// once (systemd's stop after TimeoutStopSec, or a person).
+		first := make(chan os.Signal, 1)
+		go func() {
+			n := 0
+			for {
+				select {
+				case s := <-sigterm:
+					if n++; n == 1 {
+						first <- s
+						continue
+					}
+					log.Info("stopping at once: a second signal", "signal", s.String())
+					cancel()
+					return
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		sig := &agent.SignalSource{Signals: first, Deadline: o.Deadline, Mode: v1alpha1.ModeMaintenance}
 		sources = append(sources, sig)
 		done = sig.Done()
 	}

@@ -364,3 +364,8 @@ func sameNotices(a, b []agent.Notice) bool {
 	}
 	return true
 }
+
+// NoticeSources are the notices the AWS source reports.
+func (s *Source) NoticeSources() []string {
+	return []string{SourceSpot, SourceRebalance, SourceMaintenance, SourceASG}
+}

@@ -558,3 +558,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// NoticeSources are the notices the Azure source reports.
+func (s *Source) NoticeSources() []string {
+	return []string{SourcePreempt, SourceTerminate, SourceReboot, SourceRedeploy, SourceFreeze}
+}

@@ -266,7 +266,6 @@ func (s *Source) get(ctx context.Context, base *url.URL, key, etag string) (stri
 
 // watched is what is known of one key.
 type watched struct {
-	answered bool // it answered or failed at least once
 	known    bool // it answered at least once
 	value    string
 	err      error // the last request's, nil once it answers again
@@ -298,7 +297,6 @@ func newState(endpoint string, log logr.Logger) *state {
 // value that changed gets its notice anew, its deadline counted from now.
 func (st *state) apply(a answer, now time.Time) {
 	w := st.keys[a.key]
-	w.answered = true
 	if a.err != nil {
 		if w.err == nil {
 			st.log.Error(a.err, "metadata server does not answer; retrying", "key", a.key)
@@ -352,8 +350,10 @@ func interpret(key, value string, now time.Time) (*agent.Notice, *agent.Problem)
 }
 
 // report tells r the notices and problems that changed since it was last
-// told. Notices wait until both keys answered once, unless one holds a
-// notice already.
+// told. Notices wait until both keys answered once (a failure is not an
+// answer: an agent restarted while the server is down must not report "no
+// notice" and withdraw a drain it asked for), unless one holds a notice
+// already.
 func (st *state) report(r agent.Reporter) {
 	var ns []agent.Notice
 	var ps []agent.Problem
@@ -361,7 +361,7 @@ func (st *state) report(r agent.Reporter) {
 	ready := true
 	for _, k := range keys {
 		w := st.keys[k]
-		ready = ready && w.answered
+		ready = ready && w.known
 		if w.notice != nil {
 			ns = append(ns, *w.notice)
 		}
@@ -411,3 +411,6 @@ func sameNotices(a, b []agent.Notice) bool {
 	}
 	return true
 }
+
+// NoticeSources are the notices the GCP source reports.
+func (s *Source) NoticeSources() []string { return []string{SourcePreempted, SourceMaintenance} }

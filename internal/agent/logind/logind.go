@@ -286,3 +286,6 @@ func (s *Source) notices() []agent.Notice {
 		Reason:   reason,
 	}}
 }
+
+// NoticeSources: logind reports "shutdown".
+func (s *Source) NoticeSources() []string { return []string{NoticeSource} }
