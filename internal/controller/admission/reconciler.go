@@ -96,7 +96,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	defer publishQueued(q.all)
+	// The gauge counts what this pass leaves: the queue it ends with (the
+	// fresh read, when it admits), with the verdicts it wrote.
+	defer func() { publishQueued(q.all) }()
 	if len(q.waiting) == 0 {
 		return reconcile.Result{}, nil
 	}
@@ -684,6 +686,7 @@ func (r *Reconciler) record(ctx context.Context, q *queue, m *member, v verdict)
 	if err != nil {
 		return false, fmt.Errorf("recording the admission of NodeDrain %s: %w", nd.Name, err)
 	}
+	m.drain.Status = nd.Status // what the queue gauge counts at the end of the pass
 	return true, nil
 }
 
