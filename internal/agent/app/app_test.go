@@ -8,8 +8,8 @@ import (
 
 func TestCloudOf(t *testing.T) {
 	for id, want := range map[string]string{
-		"aws:///us-east-1a/i-0123456789abcdef0": CloudAWS,
-		"gce://project/europe-west1-b/node-1":   CloudGCP,
+		"aws:///us-east-1a/i-0123456789abcdef0":                                                    CloudAWS,
+		"gce://project/europe-west1-b/node-1":                                                      CloudGCP,
 		"azure:///subscriptions/x/resourceGroups/y/providers/Microsoft.Compute/virtualMachines/vm": CloudAzure,
 		"kwok://node-1": CloudNone,
 		"":              CloudNone,
