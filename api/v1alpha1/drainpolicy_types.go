@@ -36,6 +36,12 @@ type DrainPolicySpec struct {
 	// +optional
 	HTTPHooks HTTPHooks `json:"httpHooks,omitempty"`
 
+	// Endpoints bounds how vacate takes endpoint-aware pods (those with the
+	// readiness gate vacate.dev/serving) out of service before it evicts
+	// them.
+	// +optional
+	Endpoints Endpoints `json:"endpoints,omitempty"`
+
 	// Schedule limits when new drains start: outside its windows, requested
 	// drains wait (a drain already running goes on). Unset: any time.
 	// +optional
@@ -235,6 +241,25 @@ type HTTPHooks struct {
 	// NamespaceSelector limits the namespaces whose pods may be called.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// Endpoints configures endpoint-aware eviction: before evicting a pod with
+// the readiness gate vacate.dev/serving, vacate sets that condition False,
+// waits until every EndpointSlice that lists the pod shows it not ready,
+// then waits SettleTime for the data planes that follow EndpointSlices
+// (kube-proxy, ingress controllers, load balancers), then evicts.
+type Endpoints struct {
+	// SettleTime is how long vacate waits after the EndpointSlices show the
+	// pod not ready. Default 2s.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s') && duration(self) <= duration('10m')",message="must be a duration from 0s to 10m, such as 2s"
+	// +optional
+	SettleTime *metav1.Duration `json:"settleTime,omitempty"`
+	// Timeout bounds the whole wait (the EndpointSlices, then the settle
+	// time); past it vacate evicts the pod anyway and says so in an event.
+	// Default 60s.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s') && duration(self) <= duration('1h')",message="must be a duration over 0s and at most 1h, such as 60s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
 // DrainPolicyStatus reports problems with the policy.

@@ -18,6 +18,15 @@ const (
 	// "<drain name>/<drain uid>" (CordonedByValue); undo only uncordons a
 	// node whose annotation names the drain being undone, UID included.
 	AnnotationCordonedBy = "vacate.dev/cordoned-by"
+	// ConditionServing is the readiness gate and pod condition of
+	// endpoint-aware pods: vacate sets it True when it sees the pod, and
+	// False before it evicts the pod, so the pod leaves its Services'
+	// endpoints first.
+	ConditionServing = "vacate.dev/serving"
+	// LabelEndpointAware, on a namespace (label) or a pod (annotation),
+	// value "true", opts pods into endpoint-aware eviction: the webhook
+	// adds the readiness gate ConditionServing when they are created.
+	LabelEndpointAware = "vacate.dev/endpoint-aware"
 	// TaintNotice is vacate-agent's taint (effect NoSchedule, value the
 	// notice's source such as "aws-spot"): set while a notice says the
 	// machine goes away, so nothing new lands on the node while its drain

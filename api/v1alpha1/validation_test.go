@@ -109,6 +109,7 @@ func TestDrainPolicyValidation(t *testing.T) {
 	good := policy("good", func(s *v1alpha1.DrainPolicySpec) {
 		s.Concurrency.MaxParallelNodes = ptr.To(intstr.FromString("20%"))
 		s.Timeouts.Drain = &metav1.Duration{Duration: 90 * 60 * 1e9}
+		s.Endpoints = v1alpha1.Endpoints{SettleTime: &metav1.Duration{}, Timeout: &metav1.Duration{Duration: 30e9}}
 	})
 	if err := cl.Create(ctx, good); err != nil {
 		t.Fatalf("valid DrainPolicy rejected: %v", err)
@@ -165,6 +166,10 @@ func TestDrainPolicyValidation(t *testing.T) {
 			`Unsupported value: "Monday"`},
 		{"no windows", func(s *v1alpha1.DrainPolicySpec) { s.Schedule = &v1alpha1.Schedule{TimeZone: "UTC"} },
 			"spec.schedule.windows"},
+		{"settle time over 10m", func(s *v1alpha1.DrainPolicySpec) { s.Endpoints.SettleTime = &metav1.Duration{Duration: 11 * 60e9} },
+			"spec.endpoints.settleTime: Invalid value: \"11m0s\": must be a duration from 0s to 10m, such as 2s"},
+		{"endpoints timeout 0", func(s *v1alpha1.DrainPolicySpec) { s.Endpoints.Timeout = &metav1.Duration{} },
+			"spec.endpoints.timeout: Invalid value: \"0s\": must be a duration over 0s and at most 1h, such as 60s"},
 	} {
 		wantRejected(t, tc.name, cl.Create(ctx, policy("bad", tc.mutate)), tc.msg)
 	}

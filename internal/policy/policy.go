@@ -66,6 +66,9 @@ type Policy struct {
 	// with their own annotations (pods.annotationNamespaceSelector); nil:
 	// all.
 	AnnotationNamespaces labels.Selector
+	// EndpointsSettle and EndpointsTimeout are endpoints.settleTime and
+	// endpoints.timeout: how endpoint-aware pods are taken out of service.
+	EndpointsSettle, EndpointsTimeout time.Duration
 }
 
 // Defaults of the timeouts the policy may leave unset.
@@ -73,6 +76,10 @@ const (
 	DefaultUnreachablePods = 5 * time.Minute
 	DefaultNodeDeletion    = time.Hour
 	DefaultCancelTimeout   = 10 * time.Minute
+	// DefaultEndpointsSettle is endpoints.settleTime's default.
+	DefaultEndpointsSettle = 2 * time.Second
+	// DefaultEndpointsTimeout is endpoints.timeout's default.
+	DefaultEndpointsTimeout = time.Minute
 )
 
 // DefaultBatchWindow is how long a requested drain waits for others to be
@@ -287,6 +294,8 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 	p.Rules.UnreachablePods = p.UnreachablePods
 	p.NodeDeletion = durationOr(s.Timeouts.NodeDeletion, DefaultNodeDeletion)
 	p.CancelTimeout = durationOr(s.Timeouts.Cancel, DefaultCancelTimeout)
+	p.EndpointsSettle = durationOr(s.Endpoints.SettleTime, DefaultEndpointsSettle)
+	p.EndpointsTimeout = durationOr(s.Endpoints.Timeout, DefaultEndpointsTimeout)
 	p.Admission = Admission{MaxParallelNodes: s.Concurrency.MaxParallelNodes, BatchWindow: DefaultBatchWindow}
 	if s.Concurrency.BatchWindow != nil {
 		p.Admission.BatchWindow = s.Concurrency.BatchWindow.Duration

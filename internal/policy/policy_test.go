@@ -2,6 +2,7 @@ package policy
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -67,5 +68,23 @@ func TestSelect(t *testing.T) {
 	err := (&AmbiguousError{Names: []string{"gpu", "zone-a"}}).Error()
 	if err != "DrainPolicies gpu, zone-a all select the node; nothing is drained until exactly one does (narrow their nodeSelectors, or name one in spec.policyName)" {
 		t.Errorf("message: %s", err)
+	}
+}
+
+func TestEndpointsDefaults(t *testing.T) {
+	p, err := FromSpec("", v1alpha1.DrainPolicySpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.EndpointsSettle != DefaultEndpointsSettle || p.EndpointsTimeout != DefaultEndpointsTimeout {
+		t.Errorf("defaults settle %s, timeout %s; want %s and %s", p.EndpointsSettle, p.EndpointsTimeout, DefaultEndpointsSettle, DefaultEndpointsTimeout)
+	}
+	var s v1alpha1.DrainPolicySpec
+	s.Endpoints.SettleTime, s.Endpoints.Timeout = &metav1.Duration{}, &metav1.Duration{Duration: 5 * time.Second}
+	if p, err = FromSpec("fast", s); err != nil {
+		t.Fatal(err)
+	}
+	if p.EndpointsSettle != 0 || p.EndpointsTimeout != 5*time.Second {
+		t.Errorf("settle %s, timeout %s; want 0s (set, not defaulted) and 5s", p.EndpointsSettle, p.EndpointsTimeout)
 	}
 }
