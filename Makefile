@@ -11,7 +11,10 @@ STATICCHECK := $(TOOLS_BIN)/staticcheck
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 # Go modules in this repository: vacate itself and the build-only modules.
 MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
-TEST_FLAGS ?= -race -count=1 -timeout 30m
+# -p 3: three packages at once, each with a dev cluster of its own; they
+# mostly wait on their clusters, so three fit two cores (the suite's wall
+# time is then about the longest package's, internal/controller/nodedrain).
+TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3
 PKGS       ?= ./...
 
 .PHONY: help

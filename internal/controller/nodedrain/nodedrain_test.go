@@ -577,6 +577,11 @@ func TestDeadlinePassesInTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), policy) })
+	// The running drain holds the node with the most pods (the PDB lets
+	// none go), so it never ends; the other waits for the slot.
+	if len(podsOn(t, e, ns, nodes[1])) > len(podsOn(t, e, ns, nodes[0])) {
+		nodes[0], nodes[1] = nodes[1], nodes[0]
+	}
 	running := testutil.NodeDrain(nodes[0], "", "cli:test")
 	if err := e.cl.Create(ctx, running); err != nil {
 		t.Fatal(err)
