@@ -533,12 +533,19 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 	// The queue gauge is set by admission's passes, from its cache: it may
 	// lag the drain's own status by a pass, never stay behind.
+	var queued []string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		_, body := get(t, "http://"+metricsAddr+"/metrics")
-		return !strings.Contains(body, "vacate_drains_queued{"), nil
+		queued = nil
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "vacate_drains_queued{") {
+				queued = append(queued, line)
+			}
+		}
+		return len(queued) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("/metrics still reports a queued drain 30s after the drain was admitted")
+		t.Errorf("/metrics still reports a queued drain 30s after the drain was admitted: %v", queued)
 	}
 	guard.Check(t)
 }
