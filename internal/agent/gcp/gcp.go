@@ -266,11 +266,11 @@ func (s *Source) get(ctx context.Context, base *url.URL, key, etag string) (stri
 
 // watched is what is known of one key.
 type watched struct {
-	known    bool // it answered at least once
-	value    string
-	err      error // the last request's, nil once it answers again
-	notice   *agent.Notice
-	problem  *agent.Problem // a value the source does not know
+	known   bool // it answered at least once
+	value   string
+	err     error // the last request's, nil once it answers again
+	notice  *agent.Notice
+	problem *agent.Problem // a value the source does not know
 }
 
 // state is what Run reports from: each key's last answer, and what it
