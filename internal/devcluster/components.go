@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	_ "embed"
 	"fmt"
 	"io"
 	"net"
@@ -213,16 +214,22 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	return [][]*component{{etcd}, {apiserver}, {kcm, scheduler, kwok}}, nil
 }
 
-// kwokConfigYAML is kwok's configuration: its built-in stages, with
-// parallelism pod stages, node stages and node lease renewals at once when
-// it is set (kwok's default is 4 of each).
+// kwokStages are kwok's pod stages, its own but for readiness gates, which
+// they honour as the kubelet does (see the file).
+//
+//go:embed kwok-stages.yaml
+var kwokStages string
+
+// kwokConfigYAML is kwok's configuration: its built-in node stages, the pod
+// stages of kwokStages, with parallelism pod stages, node stages and node
+// lease renewals at once when it is set (kwok's default is 4 of each).
 func kwokConfigYAML(parallelism int) string {
 	options := " {}"
 	if parallelism > 0 {
 		n := strconv.Itoa(parallelism)
 		options = "\n  podPlayStageParallelism: " + n + "\n  nodePlayStageParallelism: " + n + "\n  nodeLeaseParallelism: " + n
 	}
-	return "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:" + options + "\n"
+	return "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:" + options + "\n---\n" + kwokStages
 }
 
 // auditPolicyYAML records every request that changes something (not reads), so

@@ -221,10 +221,16 @@ func TestAuditPolicyYAML(t *testing.T) {
 }
 
 func TestKwokConfigYAML(t *testing.T) {
-	if got := kwokConfigYAML(0); !strings.HasSuffix(got, "options: {}\n") {
+	if got := kwokConfigYAML(0); !strings.Contains(got, "options: {}\n---\n") {
 		t.Errorf("default: want empty options, got\n%s", got)
 	}
-	if got := kwokConfigYAML(32); !strings.HasSuffix(got, "options:\n  podPlayStageParallelism: 32\n  nodePlayStageParallelism: 32\n  nodeLeaseParallelism: 32\n") {
+	if got := kwokConfigYAML(32); !strings.Contains(got, "options:\n  podPlayStageParallelism: 32\n  nodePlayStageParallelism: 32\n  nodeLeaseParallelism: 32\n---\n") {
 		t.Errorf("32: got\n%s", got)
+	}
+	// Any pod stage replaces all of kwok's: the three it has must be there.
+	for _, stage := range []string{"pod-ready", "pod-gates-ready", "pod-gates-unready", "pod-complete", "pod-delete"} {
+		if !strings.Contains(kwokConfigYAML(0), "  name: "+stage+"\n") {
+			t.Errorf("kwok's configuration lacks the stage %s", stage)
+		}
 	}
 }

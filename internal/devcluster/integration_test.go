@@ -413,3 +413,55 @@ func formatPDB(observed int64, expected, healthy, desired, allowed int32) string
 	return fmt.Sprintf("observedGeneration %d, expected %d, healthy %d, desired %d, allowed %d",
 		observed, expected, healthy, desired, allowed)
 }
+
+// TestReadinessGatesDecideReady: kwok computes a pod's Ready from its
+// readiness gates as the kubelet does: not Ready until the gate's
+// condition is True, Ready then, and not Ready again when it turns False.
+func TestReadinessGatesDecideReady(t *testing.T) {
+	t.Parallel()
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "gates", Count: 1})[0]
+	ns := testenv.Namespace(t, c)
+	const gate = "example.com/serving"
+	pod := devcluster.BarePod(ns, "gated", node)
+	pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate}}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready := func(want corev1.ConditionStatus, what string) {
+		t.Helper()
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil || p.Status.PodIP == "" {
+				return false, nil
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady {
+					last = fmt.Sprintf("%s %s", cond.Status, cond.Reason)
+					return cond.Status == want, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: Ready never became %s (last %s)", what, want, last)
+		}
+	}
+	setGate := func(status corev1.ConditionStatus) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"lastTransitionTime":%q}]}}`,
+			gate, status, time.Now().UTC().Format(time.RFC3339))
+		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready(corev1.ConditionFalse, "the gate unset")
+	time.Sleep(time.Second) // and it stays so
+	ready(corev1.ConditionFalse, "the gate still unset")
+	setGate(corev1.ConditionTrue)
+	ready(corev1.ConditionTrue, "the gate True")
+	setGate(corev1.ConditionFalse)
+	ready(corev1.ConditionFalse, "the gate False again")
+}
