@@ -177,7 +177,7 @@ func watchInUse(t *testing.T, e *env) *inUseWatch {
 							continue
 						}
 						w.checks++
-						if _, err := os.Stat(e.store.ReplicaPath(p.Spec.NodeName, v)); err != nil {
+						if _, err := os.Stat(e.store.ReplicaPath(p.Spec.NodeName, v)); err != nil && stillUses(ctx, e, &p) {
 							w.violations = append(w.violations, fmt.Sprintf("pod %s on %s uses %s, whose replica there is gone", p.Name, p.Spec.NodeName, v))
 						}
 					}
@@ -191,6 +191,19 @@ func watchInUse(t *testing.T, e *env) *inUseWatch {
 	w.stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(w.stop)
 	return w
+}
+
+// stillUses: the pod, listed before its replica was found gone, still
+// exists and runs now. The list and the look at the replica are not one
+// moment: a pod deleted in between (its replica then rightly removed) is no
+// violation, but a pod that exists after the replica was gone existed when
+// it was gone.
+func stillUses(ctx context.Context, e *env, listed *corev1.Pod) bool {
+	p, err := e.c.Client.CoreV1().Pods(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{})
+	if err != nil {
+		return !apierrors.IsNotFound(err) && ctx.Err() == nil
+	}
+	return p.UID == listed.UID && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 func (w *inUseWatch) check(t *testing.T) {
