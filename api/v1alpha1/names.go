@@ -121,6 +121,10 @@ const (
 	BlockerFailed = "EvictionFailed"
 	// BlockerEvacuation: a pod waits for its provider's evacuation.
 	BlockerEvacuation = "Evacuation"
+	// BlockerEndpoints: an endpoint-aware pod is out of service and waits
+	// for its EndpointSlices to show it not ready, then for
+	// endpoints.settleTime, before its eviction.
+	BlockerEndpoints = "Endpoints"
 	// BlockerHTTPHook: a pod waits for its own HTTP evacuation hook.
 	BlockerHTTPHook = "HTTPHook"
 	// BlockerHTTPHookRefused: a pod asks for an HTTP hook at an address
@@ -145,6 +149,9 @@ const (
 	EventRestored        = "Restored"
 	EventFailed          = "Failed"
 	EventForceDeleted    = "ForceDeleted"
+	// EventEndpointsTimeout: an endpoint-aware pod was evicted when
+	// endpoints.timeout passed with an EndpointSlice still showing it ready.
+	EventEndpointsTimeout = "EndpointsTimeout"
 	EventNodeReplaced    = "NodeReplaced"
 	// EventNoExecuteTaint: a Warning on the node when the trigger taint
 	// turns up with effect NoExecute.

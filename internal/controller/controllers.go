@@ -17,6 +17,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	servingctl "github.com/vacate-dev/vacate/internal/controller/serving"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/eviction"
 )
@@ -97,6 +98,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
 		&evacuationprovider.Reconciler{Client: mgr.GetClient()},
 		&trigger.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
+		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %T: %w", c, err)

@@ -511,13 +511,41 @@ func (q *Queue) retry(uid types.UID, notBefore time.Duration) {
 	q.queue.AddAfter(uid, max(q.limiter.When(uid), notBefore))
 }
 
+// DryRun asks the API server whether the pod's eviction would be allowed
+// now: an eviction with dryRun All, which checks the PodDisruptionBudgets
+// (and admission) like a real one but changes nothing and reserves nothing.
+// Its Outcome is Evicted when the eviction would be allowed. It takes a
+// token from the bucket every call takes from, but never waits for one:
+// made is false, and no call was made, while the bucket is empty or the
+// API server's throttling pause lasts; the caller asks again later.
+func (q *Queue) DryRun(ctx context.Context, r Request) (out Outcome, made bool) {
+	if r.GracePeriodSeconds != nil && *r.GracePeriodSeconds <= 0 {
+		return Outcome{}, false
+	}
+	if q.pauseLeft() > 0 || !q.bucket.AllowN(q.opts.Clock.Now(), 1) {
+		return Outcome{}, false
+	}
+	out = q.call(ctx, r, []string{metav1.DryRunAll})
+	if out.Result == Throttled {
+		q.pause(out)
+	}
+	return out, true
+}
+
 // evict makes one Eviction API call and classifies the answer.
 func (q *Queue) evict(ctx context.Context, r Request) Outcome {
+	return q.call(ctx, r, nil)
+}
+
+// call makes one Eviction API call, a dry run when dryRun is set, and
+// classifies the answer.
+func (q *Queue) call(ctx context.Context, r Request, dryRun []string) Outcome {
 	ev := &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.Pod.Namespace, Name: r.Pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{
 			Preconditions:      &metav1.Preconditions{UID: &r.UID},
 			GracePeriodSeconds: r.GracePeriodSeconds,
+			DryRun:             dryRun,
 		},
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.opts.CallTimeout)

@@ -61,7 +61,8 @@ var registerOnce sync.Once
 // nothing.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld)
+		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld,
+			EndpointsUpdate, OutOfService, ServingSet)
 	})
 }
 
@@ -80,3 +81,31 @@ var EvictionsHeld = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "vacate_evictions_held_total",
 	Help: "Queued evictions dropped before their Eviction API call because the pod was held.",
 })
+
+// EndpointsUpdate observes, per endpoint-aware pod, the time from vacate
+// taking it out of service (its vacate.dev/serving condition False) to
+// every EndpointSlice that lists it showing it not ready, or none listing
+// it.
+var EndpointsUpdate = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "vacate_endpoints_update_seconds",
+	Help:    "Time from an endpoint-aware pod taken out of service to its EndpointSlices showing it not ready.",
+	Buckets: prometheus.ExponentialBuckets(0.025, 2, 12),
+})
+
+// OutOfService counts endpoint-aware pods taken out of service before their
+// eviction, by result: Evicted (evicted once its endpoints were updated and
+// the settle time passed), EndpointsTimeout (evicted when endpoints.timeout
+// passed with an EndpointSlice still showing it ready), Restored (back in
+// service: its eviction was refused after all).
+var OutOfService = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "vacate_out_of_service_total",
+	Help: "Endpoint-aware pods taken out of service before their eviction, by result (Evicted, EndpointsTimeout, Restored).",
+}, []string{LabelResult})
+
+// ServingSet counts the vacate.dev/serving conditions the serving
+// controller wrote, by result: Serving (a new gated pod let serve),
+// Restored (a pod whose drain ended put back in service).
+var ServingSet = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "vacate_serving_conditions_total",
+	Help: "vacate.dev/serving conditions the controller set True, by reason (Serving, Restored).",
+}, []string{LabelReason})

@@ -4,9 +4,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/vacate-dev/vacate/internal/serving"
 )
 
 // vacatePrefix starts every pod annotation vacate reads (vacate.dev/drain,
@@ -15,12 +18,15 @@ const vacatePrefix = "vacate.dev/"
 
 // slimObjects is the cache's transform: it drops what vacate never reads
 // from cached objects: managed fields everywhere, of pods everything but
-// what slimPod keeps, and of nodes their image lists (status.images: up to
-// 50 image names and sizes per node).
+// what slimPod keeps, of EndpointSlices everything but what slimSlice
+// keeps, and of nodes their image lists (status.images: up to 50 image
+// names and sizes per node).
 func slimObjects(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		return slimPod(o), nil
+	case *discoveryv1.EndpointSlice:
+		return slimSlice(o), nil
 	case *corev1.Node:
 		o.Status.Images = nil
 	}
@@ -58,6 +64,9 @@ var _ toolscache.TransformFunc = slimObjects
 //   - status.phase: the planner (completed pods).
 //   - status.podIP, status.podIPs: the HTTP hook's address and the check
 //     before every call.
+//   - spec.readinessGates and status.conditions, only vacate.dev/serving's:
+//     endpoint-aware eviction (internal/serving) and the serving
+//     controller.
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{
 		TypeMeta: p.TypeMeta,
@@ -81,8 +90,40 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 			PodIPs: p.Status.PodIPs,
 		},
 	}
+	for _, g := range p.Spec.ReadinessGates {
+		if g.ConditionType == serving.Condition {
+			out.Spec.ReadinessGates = []corev1.PodReadinessGate{g}
+		}
+	}
+	if c := serving.Get(p); c != nil {
+		out.Status.Conditions = []corev1.PodCondition{*c}
+	}
 	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
 		out.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return out
+}
+
+// slimSlice is what the controller's EndpointSlice informer keeps of a
+// slice: what endpoint-aware eviction reads (serving.Endpoints, the index
+// by pod, the drains to wake): each endpoint's target pod, node and
+// conditions. Addresses, ports, hints and zones are dropped.
+func slimSlice(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{
+		TypeMeta: es.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            es.Name,
+			Namespace:       es.Namespace,
+			UID:             es.UID,
+			ResourceVersion: es.ResourceVersion,
+		},
+		AddressType: es.AddressType,
+	}
+	if len(es.Endpoints) > 0 {
+		out.Endpoints = make([]discoveryv1.Endpoint, 0, len(es.Endpoints))
+	}
+	for _, ep := range es.Endpoints {
+		out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{TargetRef: ep.TargetRef, NodeName: ep.NodeName, Conditions: ep.Conditions})
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,7 +100,8 @@ func bigPod(i int) *corev1.Pod {
 					{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
 				}, DefaultMode: ptr.To[int32](420)}}},
 			},
-			NodeName: "node-17", HostNetwork: true, ServiceAccountName: "checkout", SchedulerName: "default-scheduler",
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb-ready"}, {ConditionType: "vacate.dev/serving"}},
+			NodeName:       "node-17", HostNetwork: true, ServiceAccountName: "checkout", SchedulerName: "default-scheduler",
 			PriorityClassName: "shop-critical", Priority: ptr.To[int32](100000), TerminationGracePeriodSeconds: ptr.To[int64](30),
 			DNSPolicy: corev1.DNSClusterFirst, RestartPolicy: corev1.RestartPolicyAlways,
 			NodeSelector: map[string]string{"pool": "general"},
@@ -114,9 +116,10 @@ func bigPod(i int) *corev1.Pod {
 				WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}}},
 		},
 		Status: corev1.PodStatus{
-			Phase:      corev1.PodRunning,
-			Conditions: []corev1.PodCondition{cond(corev1.PodInitialized), cond(corev1.PodReady), cond(corev1.ContainersReady), cond(corev1.PodScheduled)},
-			HostIP:     "192.168.1.17", HostIPs: []corev1.HostIP{{IP: "192.168.1.17"}},
+			Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{cond(corev1.PodInitialized), cond(corev1.PodReady), cond(corev1.ContainersReady), cond(corev1.PodScheduled),
+				cond("example.com/lb-ready"), {Type: "vacate.dev/serving", Status: corev1.ConditionFalse, Reason: "Draining", Message: "drain node-17", LastTransitionTime: now}},
+			HostIP: "192.168.1.17", HostIPs: []corev1.HostIP{{IP: "192.168.1.17"}},
 			PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}, {IP: "fd00::" + fmt.Sprint(i)}},
 			StartTime: &now, QOSClass: corev1.PodQOSBurstable,
 			InitContainerStatuses: []corev1.ContainerStatus{status("migrate")},
@@ -142,9 +145,11 @@ func TestSlimPodKeepsWhatVacateReads(t *testing.T) {
 		},
 		Spec: corev1.PodSpec{
 			NodeName: "node-17", HostNetwork: true,
-			Volumes: []corev1.Volume{p.Spec.Volumes[0]},
+			Volumes:        []corev1.Volume{p.Spec.Volumes[0]},
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "vacate.dev/serving"}},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
+			Conditions: []corev1.PodCondition{p.Status.Conditions[5]}},
 	}
 	got, err := slimObjects(p.DeepCopy())
 	if err != nil {
@@ -172,6 +177,53 @@ func TestSlimPodKeepsWhatVacateReads(t *testing.T) {
 	cm.ManagedFields = nil
 	if !equality.Semantic.DeepEqual(cm, gotCM) {
 		t.Errorf("the cache keeps of a ConfigMap (-want +got):\n%s", diff.Diff(cm, gotCM))
+	}
+}
+
+// TestSlimSliceKeepsTargetsAndConditions: of an EndpointSlice, the cache
+// keeps each endpoint's target pod, node and conditions, which
+// endpoint-aware eviction reads, and nothing of addresses, ports or hints.
+func TestSlimSliceKeepsTargetsAndConditions(t *testing.T) {
+	ep := func(i int, ready bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.0.0.%d", i)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready), Terminating: ptr.To(false)},
+			Hostname:   ptr.To(fmt.Sprint("h", i)),
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: fmt.Sprint("web-", i), UID: types.UID(fmt.Sprint("uid-", i))},
+			NodeName:   ptr.To("node-17"), Zone: ptr.To("a"),
+			Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a"}}},
+		}
+	}
+	es := &discoveryv1.EndpointSlice{
+		TypeMeta: metav1.TypeMeta{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "web-x7k2p", Namespace: "shop", UID: "es-uid", ResourceVersion: "42",
+			Labels:        map[string]string{discoveryv1.LabelServiceName: "web"},
+			ManagedFields: bigPod(1).ManagedFields},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{ep(1, true), ep(2, false)},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+	}
+	want := &discoveryv1.EndpointSlice{
+		TypeMeta:    es.TypeMeta,
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-x7k2p", Namespace: "shop", UID: "es-uid", ResourceVersion: "42"},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, e := range es.Endpoints {
+		want.Endpoints = append(want.Endpoints, discoveryv1.Endpoint{TargetRef: e.TargetRef, NodeName: e.NodeName, Conditions: e.Conditions})
+	}
+	got, err := slimObjects(es.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(want, got) {
+		t.Errorf("the cache keeps of an EndpointSlice (-want +got):\n%s", diff.Diff(want, got))
+	}
+	again, err := slimObjects(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(want, again) {
+		t.Errorf("the transform is not idempotent (-want +got):\n%s", diff.Diff(want, again))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +31,35 @@ func Register(ctx context.Context, mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeName, NodeNameOf); err != nil {
 		return err
 	}
-	return mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodLabel, LabelsOf)
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodLabel, LabelsOf); err != nil {
+		return err
+	}
+	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, EndpointPod, EndpointPodsOf)
+}
+
+// EndpointPod indexes cached EndpointSlices by the UIDs of the pods their
+// endpoints point to: an endpoint-aware pod's slices are found without
+// listing its namespace's.
+const EndpointPod = "vacate.dev/endpoint-pod"
+
+// EndpointPodsOf is the EndpointPod index's values of an EndpointSlice.
+func EndpointPodsOf(o client.Object) []string {
+	var out []string
+	for _, ep := range o.(*discoveryv1.EndpointSlice).Endpoints {
+		if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && ep.TargetRef.UID != "" {
+			out = append(out, string(ep.TargetRef.UID))
+		}
+	}
+	return out
+}
+
+// SlicesOfPod lists from the cache the EndpointSlices that list the pod.
+func SlicesOfPod(ctx context.Context, c client.Reader, pod *corev1.Pod) ([]discoveryv1.EndpointSlice, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := c.List(ctx, list, client.InNamespace(pod.Namespace), client.MatchingFields{EndpointPod: string(pod.UID)}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // LabelsOf is the PodLabel index's values of a pod.

@@ -100,10 +100,13 @@ func (c *pdbClaims) underway(isUnderway func(types.UID, types.NamespacedName) bo
 }
 
 // evictionUnderway says whether the pod's eviction counts against its
-// PDBs' budget: evicted while the cache still shows the pod, not
+// PDBs' budget: taken out of service for it (an endpoint-aware pod), evicted while the cache still shows the pod, not
 // terminating (the PDB's status does not count it yet), or queued and not
 // waiting on a PDB refusal.
 func (r *Reconciler) evictionUnderway(ctx context.Context, uid types.UID, key types.NamespacedName) bool {
+	if r.gates.holds(uid) {
+		return true // out of service, its eviction to come (endpoints.go)
+	}
 	if r.Evictions.Evicted(uid) {
 		pod := &corev1.Pod{}
 		err := r.Client.Get(ctx, key, pod)

@@ -80,6 +80,8 @@ type Reconciler struct {
 	Workers int
 
 	refusals refusalCache
+	// gates are the endpoint-aware pods taken out of service (endpoints.go).
+	gates gates
 	// claims and budgetMu share the PDBs' budgets between the drains'
 	// concurrent passes (budget.go).
 	claims   pdbClaims
@@ -128,6 +130,12 @@ type scope struct {
 	plan *drain.Plan
 	// pdbs are the PodDisruptionBudgets the plan was made with.
 	pdbs []*policyv1.PodDisruptionBudget
+	// gated are the blockers of endpoint-aware pods out of service that
+	// wait for their endpoints (endpoints.go).
+	gated map[types.UID]v1alpha1.Blocker
+	// recheck, when set, bounds the wait for the next pass (an
+	// endpoint-aware pod's settle time or timeout).
+	recheck time.Duration
 	// stop ends the pass after the current stage, with nothing to requeue:
 	// the drain reached an end (Failed) and waits for a change.
 	stop bool

@@ -134,6 +134,14 @@ func (r *Reconciler) onOutcome(o eviction.Outcome) {
 	if r.Evictions.Pending(o.UID) || o.Result == eviction.Evicted || o.Result == eviction.Gone || o.Result == eviction.Held {
 		r.refusals.record(o)
 	}
+	switch {
+	case o.Result == eviction.Evicted || o.Result == eviction.Gone:
+		if r.gates.done(o.UID) && o.Result == eviction.Evicted {
+			metrics.OutOfService.WithLabelValues(string(eviction.Evicted)).Inc()
+		}
+	case r.gates.refuse(o):
+		r.Evictions.Forget(o.UID) // it goes back in service first (endpoints.go)
+	}
 	r.wake(o.Node)
 }
 
@@ -143,6 +151,7 @@ func (r *Reconciler) onOutcome(o eviction.Outcome) {
 func (r *Reconciler) forgetNode(node string) int {
 	dropped := r.Evictions.ForgetNode(node)
 	r.refusals.forgetNode(node)
+	r.gates.forgetNode(node)
 	return dropped
 }
 

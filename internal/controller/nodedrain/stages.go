@@ -181,6 +181,9 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 			nd.Status.Phase = v1alpha1.PhaseEvacuating
 		}
 		after := min(r.waitFor(s), s.evac.recheck)
+		if s.recheck > 0 {
+			after = min(after, s.recheck)
+		}
 		if !plan.Recheck.IsZero() { // a pod stops being waited on (timeouts.unreachablePods)
 			after = min(after, max(plan.Recheck.Sub(s.now), time.Second))
 		}
@@ -203,7 +206,11 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		if _, held := s.evac.holding[d.Pod.UID]; held {
 			continue // its evacuation is not Completed
 		}
-		if err := r.queueEviction(s, d, budget); err != nil {
+		queue := r.queueEviction
+		if r.takesGatedPath(s, d) {
+			queue = func(s *scope, d drain.Decision, b pdbBudget) error { return r.queueGated(ctx, s, d, b) }
+		}
+		if err := queue(s, d, budget); err != nil {
 			return err
 		}
 	}
@@ -228,6 +235,9 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	var blockers []v1alpha1.Blocker
 	for _, d := range plan.Decisions {
 		b, ok := s.evac.holding[d.Pod.UID]
+		if !ok {
+			b, ok = s.gated[d.Pod.UID]
+		}
 		if !ok {
 			b, ok = r.blockerFor(d, s.now)
 		}

@@ -1,0 +1,406 @@
+package nodedrain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/metrics"
+	"github.com/vacate-dev/vacate/internal/serving"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+
+// Endpoint-aware eviction (docs/endpoint-aware.md). A pod with the
+// readiness gate vacate.dev/serving leaves its Services before it is
+// evicted:
+//
+//  1. a dry-run eviction says the PodDisruptionBudgets allow it now (taking
+//     the pod out of service uses their budget too: it is no longer
+//     healthy), within the pass's budget, so one pod per budget at a time;
+//  2. its condition goes False (reason Draining): the pod is not Ready, and
+//     the EndpointSlice controller marks its endpoints not ready;
+//  3. once no EndpointSlice shows it ready, endpoints.settleTime more for
+//     the data planes that follow the slices (kube-proxy, ingress
+//     controllers, load balancers), with endpoints.timeout bounding the
+//     whole wait;
+//  4. then its eviction is queued like any other. If the eviction is
+//     refused after all (or held), the condition goes back True and the pod
+//     starts again from 1.
+//
+// The condition is the state a restarted controller reads back; the gates
+// below only add what a pass cannot see on the pod.
+
+// gateRetry is how soon a gated pod whose dry-run eviction was refused, or
+// could not be made (rate limit), is tried again when nothing it depends
+// on changed.
+const gateRetry = 5 * time.Second
+
+// cacheGrace is how long a pass trusts its own record that it took a pod
+// out of service while the cache does not show it yet.
+const cacheGrace = 10 * time.Second
+
+// gate is what the controller knows of a gated pod beyond its condition.
+type gate struct {
+	node string
+	// since is when the pod went out of service.
+	since time.Time
+	// updated is when its EndpointSlices were first seen not showing it
+	// ready (or endpoints.timeout passed).
+	updated time.Time
+	// queued: its eviction is queued; the queue's state takes over.
+	queued bool
+	// refused is why its eviction was refused or held after it was taken
+	// out of service: it goes back in service.
+	refused string
+}
+
+// gates are the gated pods the controller took out of service, and when
+// each pod's dry run was last tried.
+type gates struct {
+	mu    sync.Mutex
+	m     map[types.UID]*gate
+	tried map[types.UID]time.Time
+}
+
+func (g *gates) get(uid types.UID) (gate, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e, ok := g.m[uid]; ok {
+		return *e, true
+	}
+	return gate{}, false
+}
+
+func (g *gates) update(uid types.UID, f func(*gate)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[types.UID]*gate{}
+	}
+	e, ok := g.m[uid]
+	if !ok {
+		e = &gate{}
+		g.m[uid] = e
+	}
+	f(e)
+}
+
+func (g *gates) drop(uid types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, uid)
+	delete(g.tried, uid)
+}
+
+// triedAt records a dry run of the pod, and returns the previous one.
+func (g *gates) triedAt(uid types.UID, now time.Time) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.tried == nil {
+		g.tried = map[types.UID]time.Time{}
+	}
+	prev := g.tried[uid]
+	g.tried[uid] = now
+	return prev
+}
+
+func (g *gates) lastTry(uid types.UID) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.tried[uid]
+}
+
+// holds says whether the pod is out of service for its eviction and not
+// queued yet: its PDBs' budget counts it (budget.go).
+func (g *gates) holds(uid types.UID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, ok := g.m[uid]
+	return ok && !e.queued
+}
+
+// refuse records that the queued eviction of a pod out of service was
+// refused or held, and reports whether the pod is one.
+func (g *gates) refuse(o eviction.Outcome) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, ok := g.m[o.UID]
+	if !ok || !e.queued {
+		return false
+	}
+	e.queued, e.refused = false, fmt.Sprintf("%s: %s", o.Result, o.Message)
+	return true
+}
+
+// done drops the gate of a pod whose eviction succeeded (or that is gone),
+// and reports whether it had one.
+func (g *gates) done(uid types.UID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.m[uid]
+	delete(g.m, uid)
+	delete(g.tried, uid)
+	return ok
+}
+
+// forgetNode drops the gates of the node's pods: its drain stopped. The
+// serving controller puts its pods back in service.
+func (g *gates) forgetNode(node string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for uid, e := range g.m {
+		if e.node == node {
+			delete(g.m, uid)
+			delete(g.tried, uid)
+		}
+	}
+}
+
+// queueGated is queueEviction for a pod with the readiness gate: it takes
+// the pod out of service, waits for its endpoints, and then queues its
+// eviction.
+func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision, budget pdbBudget) error {
+	pod, uid := d.Pod, d.Pod.UID
+	if r.Evictions.Evicted(uid) || r.Evictions.Pending(uid) {
+		return nil
+	}
+	since, out := serving.OutOfService(pod)
+	g, known := r.gates.get(uid)
+	switch {
+	case known && g.refused != "" && out:
+		return r.backInService(ctx, s, pod, "its eviction was refused after it was taken out of service ("+g.refused+")")
+	case known && g.refused != "":
+		r.gates.drop(uid) // back in service; it starts again
+		return nil
+	case !out && known && s.now.Sub(g.since) < cacheGrace:
+		s.recheckIn(time.Second) // taken out; the cache does not show it yet
+		return nil
+	case !out:
+		r.gates.drop(uid)
+		return r.takeOutOfService(ctx, s, d, budget)
+	}
+	if !known { // taken out before a restart, or by the previous leader
+		r.gates.update(uid, func(e *gate) { e.node, e.since = pod.Spec.NodeName, since })
+		r.claims.claim(pod, d.PDBs)
+		g, _ = r.gates.get(uid)
+	}
+	return r.awaitEndpoints(ctx, s, d, g)
+}
+
+// takesGatedPath says whether the pod leaves its endpoints before its
+// eviction: it has the readiness gate and is out of service already, or
+// taking it out would not make its eviction impossible.
+func (r *Reconciler) takesGatedPath(s *scope, d drain.Decision) bool {
+	if !serving.Gated(d.Pod) {
+		return false
+	}
+	_, out := serving.OutOfService(d.Pod)
+	_, known := r.gates.get(d.Pod.UID)
+	return out || known || !r.gateWouldStick(s, d)
+}
+
+// gateWouldStick says whether taking the pod out of service would make its
+// own eviction impossible, so that it is evicted as an ungated pod is. A
+// pod out of service is not healthy; under the default
+// unhealthyPodEvictionPolicy (IfHealthyBudget) the Eviction API then lets
+// it go only while currentHealthy >= desiredHealthy > 0, or while the PDB
+// still allows a disruption. A PDB that needs no healthy pod (desiredHealthy
+// 0, such as maxUnavailable 1 over one replica) whose only healthy pod this
+// is would refuse it, and the pod would go back in service, forever. There
+// is no other ready endpoint to move its traffic to anyway.
+func (r *Reconciler) gateWouldStick(s *scope, d drain.Decision) bool {
+	for _, key := range d.PDBs {
+		for _, p := range s.pdbs {
+			if p.Namespace+"/"+p.Name != key {
+				continue
+			}
+			always := p.Spec.UnhealthyPodEvictionPolicy != nil && *p.Spec.UnhealthyPodEvictionPolicy == policyv1.AlwaysAllow
+			if !always && p.Status.DesiredHealthy == 0 && p.Status.CurrentHealthy <= 1 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// takeOutOfService sets the pod's condition False once a dry-run eviction
+// says its PDBs allow the eviction now, within the pass's budget.
+func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Decision, budget pdbBudget) error {
+	pod, uid := d.Pod, d.Pod.UID
+	if _, refused := r.refusals.get(uid); refused && !r.refusals.resolved(d, budget.fingerprint(d.PDBs)) {
+		if left := gateRetry - s.now.Sub(r.gates.lastTry(uid)); left > 0 {
+			s.recheckIn(left)
+			return nil
+		}
+	}
+	if !budget.take(d.PDBs) {
+		return nil // the PDB's next change wakes the drain
+	}
+	req := eviction.PodRequest(pod, s.policy.Grace, s.policy.PerNode)
+	req.PDBs = d.PDBs
+	o, made := r.Evictions.DryRun(ctx, req)
+	if !made {
+		s.recheckIn(time.Second)
+		return nil
+	}
+	r.gates.triedAt(uid, s.now)
+	switch o.Result {
+	case eviction.Gone:
+		return nil
+	case eviction.Evicted: // it would be allowed
+	default:
+		o.Message = "dry run: " + o.Message
+		r.refusals.record(o)
+		s.recheckIn(gateRetry)
+		return nil
+	}
+	r.refusals.record(o) // clears an earlier refusal
+	r.claims.claim(pod, d.PDBs)
+	r.gates.update(uid, func(e *gate) { *e = gate{node: pod.Spec.NodeName, since: s.now} })
+	msg := fmt.Sprintf("drain %s takes the pod out of service before evicting it", s.drain.Name)
+	if err := serving.Set(ctx, r.Client, pod, corev1.ConditionFalse, serving.ReasonDraining, msg, s.now); err != nil {
+		r.gates.drop(uid)
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil // gone, or another pod now
+		}
+		return err
+	}
+	s.log.V(1).Info("took pod out of service", "pod", klogRef(d.Key()))
+	s.recheckIn(s.policy.EndpointsTimeout)
+	return nil
+}
+
+// awaitEndpoints queues the eviction of a pod out of service once no
+// EndpointSlice shows it ready and the settle time has passed, or once
+// endpoints.timeout has passed; until then the pod is a blocker.
+func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decision, g gate) error {
+	pod, uid := d.Pod, d.Pod.UID
+	if g.updated.IsZero() {
+		slices, err := index.SlicesOfPod(ctx, r.Client, pod)
+		if err != nil {
+			return err
+		}
+		listed := serving.Endpoints(slices, uid)
+		waited := s.now.Sub(g.since)
+		switch {
+		case listed.Updated():
+			g.updated = s.now
+			metrics.EndpointsUpdate.Observe(waited.Seconds())
+		case waited >= s.policy.EndpointsTimeout:
+			g.updated = s.now.Add(-s.policy.EndpointsSettle)
+			metrics.OutOfService.WithLabelValues("EndpointsTimeout").Inc()
+			nd, msg := s.drain, fmt.Sprintf("pod %s: EndpointSlice(s) %s still show it ready %s after it was taken out of service (endpoints.timeout); evicting it anyway",
+				d.Key(), strings.Join(listed.Ready, ", "), s.policy.EndpointsTimeout)
+			s.afterWrite(func() {
+				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEndpointsTimeout, "Evict", "%s", msg)
+			})
+		default:
+			s.gateBlocker(d, g.since, "out of service since "+g.since.UTC().Format(time.RFC3339)+
+				"; EndpointSlice(s) "+strings.Join(listed.Ready, ", ")+" still show it ready")
+			s.recheckIn(s.policy.EndpointsTimeout - waited)
+			return nil
+		}
+		r.gates.update(uid, func(e *gate) { e.updated = g.updated })
+	}
+	if left := g.updated.Add(s.policy.EndpointsSettle).Sub(s.now); left > 0 {
+		s.gateBlocker(d, g.since, fmt.Sprintf("out of its endpoints; evicted once endpoints.settleTime (%s) has passed", s.policy.EndpointsSettle))
+		s.recheckIn(left)
+		return nil
+	}
+	r.gates.update(uid, func(e *gate) { e.queued = true })
+	r.claims.claim(pod, d.PDBs)
+	req := eviction.PodRequest(pod, s.policy.Grace, s.policy.PerNode)
+	req.PDBs = d.PDBs
+	return r.Evictions.Add(req)
+}
+
+// backInService sets the condition of a pod whose eviction was refused
+// after it was taken out of service back True; it starts again from its
+// dry run.
+func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Pod, why string) error {
+	if err := serving.Set(ctx, r.Client, pod, corev1.ConditionTrue, serving.ReasonRestored, why, s.now); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	r.gates.drop(pod.UID)
+	r.gates.triedAt(pod.UID, s.now)
+	metrics.OutOfService.WithLabelValues("Restored").Inc()
+	nd, key := s.drain, pod.Namespace+"/"+pod.Name
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "pod %s is back in service: %s", key, why)
+	})
+	s.recheckIn(gateRetry)
+	return nil
+}
+
+// gateBlocker records a pod out of service that waits for its endpoints.
+func (s *scope) gateBlocker(d drain.Decision, since time.Time, detail string) {
+	if s.gated == nil {
+		s.gated = map[types.UID]v1alpha1.Blocker{}
+	}
+	s.gated[d.Pod.UID] = v1alpha1.Blocker{Pod: d.Key(), Reason: v1alpha1.BlockerEndpoints, Since: metav1.NewTime(since),
+		Detail: truncate(detail, maxDetail)}
+}
+
+// recheckIn asks for the drain's next pass within d at the latest.
+func (s *scope) recheckIn(d time.Duration) {
+	d = max(d, 100*time.Millisecond)
+	if s.recheck == 0 || d < s.recheck {
+		s.recheck = d
+	}
+}
+
+// slicesHandler wakes the drains of the nodes of a changed EndpointSlice's
+// endpoints, before and after the change: a pod out of service waits for
+// its endpoints to show it not ready, or to be removed.
+func (r *Reconciler) slicesHandler() handler.EventHandler {
+	add := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
+		seen := map[string]bool{}
+		for _, o := range objs {
+			es, ok := o.(*discoveryv1.EndpointSlice)
+			if !ok {
+				continue
+			}
+			for _, ep := range es.Endpoints {
+				if ep.NodeName == nil || seen[*ep.NodeName] {
+					continue
+				}
+				seen[*ep.NodeName] = true
+				nd := &v1alpha1.NodeDrain{}
+				if err := r.Client.Get(ctx, types.NamespacedName{Name: *ep.NodeName}, nd); err == nil && inProgress(nd) {
+					q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: nd.Name}})
+				}
+			}
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object)
+		},
+	}
+}

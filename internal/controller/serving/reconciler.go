@@ -1,0 +1,135 @@
+// Package serving is the controller that keeps endpoint-aware pods'
+// vacate.dev/serving condition True whenever no drain takes them out of
+// service: it sets it True on a gated pod as soon as it sees one without
+// it (until then the pod is not Ready, and receives no traffic), and puts a
+// pod that a drain took out of service back once that drain stopped
+// evicting: cancelled, held, failed, deleted. The NodeDrain controller sets
+// it False (internal/controller/nodedrain/endpoints.go).
+package serving
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/admission"
+	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/metrics"
+	"github.com/vacate-dev/vacate/internal/serving"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
+// +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch
+
+// Reconciler sets the condition of gated pods.
+type Reconciler struct {
+	Client client.Client
+	Clock  clock.PassiveClock
+	// Workers is how many pods are handled at once: a burst of new gated
+	// pods (a rollout) waits for nothing else. Default 4.
+	Workers int
+}
+
+// Reconcile sets the pod's condition True when it has none, or when a
+// drain took it out of service and that drain no longer evicts.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !serving.Gated(pod) || !pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return reconcile.Result{}, nil
+	}
+	if serving.NeedsServing(pod) {
+		return reconcile.Result{}, r.set(ctx, pod, serving.ReasonServing, "vacate lets the pod serve until a drain evicts it")
+	}
+	if _, out := serving.OutOfService(pod); !out {
+		return reconcile.Result{}, nil
+	}
+	evicting, why, err := r.drainEvicts(ctx, pod.Spec.NodeName)
+	if err != nil || evicting {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.set(ctx, pod, serving.ReasonRestored, why)
+}
+
+// drainEvicts reports whether the drain of the node may still evict its
+// pods: admitted, not being deleted, not ended or undone. When it may not,
+// why says so.
+func (r *Reconciler) drainEvicts(ctx context.Context, node string) (bool, string, error) {
+	nd := &v1alpha1.NodeDrain{}
+	// A drain is named after its node.
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: node}, nd); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("node %s has no drain any more", node), nil
+		}
+		return false, "", err
+	}
+	switch {
+	case !nd.DeletionTimestamp.IsZero():
+		return false, fmt.Sprintf("the drain of node %s is being deleted", node), nil
+	case nd.Status.Phase == v1alpha1.PhaseRestoring:
+		return false, fmt.Sprintf("the drain of node %s is cancelled", node), nil
+	case nd.Status.Phase == v1alpha1.PhaseFailed || nd.Status.Phase == v1alpha1.PhaseDrained:
+		return false, fmt.Sprintf("the drain of node %s ended (%s)", node, nd.Status.Phase), nil
+	case !admission.IsAdmitted(nd):
+		return false, fmt.Sprintf("the drain of node %s is not admitted (held or waiting)", node), nil
+	}
+	return true, "", nil
+}
+
+func (r *Reconciler) set(ctx context.Context, pod *corev1.Pod, reason, msg string) error {
+	err := serving.Set(ctx, r.Client, pod, corev1.ConditionTrue, reason, msg, r.Clock.Now())
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or another pod now
+	}
+	if err == nil {
+		metrics.ServingSet.WithLabelValues(reason).Inc()
+	}
+	return err
+}
+
+// SetupWithManager watches gated pods, and drains: a drain that stops
+// evicting wakes its node's pods that are out of service.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	gated := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		p, ok := o.(*corev1.Pod)
+		return ok && serving.Gated(p)
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("serving").
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, 4)}).
+		For(&corev1.Pod{}, builder.WithPredicates(gated)).
+		Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(r.podsOutOfService)).
+		Complete(r)
+}
+
+// podsOutOfService are the node's pods a drain took out of service.
+func (r *Reconciler) podsOutOfService(ctx context.Context, o client.Object) []reconcile.Request {
+	pods, err := index.PodsOnNode(ctx, r.Client, o.(*v1alpha1.NodeDrain).Spec.NodeName)
+	if err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range pods {
+		if _, ok := serving.OutOfService(p); ok {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+		}
+	}
+	return out
+}
