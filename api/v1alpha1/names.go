@@ -152,7 +152,7 @@ const (
 	// EventEndpointsTimeout: an endpoint-aware pod was evicted when
 	// endpoints.timeout passed with an EndpointSlice still showing it ready.
 	EventEndpointsTimeout = "EndpointsTimeout"
-	EventNodeReplaced    = "NodeReplaced"
+	EventNodeReplaced     = "NodeReplaced"
 	// EventNoExecuteTaint: a Warning on the node when the trigger taint
 	// turns up with effect NoExecute.
 	EventNoExecuteTaint = "NoExecuteTaint"
