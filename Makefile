@@ -74,7 +74,7 @@ demo: controlplane ## Run the demo on a throwaway local cluster
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs (from api/) and RBAC (from the controllers' markers)
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=vacate-controller paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=vacate-controller paths="./internal/controller/...;./internal/webhook/..." output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
 fmt: ## Format the Go code

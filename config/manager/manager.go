@@ -10,6 +10,12 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vacate-dev/vacate/internal/webhook"
 )
 
 //go:embed controller.yaml
@@ -45,8 +51,33 @@ func ControllerYAML(image string) (string, error) {
 // WorkloadYAML returns the controller's manifests without the namespace,
 // with the controller's image set.
 func WorkloadYAML(image string) (string, error) {
-	return SetImage(controllerYAML, "vacate-controller", image)
+	y, err := SetImage(controllerYAML, "vacate-controller", image)
+	if err != nil {
+		return "", err
+	}
+	wh, err := WebhookConfigurationYAML()
+	if err != nil {
+		return "", err
+	}
+	return y + "---\n" + wh, nil
 }
+
+// WebhookConfigurationYAML is the MutatingWebhookConfiguration of the
+// endpoint-aware webhook, served by vacate-controller behind its Service;
+// the controller injects the CA bundle.
+func WebhookConfigurationYAML() (string, error) {
+	path := webhook.Path
+	cfg := webhook.Configuration(admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+		Namespace: Namespace, Name: webhook.ServiceName, Path: &path, Port: ptr.To[int32](443)}}, Namespace)
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	return "# The endpoint-aware admission webhook (docs/endpoint-aware.md): fails open,\n# called only for pods that opted in.\n" + string(b), nil
+}
+
+// Namespace is vacate-controller's namespace.
+const Namespace = "vacate-system"
 
 // SetImage replaces the one placeholder image (a line "image: IMAGE") of a
 // manifest with image, after checking it is an image reference; binary

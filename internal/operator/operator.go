@@ -21,11 +21,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/vacate-dev/vacate/internal/controller"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/metrics"
+	"github.com/vacate-dev/vacate/internal/webhook"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -50,10 +52,18 @@ type Options struct {
 
 	Controllers controller.Options
 
+	// Webhook is the endpoint-aware admission webhook's server (disabled
+	// unless its address is set).
+	Webhook webhook.Options
+
 	// SeveralInProcess allows more than one manager in the process (tests):
 	// controller-runtime otherwise refuses a second controller of a name.
 	SeveralInProcess bool
 }
+
+// DefaultWebhookCertDir is where the webhook's certificate Secret is
+// mounted (controller-runtime's default directory).
+const DefaultWebhookCertDir = "/tmp/k8s-webhook-server/serving-certs"
 
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
@@ -66,6 +76,7 @@ func DefaultOptions() Options {
 		LeaseDuration:           15 * time.Second,
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
+		Webhook:                 webhook.Options{CertDir: DefaultWebhookCertDir, Rotate: true, Namespace: leader.DefaultLeaseNamespace},
 	}
 }
 
@@ -94,7 +105,14 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		return nil, err
 	}
 	leaseDuration, renewDeadline, retryPeriod := opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
+	var webhookServer crwebhook.Server
+	if opts.Webhook.Enabled() {
+		if webhookServer, err = opts.Webhook.Server(); err != nil {
+			return nil, err
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		WebhookServer:                       webhookServer,
 		Scheme:                              scheme,
 		Metrics:                             metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:              opts.ProbeAddr,
@@ -129,6 +147,11 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	}
 	if err := controller.Setup(ctx, mgr, opts.Controllers); err != nil {
 		return nil, err
+	}
+	if opts.Webhook.Enabled() {
+		if err := webhook.Register(mgr, opts.Webhook); err != nil {
+			return nil, err
+		}
 	}
 	return mgr, nil
 }

@@ -1,0 +1,141 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;update;patch,namespace=vacate-system,resourceNames=vacate-webhook-cert
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=list;watch,namespace=vacate-system
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update;patch,resourceNames=vacate-endpoint-aware
+
+// Options configure the webhook server of vacate-controller.
+type Options struct {
+	// Addr is the server's host:port; empty or "0" disables the webhook.
+	Addr string
+	// CertDir holds the serving certificate, tls.crt and tls.key.
+	CertDir string
+	// Rotate has cert-controller generate the certificate and its CA into
+	// Secret SecretName in Namespace, rotate them before they expire, and
+	// inject the CA into the MutatingWebhookConfiguration; the Secret is
+	// mounted at CertDir. Off on the dev cluster (InstallLocal).
+	Rotate bool
+	// Namespace is the controller's: its Secret and Service.
+	Namespace string
+	// ExtraDNSNames are more names the rotated certificate is valid for,
+	// besides the Service's (a webhook reached on localhost).
+	ExtraDNSNames []string
+}
+
+// Enabled reports whether the webhook is served.
+func (o Options) Enabled() bool { return o.Addr != "" && o.Addr != "0" }
+
+// Server is the controller-runtime webhook server for o.
+func (o Options) Server() (crwebhook.Server, error) {
+	host, port, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-bind-address %q: %w", o.Addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 {
+		return nil, fmt.Errorf("--webhook-bind-address %q: the port must be a number from 1 to 65535", o.Addr)
+	}
+	if o.CertDir == "" {
+		return nil, errors.New("--webhook-cert-dir must name the directory of the serving certificate")
+	}
+	return crwebhook.NewServer(crwebhook.Options{Host: host, Port: p, CertDir: o.CertDir}), nil
+}
+
+// DNSName is the name the API server calls the webhook by in a cluster.
+func (o Options) DNSName() string { return ServiceName + "." + o.Namespace + ".svc" }
+
+// Register serves the PodGate on the manager's webhook server. Under
+// Rotate it first waits, in the background, for cert-controller to have
+// written the certificate (the server reads it when it starts).
+func Register(mgr manager.Manager, o Options) error {
+	handler := &crwebhook.Admission{Handler: &PodGate{Namespaces: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme())}}
+	if !o.Rotate {
+		mgr.GetWebhookServer().Register(Path, handler)
+		return nil
+	}
+	ready := make(chan struct{})
+	err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: SecretName},
+		CertDir:        o.CertDir,
+		CAName:         "vacate-webhook-ca",
+		CAOrganization: "vacate",
+		DNSName:        o.DNSName(),
+		ExtraDNSNames:  o.ExtraDNSNames,
+		IsReady:        ready,
+		Webhooks:       []rotator.WebhookInfo{{Name: ConfigurationName, Type: rotator.Mutating}},
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the webhook's certificate rotation: %w", err)
+	}
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		select {
+		case <-ready:
+			mgr.GetWebhookServer().Register(Path, handler)
+		case <-ctx.Done():
+		}
+		return nil
+	}))
+}
+
+// Local is the webhook installed on the dev cluster, reached on loopback.
+type Local struct {
+	install envtest.WebhookInstallOptions
+}
+
+// Addr is the address the webhook server must listen on.
+func (l *Local) Addr() string {
+	return net.JoinHostPort(l.install.LocalServingHost, strconv.Itoa(l.install.LocalServingPort))
+}
+
+// CertDir holds the serving certificate.
+func (l *Local) CertDir() string { return l.install.LocalServingCertDir }
+
+// Uninstall deletes the MutatingWebhookConfiguration and the certificate
+// directory.
+func (l *Local) Uninstall(ctx context.Context, cs kubernetes.Interface) error {
+	err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, ConfigurationName, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		err = nil
+	}
+	return errors.Join(err, l.install.Cleanup())
+}
+
+// InstallLocal installs the MutatingWebhookConfiguration on a cluster
+// whose API server reaches this machine's loopback (the dev cluster), with
+// controller-runtime's envtest: a CA and a serving certificate for
+// localhost in a new directory, a free port, and the configuration's
+// clientConfig rewritten to https://127.0.0.1:port with its caBundle.
+func InstallLocal(cfg *rest.Config, controllerNamespace string) (*Local, error) {
+	path := Path
+	cc := admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+		Namespace: controllerNamespace, Name: ServiceName, Path: &path}}
+	l := &Local{install: envtest.WebhookInstallOptions{
+		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{Configuration(cc, controllerNamespace)},
+		LocalServingHost: "127.0.0.1",
+	}}
+	if err := l.install.Install(cfg); err != nil {
+		return nil, fmt.Errorf("installing the endpoint-aware webhook on the dev cluster: %w", err)
+	}
+	return l, nil
+}
