@@ -125,7 +125,9 @@ func TestWebhookCertificateRotation(t *testing.T) {
 	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Client.CoreV1().Secrets(ns).Delete(context.Background(), webhook.SecretName, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Secrets(ns).Delete(context.Background(), webhook.SecretName, metav1.DeleteOptions{})
+	})
 	// The dev cluster's API server reaches the webhook on loopback: a URL
 	// instead of the Service, and a certificate valid for localhost too.
 	port := freePort(t)
