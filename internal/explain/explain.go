@@ -224,6 +224,13 @@ func podFinding(b v1alpha1.Blocker, in Input) Finding {
 		f.Cause, f.Fix = cause, fix
 		return f
 	}
+	if b.Reason == v1alpha1.BlockerEndpoints {
+		f.Cause = "it is out of service (readiness gate " + v1alpha1.ConditionServing + " False), leaving its Services before its eviction: " + b.Detail
+		f.Fix = fmt.Sprintf("nothing: vacate evicts it once no EndpointSlice shows it ready and the policy's endpoints.settleTime has passed, "+
+			"or when endpoints.timeout has; if a slice stays ready, the EndpointSlice controller (kube-controller-manager) is behind: "+
+			"kubectl get endpointslices -n %s -o wide", ns)
+		return f
+	}
 	switch drain.Reason(b.Reason) {
 	case drain.ReasonUnmanaged:
 		f.Cause = "no controller owns it, so evicting it would delete it for good"

@@ -175,6 +175,27 @@ func TestExplainEvacuations(t *testing.T) {
 	}
 }
 
+// TestExplainEndpoints: an endpoint-aware pod out of service, waiting for
+// its EndpointSlices, is explained as such, with what vacate waits for.
+func TestExplainEndpoints(t *testing.T) {
+	nd := stuck(v1alpha1.Blocker{Pod: "shop/web-1", Reason: v1alpha1.BlockerEndpoints,
+		Detail: "out of service since 2026-11-23T05:00:00Z; EndpointSlice(s) shop/web-x7k2p still show it ready", Since: metav1.NewTime(now.Add(-3 * time.Second))})
+	var out bytes.Buffer
+	if err := Explain(Input{Drain: nd, Now: now}).Write(&out, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"pod shop/web-1",
+		"out of service (readiness gate vacate.dev/serving False), leaving its Services before its eviction: out of service since 2026-11-23T05:00:00Z; EndpointSlice(s) shop/web-x7k2p still show it ready",
+		"endpoints.settleTime",
+		"kubectl get endpointslices -n shop",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestDeadline: a drain whose machine goes at a deadline says what will
 // not make it: blocked pods, a drain not admitted yet, a pace too slow for
 // the time left; a drain on pace, or ended, says nothing about it.
