@@ -3,6 +3,7 @@ package devcluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +27,11 @@ const (
 	// FixtureLabel marks every object the fixtures create, so a test can
 	// find and delete what it made.
 	FixtureLabel = "vacate.dev/fixture"
+	// OwnKubeletLabel marks pods whose termination a test's kubelet stand-in
+	// (internal/traffic) carries out: kwok's pod-delete stage leaves them
+	// Terminating, so a pod is gone only once its process has exited, as with
+	// a real kubelet. kwok-stages.yaml names the same label.
+	OwnKubeletLabel = "traffic.vacate.dev/kubelet"
 )
 
 // simImage is the image name of simulated pods; kwok never pulls it.
@@ -43,10 +49,18 @@ type NodeSet struct {
 	Labels map[string]string
 	// Pods is the pod capacity of each node. Default 110.
 	Pods int
+	// PodCIDR, when set, is the first node's spec.podCIDR, from which kwok
+	// gives its pods their IPs instead of the cluster's loopback range (which
+	// EndpointSlices refuse). Node i gets the i-th block of the same size
+	// after it, distinct ranges as kcm's allocator would hand out, so a
+	// test can tell from a pod's IP which node it ran on. kcm does not
+	// allocate them here (no --allocate-node-cidrs), hence the fixture.
+	PodCIDR string
 }
 
 // SimulatedNode returns a Node that the dev cluster's kwok runs: it becomes
-// Ready, keeps a lease, and its pods get loopback IPs.
+// Ready, keeps a lease, and its pods get loopback IPs unless its
+// spec.podCIDR is set.
 func SimulatedNode(name, zone string, podCapacity int) *corev1.Node {
 	if podCapacity == 0 {
 		podCapacity = 110
@@ -94,6 +108,10 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, set NodeSet) ([]s
 	if len(zones) == 0 {
 		zones = []string{"zone-a"}
 	}
+	cidrs, err := nodePodCIDRs(set.PodCIDR, set.Count)
+	if err != nil {
+		return nil, fmt.Errorf("node set %q: %w", set.Prefix, err)
+	}
 	names := make([]string, 0, set.Count)
 	for i := 0; i < set.Count; i++ {
 		name := fmt.Sprintf("%s-%d", set.Prefix, i)
@@ -101,12 +119,51 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, set NodeSet) ([]s
 		for k, v := range set.Labels {
 			n.Labels[k] = v
 		}
+		if cidrs != nil {
+			n.Spec.PodCIDR, n.Spec.PodCIDRs = cidrs[i], []string{cidrs[i]}
+		}
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			return names, fmt.Errorf("creating node %s: %w", name, err)
 		}
 		names = append(names, name)
 	}
 	return names, nil
+}
+
+// nodePodCIDRs returns count consecutive blocks of first's size starting at
+// first, in canonical form (the API server's strict CIDR validation refuses
+// "10.0.0.1/24"), or nil when first is empty.
+func nodePodCIDRs(first string, count int) ([]string, error) {
+	if first == "" {
+		return nil, nil
+	}
+	p, err := netip.ParsePrefix(first)
+	if err != nil {
+		return nil, fmt.Errorf("pod CIDR %q: %w", first, err)
+	}
+	p = p.Masked()
+	cidrs := make([]string, 0, count)
+	for i := 0; i < count; i++ {
+		if i > 0 {
+			next := lastAddr(p).Next()
+			if !next.IsValid() {
+				return nil, fmt.Errorf("pod CIDR %q: no room for %d blocks of its size", first, count)
+			}
+			p = netip.PrefixFrom(next, p.Bits())
+		}
+		cidrs = append(cidrs, p.String())
+	}
+	return cidrs, nil
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 // WaitForNodesReady waits until every named node reports Ready.
