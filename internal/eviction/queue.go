@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
@@ -192,10 +193,18 @@ const nodeBusyDelay = 100 * time.Millisecond
 // EvictFunc makes one Eviction API call.
 type EvictFunc func(ctx context.Context, ev *policyv1.Eviction) error
 
-// ClientEvictor evicts through a clientset.
+// ClientEvictor evicts through a clientset. A dry run (DeleteOptions.DryRun
+// set) is also asked for in the request's dryRun parameter: admission
+// (webhooks, admission policies) sees only that one, and must know that
+// nothing will happen.
 func ClientEvictor(cs kubernetes.Interface) EvictFunc {
 	return func(ctx context.Context, ev *policyv1.Eviction) error {
-		return cs.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
+		if ev.DeleteOptions == nil || len(ev.DeleteOptions.DryRun) == 0 {
+			return cs.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
+		}
+		return cs.CoreV1().RESTClient().Post().AbsPath("/api/v1").Namespace(ev.Namespace).Resource("pods").Name(ev.Name).SubResource("eviction").
+			VersionedParams(&metav1.CreateOptions{DryRun: ev.DeleteOptions.DryRun}, scheme.ParameterCodec).
+			Body(ev).Do(ctx).Error()
 	}
 }
 
