@@ -112,6 +112,10 @@ bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes w
 	$(GO) run ./hack/bench -nodes $(SCALE_NODES) -pods $(SCALE_PODS) -daemonsets 2 -drain 10% -max-parallel 10% \
 		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 -kwok-parallelism 32 $(BENCH_FLAGS)
 
+.PHONY: bench-endpoints
+bench-endpoints: controlplane ## Requests a drain drops: kubectl drain, vacate without and with the readiness gate, preStop sleep (needs root: a network namespace)
+	$(GO) run ./hack/bench-endpoints $(BENCH_ENDPOINTS_FLAGS)
+
 .PHONY: bench-admission
 bench-admission: ## Cost of one admission pass with 10, 100 and 1,000 queued drains (decisions/s, CPU per decision)
 	$(GO) test -run '^$$' -bench BenchmarkAdmissionPass -benchtime 20x ./internal/controller/admission

@@ -7,8 +7,10 @@ import (
 	"os"
 
 	"github.com/vacate-dev/vacate/internal/devcli"
+	"github.com/vacate-dev/vacate/internal/traffic"
 )
 
 func main() {
+	traffic.MaybeServe() // the demo's web servers are this program
 	os.Exit(devcli.Main(os.Args[1:], devcli.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}))
 }

@@ -139,7 +139,10 @@ func Run(ctx context.Context, out io.Writer, opts Options) (err error) {
 	if err := d.reportStateful(ctx, data); err != nil {
 		return err
 	}
-	return d.spotNotice(ctx, others[len(others)-1])
+	if err := d.spotNotice(ctx, others[len(others)-1]); err != nil {
+		return err
+	}
+	return d.endpointAware(ctx)
 }
 
 // startController installs the CRDs and runs the vacate controller in this

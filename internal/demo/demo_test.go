@@ -16,7 +16,14 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/progress"
+	"github.com/vacate-dev/vacate/internal/traffic"
 )
+
+// TestMain: the demo's web servers are this test binary.
+func TestMain(m *testing.M) {
+	traffic.MaybeServe()
+	os.Exit(m.Run())
+}
 
 // TestDemoRunsAndCleansUp runs the whole demo on its own cluster and checks
 // what it prints, the report it writes, and that it leaves nothing running.
@@ -25,7 +32,7 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 	t.Setenv(devcluster.EnvClustersDir, clusters)
 	reports := t.TempDir()
 	_, dev := buildTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	if err := Run(ctx, &out, Options{ReportDir: reports, Executable: dev}); err != nil {
@@ -53,6 +60,14 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
+	}
+	// The endpoint-aware scene: kubectl drain loses requests, vacate with
+	// the readiness gate none.
+	if m := regexp.MustCompile(`kubectl drain:\s+(\d+) of\s+\d+ requests failed`).FindStringSubmatch(got); m == nil {
+		t.Errorf("demo output lacks the kubectl drain row of the endpoint-aware scene")
+	}
+	if !regexp.MustCompile(`vacate, readiness gate:\s+0 of\s+\d+ requests failed`).MatchString(got) {
+		t.Errorf("demo output lacks 0 failed requests for vacate with the readiness gate")
 	}
 	// The broker on a drained node handed every message to its peers.
 	m := regexp.MustCompile(`messages after the drains: broker-0 holds (\d+), broker-1 holds (\d+), broker-2 holds (\d+) \(3000 published\)`).FindStringSubmatch(got)

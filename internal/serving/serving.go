@@ -71,9 +71,14 @@ func OutOfService(p *corev1.Pod) (time.Time, bool) {
 }
 
 // NeedsServing reports whether a gated pod waits for vacate to let it
-// serve: it has no condition yet.
+// serve: it runs (it has its IP: its sandbox is up, its containers start
+// after) and has no condition yet. Waiting for the IP costs no readiness:
+// the containers start after the sandbox. It also leaves the pod's first
+// status writes (the IP, the scheduler's and the kubelet's conditions) to
+// their owners; on the dev cluster kwok gave a pod whose status vacate
+// wrote first a second IP.
 func NeedsServing(p *corev1.Pod) bool {
-	return Gated(p) && Get(p) == nil && p.DeletionTimestamp.IsZero()
+	return Gated(p) && Get(p) == nil && p.DeletionTimestamp.IsZero() && p.Status.PodIP != ""
 }
 
 // Set writes the pod's condition with a strategic-merge patch of

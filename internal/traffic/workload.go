@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 )
 
@@ -36,6 +37,9 @@ type Workload struct {
 	// GracePeriod is the pods' termination grace period. Default 5s, the
 	// fixtures' own, enough for a preStop sleep of a few seconds.
 	GracePeriod time.Duration
+	// ReadinessGate declares vacate's readiness gate (vacate.dev/serving)
+	// in the pod template: the pods are endpoint-aware.
+	ReadinessGate bool
 }
 
 // CreateWorkload creates the Deployment, the Service and the PDB. Pods are
@@ -54,6 +58,9 @@ func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) er
 	spec.NodeSelector = w.NodeSelector
 	spec.TerminationGracePeriodSeconds = ptr.To(int64(w.GracePeriod / time.Second))
 	spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: w.Port}}
+	if w.ReadinessGate {
+		spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ConditionServing}}
+	}
 	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: devcluster.HostnameLabel, WhenUnsatisfiable: corev1.ScheduleAnyway,
 		LabelSelector: dep.Spec.Selector,
