@@ -28,8 +28,8 @@ func (d *demo) endpointAware(ctx context.Context) error {
 	}
 	defer network.Close()
 	s := servedrain.Setup{Cluster: d.c, Client: d.cl, Network: network, Kubectl: d.c.Binaries[devcluster.Kubectl], Out: indent(d.out)}
-	d.step("endpoint-aware eviction: web, 8 HTTP servers on 4 new nodes behind a load balancer that routes 200 requests/s to the "+
-		"endpoints EndpointSlices show ready, learning changes 1s late (as kube-proxy does); each server stops listening at SIGTERM. "+
+	d.step("endpoint-aware eviction: web, 8 HTTP servers on 4 new nodes behind a load balancer that routes 200 requests/s to the " +
+		"endpoints EndpointSlices show ready, learning changes 1s late (as kube-proxy does); each server stops listening at SIGTERM. " +
 		"Two of the nodes are drained twice, on fresh nodes each time: with kubectl drain, then by vacate with the readiness gate")
 	var results []servedrain.Result
 	for i, sc := range []servedrain.Scenario{{Drainer: servedrain.Kubectl}, {Drainer: servedrain.Vacate, Gate: true}} {
