@@ -32,11 +32,14 @@ func newManifestsCommand(s Streams) *cobra.Command {
                    vacate-controller only) and the ClusterRole
                    vacate-controller-force-delete (pod delete; not bound)
   controller       namespace vacate-system, service account, role bindings, a
-                   Deployment of vacate-controller (needs --image) and its PDB
+                   Deployment of vacate-controller (needs --image) and its PDB,
+                   the endpoint-aware webhook's Service, certificate Secret
+                   and MutatingWebhookConfiguration
   user-role        the ClusterRole vacate-user, for the people who run this CLI
   admission        ValidatingAdmissionPolicies: vacate-controller changes on
                    Nodes only the cordon and vacate's own annotations, taint
-                   and finalizer; people name a DrainPolicy only with the verb
+                   and finalizer, and in a Pod's status only its condition
+                   vacate.dev/serving; people name a DrainPolicy only with the verb
                    use on it, change only their own requesters, and set only
                    spec.release on an Evacuation, as themselves
   force-delete     the binding of vacate-controller-force-delete to the

@@ -616,3 +616,60 @@ func userClient(t *testing.T, c *devcluster.Cluster, user string) client.Client 
 	}
 	return cl
 }
+
+// TestControllerChangesOnlyItsOwnConditionOnPods: the
+// ValidatingAdmissionPolicy vacate-controller-pods lets the controller's
+// service account, which may patch pods/status, change only its own
+// condition vacate.dev/serving; and the controller, as that service
+// account with the installed RBAC, makes a gated pod Ready.
+func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
+	c := testenv.Start(t)
+	install(t, c)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "rbac-pod", Count: 1})[0]
+	ns := testenv.Namespace(t, c)
+	pod := devcluster.BarePod(ns, "gated", node)
+	pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ConditionServing}}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := clientset(t, asServiceAccount(c)).CoreV1().Pods(ns)
+	try := func(patch, refusal string) error {
+		_, err := sa.Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		if refusal == "" {
+			return err
+		}
+		return refused(err, refusal)
+	}
+	const (
+		conditions = "vacate-controller may change only its own condition (vacate.dev/serving) in a Pod's status"
+		metadata   = "vacate-controller may not change a Pod's labels or annotations"
+	)
+	check(t, "the policy refusing another condition", func() error {
+		return try(`{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`, conditions)
+	})
+	for _, p := range []struct{ what, patch, refusal string }{
+		{"set another condition", `{"status":{"conditions":[{"type":"example.com/lb","status":"True"}]}}`, conditions},
+		{"change the phase", `{"status":{"phase":"Failed"}}`, conditions},
+		{"change the pod IP", `{"status":{"podIP":"10.9.9.9","podIPs":[{"ip":"10.9.9.9"}]}}`, conditions},
+		{"add a label", `{"metadata":{"labels":{"rbac-test":"x"}}}`, metadata},
+		{"set its condition", `{"status":{"conditions":[{"type":"vacate.dev/serving","status":"False","reason":"Draining"}]}}`, ""},
+	} {
+		if err := try(p.patch, p.refusal); err != nil {
+			t.Errorf("%s: %v", p.what, err)
+		}
+	}
+
+	t.Log("the controller, as the service account, lets the gated pod serve")
+	startController(t, c)
+	eventually(t, "the gated pod Ready", func() error {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !devcluster.PodReady(p) {
+			return fmt.Errorf("pod not Ready; conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+}
