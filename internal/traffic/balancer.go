@@ -30,7 +30,10 @@ type BalancerOptions struct {
 	Lag time.Duration
 	// Port requests go to. Default: the EndpointSlice's first port.
 	Port int
-	// Timeout of one request, after which it counts as failed. Default 1s.
+	// Timeout of one request, after which it counts as failed. Default 5s:
+	// what is measured is requests sent to a server that stopped (refused
+	// at once); a machine whose CPUs a test suite saturates answers slowly,
+	// which is not a dropped request.
 	Timeout time.Duration
 }
 
@@ -113,7 +116,7 @@ func StartBalancer(ctx context.Context, cs kubernetes.Interface, n *Network, nam
 		opts.Lag = time.Second
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = time.Second
+		opts.Timeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	b := &Balancer{n: n, opts: opts, started: time.Now(), cancel: cancel, changed: make(chan struct{}, 1), outside: map[netip.Addr]bool{}}
