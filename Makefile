@@ -15,7 +15,9 @@ MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 # mostly wait on their clusters, so three fit two cores (the suite's wall
 # time is then about the longest package's, internal/controller/nodedrain).
 TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3
-PKGS       ?= ./...
+# The longest packages first: go test starts them in this order, three at
+# once, so the suite's length is not one of them started last.
+PKGS       ?= ./internal/controller/nodedrain ./test/e2e ./internal/demo ./internal/devcluster ./internal/cli ./...
 
 .PHONY: help
 help: ## List the targets

@@ -649,12 +649,13 @@ func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
 		metadata   = "vacate-controller may not change a Pod's labels or annotations"
 	)
 	check(t, "the policy refusing another condition", func() error {
-		return try(`{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`, conditions)
+		return try(`{"status":{"conditions":[{"type":"example.com/first","status":"True"}]}}`, conditions)
 	})
 	for _, p := range []struct{ what, patch, refusal string }{
 		{"set another condition", `{"status":{"conditions":[{"type":"example.com/lb","status":"True"}]}}`, conditions},
 		{"change the phase", `{"status":{"phase":"Failed"}}`, conditions},
-		{"change the pod IP", `{"status":{"podIP":"10.9.9.9","podIPs":[{"ip":"10.9.9.9"}]}}`, conditions},
+		{"mark it not Ready", `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`, conditions},
+		{"set the status message", `{"status":{"message":"evicted by someone"}}`, conditions},
 		{"add a label", `{"metadata":{"labels":{"rbac-test":"x"}}}`, metadata},
 		{"set its condition", `{"status":{"conditions":[{"type":"vacate.dev/serving","status":"False","reason":"Draining"}]}}`, ""},
 	} {
