@@ -37,7 +37,7 @@ func TestGateDropsNoRequest(t *testing.T) {
 	// settleTime 3s against a lag of 1s: a margin for a loaded machine,
 	// where the balancer's watch may see a change later than vacate's.
 	s := servedrain.Setup{Cluster: c, Client: cl, Network: network, Kubectl: c.Binaries[devcluster.Kubectl],
-		Settle: 3 * time.Second, Out: testWriter{t}}
+		Settle: 3 * time.Second, Rate: 100, Out: testWriter{t}}
 	ctx := testenv.Context(t)
 
 	kubectl, err := servedrain.Run(ctx, s, servedrain.Scenario{Drainer: servedrain.Kubectl}, 0)

@@ -129,7 +129,8 @@ func TestNetwork(t *testing.T) {
 // change, and those requests fail.
 func TestDetectsDroppedRequests(t *testing.T) {
 	needRoot(t)
-	t.Parallel()
+	// Not parallel: two fleets of race-built servers under traffic starve a
+	// 2-core CI machine into timeouts that are not the race measured here.
 	r := startRig(t, "drop", netip.MustParsePrefix("10.214.0.0/16"), traffic.KubeletOptions{})
 
 	b, steady := r.steadyTraffic(t)
@@ -164,7 +165,8 @@ func TestDetectsDroppedRequests(t *testing.T) {
 // has exited, as with a real kubelet.
 func TestPreStopSleepDropsNothing(t *testing.T) {
 	needRoot(t)
-	t.Parallel()
+	// Not parallel: two fleets of race-built servers under traffic starve a
+	// 2-core CI machine into timeouts that are not the race measured here.
 	const preStop = 2 * time.Second
 	r := startRig(t, "prestop", netip.MustParsePrefix("10.215.0.0/16"), traffic.KubeletOptions{PreStopSleep: preStop})
 
@@ -284,21 +286,21 @@ func startRig(t *testing.T, name string, prefix netip.Prefix, opts traffic.Kubel
 // nothing fails for two seconds while every pod serves.
 func (r *rig) steadyTraffic(t *testing.T) (*traffic.Balancer, traffic.Stats) {
 	t.Helper()
-	b := traffic.StartBalancer(testenv.Context(t), r.cs, r.net, r.ns, "web", traffic.BalancerOptions{Rate: 200, Lag: time.Second})
+	b := traffic.StartBalancer(testenv.Context(t), r.cs, r.net, r.ns, "web", traffic.BalancerOptions{Rate: 100, Lag: time.Second})
 	t.Cleanup(func() { t.Logf("balancer, in all: %s", b.Stop()) })
 	if got := len(b.Backends()); got != 4 {
 		t.Fatalf("the balancer routes to %d endpoints, want 4", got)
 	}
-	// 300 answered requests, however long a loaded machine takes to
+	// 150 answered requests, however long a loaded machine takes to
 	// answer them, and none lost meanwhile.
 	var steady traffic.Stats
 	err := wait.PollUntilContextTimeout(testenv.Context(t), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		steady = b.Stats()
-		return steady.Lost() != 0 || steady.OK >= 300, nil
+		return steady.Lost() != 0 || steady.OK >= 150, nil
 	})
 	t.Logf("steady: %s", steady)
 	if err != nil || steady.Lost() != 0 {
-		t.Fatalf("steady traffic: %s, want 300 ok and none lost: %v (%v)", steady, steady.Errors, err)
+		t.Fatalf("steady traffic: %s, want 150 ok and none lost: %v (%v)", steady, steady.Errors, err)
 	}
 	return b, steady
 }
