@@ -214,7 +214,6 @@ func (w *endpointWatch) check(t *testing.T, node string) int {
 // no PDB is ever violated.
 func TestEndpointAwareEviction(t *testing.T) {
 	e := startEnv(t)
-	ctx := testenv.Context(t)
 	sel := map[string]string{testLabel: "endpoints"}
 	// EndpointSlices refuse loopback addresses: these nodes give their pods
 	// private ones (no traffic goes to them in this test).
@@ -231,17 +230,7 @@ func TestEndpointAwareEviction(t *testing.T) {
 		}
 	}
 
-	pol := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "endpoints-test"},
-		Spec: v1alpha1.DrainPolicySpec{Endpoints: v1alpha1.Endpoints{SettleTime: &metav1.Duration{Duration: time.Second}}}}
-	if err := e.cl.Create(ctx, pol); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), pol) })
-	nd := testutil.NodeDrain(target, pol.Name, "cli:test")
-	if err := e.cl.Create(ctx, nd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+	drainUnder(t, e, target, "endpoints-test", v1alpha1.Endpoints{SettleTime: &metav1.Duration{Duration: time.Second}})
 	e.waitDrain(t, target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
@@ -264,18 +253,8 @@ func TestEndpointAwareUndo(t *testing.T) {
 	ns := testenv.Namespace(t, e.c)
 	gatedWeb(t, e, ns, sel, 4)
 
-	pol := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "endpoints-undo"},
-		Spec: v1alpha1.DrainPolicySpec{Endpoints: v1alpha1.Endpoints{SettleTime: &metav1.Duration{Duration: 10 * time.Minute},
-			Timeout: &metav1.Duration{Duration: time.Hour}}}}
-	if err := e.cl.Create(ctx, pol); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), pol) })
-	nd := testutil.NodeDrain(target, pol.Name, "cli:test")
-	if err := e.cl.Create(ctx, nd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+	nd := drainUnder(t, e, target, "endpoints-undo", v1alpha1.Endpoints{SettleTime: &metav1.Duration{Duration: 10 * time.Minute},
+		Timeout: &metav1.Duration{Duration: time.Hour}})
 	e.waitDrain(t, target, "a pod waiting out its settle time", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		for _, b := range nd.Status.Blockers {
 			if b.Reason == v1alpha1.BlockerEndpoints {
@@ -372,17 +351,7 @@ func TestEndpointAwareRefusedAfterAll(t *testing.T) {
 	t.Cleanup(func() { _ = unbind() })
 	waitPolicyDenies(t, e, ns)
 
-	pol := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "endpoints-refused"},
-		Spec: v1alpha1.DrainPolicySpec{Endpoints: v1alpha1.Endpoints{SettleTime: &metav1.Duration{Duration: 0}}}}
-	if err := e.cl.Create(ctx, pol); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), pol) })
-	nd := testutil.NodeDrain(target, pol.Name, "cli:test")
-	if err := e.cl.Create(ctx, nd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+	drainUnder(t, e, target, "endpoints-refused", v1alpha1.Endpoints{SettleTime: &metav1.Duration{Duration: 0}})
 
 	t.Log("waiting for the pod to be put back in service after its eviction was denied")
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -421,4 +390,22 @@ func waitPolicyDenies(t *testing.T, e *env, ns string) {
 	if err != nil {
 		t.Fatalf("the admission policy never denied an eviction: %v", err)
 	}
+}
+
+// drainUnder drains node under a DrainPolicy of its own with these
+// endpoints settings; both go when the test ends.
+func drainUnder(t *testing.T, e *env, node, policy string, ep v1alpha1.Endpoints) *v1alpha1.NodeDrain {
+	t.Helper()
+	ctx := testenv.Context(t)
+	pol := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}, Spec: v1alpha1.DrainPolicySpec{Endpoints: ep}}
+	if err := e.cl.Create(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), pol) })
+	nd := testutil.NodeDrain(node, pol.Name, "cli:test")
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+	return nd
 }
