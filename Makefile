@@ -17,7 +17,7 @@ MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3
 # The longest packages first: go test starts them in this order, three at
 # once, so the suite's length is not one of them started last.
-PKGS       ?= ./internal/controller/nodedrain ./test/e2e ./internal/demo ./internal/devcluster ./internal/cli ./...
+PKGS       ?= ./internal/controller/nodedrain ./test/e2e ./test/install ./internal/demo ./internal/image ./internal/cli ./internal/devcluster ./...
 
 .PHONY: help
 help: ## List the targets
@@ -36,7 +36,8 @@ PREFIX     ?= $(HOME)/.local
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: install
-install: build ## Install vacate (the user CLI, without the development tools), and the same binary as the kubectl plugin kubectl-vacate, into $(PREFIX)/bin
+install: ## Install vacate (the user CLI, without the development tools), and the same binary as the kubectl plugin kubectl-vacate, into $(PREFIX)/bin
+	$(CLI_BUILD) -o $(BIN)/vacate ./cmd/vacate
 	install -d $(PREFIX)/bin
 	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/vacate
 	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/kubectl-vacate
@@ -45,6 +46,15 @@ install: build ## Install vacate (the user CLI, without the development tools), 
 .PHONY: dist
 dist: ## Build kubectl-vacate archives per platform and their krew manifest into dist/
 	$(GO) run ./hack/dist --version $(VERSION) --out dist
+
+# Images (docs/install.md): built from Go alone, with no Docker engine and no
+# base image to download; dated by the commit, so reproducible.
+IMAGE_REPO ?= ghcr.io/vacate-dev
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+
+.PHONY: images
+images: ## Build the vacate-controller and vacate-agent images (linux/amd64, linux/arm64) into dist/images: OCI layouts (crane push --index), docker load tarballs, SPDX SBOMs
+	$(GO) run ./hack/image --version $(VERSION) --repo $(IMAGE_REPO) --platforms $(IMAGE_PLATFORMS) --out dist/images
 
 .PHONY: tools
 tools: $(STATICCHECK) $(CONTROLLER_GEN) controlplane ## Build the developer tools and the pinned control plane
@@ -73,10 +83,11 @@ demo: controlplane ## Run the demo on a throwaway local cluster
 	$(GO) run ./cmd/vacate-dev demo
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs (from api/) and RBAC (from the controllers' markers)
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs (from api/), RBAC (from the controllers' markers), the webhook configuration and the Helm chart's copies
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=vacate-controller paths="./internal/controller/...;./internal/webhook/..." output:rbac:artifacts:config=config/rbac
+	$(GO) run ./hack/generate
 
 .PHONY: fmt
 fmt: ## Format the Go code
@@ -95,7 +106,7 @@ verify: generate lint ## Fail on unformatted code, untidy modules, vet or lint f
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
-	@if [ -n "$$(git status --porcelain -- config api)" ]; then git status --short -- config api; echo "generated files differ from the commit: run make generate and commit"; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- config api charts)" ]; then git status --short -- config api charts; echo "generated files differ from the commit: run make generate and commit"; exit 1; fi
 	@echo "verify: ok"
 
 # Benchmarks (docs/performance.md): each run of each driver on a fresh dev

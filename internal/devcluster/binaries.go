@@ -107,6 +107,10 @@ func ensureSource(ctx context.Context, s binarySource, dir, src string, progress
 			return err
 		}
 		hash = h
+		if s.ldflags != "" {
+			sum := sha256.Sum256([]byte(h + " " + s.ldflags))
+			hash = hex.EncodeToString(sum[:])[:16]
+		}
 	}
 	if upToDate(dir, s.names, hash) {
 		return nil
@@ -154,7 +158,7 @@ func buildModule(ctx context.Context, s binarySource, modDir, dir, hash string, 
 	}
 	defer os.RemoveAll(tmp)
 
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-o", tmp+string(filepath.Separator), "./...")
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-ldflags", s.ldflags, "-o", tmp+string(filepath.Separator), "./...")
 	cmd.Dir = modDir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
 	var out bytes.Buffer

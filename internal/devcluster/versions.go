@@ -1,5 +1,7 @@
 package devcluster
 
+import "strings"
+
 // Pinned versions of the dev cluster's components. They must agree with the
 // go.mod files of the modules under hack/ that build them; a test checks it.
 const (
@@ -33,11 +35,13 @@ type binarySource struct {
 	module  string // directory under hack/
 	version string // cache key
 	names   []string
+	// ldflags are the linker flags of the build, part of the build stamp.
+	ldflags string
 }
 
 var binarySources = []binarySource{
 	{module: "controlplane", version: "kubernetes-" + KubernetesVersion + "_etcd-" + EtcdVersion,
-		names: []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, Kubectl}},
+		names: []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, Kubectl}, ldflags: kubernetesVersionFlags()},
 	{module: "kwok", version: "kwok-" + KwokVersion, names: []string{Kwok}},
 }
 
@@ -45,4 +49,20 @@ var binarySources = []binarySource{
 // builds one on demand, so starting a dev cluster never waits for them.
 var toolSources = []binarySource{
 	{module: "ec2-metadata-mock", version: "ec2-metadata-mock-" + EC2MetadataMockVersion, names: []string{EC2MetadataMock}},
+}
+
+// kubernetesVersionFlags stamp the Kubernetes binaries with their version,
+// as Kubernetes' own release build does: built from the module proxy, they
+// would otherwise say v0.0.0-master, and tools that check the server's
+// version (Helm's kubeVersion, kubectl version) would refuse it.
+func kubernetesVersionFlags() string {
+	major, minor, _ := strings.Cut(strings.TrimPrefix(KubernetesVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	var flags []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		flags = append(flags, "-X "+pkg+".gitMajor="+major, "-X "+pkg+".gitMinor="+minor,
+			"-X "+pkg+".gitVersion="+KubernetesVersion, "-X "+pkg+".gitTreeState=clean",
+			"-X "+pkg+".buildDate=1970-01-01T00:00:00Z")
+	}
+	return strings.Join(flags, " ")
 }

@@ -7,12 +7,31 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/serving"
 )
 
 // Label names.
 const (
-	LabelResult = "result"
-	LabelReason = "reason"
+	LabelResult     = "result"
+	LabelReason     = "reason"
+	LabelNode       = "node"
+	LabelPhase      = "phase"
+	LabelState      = "state"
+	LabelProvider   = "provider"
+	LabelEvacuation = "evacuation"
+)
+
+// ResultCancelled is the result of a drain whose requesters all left
+// before it was Drained.
+const ResultCancelled = "Cancelled"
+
+// Results of vacate_out_of_service_total besides eviction.Evicted.
+const (
+	ResultEndpointsTimeout = "EndpointsTimeout"
+	ResultRestored         = "Restored"
 )
 
 var (
@@ -57,13 +76,34 @@ var (
 
 var registerOnce sync.Once
 
-// Register adds the metrics to controller-runtime's registry; later calls do
-// nothing.
+// Register adds the metrics to controller-runtime's registry, with every
+// known label value of the counters at zero, so that a rate over a result
+// that never happened yet is 0 rather than no data (and dashboards and
+// alerts see the series from the start); later calls do nothing.
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld,
 			EndpointsUpdate, OutOfService, ServingSet)
+		initLabels()
 	})
+}
+
+// initLabels creates the counters' children for every label value the
+// controllers count.
+func initLabels() {
+	for _, r := range []string{string(v1alpha1.PhaseDrained), string(v1alpha1.PhaseFailed), ResultCancelled} {
+		DrainsTotal.WithLabelValues(r)
+	}
+	for _, r := range []eviction.Result{eviction.Evicted, eviction.Gone, eviction.PDBBlocked, eviction.Throttled,
+		eviction.Forbidden, eviction.Invalid, eviction.Failed} {
+		EvictionsTotal.WithLabelValues(string(r))
+	}
+	for _, r := range []string{string(eviction.Evicted), ResultEndpointsTimeout, ResultRestored} {
+		OutOfService.WithLabelValues(r)
+	}
+	for _, r := range []string{serving.ReasonServing, serving.ReasonRestored} {
+		ServingSet.WithLabelValues(r)
+	}
 }
 
 // NodeDeletionTimeouts counts deleted nodes released by timeouts.nodeDeletion

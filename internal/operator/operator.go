@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/metrics"
+	"github.com/vacate-dev/vacate/internal/metrics/state"
 	"github.com/vacate-dev/vacate/internal/webhook"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
@@ -153,8 +155,35 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 			return nil, err
 		}
 	}
+	if opts.MetricsAddr != "0" {
+		c := state.New(mgr.GetCache(), mgr.Elected(), mgr.GetLogger().WithName("state-metrics"))
+		if err := mgr.Add(stateMetrics{collector: c}); err != nil {
+			return nil, err
+		}
+	}
 	return mgr, nil
 }
+
+// stateMetrics serves the state metrics (internal/metrics/state) while the
+// manager runs, on every replica: the leader reports vacate's objects, a
+// standby that it waits. It registers the collector with
+// controller-runtime's registry when the manager starts and takes it out
+// when it stops, so that a manager started later in the same process (a
+// test's) can serve its own.
+type stateMetrics struct{ collector *state.Collector }
+
+// Start registers the collector until ctx ends.
+func (s stateMetrics) Start(ctx context.Context) error {
+	if err := crmetrics.Registry.Register(s.collector); err != nil {
+		return fmt.Errorf("registering the state metrics (does another manager of this process serve metrics?): %w", err)
+	}
+	<-ctx.Done()
+	crmetrics.Registry.Unregister(s.collector)
+	return nil
+}
+
+// NeedLeaderElection is false: a standby says that it waits.
+func (stateMetrics) NeedLeaderElection() bool { return false }
 
 // reconcileTimeout bounds each reconcile pass, and so every API call it
 // makes: a pass that a slow API server or etcd holds up ends with an error

@@ -46,7 +46,8 @@ type Met struct {
 	Key string
 	// Pods are the pods it held.
 	Pods map[string]bool
-	// First and Last are when it was first and last seen holding a pod.
+	// First and Last are when it was first seen holding a pod, and last
+	// seen holding one (or, once gone, the observation that found it gone).
 	First, Last time.Time
 	// Holding is set while the drain's status still lists it.
 	Holding bool
@@ -162,9 +163,23 @@ func (t *Tracker) Observe(nd *v1alpha1.NodeDrain, now time.Time) {
 		n.End = st.CompletionTime.Time
 	}
 	n.Waiting = waitingReason(nd)
+	wasHolding := map[*Met]bool{}
 	for _, m := range n.Met {
+		wasHolding[m] = m.Holding
 		m.Holding = false
 	}
+	defer func() {
+		// A blocker that held at the last observation and is gone now held
+		// until now, as far as anyone saw: the same "until now" that Held
+		// gives while it holds (without it, a drain whose status did not
+		// change while the blocker held would report only until the
+		// blocker's last listing).
+		for m, was := range wasHolding {
+			if was && !m.Holding {
+				m.Last = now
+			}
+		}
+	}()
 	for _, b := range st.Blockers {
 		key := b.Holder
 		if key == "" {

@@ -308,7 +308,7 @@ func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decis
 			metrics.EndpointsUpdate.Observe(waited.Seconds())
 		case waited >= s.policy.EndpointsTimeout:
 			g.updated = s.now.Add(-s.policy.EndpointsSettle)
-			metrics.OutOfService.WithLabelValues("EndpointsTimeout").Inc()
+			metrics.OutOfService.WithLabelValues(metrics.ResultEndpointsTimeout).Inc()
 			nd, msg := s.drain, fmt.Sprintf("pod %s: EndpointSlice(s) %s still show it ready %s after it was taken out of service (endpoints.timeout); evicting it anyway",
 				d.Key(), strings.Join(listed.Ready, ", "), s.policy.EndpointsTimeout)
 			s.afterWrite(func() {
@@ -343,7 +343,7 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 	}
 	r.gates.drop(pod.UID)
 	r.gates.triedAt(pod.UID, s.now)
-	metrics.OutOfService.WithLabelValues("Restored").Inc()
+	metrics.OutOfService.WithLabelValues(metrics.ResultRestored).Inc()
 	nd, key := s.drain, pod.Namespace+"/"+pod.Name
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "pod %s is back in service: %s", key, why)

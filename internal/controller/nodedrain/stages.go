@@ -555,7 +555,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	if cancelled {
 		log := s.log
 		s.afterWrite(func() {
-			metrics.DrainsTotal.WithLabelValues("Cancelled").Inc()
+			metrics.DrainsTotal.WithLabelValues(metrics.ResultCancelled).Inc()
 			log.Info("drain cancelled and undone", "droppedEvictions", dropped)
 		})
 	}

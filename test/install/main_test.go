@@ -1,0 +1,227 @@
+// Package install tests what users install vacate with, against a real dev
+// cluster: the kustomizations of config/, the Helm chart charts/vacate and
+// every command of docs/install.md. The tests share one cluster and run one
+// after another; each removes what it installed.
+package install
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// patience bounds each wait on the API server.
+const patience = 2 * time.Minute
+
+// repoRoot is the repository's root directory.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// decodeYAML splits a multi-document YAML stream into objects, skipping
+// documents of comments only.
+func decodeYAML(t testing.TB, text []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(text)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&obj.Object); err != nil {
+			t.Fatalf("decoding %s: %v", doc, err)
+		}
+		if len(obj.Object) > 0 {
+			out = append(out, obj)
+		}
+	}
+}
+
+// kinds counts objects by kind.
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	n := map[string]int{}
+	for _, o := range objs {
+		n[o.GetKind()]++
+	}
+	return n
+}
+
+// applyAll server-side applies objs, CRDs and namespaces first, and waits
+// until the API server serves each CRD.
+func applyAll(t testing.TB, cl client.Client, owner string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	for _, first := range []bool{true, false} {
+		for _, o := range objs {
+			if early := o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace"; early != first {
+				continue
+			}
+			if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), client.FieldOwner(owner), client.ForceOwnership); err != nil {
+				t.Fatalf("the API server refuses %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+		if first {
+			waitForCRDs(t, cl, objs)
+		}
+	}
+}
+
+// waitForCRDs waits until every CRD among objs is Established.
+func waitForCRDs(t testing.TB, cl client.Client, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		eventually(t, "CRD "+o.GetName()+" established", func() error {
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(o.GroupVersionKind())
+			if err := cl.Get(context.Background(), client.ObjectKey{Name: o.GetName()}, crd); err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+					return nil
+				}
+			}
+			return errors.New("not established yet")
+		})
+	}
+}
+
+// deleteAll deletes objs (not CRDs or namespaces unless all is set) and
+// waits until they are gone.
+func deleteAll(t testing.TB, cl client.Client, objs []*unstructured.Unstructured, all bool) {
+	t.Helper()
+	ctx := context.Background()
+	var gone []*unstructured.Unstructured
+	for _, o := range objs {
+		if !all && (o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace") {
+			continue
+		}
+		if err := cl.Delete(ctx, o.DeepCopy(), client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+			t.Errorf("deleting %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+		gone = append(gone, o)
+	}
+	for _, o := range gone {
+		eventually(t, fmt.Sprintf("%s %s deleted", o.GetKind(), o.GetName()), func() error {
+			err := cl.Get(ctx, client.ObjectKeyFromObject(o), o.DeepCopy())
+			if err == nil {
+				return errors.New("still there")
+			}
+			return client.IgnoreNotFound(err)
+		})
+	}
+}
+
+// eventually polls f until it returns nil, and fails the test with its
+// last error if it does not within patience.
+func eventually(t testing.TB, what string, f func() error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, patience, true, func(context.Context) (bool, error) {
+		last = f()
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, last)
+	}
+}
+
+// startCluster returns the package's dev cluster and a client, once what an
+// earlier test uninstalled is gone: the tests install and remove the same
+// cluster-wide objects (vacate's CRDs, the namespace vacate-system), and a
+// CRD or namespace still terminating refuses what is applied to it.
+func startCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
+	t.Helper()
+	c := testenv.Start(t)
+	ctx := context.Background()
+	admin, err := client.New(c.RESTConfig, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "what an earlier test uninstalled gone", func() error {
+		ns, err := c.Client.CoreV1().Namespaces().Get(ctx, "vacate-system", metav1.GetOptions{})
+		if err == nil && ns.DeletionTimestamp != nil {
+			return errors.New("namespace vacate-system terminating")
+		}
+		crds := &unstructured.UnstructuredList{}
+		crds.SetAPIVersion("apiextensions.k8s.io/v1")
+		crds.SetKind("CustomResourceDefinitionList")
+		if err := admin.List(ctx, crds); err != nil {
+			return err
+		}
+		for _, crd := range crds.Items {
+			if strings.HasSuffix(crd.GetName(), ".vacate.dev") && crd.GetDeletionTimestamp() != nil {
+				return fmt.Errorf("CRD %s terminating", crd.GetName())
+			}
+		}
+		return nil
+	})
+	return c, testenv.DrainClient(t, c)
+}
+
+// prometheusOperatorVersion is the Prometheus Operator whose CRDs
+// (ServiceMonitor, PodMonitor, PrometheusRule) the monitoring manifests are
+// applied against.
+const prometheusOperatorVersion = "v0.85.0"
+
+// installPrometheusOperatorCRDs applies the Prometheus Operator's own CRDs,
+// from its module at prometheusOperatorVersion through the Go module proxy.
+func installPrometheusOperatorCRDs(t testing.TB, cl client.Client) {
+	t.Helper()
+	out, err := exec.Command("go", "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@"+prometheusOperatorVersion).Output()
+	if err != nil {
+		t.Fatalf("downloading the Prometheus Operator's module: %v", err)
+	}
+	var dir string
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == `"Dir"` {
+			dir = strings.Trim(strings.TrimSpace(v), `",`)
+		}
+	}
+	if dir == "" {
+		t.Fatalf("no module directory in %s", out)
+	}
+	var crds []*unstructured.Unstructured
+	for _, kind := range []string{"servicemonitors", "podmonitors", "prometheusrules"} {
+		b, err := os.ReadFile(filepath.Join(dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+kind+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crds = append(crds, decodeYAML(t, b)...)
+	}
+	applyAll(t, cl, "install-test", crds)
+}
