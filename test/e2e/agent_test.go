@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -316,14 +317,19 @@ func TestAgentKeptToItsOwnNode(t *testing.T) {
 		t.Errorf("withdrawing its own requester took cli:alice too: %+v", after.Spec.Requesters)
 	}
 
+	// The patch carries the resourceVersion (a taint list is replaced
+	// whole), and kwok's heartbeats move it on: a conflict is tried again,
+	// so what is judged is the admission's answer.
 	taint := func(node, key string, effect corev1.TaintEffect) error {
-		n, err := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		base := n.DeepCopy()
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: "aws-spot", Effect: effect})
-		return as.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			n, err := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			base := n.DeepCopy()
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: "aws-spot", Effect: effect})
+			return as.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		})
 	}
 	allowed("taint its node vacate.dev/notice", taint(mine, v1alpha1.TaintNotice, corev1.TaintEffectNoSchedule))
 	refused("taint another node", taint(other, v1alpha1.TaintNotice, corev1.TaintEffectNoSchedule))
