@@ -130,6 +130,9 @@ func deleteAll(t testing.TB, cl client.Client, objs []*unstructured.Unstructured
 		if !all && (o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace") {
 			continue
 		}
+		if o.GetKind() == "CustomResourceDefinition" {
+			waitForCRStorage(t, cl, o)
+		}
 		if err := cl.Delete(ctx, o.DeepCopy(), client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
 			t.Errorf("deleting %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
@@ -137,13 +140,62 @@ func deleteAll(t testing.TB, cl client.Client, objs []*unstructured.Unstructured
 	}
 	for _, o := range gone {
 		eventually(t, fmt.Sprintf("%s %s deleted", o.GetKind(), o.GetName()), func() error {
-			err := cl.Get(ctx, client.ObjectKeyFromObject(o), o.DeepCopy())
+			cur := o.DeepCopy()
+			err := cl.Get(ctx, client.ObjectKeyFromObject(o), cur)
 			if err == nil {
-				return errors.New("still there")
+				return fmt.Errorf("still there: %s", lingering(cur))
 			}
 			return client.IgnoreNotFound(err)
 		})
 	}
+}
+
+// waitForCRStorage waits until the API server lists the custom resources
+// of crd from its watch cache. A CRD deleted before that cache is ready
+// can stay Terminating for minutes: its cleanup fails ("storage is
+// (re)initializing"), the retry can meet a stale copy of the CRD and stop
+// on the conflict, and the cleanup controller does not requeue on its own
+// condition changes, so only the next resync (5 minutes) finishes it.
+func waitForCRStorage(t testing.TB, cl client.Client, crd *unstructured.Unstructured) {
+	t.Helper()
+	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+	kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind")
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	var version string
+	for _, v := range versions {
+		if m, ok := v.(map[string]any); ok && m["storage"] == true {
+			version, _ = m["name"].(string)
+		}
+	}
+	if group == "" || kind == "" || version == "" {
+		t.Fatalf("CRD %s names no group, kind or storage version", crd.GetName())
+	}
+	eventually(t, "the watch cache of "+crd.GetName()+" ready", func() error {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion(group + "/" + version)
+		list.SetKind(kind + "List")
+		return cl.List(context.Background(), list)
+	})
+}
+
+// lingering says why an object being deleted is still there: its deletion
+// time, finalizers and status conditions (a CRD's say what its cleanup is
+// waiting for).
+func lingering(o *unstructured.Unstructured) string {
+	var b strings.Builder
+	if ts := o.GetDeletionTimestamp(); ts != nil {
+		fmt.Fprintf(&b, "deleting since %s", ts.UTC().Format(time.RFC3339))
+	} else {
+		b.WriteString("not being deleted")
+	}
+	fmt.Fprintf(&b, ", finalizers %v", o.GetFinalizers())
+	conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok {
+			fmt.Fprintf(&b, "; %v=%v %v: %v", m["type"], m["status"], m["reason"], m["message"])
+		}
+	}
+	return b.String()
 }
 
 // eventually polls f until it returns nil, and fails the test with its
