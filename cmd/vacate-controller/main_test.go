@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // tzdataSymbol is a symbol only the time/tzdata package brings into a
@@ -21,9 +23,7 @@ func TestEmbedsTimeZoneData(t *testing.T) {
 		t.Skip("builds the controller binary")
 	}
 	bin := filepath.Join(t.TempDir(), "vacate-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building vacate-controller: %v\n%s", err, out)
-	}
+	testutil.BuildProgram(t, ".", bin)
 	out, err := exec.Command("go", "tool", "nm", bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go tool nm: %v\n%s", err, out)

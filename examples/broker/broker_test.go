@@ -31,6 +31,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -115,9 +116,7 @@ func TestBrokerEvacuationMovesEveryMessage(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), dp) })
 
 	bin := filepath.Join(t.TempDir(), "broker")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/broker").CombinedOutput(); err != nil {
-		t.Fatalf("building the broker: %v\n%s", err, out)
-	}
+	testutil.BuildProgram(t, "./cmd/broker", bin)
 	pods := make([]corev1.Pod, len(nodes))
 	for i, n := range nodes {
 		d := devcluster.Deployment(ns, fmt.Sprintf("broker-%d", i), 1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestKubectlPlugin installs the binary as kubectl-vacate, as `make install`
@@ -18,9 +19,7 @@ func TestKubectlPlugin(t *testing.T) {
 	c := testenv.Start(t)
 	testenv.Controller(t, c)
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-vacate"), "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate", filepath.Join(dir, "kubectl-vacate"))
 	kubectl := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(c.Binaries[devcluster.Kubectl], args...)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/utils/clock"
+
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestEveryCommandHasExamples(t *testing.T) {
@@ -66,9 +68,7 @@ func TestHelpShowsUserCommandsOnly(t *testing.T) {
 func TestDevToolsRunVacateDev(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"vacate", DevProgram} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/vacate-dev/vacate/cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", name, err, out)
-		}
+		testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/"+name, filepath.Join(dir, name))
 	}
 	run := func(bin string, args ...string) (int, string, string) {
 		t.Helper()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // screen is a minimal terminal: it applies what the live view writes
@@ -128,10 +129,7 @@ func TestProgressViewInTerminal(t *testing.T) {
 		}
 	}
 
-	bin := filepath.Join(t.TempDir(), "vacate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate").CombinedOutput(); err != nil {
-		t.Fatalf("building vacate: %v\n%s", err, out)
-	}
+	bin := testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate", filepath.Join(t.TempDir(), "vacate"))
 	const cols = 160
 	cmd := exec.Command(bin, "drain", target, "--wait", "--timeout", "2m", "--kubeconfig", c.Kubeconfig)
 	cmd.Env = append(os.Environ(), "TERM=xterm")

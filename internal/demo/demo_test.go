@@ -16,6 +16,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/progress"
+	"github.com/vacate-dev/vacate/internal/testutil"
 	"github.com/vacate-dev/vacate/internal/traffic"
 )
 
@@ -133,9 +134,7 @@ func buildTools(t *testing.T) (vacate, vacateDev string) {
 	t.Helper()
 	dir := t.TempDir()
 	for _, name := range []string{"vacate", "vacate-dev"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/vacate-dev/vacate/cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", name, err, out)
-		}
+		testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/"+name, filepath.Join(dir, name))
 	}
 	return filepath.Join(dir, "vacate"), filepath.Join(dir, "vacate-dev")
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/cli"
 	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // run calls vacate-dev in process and returns its exit code and outputs.
@@ -44,11 +45,7 @@ func vacate(t *testing.T, args ...string) (int, string, string) {
 // buildDev builds vacate-dev into a temporary directory.
 func buildDev(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), cli.DevProgram)
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate-dev").CombinedOutput(); err != nil {
-		t.Fatalf("building vacate-dev: %v\n%s", err, out)
-	}
-	return bin
+	return testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate-dev", filepath.Join(t.TempDir(), cli.DevProgram))
 }
 
 // TestDevUpStatusEnvDown drives vacate-dev as a person would: up prints a

@@ -63,10 +63,7 @@ func goBinary(t *testing.T, name string) string {
 		binaries.dir, binaries.built = dir, map[string]string{}
 	}
 	path := filepath.Join(binaries.dir, name)
-	out, err := exec.Command("go", "build", "-o", path, "github.com/vacate-dev/vacate/cmd/"+name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("building %s: %v\n%s", name, err, out)
-	}
+	testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/"+name, path)
 	binaries.built[name] = path
 	return path
 }

@@ -245,10 +245,7 @@ func serviceAccountKubeconfig(t *testing.T, c *devcluster.Cluster, ns, name stri
 // a file shown when the test fails; stop ends it with SIGTERM.
 func runController(t *testing.T, args []string) (stop func() error) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "vacate-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vacate-dev/vacate/cmd/vacate-controller").CombinedOutput(); err != nil {
-		t.Fatalf("building vacate-controller: %v\n%s", err, out)
-	}
+	bin := testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate-controller", filepath.Join(t.TempDir(), "vacate-controller"))
 	logPath := filepath.Join(t.TempDir(), "controller.log")
 	log, err := os.Create(logPath)
 	if err != nil {
