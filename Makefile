@@ -14,7 +14,10 @@ MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 # -p 3: three packages at once, each with a dev cluster of its own; they
 # mostly wait on their clusters, so three fit two cores (the suite's wall
 # time is then about the longest package's, internal/controller/nodedrain).
-TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3
+# -ldflags=-w: the ~50 race-built test binaries are linked without DWARF
+# (stack traces and race reports do not need it), which saves about a
+# fifth of their link time.
+TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3 -ldflags=-w
 # The longest packages first: go test starts them in this order, three at
 # once, so the suite's length is not one of them started last.
 PKGS       ?= ./internal/controller/nodedrain ./test/e2e ./test/install ./internal/demo ./internal/image ./internal/cli ./internal/devcluster ./...
