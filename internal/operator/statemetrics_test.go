@@ -3,7 +3,6 @@ package operator_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestStateMetricsOnLeaderOnly: a replica that waits for a Lease someone
@@ -44,7 +44,7 @@ func TestStateMetricsOnLeaderOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	standby := freeAddr(t)
+	standby := testutil.FreeAddr(t)
 	_, stop := testenv.StartController(t, c, func(o *operator.Options) {
 		o.MetricsAddr = standby
 		o.LeaderElect, o.LeaderElectionID, o.LeaderElectionNamespace = true, leaseName, "kube-system"
@@ -59,7 +59,7 @@ func TestStateMetricsOnLeaderOnly(t *testing.T) {
 		t.Fatalf("standby: %v", err)
 	}
 
-	leader := freeAddr(t)
+	leader := testutil.FreeAddr(t)
 	_, stop = testenv.StartController(t, c, func(o *operator.Options) { o.MetricsAddr = leader })
 	waitMetrics(t, leader, "vacate_controller_leader 1", `vacate_drain_phase{node="state-metrics-none",phase="Pending"} 1`)
 	// The drain has the controller's finalizer now: delete it while the
@@ -117,14 +117,4 @@ func grep(s, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -58,6 +58,23 @@ func WaitForDrain(t testing.TB, cl client.Client, name, what string, timeout tim
 	return nd
 }
 
+// DescribeDrain is a NodeDrain's status in a few lines, for a failing
+// test's message: phase and counts, conditions, blockers and hooks.
+func DescribeDrain(nd *v1alpha1.NodeDrain) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s progress=%s remaining=%d blocked=%d", nd.Status.Phase, nd.Status.Progress, nd.Status.Remaining, nd.Status.Blocked)
+	for _, c := range nd.Status.Conditions {
+		fmt.Fprintf(&b, "\n  %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	}
+	for _, bl := range nd.Status.Blockers {
+		fmt.Fprintf(&b, "\n  blocker %s %s: %s", bl.Pod, bl.Reason, bl.Detail)
+	}
+	for _, h := range nd.Status.Hooks {
+		fmt.Fprintf(&b, "\n  hook %s %s: %s", h.Name, h.Phase, h.Message)
+	}
+	return b.String()
+}
+
 // Controller installs vacate's CRDs, runs the vacate controller in process
 // until the test ends, and returns a client for vacate's kinds. tune may
 // change the controller's options (a test's clock).

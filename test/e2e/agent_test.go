@@ -399,7 +399,7 @@ func TestAgentSpotNotice(t *testing.T) {
 	m := awstest.StartMock(t, "spot", "--action", "terminate", "--time", deadline.Format(time.RFC3339),
 		"--mock-delay-sec", "0", "--rebalance-delay-sec", "3600")
 	start := time.Now()
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	startAgent(t, e.c, h.node, "--logind=false", "--cloud", "aws", "--metadata-endpoint", m.URL(), "--metrics-bind-address", metrics)
 
 	h.waitInProgress(t, e)

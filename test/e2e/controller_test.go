@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -488,7 +487,7 @@ func TestMetricsAndProbes(t *testing.T) {
 	e := newEnv(t)
 	ns, node := e.workload(t, "metrics", 2, 4, "0")
 	guard := testenv.WatchPDBs(t, e.c, ns)
-	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, probeAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	startController(t, e.c, "metrics", false, "metrics",
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
 	e.drain(t, node)
@@ -561,16 +560,6 @@ func waitMetric(t *testing.T, addr, line string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // get retries until the server answers, for up to 30 seconds.

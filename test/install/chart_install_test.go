@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,7 +118,7 @@ func TestChartInstallDrainsAsItsServiceAccount(t *testing.T) {
 	wh := &unstructured.Unstructured{}
 	wh.SetAPIVersion("admissionregistration.k8s.io/v1")
 	wh.SetKind("MutatingWebhookConfiguration")
-	eventually(t, "the webhook's CA bundle injected", func() error {
+	testutil.Eventually(t, patience, "the webhook's CA bundle injected", func() error {
 		if err := cl.Get(ctx, client.ObjectKey{Name: "vacate-endpoint-aware"}, wh); err != nil {
 			return err
 		}
@@ -134,7 +133,7 @@ func TestChartInstallDrainsAsItsServiceAccount(t *testing.T) {
 	if err := cl.Delete(ctx, nd); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the drain undone and released", func() error {
+	testutil.Eventually(t, patience, "the drain undone and released", func() error {
 		err := cl.Get(ctx, client.ObjectKey{Name: nodes[0]}, &v1alpha1.NodeDrain{})
 		if err == nil {
 			return errors.New("still there")
@@ -158,7 +157,7 @@ func TestChartInstallDrainsAsItsServiceAccount(t *testing.T) {
 			continue
 		}
 		if err == nil {
-			eventually(t, o.GetKind()+" "+o.GetName()+" gone after helm uninstall", func() error {
+			testutil.Eventually(t, patience, o.GetKind()+" "+o.GetName()+" gone after helm uninstall", func() error {
 				err := cl.Get(ctx, client.ObjectKeyFromObject(o), o.DeepCopy())
 				if err == nil {
 					return errors.New("still there")
@@ -191,7 +190,7 @@ func controllerArgs(t *testing.T, args []string) []string {
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		switch name {
 		case "metrics-bind-address", "health-probe-bind-address", "webhook-bind-address":
-			a = "--" + name + "=" + freeAddr(t)
+			a = "--" + name + "=" + testutil.FreeAddr(t)
 		case "webhook-cert-dir":
 			a = "--" + name + "=" + t.TempDir()
 		}
@@ -203,16 +202,6 @@ func controllerArgs(t *testing.T, args []string) []string {
 func flagOr(args []string, name string) string {
 	v, _ := flagValue(args, name)
 	return v
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates with a

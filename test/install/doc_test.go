@@ -24,6 +24,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // shBlock is a fenced ```sh block of a Markdown file: the commands a reader
@@ -131,7 +132,7 @@ func TestInstallDocCommands(t *testing.T) {
 			t.Errorf("after the document, ClusterRole %s: %v (want it gone)", name, err)
 		}
 	}
-	eventually(t, "vacate's CRDs deleted by the document", func() error {
+	testutil.Eventually(t, patience, "vacate's CRDs deleted by the document", func() error {
 		crds, err := rbacCRDNames(context.Background(), cl)
 		if err == nil && len(crds) > 0 {
 			err = fmt.Errorf("still there: %v", crds)

@@ -20,12 +20,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -103,7 +103,7 @@ func waitForCRDs(t testing.TB, cl client.Client, objs []*unstructured.Unstructur
 		if o.GetKind() != "CustomResourceDefinition" {
 			continue
 		}
-		eventually(t, "CRD "+o.GetName()+" established", func() error {
+		testutil.Eventually(t, patience, "CRD "+o.GetName()+" established", func() error {
 			crd := &unstructured.Unstructured{}
 			crd.SetGroupVersionKind(o.GroupVersionKind())
 			if err := cl.Get(context.Background(), client.ObjectKey{Name: o.GetName()}, crd); err != nil {
@@ -139,7 +139,7 @@ func deleteAll(t testing.TB, cl client.Client, objs []*unstructured.Unstructured
 		gone = append(gone, o)
 	}
 	for _, o := range gone {
-		eventually(t, fmt.Sprintf("%s %s deleted", o.GetKind(), o.GetName()), func() error {
+		testutil.Eventually(t, patience, fmt.Sprintf("%s %s deleted", o.GetKind(), o.GetName()), func() error {
 			cur := o.DeepCopy()
 			err := cl.Get(ctx, client.ObjectKeyFromObject(o), cur)
 			if err == nil {
@@ -170,7 +170,7 @@ func waitForCRStorage(t testing.TB, cl client.Client, crd *unstructured.Unstruct
 	if group == "" || kind == "" || version == "" {
 		t.Fatalf("CRD %s names no group, kind or storage version", crd.GetName())
 	}
-	eventually(t, "the watch cache of "+crd.GetName()+" ready", func() error {
+	testutil.Eventually(t, patience, "the watch cache of "+crd.GetName()+" ready", func() error {
 		list := &unstructured.UnstructuredList{}
 		list.SetAPIVersion(group + "/" + version)
 		list.SetKind(kind + "List")
@@ -198,20 +198,6 @@ func lingering(o *unstructured.Unstructured) string {
 	return b.String()
 }
 
-// eventually polls f until it returns nil, and fails the test with its
-// last error if it does not within patience.
-func eventually(t testing.TB, what string, f func() error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, patience, true, func(context.Context) (bool, error) {
-		last = f()
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v", what, last)
-	}
-}
-
 // startCluster returns the package's dev cluster and a client, once what an
 // earlier test uninstalled is gone: the tests install and remove the same
 // cluster-wide objects (vacate's CRDs, the namespace vacate-system), and a
@@ -224,7 +210,7 @@ func startCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "what an earlier test uninstalled gone", func() error {
+	testutil.Eventually(t, patience, "what an earlier test uninstalled gone", func() error {
 		ns, err := c.Client.CoreV1().Namespaces().Get(ctx, "vacate-system", metav1.GetOptions{})
 		if err == nil && ns.DeletionTimestamp != nil {
 			return errors.New("namespace vacate-system terminating")

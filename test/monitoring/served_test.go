@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,6 +32,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/schedule"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -76,7 +76,7 @@ func TestMetricsServed(t *testing.T) {
 	}
 	c := testenv.Start(t)
 	t.Logf("dev cluster up after %s", sinceStart(start))
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	cl := testenv.Controller(t, c, func(o *operator.Options) { o.MetricsAddr = addr })
 
 	drainBlockedAndQueued(t, c, cl)
@@ -148,14 +148,14 @@ func drainBlockedAndQueued(t *testing.T, c *devcluster.Cluster, cl client.Client
 		blocked := meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionBlocked)
 		return blocked && reasons[v1alpha1.BlockerEvacuation] && len(reasons) >= 2 && nd.Status.Evicted >= 1 &&
 			len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Phase == string(v1alpha1.EvacuationInProgress)
-	}, describe)
+	}, testenv.DescribeDrain)
 
 	t.Logf("%s requested: it waits for the slot; then deleted, it is held by %s", queued, v1alpha1.FinalizerDrain)
 	request(t, cl, queued)
 	testenv.WaitForDrain(t, cl, queued, "waiting for the slot", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == schedule.WaitingForSlot
-	}, describe)
+	}, testenv.DescribeDrain)
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, queued, metav1.GetOptions{})
 		return err == nil && controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerDrain), nil
@@ -189,7 +189,7 @@ func runAgentThroughReboot(t *testing.T, c *devcluster.Cluster) string {
 	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "monagent", Count: 1})[0]
 	bus := logindtest.StartBus(t)
 	ld := logindtest.StartConfig(t, bus, logindtest.Config{InhibitDelayMax: time.Minute})
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -354,16 +354,6 @@ func families(fams map[string]*dto.MetricFamily, want []wanted) []string {
 	return keys(set)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // create creates obj and deletes it when the test ends.
 func create(t *testing.T, cl client.Client, obj client.Object) {
 	t.Helper()
@@ -383,19 +373,4 @@ func request(t *testing.T, cl client.Client, node string) {
 	t.Cleanup(func() {
 		_ = cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	})
-}
-
-func describe(nd *v1alpha1.NodeDrain) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "phase=%s progress=%s remaining=%d blocked=%d", nd.Status.Phase, nd.Status.Progress, nd.Status.Remaining, nd.Status.Blocked)
-	for _, c := range nd.Status.Conditions {
-		fmt.Fprintf(&b, "\n  %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
-	}
-	for _, bl := range nd.Status.Blockers {
-		fmt.Fprintf(&b, "\n  blocker %s %s: %s", bl.Pod, bl.Reason, bl.Detail)
-	}
-	for _, h := range nd.Status.Hooks {
-		fmt.Fprintf(&b, "\n  hook %s %s: %s", h.Name, h.Phase, h.Message)
-	}
-	return b.String()
 }

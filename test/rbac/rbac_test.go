@@ -150,20 +150,6 @@ func startController(t *testing.T, c *devcluster.Cluster) {
 	})
 }
 
-// eventually polls f until it returns nil, and fails the test with its
-// last error if it does not within patience.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, patience, true, func(context.Context) (bool, error) {
-		last = f()
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v", what, last)
-	}
-}
-
 // check is eventually for a rule under test: it reports a failure and
 // lets the test go on, so that every rule shows its own outcome.
 func check(t *testing.T, what string, f func() error) bool {
@@ -207,7 +193,7 @@ func TestLeaseRightsByName(t *testing.T) {
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("rbac-test")}}
 	}
 	// Its own Lease: created, read and renewed, as leader election does.
-	eventually(t, "the service account creating its Lease", func() error {
+	testutil.Eventually(t, patience, "the service account creating its Lease", func() error {
 		_, err := sa.Leases(namespace).Create(ctx, lease(namespace, "vacate-controller"), metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
@@ -285,7 +271,7 @@ func TestForceDeleteNeedsItsBinding(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), dp) })
 	permitted := func(want metav1.ConditionStatus, reason string) {
 		t.Helper()
-		eventually(t, "DrainPolicy ForceDeletePermitted="+string(want), func() error {
+		testutil.Eventually(t, patience, "DrainPolicy ForceDeletePermitted="+string(want), func() error {
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(dp), dp); err != nil {
 				return err
 			}
@@ -328,7 +314,7 @@ func TestForceDeleteNeedsItsBinding(t *testing.T) {
 	t.Cleanup(func() {
 		_ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), "vacate-controller-force-delete", metav1.DeleteOptions{})
 	})
-	eventually(t, "the service account deleting a pod with the binding", func() error {
+	testutil.Eventually(t, patience, "the service account deleting a pod with the binding", func() error {
 		return sa.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	})
 	dp.Spec.Timeouts.Drain = &metav1.Duration{Duration: 11 * time.Second} // a new generation: reconciled at once
@@ -439,7 +425,7 @@ func TestControllerChangesOnlyItsOwnOnNodes(t *testing.T) {
 	if err := cl.Delete(ctx, &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the drain restoring the node", func() error {
+	testutil.Eventually(t, patience, "the drain restoring the node", func() error {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		switch {
 		case err != nil:
@@ -463,7 +449,7 @@ func TestControllerChangesOnlyItsOwnOnNodes(t *testing.T) {
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.JSONPatchType, []byte(untaint), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the trigger withdrawing its drain", func() error {
+	testutil.Eventually(t, patience, "the trigger withdrawing its drain", func() error {
 		err := cl.Get(ctx, types.NamespacedName{Name: node}, &v1alpha1.NodeDrain{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -514,7 +500,7 @@ func TestUsersKeepToTheirOwn(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), special) })
 	ursula := bindUser(t, c, "ursula", "vacate-user")
 	victor := bindUser(t, c, "victor", "vacate-user")
-	eventually(t, "vacate-user taking effect", func() error {
+	testutil.Eventually(t, patience, "vacate-user taking effect", func() error {
 		for _, kc := range []string{ursula, victor} {
 			if code, _ := vacate(t, kc, "status"); code != 0 {
 				return errors.New("vacate status refused")
@@ -568,7 +554,7 @@ func TestUsersKeepToTheirOwn(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), use) })
 	bindUser(t, c, "ursula", use.Name)
-	eventually(t, "ursula naming the policy she may use", func() error {
+	testutil.Eventually(t, patience, "ursula naming the policy she may use", func() error {
 		if code, out := vacate(t, ursula, "drain", node, "--policy", special.Name); code != 0 {
 			return fmt.Errorf("exit %d: %s", code, out)
 		}
@@ -666,7 +652,7 @@ func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
 
 	t.Log("the controller, as the service account, lets the gated pod serve")
 	startController(t, c)
-	eventually(t, "the gated pod Ready", func() error {
+	testutil.Eventually(t, patience, "the gated pod Ready", func() error {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

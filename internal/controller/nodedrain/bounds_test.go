@@ -41,7 +41,7 @@ func TestStatusStaysBounded(t *testing.T) {
 	nd := e.waitDrain(t, nodes[0], "blocked by every pod", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Blocked == pods && meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionPodsEvicted) != nil
 	})
-	t.Logf("status: %s", describe(nd))
+	t.Logf("status: %s", testenv.DescribeDrain(nd))
 	if len(nd.Status.Blockers) != v1alpha1.MaxBlockers || nd.Status.BlockersOmitted != pods-v1alpha1.MaxBlockers {
 		t.Errorf("%d blockers listed, %d omitted; want %d and %d", len(nd.Status.Blockers), nd.Status.BlockersOmitted,
 			v1alpha1.MaxBlockers, pods-v1alpha1.MaxBlockers)

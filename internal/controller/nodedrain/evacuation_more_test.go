@@ -89,7 +89,7 @@ func cancelDrain(t *testing.T, e *env, node string, within time.Duration) time.D
 	if err != nil {
 		nd := &v1alpha1.NodeDrain{}
 		_ = e.cl.Get(context.Background(), types.NamespacedName{Name: node}, nd)
-		t.Fatalf("NodeDrain %s not released within %s of the cancel; last status: %s", node, within, describe(nd))
+		t.Fatalf("NodeDrain %s not released within %s of the cancel; last status: %s", node, within, testenv.DescribeDrain(nd))
 	}
 	return time.Since(start)
 }
@@ -115,7 +115,7 @@ func TestEvacuationAfterEviction(t *testing.T) {
 			strings.Contains(c.Message, "waiting for the evacuations after eviction: "+evName+": InProgress: copying replicas off "+target) &&
 			len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Name == evName && nd.Status.Hooks[0].Phase == string(v1alpha1.EvacuationInProgress)
 	})
-	t.Logf("waiting after eviction: %s", describe(nd))
+	t.Logf("waiting after eviction: %s", testenv.DescribeDrain(nd))
 	if p, ok := appPod(t, e, target, "afterstore"); ok {
 		t.Errorf("pod %s still on %s although its provider runs after eviction", p.Name, target)
 	}
@@ -131,7 +131,7 @@ func TestEvacuationAfterEviction(t *testing.T) {
 			t.Fatal(err)
 		}
 		if nd.Status.Phase != v1alpha1.PhaseEvacuating || meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionDrained) {
-			t.Fatalf("the drain moved on before its AfterEviction evacuation Completed: %s", describe(nd))
+			t.Fatalf("the drain moved on before its AfterEviction evacuation Completed: %s", testenv.DescribeDrain(nd))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -140,7 +140,7 @@ func TestEvacuationAfterEviction(t *testing.T) {
 	store.release.Store(true)
 	nd = e.waitDrain(t, target, "Drained", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
 	if !meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionEvacuated) {
-		t.Errorf("Drained but Evacuated is not True: %s", describe(nd))
+		t.Errorf("Drained but Evacuated is not True: %s", testenv.DescribeDrain(nd))
 	}
 	if ev, err := getEvacuation(t, e, evName); err != nil || ev.Status.Phase != v1alpha1.EvacuationCompleted {
 		t.Errorf("Drained while Evacuation %s is %q (%v)", evName, ev.Status.Phase, err)
@@ -195,7 +195,7 @@ func TestEvacuationFailedHoldsThenResumes(t *testing.T) {
 			nd.Status.Hooks[0].Phase == string(v1alpha1.EvacuationFailed) && nd.Status.Hooks[0].Message == want &&
 			meta.IsStatusConditionFalse(nd.Status.Conditions, v1alpha1.ConditionEvacuated)
 	})
-	t.Logf("failed: %s", describe(nd))
+	t.Logf("failed: %s", testenv.DescribeDrain(nd))
 	calls := store.calls.Load()
 	time.Sleep(time.Second) // a few heartbeats
 	if p, ok := appPod(t, e, target, "failstore"); !ok || p.DeletionTimestamp != nil {
@@ -259,7 +259,7 @@ func TestEvacuationProviderModes(t *testing.T) {
 
 	nd := e.waitDrain(t, maint, "Drained (Maintenance)", 20*time.Second, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
 	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionEvacuated); c == nil || c.Reason != v1alpha1.ReasonNoEvacuations || len(nd.Status.Hooks) != 0 {
-		t.Errorf("Maintenance drain reports an evacuation by a Decommission-only provider: %s; hooks %+v", describe(nd), nd.Status.Hooks)
+		t.Errorf("Maintenance drain reports an evacuation by a Decommission-only provider: %s; hooks %+v", testenv.DescribeDrain(nd), nd.Status.Hooks)
 	}
 	if _, err := getEvacuation(t, e, v1alpha1.EvacuationName(maint, "modes-store")); !apierrors.IsNotFound(err) {
 		t.Errorf("an Evacuation was created for a Maintenance drain of a Decommission-only provider (%v)", err)
@@ -314,9 +314,9 @@ func TestEvacuationNeverTakenUp(t *testing.T) {
 	left := time.Until(ev.CreationTimestamp.Add(timeout))
 	nd := e.waitDrain(t, target, "saying the provider has not taken up the request", left+4*time.Second,
 		holds("provider ghost-store has not taken up the request for"))
-	t.Logf("not taken up: %s", describe(nd))
+	t.Logf("not taken up: %s", testenv.DescribeDrain(nd))
 	if !holds("(timeout 2s): is it running?")(nd) {
-		t.Errorf("the blocker does not name the timeout: %s", describe(nd))
+		t.Errorf("the blocker does not name the timeout: %s", testenv.DescribeDrain(nd))
 	}
 
 	t.Log("cancel: the untouched Evacuation is deleted at once and the node given back")
@@ -419,7 +419,7 @@ func TestEvacuationForceDeleteSparesProtected(t *testing.T) {
 	}
 	nd := &v1alpha1.NodeDrain{}
 	if err := e.cl.Get(context.Background(), types.NamespacedName{Name: target}, nd); err != nil || nd.Status.Phase == v1alpha1.PhaseDrained {
-		t.Errorf("drain Drained with an evacuation not Completed (%v): %s", err, describe(nd))
+		t.Errorf("drain Drained with an evacuation not Completed (%v): %s", err, testenv.DescribeDrain(nd))
 	}
 	cancelDrain(t, e, target, 20*time.Second)
 }

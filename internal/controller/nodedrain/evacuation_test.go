@@ -114,7 +114,7 @@ func TestEvacuationBeforeEviction(t *testing.T) {
 		return nd.Status.Phase == v1alpha1.PhaseEvacuating && holds("InProgress: copying replicas off "+target)(nd) &&
 			len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Phase == string(v1alpha1.EvacuationInProgress)
 	})
-	t.Logf("while evacuating: %s", describe(nd))
+	t.Logf("while evacuating: %s", testenv.DescribeDrain(nd))
 	// The unprotected pod goes meanwhile.
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		for _, p := range testenv.PodsOnNode(t, e.c, target) {

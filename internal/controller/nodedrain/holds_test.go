@@ -141,7 +141,7 @@ func TestHoldSurvivesProviderDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	nd := heldBy(t, e, target, ns, "delstore", evName, "provider del-store deleted while evacuating 1 pod(s) on node "+target)
-	t.Logf("while the provider is being deleted: %s", describe(nd))
+	t.Logf("while the provider is being deleted: %s", testenv.DescribeDrain(nd))
 	p := &v1alpha1.EvacuationProvider{}
 	if err := e.cl.Get(testenv.Context(t), types.NamespacedName{Name: "del-store"}, p); err != nil {
 		t.Fatalf("the provider object went away while its evacuation was unfinished: %v", err)
@@ -417,7 +417,7 @@ func TestReplacedNodeStartsOver(t *testing.T) {
 	nd := e.waitDrain(t, target, "working on the new node", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.NodeUID == string(newNode.UID)
 	})
-	t.Logf("after the replacement: %s", describe(nd))
+	t.Logf("after the replacement: %s", testenv.DescribeDrain(nd))
 	waitEvents(t, e, target, "NodeReplaced")
 
 	t.Log("a store pod is bound to the new node (a ReplicaSet's pod with spec.nodeName, whatever the cordon)")

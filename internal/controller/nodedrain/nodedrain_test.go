@@ -47,19 +47,7 @@ func startEnv(t *testing.T) *env {
 
 func (e *env) waitDrain(t *testing.T, name, what string, timeout time.Duration, cond func(*v1alpha1.NodeDrain) bool) *v1alpha1.NodeDrain {
 	t.Helper()
-	return testenv.WaitForDrain(t, e.cl, name, what, timeout, cond, describe)
-}
-
-func describe(nd *v1alpha1.NodeDrain) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "phase=%s progress=%s remaining=%d blocked=%d", nd.Status.Phase, nd.Status.Progress, nd.Status.Remaining, nd.Status.Blocked)
-	for _, c := range nd.Status.Conditions {
-		fmt.Fprintf(&b, "\n  %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
-	}
-	for _, bl := range nd.Status.Blockers {
-		fmt.Fprintf(&b, "\n  blocker %s %s: %s", bl.Pod, bl.Reason, bl.Detail)
-	}
-	return b.String()
+	return testenv.WaitForDrain(t, e.cl, name, what, timeout, cond, testenv.DescribeDrain)
 }
 
 // TestDrainFollowsPolicyExplainsBlockersAndUndoes is the first acceptance
@@ -134,7 +122,7 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	blocked := e.waitDrain(t, target, "blocked only by the bare and emptyDir pods", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Remaining == 2 && nd.Status.Blocked == 2
 	})
-	t.Logf("status while blocked: %s", describe(blocked))
+	t.Logf("status while blocked: %s", testenv.DescribeDrain(blocked))
 	reasons := map[string]string{}
 	for _, b := range blocked.Status.Blockers {
 		reasons[strings.SplitN(b.Pod, "/", 2)[1]] = b.Reason + ": " + b.Detail
@@ -191,9 +179,9 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	done := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
-	t.Logf("status when drained: %s", describe(done))
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
 	if done.Status.Remaining != 0 || done.Status.Blocked != 0 || done.Status.Total < 3 || done.Status.Evicted != done.Status.Total {
-		t.Errorf("counts when drained: %s", describe(done))
+		t.Errorf("counts when drained: %s", testenv.DescribeDrain(done))
 	}
 	left = podsOn(t, e, ns, target)
 	if hasApp(left, "web") || hasApp(left, "bare") || hasApp(left, "scratch") {
@@ -435,7 +423,7 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked)
 		return c != nil && c.Status == metav1.ConditionTrue && int(nd.Status.Blocked) == onTarget
 	})
-	t.Logf("status while blocked: %s", describe(blocked))
+	t.Logf("status while blocked: %s", testenv.DescribeDrain(blocked))
 	for _, b := range blocked.Status.Blockers {
 		if b.Reason != v1alpha1.BlockerPDB || !strings.Contains(b.Detail, ns+"/api") {
 			t.Errorf("blocker %s: %s %q, want PodDisruptionBudget naming %s/api", b.Pod, b.Reason, b.Detail, ns)
@@ -451,7 +439,7 @@ func TestTightPDBBlocksUntilRelaxed(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := e.waitDrain(t, target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	t.Logf("status when drained: %s", describe(done))
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
 	if len(podsOn(t, e, ns, target)) != 0 {
 		t.Errorf("pods left on the drained node: %v", names(podsOn(t, e, ns, target)))
 	}
@@ -491,7 +479,7 @@ func TestDrainTimeout(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
 			end := e.waitDrain(t, target, string(tc.want), time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == tc.want })
-			t.Logf("status: %s", describe(end))
+			t.Logf("status: %s", testenv.DescribeDrain(end))
 			c := meta.FindStatusCondition(end.Status.Conditions, v1alpha1.ConditionBlocked)
 			left := podsOn(t, e, ns, target)
 			switch tc.onTimeout {
@@ -653,7 +641,7 @@ func TestEmptyingRequestersUndoes(t *testing.T) {
 	idle := e.waitDrain(t, target, "idle and restored", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhasePending && len(nd.Finalizers) == 0
 	})
-	t.Logf("status: %s", describe(idle))
+	t.Logf("status: %s", testenv.DescribeDrain(idle))
 	node, err = cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

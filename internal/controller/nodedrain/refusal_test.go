@@ -218,7 +218,7 @@ func TestEvictionDeniedByAdmissionPolicy(t *testing.T) {
 		b, ok := blockerOf(nd, ns, pod.Name)
 		return ok && b.Reason == v1alpha1.BlockerForbidden
 	})
-	t.Logf("status while forbidden: %s", describe(blocked))
+	t.Logf("status while forbidden: %s", testenv.DescribeDrain(blocked))
 	b, _ := blockerOf(blocked, ns, pod.Name)
 	if want := "ValidatingAdmissionPolicy '" + policy + "' with binding '" + policy + "' denied request: evictions of audited-* are frozen during the audit"; !strings.Contains(b.Detail, want) {
 		t.Errorf("blocker detail %q, want the API server's message with %q", b.Detail, want)
@@ -237,7 +237,7 @@ func TestEvictionDeniedByAdmissionPolicy(t *testing.T) {
 		b, ok := blockerOf(nd, ns, pod.Name)
 		return ok && b.Reason == v1alpha1.BlockerInvalid
 	})
-	t.Logf("status while invalid: %s", describe(blocked))
+	t.Logf("status while invalid: %s", testenv.DescribeDrain(blocked))
 	if b, _ := blockerOf(blocked, ns, pod.Name); !strings.Contains(b.Detail, "ValidatingAdmissionPolicy '"+policy+"'") {
 		t.Errorf("blocker detail %q, want the API server's message naming %s", b.Detail, policy)
 	}
@@ -246,7 +246,7 @@ func TestEvictionDeniedByAdmissionPolicy(t *testing.T) {
 	refused.allow(t)
 	remove()
 	done := e.waitDrain(t, target, "Drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	t.Logf("status when drained: %s", describe(done))
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
 	if left := podsOn(t, e, ns, target); len(left) != 0 {
 		t.Errorf("pods left on the drained node: %v", names(left))
 	}
@@ -281,7 +281,7 @@ func TestPodWithTwoPDBsIsExplained(t *testing.T) {
 		b, ok := blockerOf(nd, ns, pod.Name)
 		return ok && b.Reason == v1alpha1.BlockerMultiplePDBs
 	})
-	t.Logf("status while refused: %s", describe(blocked))
+	t.Logf("status while refused: %s", testenv.DescribeDrain(blocked))
 	b, _ := blockerOf(blocked, ns, pod.Name)
 	if want := "PodDisruptionBudget " + ns + "/shared-a, " + ns + "/shared-b"; b.Holder != want {
 		t.Errorf("blocker holder %q, want %q", b.Holder, want)
@@ -296,7 +296,7 @@ func TestPodWithTwoPDBsIsExplained(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := e.waitDrain(t, target, "Drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	t.Logf("status when drained: %s", describe(done))
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
 	if left := podsOn(t, e, ns, target); len(left) != 0 {
 		t.Errorf("pods left on the drained node: %v", names(left))
 	}
@@ -369,7 +369,7 @@ func TestThrottledEvictionIsNeverAPDB(t *testing.T) {
 		}
 		return ok && b.Reason == v1alpha1.BlockerThrottled
 	})
-	t.Logf("status while throttled: %s", describe(blocked))
+	t.Logf("status while throttled: %s", testenv.DescribeDrain(blocked))
 	if len(asPDB) > 0 {
 		t.Errorf("throttling was reported as a PodDisruptionBudget: %v", asPDB)
 	}
@@ -393,7 +393,7 @@ func TestThrottledEvictionIsNeverAPDB(t *testing.T) {
 		}
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
-	t.Logf("status when drained: %s", describe(done))
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
 	if len(asPDB) > 0 {
 		t.Errorf("throttling was reported as a PodDisruptionBudget: %v", asPDB)
 	}

@@ -50,7 +50,7 @@ func TestNoStampedeOnAPDB(t *testing.T) {
 	t.Logf("draining %s: %d pods, one disruption at a time", target, pods)
 	drainNode(t, e, target)
 	done := e.waitDrain(t, target, "Drained", 5*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	t.Logf("status when drained: %s", describe(done))
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
 	guard.Check(t)
 
 	events, err := devcluster.ReadAudit(e.c.AuditLog)

@@ -219,7 +219,7 @@ func TestForceDeleteEndsWithProtectedPodSpared(t *testing.T) {
 	requestAll(t, e, nodes)
 	t.Log("past timeouts.drain the bare pods are deleted; the drain with pods it must spare ends Failed naming them")
 	nd := e.waitDrain(t, spared, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
-	t.Logf("final status: %s", describe(nd))
+	t.Logf("final status: %s", testenv.DescribeDrain(nd))
 	conditionsSay(t, nd, v1alpha1.ReasonDrainTimeout, "will not delete",
 		ns+"/"+store.Name+" (held by Evacuation "+evName+")",
 		ns+"/waiter (annotated vacate.dev/drain: wait-completed)")
@@ -229,7 +229,7 @@ func TestForceDeleteEndsWithProtectedPodSpared(t *testing.T) {
 
 	t.Log("the node with nothing to spare ends Drained")
 	nd = e.waitDrain(t, clean, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
-	t.Logf("final status: %s", describe(nd))
+	t.Logf("final status: %s", testenv.DescribeDrain(nd))
 	podGone(t, e, lonely, "should have been deleted after the timeout (onTimeout ForceDelete)")
 
 	cancelDrain(t, e, spared, 30*time.Second)
@@ -434,7 +434,7 @@ func evacuationTimeoutCase(t *testing.T, e *env, prefix, onTimeout string, viaHo
 
 	requestAll(t, e, []string{target})
 	nd := e.waitDrain(t, target, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
-	t.Logf("final status: %s", describe(nd))
+	t.Logf("final status: %s", testenv.DescribeDrain(nd))
 	conditionsSay(t, nd, v1alpha1.ReasonEvacuationTimedOut, evName+" not Completed within 3s")
 	if len(nd.Status.Hooks) != 1 || nd.Status.Hooks[0].Name != evName || nd.Status.Hooks[0].Phase != v1alpha1.PhaseTimedOut {
 		t.Errorf("status.hooks %+v: want %s %s", nd.Status.Hooks, evName, v1alpha1.PhaseTimedOut)

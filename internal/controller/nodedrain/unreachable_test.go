@@ -74,9 +74,9 @@ func TestUnreachableNodeTerminatingPods(t *testing.T) {
 		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionPodsEvicted)
 		return c != nil && c.Message == "1 to wait"
 	})
-	t.Logf("status before the timeout: %s", describe(waiting))
+	t.Logf("status before the timeout: %s", testenv.DescribeDrain(waiting))
 	if waiting.Status.Phase == v1alpha1.PhaseDrained || waiting.Status.Remaining != 1 {
-		t.Errorf("before timeouts.unreachablePods the drain must wait for the pod: %s", describe(waiting))
+		t.Errorf("before timeouts.unreachablePods the drain must wait for the pod: %s", testenv.DescribeDrain(waiting))
 	}
 	if d, _ := planPod(t, e, target, pod.Namespace+"/"+pod.Name); d.Action != "Wait" || d.Reason != "Terminating" ||
 		!strings.Contains(d.Detail, "the node is not Ready: waited on until") {
@@ -96,7 +96,7 @@ func TestUnreachableNodeTerminatingPods(t *testing.T) {
 	done := e.waitDrain(t, target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
-	t.Logf("status when drained: %s", describe(done))
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
 	want := "no pods left to move; not waited on: " + pod.Namespace + "/" + pod.Name + " (UnreachableTerminating)"
 	if c := meta.FindStatusCondition(done.Status.Conditions, v1alpha1.ConditionPodsEvicted); c == nil || c.Status != metav1.ConditionTrue || c.Message != want {
 		t.Errorf("PodsEvicted condition = %+v, want True with message %q", c, want)
