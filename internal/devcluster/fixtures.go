@@ -166,15 +166,23 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return a
 }
 
-// WaitForNodesReady waits until every named node reports Ready.
+// WaitForNodesReady waits until every named node reports Ready and the
+// node lifecycle controller has taken away the taints it keeps on a node
+// that is not (node.kubernetes.io/not-ready and unreachable). A new node
+// gets the not-ready taint at creation, and it stays a little after Ready:
+// until then the scheduler places no pod there, and topology spread
+// constraints that honour taints do not count the node.
 func WaitForNodesReady(ctx context.Context, cs kubernetes.Interface, names []string, timeout time.Duration) error {
 	var notReady []string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		notReady = notReady[:0]
 		for _, name := range names {
 			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !NodeReady(n) {
+			switch {
+			case err != nil || !NodeReady(n):
 				notReady = append(notReady, name)
+			case conditionTainted(n):
+				notReady = append(notReady, name+" (still tainted not-ready or unreachable)")
 			}
 		}
 		return len(notReady) == 0, nil
@@ -183,6 +191,17 @@ func WaitForNodesReady(ctx context.Context, cs kubernetes.Interface, names []str
 		return fmt.Errorf("nodes not Ready after %s: %v: %w", timeout, notReady, err)
 	}
 	return nil
+}
+
+// conditionTainted says whether the node carries a taint the node lifecycle
+// controller sets from its Ready condition.
+func conditionTainted(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return true
+		}
+	}
+	return false
 }
 
 // NodeReady reports whether the node's Ready condition is True.

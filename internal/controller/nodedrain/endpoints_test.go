@@ -2,6 +2,8 @@ package nodedrain_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,9 +58,21 @@ func gatedWeb(t *testing.T, e *env, ns string, sel map[string]string, replicas i
 	if err != nil {
 		t.Fatalf("the gated pods never became Ready (vacate sets their gate's condition): %v", err)
 	}
+	perNode := map[string]int{}
 	for _, p := range pods {
+		perNode[p.Spec.NodeName]++
 		if c := serving.Get(&p); c == nil || c.Status != corev1.ConditionTrue || c.Reason != serving.ReasonServing {
 			t.Errorf("pod %s: condition %s = %+v, want True (Serving)", p.Name, serving.Condition, c)
+		}
+	}
+	// The tests drain one of these nodes: each must have a pod to move.
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(sel).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if perNode[n.Name] == 0 {
+			t.Fatalf("no web pod was placed on node %s (pods per node: %v)", n.Name, perNode)
 		}
 	}
 	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "web", replicas, time.Minute); err != nil {
@@ -367,7 +381,7 @@ func TestEndpointAwareRefusedAfterAll(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no pod on %s was put back in service after its eviction was denied: %v", target, err)
+		t.Fatalf("no pod on %s was put back in service after its eviction was denied: %v\n%s", target, err, describeGated(e, ns, target))
 	}
 
 	t.Log("lifting the denial: the drain goes on")
@@ -377,6 +391,44 @@ func TestEndpointAwareRefusedAfterAll(t *testing.T) {
 	e.waitDrain(t, target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
+}
+
+// describeGated is, for a failing test, the node's drain, its pods' conditions
+// and what the namespace's EndpointSlices say of them.
+func describeGated(e *env, ns, node string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	nd := &v1alpha1.NodeDrain{}
+	if err := e.cl.Get(ctx, types.NamespacedName{Name: node}, nd); err != nil {
+		fmt.Fprintf(&b, "drain %s: %v\n", node, err)
+	} else {
+		fmt.Fprintf(&b, "drain %s: %s\n", node, testenv.DescribeDrain(nd))
+	}
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "pods: %v\n", err)
+	}
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s on %s uid %s deleting=%t ip %s\n", p.Name, p.Spec.NodeName, p.UID, !p.DeletionTimestamp.IsZero(), p.Status.PodIP)
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(&b, "  %s=%s %s %s (%s)\n", c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339))
+		}
+	}
+	slices, err := e.c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "endpointslices: %v\n", err)
+	}
+	for _, s := range slices.Items {
+		for _, ep := range s.Endpoints {
+			ref := ""
+			if ep.TargetRef != nil {
+				ref = ep.TargetRef.Name
+			}
+			fmt.Fprintf(&b, "slice %s (rv %s): %v %s ready=%v\n", s.Name, s.ResourceVersion, ep.Addresses, ref, ptr.Deref(ep.Conditions.Ready, true))
+		}
+	}
+	return b.String()
 }
 
 // waitPolicyDenies waits until the API server enforces the policy: a real
