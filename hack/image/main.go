@@ -1,6 +1,7 @@
 // Command image builds vacate's container images (internal/image) without a
 // Docker engine and writes them under --out: an OCI image layout per image
-// (all platforms), a `docker load` tarball and an SPDX SBOM per platform:
+// (all platforms), a `docker load` tarball and an SPDX SBOM per platform,
+// and images.json, which lists them with their digests:
 //
 //	go run ./hack/image --version v0.1.0 --repo ghcr.io/vacate-dev --out dist/images
 //
@@ -63,12 +64,11 @@ func run(ctx context.Context, version, repo, out, platformList, only string) err
 	}
 	opts := image.Options{ModuleDir: ".", WorkDir: work, Platforms: ps, Version: version, Revision: gitOutput("rev-parse", "HEAD"),
 		Created: created, Source: "https://github.com/vacate-dev/vacate"}
-	found := false
+	var written []*image.Written
 	for _, prog := range image.Programs {
 		if only != "" && prog.Name != only {
 			continue
 		}
-		found = true
 		fmt.Printf("building %s for %s\n", prog.Name, platformList)
 		b, err := image.Build(ctx, prog, opts)
 		if err != nil {
@@ -82,10 +82,15 @@ func run(ctx context.Context, version, repo, out, platformList, only string) err
 		for _, p := range ps {
 			fmt.Printf("  %s: %s (docker load), SBOM %s\n", p, w.Tarballs[p.String()], filepath.Base(w.SBOMs[p.String()]))
 		}
+		written = append(written, w)
 	}
-	if !found {
+	if len(written) == 0 {
 		return fmt.Errorf("--only %q: not one of vacate's images", only)
 	}
+	if err := image.WriteIndex(out, written); err != nil {
+		return err
+	}
+	fmt.Printf("listed in %s\n", filepath.Join(out, image.IndexFile))
 	return nil
 }
 
