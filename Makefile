@@ -11,9 +11,10 @@ STATICCHECK := $(TOOLS_BIN)/staticcheck
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 # Go modules in this repository: vacate itself and the build-only modules.
 MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
-# -p 3: three packages at once, each with a dev cluster of its own; they
-# mostly wait on their clusters, so three fit two cores (the suite's wall
-# time is then about the longest package's, internal/controller/nodedrain).
+# -p 3: three packages at once, each with a dev cluster of its own. On two
+# cores the suite is CPU-bound (about 89% busy over a run): its wall time
+# follows the total work, not the longest package. docs/dev/test-suite.md
+# has what each package costs.
 # -ldflags=-w: the ~50 race-built test binaries are linked without DWARF
 # (stack traces and race reports do not need it), which saves about a
 # fifth of their link time.
