@@ -53,20 +53,16 @@ func WriteIndex(dir string, ws []*Written) error {
 	}
 	doc.Images = kept
 	for _, w := range ws {
-		e := indexEntry{Name: filepath.Base(w.Layout), Ref: w.Ref, Digest: w.Digest.String(), Tarballs: map[string]string{}, SBOMs: map[string]string{}}
+		e := indexEntry{Name: filepath.Base(w.Layout), Ref: w.Ref, Digest: w.Digest.String()}
 		var err error
 		if e.Layout, err = filepath.Rel(dir, w.Layout); err != nil {
 			return err
 		}
-		for p, f := range w.Tarballs {
-			if e.Tarballs[p], err = filepath.Rel(dir, f); err != nil {
-				return err
-			}
+		if e.Tarballs, err = relPaths(dir, w.Tarballs); err != nil {
+			return err
 		}
-		for p, f := range w.SBOMs {
-			if e.SBOMs[p], err = filepath.Rel(dir, f); err != nil {
-				return err
-			}
+		if e.SBOMs, err = relPaths(dir, w.SBOMs); err != nil {
+			return err
 		}
 		doc.Images = append(doc.Images, e)
 	}
@@ -96,14 +92,30 @@ func ReadIndex(dir string) (map[string]*Written, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: image %s: %w", path, e.Name, err)
 		}
-		w := &Written{Ref: e.Ref, Digest: h, Layout: filepath.Join(dir, e.Layout), Tarballs: map[string]string{}, SBOMs: map[string]string{}}
-		for p, f := range e.Tarballs {
-			w.Tarballs[p] = filepath.Join(dir, f)
-		}
-		for p, f := range e.SBOMs {
-			w.SBOMs[p] = filepath.Join(dir, f)
-		}
-		out[e.Name] = w
+		out[e.Name] = &Written{Ref: e.Ref, Digest: h, Layout: filepath.Join(dir, e.Layout),
+			Tarballs: joinPaths(dir, e.Tarballs), SBOMs: joinPaths(dir, e.SBOMs)}
 	}
 	return out, nil
+}
+
+// relPaths is files (by platform) relative to dir.
+func relPaths(dir string, files map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(files))
+	for p, f := range files {
+		rel, err := filepath.Rel(dir, f)
+		if err != nil {
+			return nil, err
+		}
+		out[p] = rel
+	}
+	return out, nil
+}
+
+// joinPaths is files (by platform, relative to dir) joined to dir.
+func joinPaths(dir string, files map[string]string) map[string]string {
+	out := make(map[string]string, len(files))
+	for p, f := range files {
+		out[p] = filepath.Join(dir, f)
+	}
+	return out
 }
