@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/vacate-dev/vacate/internal/drain"
-	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
 
@@ -20,27 +18,21 @@ import (
 // are ignored, because its namespace is not among those the policy allows.
 const EventAnnotationIgnored = "AnnotationIgnored"
 
-// holdingAnnotations are the pod annotations with which a pod can hold a
-// drain: opt out of it or make it wait (vacate.dev/drain), or make it wait
-// for the pod's own HTTP evacuation hook (the port; the path only goes
-// with it).
-var holdingAnnotations = []string{drain.PodAnnotation, hook.AnnotationPort, hook.AnnotationPath}
-
-// annotationsHonoured reports whether the policy lets pods of the namespace
-// hold a drain with their own annotations: its
-// pods.annotationNamespaceSelector (unset or empty: every namespace)
-// selects the namespace's labels, read from the cache. A namespace that is
-// gone has no labels.
-func (r *Reconciler) annotationsHonoured(ctx context.Context, p policy.Policy, namespace string) (bool, error) {
-	if p.AnnotationNamespaces == nil || p.AnnotationNamespaces.Empty() {
-		return true, nil
+// namespaceLabels reads a namespace's labels from the cache, for the
+// shared decisions (internal/policy, internal/providers); a namespace that
+// is gone has none.
+func (r *Reconciler) namespaceLabels(ctx context.Context) policy.NamespaceLabels {
+	return func(name string) (labels.Set, error) {
+		ns := &corev1.Namespace{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ns)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading namespace %s: %w", name, err)
+		}
+		return ns.Labels, nil
 	}
-	ns := &corev1.Namespace{}
-	err := r.Client.Get(ctx, types.NamespacedName{Name: namespace}, ns)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return false, fmt.Errorf("reading namespace %s: %w", namespace, err)
-	}
-	return p.AnnotationNamespaces.Matches(labels.Set(ns.Labels)), nil
 }
 
 // podsAsDrained are the node's pods as the drain's planner sees them (see
@@ -55,7 +47,7 @@ func (r *Reconciler) podsAsDrained(ctx context.Context, s *scope) ([]*corev1.Pod
 
 // ignoreUnallowedAnnotations returns the node's pods as the drain treats
 // them: a pod whose namespace the policy does not allow to hold drains (see
-// annotationsHonoured) is replaced by a copy without its holding
+// policy.AsDrained) is replaced by a copy without its holding
 // annotations, so it is drained as if it had none, and gets a Warning event
 // saying why, once per run of the drain. The cache's objects are not
 // changed.
@@ -63,45 +55,23 @@ func (r *Reconciler) ignoreUnallowedAnnotations(ctx context.Context, s *scope, p
 	out := make([]*corev1.Pod, 0, len(pods))
 	warned := map[types.UID]bool{}
 	for _, pod := range pods {
-		present := presentHolding(pod)
-		if len(present) == 0 {
-			out = append(out, pod)
-			continue
-		}
-		ok, err := r.annotationsHonoured(ctx, s.policy, pod.Namespace)
+		drained, ignored, err := s.policy.AsDrained(pod, r.namespaceLabels(ctx))
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			out = append(out, pod)
+		out = append(out, drained)
+		if len(ignored) == 0 {
 			continue
 		}
-		stripped := pod.DeepCopy()
-		for _, a := range holdingAnnotations {
-			delete(stripped.Annotations, a)
-		}
-		out = append(out, stripped)
 		warned[pod.UID] = true
 		if r.annotationWarnings.first(s.drain.Spec.NodeName, runOf(s), pod.UID) {
 			r.Events.Eventf(pod, s.drain, corev1.EventTypeWarning, EventAnnotationIgnored, "Drain",
 				"annotation(s) %s ignored: namespace %s is not selected by the pods.annotationNamespaceSelector of %s; the pod is drained as if it had none",
-				strings.Join(present, ", "), pod.Namespace, s.policy.Describe())
+				strings.Join(ignored, ", "), pod.Namespace, s.policy.Describe())
 		}
 	}
 	r.annotationWarnings.keep(s.drain.Spec.NodeName, runOf(s), warned)
 	return out, nil
-}
-
-// presentHolding names the holding annotations the pod carries, as
-// key=value.
-func presentHolding(pod *corev1.Pod) []string {
-	var present []string
-	for _, a := range holdingAnnotations {
-		if v, ok := pod.Annotations[a]; ok {
-			present = append(present, a+"="+v)
-		}
-	}
-	return present
 }
 
 // runOf identifies the drain's current run: its UID and admission time

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +22,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/hook"
+	"github.com/vacate-dev/vacate/internal/providers"
 )
 
 // RBAC for evacuations.
@@ -52,25 +52,18 @@ func modeOf(nd *v1alpha1.NodeDrain) v1alpha1.DrainMode {
 	return nd.Spec.Mode
 }
 
-// stageOf is an Evacuation's recorded stage, BeforeEviction when unset.
-func stageOf(ev *v1alpha1.Evacuation) v1alpha1.EvacuationStage {
-	if ev.Spec.Stage == "" {
-		return v1alpha1.StageBeforeEviction
-	}
-	return ev.Spec.Stage
-}
+// stageOf is an Evacuation's recorded stage (providers.StageOf).
+func stageOf(ev *v1alpha1.Evacuation) v1alpha1.EvacuationStage { return providers.StageOf(ev) }
 
-// providerStage is a provider's stage, BeforeEviction when unset.
+// providerStage is a provider's stage (providers.Stage).
 func providerStage(p *v1alpha1.EvacuationProvider) v1alpha1.EvacuationStage {
-	if p.Spec.Stage == "" {
-		return v1alpha1.StageBeforeEviction
-	}
-	return p.Spec.Stage
+	return providers.Stage(p)
 }
 
-// takesPart reports whether a provider takes part in drains of this mode.
+// takesPart reports whether a provider takes part in drains of this mode
+// (providers.TakesPart).
 func takesPart(p *v1alpha1.EvacuationProvider, mode v1alpha1.DrainMode) bool {
-	return len(p.Spec.Modes) == 0 || slices.Contains(p.Spec.Modes, mode)
+	return providers.TakesPart(p, mode)
 }
 
 // evacuate asks every provider whose pods leave the node (in Decommission:
@@ -195,14 +188,14 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 // It returns the Evacuation, or nil when the provider is not asked.
 func (r *Reconciler) ask(ctx context.Context, s *scope, p *v1alpha1.EvacuationProvider, leaving []*corev1.Pod, have *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
 	mode := modeOf(s.drain)
-	if !takesPart(p, mode) || !p.DeletionTimestamp.IsZero() {
+	if !providers.Eligible(p, mode) {
 		return nil, nil
 	}
 	protected, err := r.protectedBy(ctx, p, leaving)
 	if err != nil {
 		return nil, err
 	}
-	if len(protected) == 0 && mode != v1alpha1.ModeDecommission && (have == nil || !ours(have, s.drain, s.node)) {
+	if !providers.Asks(p, mode, len(protected), have != nil && ours(have, s.drain, s.node)) {
 		return nil, nil // it protects nothing that leaves
 	}
 	// The finalizer first: the provider cannot vanish while the Evacuation
@@ -216,7 +209,7 @@ func (r *Reconciler) ask(ctx context.Context, s *scope, p *v1alpha1.EvacuationPr
 // ours reports whether an Evacuation was asked by this drain for this node
 // (one written before spec.nodeUID existed counts as this node's).
 func ours(ev *v1alpha1.Evacuation, nd *v1alpha1.NodeDrain, node *corev1.Node) bool {
-	return ev.Spec.DrainUID == string(nd.UID) && (ev.Spec.NodeUID == "" || ev.Spec.NodeUID == string(node.UID))
+	return providers.AskedFor(ev, nd.UID, node.UID)
 }
 
 // evacuationsOf are the Evacuations of the drain's node, by provider name.
@@ -247,42 +240,16 @@ func protectedOnNode(ev *v1alpha1.Evacuation, onNode map[types.UID]*corev1.Pod) 
 	return out
 }
 
-// protectedBy are the leaving pods that the provider protects.
+// protectedBy are the leaving pods that the provider protects
+// (providers.Protected).
 func (r *Reconciler) protectedBy(ctx context.Context, p *v1alpha1.EvacuationProvider, pods []*corev1.Pod) ([]*corev1.Pod, error) {
-	var out []*corev1.Pod
-	for _, pod := range pods {
-		ok, err := r.selects(ctx, p, pod)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, pod)
-		}
-	}
-	return out, nil
+	return providers.Protected(p, pods, r.namespaceLabels(ctx))
 }
 
-// selects reports whether the provider's selectors pick the pod.
+// selects reports whether the provider's selectors pick the pod
+// (providers.Selects).
 func (r *Reconciler) selects(ctx context.Context, p *v1alpha1.EvacuationProvider, pod *corev1.Pod) (bool, error) {
-	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
-	if err != nil {
-		return false, fmt.Errorf("EvacuationProvider %s: podSelector: %w", p.Name, err)
-	}
-	if !sel.Matches(labels.Set(pod.Labels)) {
-		return false, nil
-	}
-	if p.Spec.NamespaceSelector == nil {
-		return true, nil
-	}
-	nsSel, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector)
-	if err != nil {
-		return false, fmt.Errorf("EvacuationProvider %s: namespaceSelector: %w", p.Name, err)
-	}
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
-		return false, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
-	}
-	return nsSel.Matches(labels.Set(ns.Labels)), nil
+	return providers.Selects(p, pod, r.namespaceLabels(ctx))
 }
 
 // ensureEvacuation creates the drain's Evacuation for the provider, or
@@ -498,10 +465,7 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 // it turns stale if nothing changes. Only Completed for the current spec
 // is done; silence past the provider's timeout is reported as such.
 func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Time) (done bool, why string, staleIn time.Duration) {
-	timeout := v1alpha1.DefaultProviderTimeout
-	if p != nil && p.Spec.Timeout != nil {
-		timeout = p.Spec.Timeout.Duration
-	}
+	timeout := providers.Timeout(p)
 	st := ev.Status
 	current := st.ObservedGeneration == ev.Generation && ev.Generation > 0
 	if current && st.Phase == v1alpha1.EvacuationCompleted {
@@ -532,12 +496,8 @@ func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Tim
 	return false, msg, timeout - silent
 }
 
-func phaseOf(ev *v1alpha1.Evacuation) string {
-	if ev.Status.Phase == "" || ev.Status.ObservedGeneration != ev.Generation {
-		return string(v1alpha1.EvacuationPending)
-	}
-	return string(ev.Status.Phase)
-}
+// phaseOf is the Evacuation's phase as the drain reads it (providers.Phase).
+func phaseOf(ev *v1alpha1.Evacuation) string { return providers.Phase(ev) }
 
 // hookRun is the drain's current run, as the hook protocol names it.
 func hookRun(nd *v1alpha1.NodeDrain) hook.Run {

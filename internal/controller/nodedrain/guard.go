@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -124,22 +123,9 @@ func (r *Reconciler) hookNotDone(ctx context.Context, nd *v1alpha1.NodeDrain, no
 	return "", nil
 }
 
-// hookAllowed reports whether the policy calls the pod's HTTP hook: hooks
-// are enabled and the pod's namespace is among those allowed, both to hold
-// drains with annotations (annotationsHonoured) and to have hooks.
+// hookAllowed reports whether the policy calls the pod's HTTP hook (see
+// policy.CallsHook, which vacate plan shares).
 func (r *Reconciler) hookAllowed(ctx context.Context, p policy.Policy, pod *corev1.Pod) (bool, error) {
-	if !p.HTTPHooks || !hook.Wants(pod) {
-		return false, nil
-	}
-	if ok, err := r.annotationsHonoured(ctx, p, pod.Namespace); err != nil || !ok {
-		return false, err
-	}
-	if p.HookNamespaces == nil {
-		return true, nil
-	}
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
-		return false, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
-	}
-	return p.HookNamespaces.Matches(labels.Set(ns.Labels)), nil
+	ok, _, err := p.CallsHook(pod, r.namespaceLabels(ctx))
+	return ok, err
 }
