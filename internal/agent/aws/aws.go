@@ -81,9 +81,12 @@ type Options struct {
 //   - events/recommendations/rebalance: "aws-rebalance", CordonOnly unless
 //     RebalanceDrain, Decommission, no deadline;
 //   - events/maintenance/scheduled: "aws-maintenance" for the active event
-//     that starts first (one requester per source), its EventId as the ID
-//     and its NotBefore as the deadline; Maintenance for reboot and
-//     maintenance codes, Decommission for the others (retirement, stop);
+//     with the earliest deadline (one requester per source), its EventId as
+//     the ID; the deadline is NotBefore while it is ahead, then NotAfter for
+//     a reboot or maintenance whose window is open, else OverdueMargin from
+//     when the source saw the event due (see scheduledEvents.notices);
+//     Maintenance for reboot and maintenance codes, Decommission for the
+//     others (retirement, stop);
 //   - autoscaling/target-lifecycle-state: "aws-asg", Decommission, when the
 //     state is Terminated (or Warmed:Terminated).
 //
@@ -136,7 +139,8 @@ func (s *Source) Name() string { return Name }
 // Run polls the metadata service every Interval and reports to r until ctx
 // ends, then returns nil. Each call of Run has its own session token.
 func (s *Source) Run(ctx context.Context, r agent.Reporter) error {
-	p := &poller{src: s, paths: s.paths()}
+	p := &poller{src: s}
+	p.paths = p.metadataPaths()
 	p.state = make([]pathState, len(p.paths))
 	for {
 		p.poll(ctx)
@@ -159,13 +163,17 @@ type metadataPath struct {
 	parse func(body []byte) ([]agent.Notice, error)
 }
 
-func (s *Source) paths() []metadataPath {
+func (p *poller) metadataPaths() []metadataPath {
+	s := p.src
+	scheduled := &scheduledEvents{}
 	return []metadataPath{
 		{path: "/latest/meta-data/spot/instance-action", parse: spotNotices},
 		{path: "/latest/meta-data/events/recommendations/rebalance", parse: func(b []byte) ([]agent.Notice, error) {
 			return rebalanceNotices(b, s.opts.RebalanceDrain)
 		}},
-		{path: "/latest/meta-data/events/maintenance/scheduled", parse: maintenanceNotices},
+		{path: "/latest/meta-data/events/maintenance/scheduled", parse: func(b []byte) ([]agent.Notice, error) {
+			return scheduled.notices(b, s.opts.Clock.Now())
+		}},
 		{path: "/latest/meta-data/autoscaling/target-lifecycle-state", parse: asgNotices},
 	}
 }

@@ -1,10 +1,14 @@
 package aws
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -417,5 +421,126 @@ func TestErrorAnswersKeepNotices(t *testing.T) {
 	ct.waitRequests(t, 8)
 	if notices, _ := rec.history(); len(notices) != 1 {
 		t.Errorf("notices reported:%s\nwant only the spot notice, once", describe(notices))
+	}
+}
+
+// notAfterStripper is a proxy in front of the mock that takes NotAfter out
+// of every scheduled event, as EC2 writes events that have no end time
+// (the mock always writes one).
+func notAfterStripper(t *testing.T, target string) *httptest.Server {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.URL.Path != "/latest/meta-data/events/maintenance/scheduled" || resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		defer resp.Body.Close()
+		var events []map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&events); err != nil {
+			return err
+		}
+		for _, e := range events {
+			delete(e, "NotAfter")
+		}
+		b, err := json.Marshal(events)
+		if err != nil {
+			return err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	s := httptest.NewServer(rp)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestScheduledEventAlreadyDue: events whose NotBefore has passed on the
+// agent's clock. A reboot or maintenance event whose window is still open
+// may happen at any moment until NotAfter, its documented latest end: that
+// is its deadline. One that has no NotAfter, whose NotAfter has passed
+// too, or a stop or retirement (which happens at NotBefore, the scheduled
+// time) is due now: its deadline is two minutes from when the source first
+// saw it so, and stays there however often the source polls.
+func TestScheduledEventAlreadyDue(t *testing.T) {
+	t.Parallel()
+	const margin = 2 * time.Minute // the documented margin of an event that is due
+	start := mustTime(t, eventStart)
+	now := start.Add(time.Hour) // the agent's clock: NotBefore is an hour ago
+	windowEnd := start.Add(2 * time.Hour)
+	for _, tc := range []struct {
+		name, code string
+		notAfter   string // "": the mock's is stripped
+		mode       v1alpha1.DrainMode
+		deadline   time.Time
+		reason     string
+	}{
+		{
+			name: "reboot, window open", code: "system-reboot", notAfter: windowEnd.Format(time.RFC3339),
+			mode: v1alpha1.ModeMaintenance, deadline: windowEnd,
+			reason: "AWS scheduled event system-reboot (" + mockEventID + ") may start at any moment: its window opened at " +
+				eventStart + " and ends by " + windowEnd.Format(time.RFC3339) + ": The instance is scheduled for system-reboot",
+		},
+		{
+			name: "maintenance, window over", code: "system-maintenance", notAfter: start.Add(30 * time.Minute).Format(time.RFC3339),
+			mode: v1alpha1.ModeMaintenance, deadline: now.Add(margin),
+			reason: "AWS scheduled event system-maintenance (" + mockEventID + ") was due at " + eventStart +
+				" and may happen at any moment: The instance is scheduled for system-maintenance",
+		},
+		{
+			name: "reboot, no NotAfter", code: "instance-reboot",
+			mode: v1alpha1.ModeMaintenance, deadline: now.Add(margin),
+			reason: "AWS scheduled event instance-reboot (" + mockEventID + ") was due at " + eventStart +
+				" and may happen at any moment: The instance is scheduled for instance-reboot",
+		},
+		{
+			name: "stop, NotAfter ahead", code: "instance-stop", notAfter: windowEnd.Format(time.RFC3339),
+			mode: v1alpha1.ModeDecommission, deadline: now.Add(margin),
+			reason: "AWS scheduled event instance-stop (" + mockEventID + ") was due at " + eventStart +
+				" and may happen at any moment: The instance is scheduled for instance-stop",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"events", "--code", tc.code, "--state", "active", "--not-before", eventStart}
+			if tc.notAfter != "" {
+				args = append(args, "--not-after", tc.notAfter)
+			}
+			m := startMock(t, args...)
+			endpoint := m.URL()
+			if tc.notAfter == "" {
+				endpoint = notAfterStripper(t, endpoint).URL
+			}
+			clk := clocktesting.NewFakeClock(now)
+			interval := 100 * time.Millisecond
+			rec, _ := runSource(t, endpoint, Options{Clock: clk, Interval: interval})
+			want := []agent.Notice{{
+				Source: SourceMaintenance, ID: mockEventID, Mode: tc.mode, Deadline: tc.deadline, Reason: tc.reason,
+			}}
+			rec.waitFor(t, "the notice of the due event", lastIs(want))
+			for range 5 { // five more polls, the clock moving on each
+				waitPollDone(t, clk)
+				clk.Step(interval)
+			}
+			waitPollDone(t, clk)
+			checkHistory(t, rec, want)
+		})
+	}
+}
+
+// waitPollDone waits until Run, on the fake clock, waits for its next poll.
+func waitPollDone(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the source did not finish its poll")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

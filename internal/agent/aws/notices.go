@@ -75,6 +75,13 @@ func rebalanceNotices(body []byte, drain bool) ([]agent.Notice, error) {
 	}}, nil
 }
 
+// OverdueMargin is the deadline of a scheduled event that is due: one that
+// may happen at any moment, with no documented time left. It is counted
+// from when the source first saw the event due, and is the shortest notice
+// EC2 documents for taking an instance away (a spot interruption's two
+// minutes): the drain runs as for a spot interruption that came now.
+const OverdueMargin = 2 * time.Minute
+
 // scheduledEvent is one event of events/maintenance/scheduled.
 type scheduledEvent struct {
 	Code        string
@@ -85,39 +92,104 @@ type scheduledEvent struct {
 	NotAfter    string
 }
 
-// maintenanceNotices maps events/maintenance/scheduled, a list of events,
-// to one notice for the active event that starts first (the agent has one
-// requester per source), or none when no event is active.
-func maintenanceNotices(body []byte) ([]agent.Notice, error) {
+// scheduledEvents maps events/maintenance/scheduled. It remembers, per
+// event, the deadline it gave the event when it first saw it due, so that
+// polls do not move it.
+type scheduledEvents struct {
+	due map[string]time.Time // by EventId
+}
+
+// notices maps the list of events to one notice, for the active event with
+// the earliest deadline (the agent has one requester per source), or none
+// when no event is active. AWS documents NotBefore as the event's earliest
+// start and NotAfter as its latest end; a stop or a retirement happens at
+// the scheduled time (NotBefore), a reboot or maintenance within its window.
+// So an event's deadline is:
+//   - NotBefore, while it is ahead on the agent's clock;
+//   - NotAfter, once NotBefore has passed, for a reboot or maintenance whose
+//     NotAfter is ahead: it may happen at any moment until then;
+//   - otherwise (a stop or retirement past NotBefore, an event without
+//     NotAfter or past it) the event is due: OverdueMargin from when the
+//     source first saw it so, kept while the event stays active.
+func (s *scheduledEvents) notices(body []byte, now time.Time) ([]agent.Notice, error) {
 	var events []scheduledEvent
 	if err := json.Unmarshal(body, &events); err != nil {
 		return nil, fmt.Errorf("decoding scheduled events: %w", err)
 	}
-	var first *scheduledEvent
-	var firstAt time.Time
+	type active struct {
+		e        *scheduledEvent
+		deadline time.Time
+		reason   string
+	}
+	var found []active
 	for i, e := range events {
 		if e.State != "active" {
 			continue
 		}
-		at, err := time.Parse(eventTimeLayout, e.NotBefore)
+		notBefore, err := time.Parse(eventTimeLayout, e.NotBefore)
 		if err != nil {
 			return nil, fmt.Errorf("scheduled event %s NotBefore: %w", e.EventID, err)
 		}
-		if first == nil || at.Before(firstAt) || (at.Equal(firstAt) && e.EventID < first.EventID) {
-			first, firstAt = &events[i], at
+		var notAfter time.Time
+		if e.NotAfter != "" {
+			if notAfter, err = time.Parse(eventTimeLayout, e.NotAfter); err != nil {
+				return nil, fmt.Errorf("scheduled event %s NotAfter: %w", e.EventID, err)
+			}
+		}
+		a := active{e: &events[i]}
+		switch {
+		case now.Before(notBefore):
+			a.deadline = notBefore
+			a.reason = fmt.Sprintf("AWS scheduled event %s (%s) not before %s: %s",
+				e.Code, e.EventID, notBefore.Format(time.RFC3339), e.Description)
+		case inWindow(e.Code) && now.Before(notAfter):
+			a.deadline = notAfter
+			a.reason = fmt.Sprintf("AWS scheduled event %s (%s) may start at any moment: its window opened at %s and ends by %s: %s",
+				e.Code, e.EventID, notBefore.Format(time.RFC3339), notAfter.Format(time.RFC3339), e.Description)
+		default:
+			a.reason = fmt.Sprintf("AWS scheduled event %s (%s) was due at %s and may happen at any moment: %s",
+				e.Code, e.EventID, notBefore.Format(time.RFC3339), e.Description)
+		}
+		found = append(found, a)
+	}
+	due := map[string]time.Time{}
+	var first *active
+	for i := range found {
+		a := &found[i]
+		if a.deadline.IsZero() {
+			d, ok := s.due[a.e.EventID]
+			if !ok {
+				d = now.Add(OverdueMargin)
+			}
+			a.deadline, due[a.e.EventID] = d, d
+		}
+		if first == nil || a.deadline.Before(first.deadline) || (a.deadline.Equal(first.deadline) && a.e.EventID < first.e.EventID) {
+			first = a
 		}
 	}
+	s.due = due
 	if first == nil {
 		return nil, nil
 	}
 	return []agent.Notice{{
 		Source:   SourceMaintenance,
-		ID:       first.EventID,
-		Mode:     eventMode(first.Code),
-		Deadline: firstAt,
-		Reason: fmt.Sprintf("AWS scheduled event %s (%s) not before %s: %s",
-			first.Code, first.EventID, firstAt.Format(time.RFC3339), first.Description),
+		ID:       first.e.EventID,
+		Mode:     eventMode(first.e.Code),
+		Deadline: first.deadline,
+		Reason:   first.reason,
 	}}, nil
+}
+
+// inWindow reports whether events of code happen within their window
+// (NotBefore to NotAfter) rather than at NotBefore: reboots and
+// maintenance, by AWS's documentation.
+func inWindow(code string) bool {
+	switch code {
+	case "instance-reboot", "system-reboot", "system-maintenance":
+		return true
+	default:
+		return false
+	}
 }
 
 // eventMode is Maintenance for the event codes after which the instance

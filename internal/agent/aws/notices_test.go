@@ -10,8 +10,17 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent"
 )
 
+// maintenanceNotices maps a scheduled events answer read at now, as a
+// source that never saw it before.
+func maintenanceNotices(body []byte, now time.Time) ([]agent.Notice, error) {
+	return (&scheduledEvents{}).notices(body, now)
+}
+
+// beforeEvents is a clock before every event of these tests.
+var beforeEvents = time.Date(2029, 12, 1, 0, 0, 0, 0, time.UTC)
+
 // TestMaintenanceNoticesPicksEarliestActive: of several events, only active
-// ones count, and the one that starts first is the notice.
+// ones count, and the one whose deadline comes first is the notice.
 func TestMaintenanceNoticesPicksEarliestActive(t *testing.T) {
 	body := `[
 	{"Code": "system-reboot", "Description": "done", "State": "completed", "EventId": "e-done",
@@ -23,7 +32,7 @@ func TestMaintenanceNoticesPicksEarliestActive(t *testing.T) {
 	{"Code": "instance-reboot", "Description": "first", "State": "active", "EventId": "e-first",
 	 "NotBefore": "10 Jan 2030 08:30:00 GMT", "NotAfter": "10 Jan 2030 10:30:00 GMT"}
 ]`
-	got, err := maintenanceNotices([]byte(body))
+	got, err := maintenanceNotices([]byte(body), beforeEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +45,56 @@ func TestMaintenanceNoticesPicksEarliestActive(t *testing.T) {
 		t.Errorf("notices = %s, want %s", describe([][]agent.Notice{got}), describe([][]agent.Notice{want}))
 	}
 
-	if got, err := maintenanceNotices([]byte(`[]`)); err != nil || len(got) != 0 {
+	if got, err := maintenanceNotices([]byte(`[]`), beforeEvents); err != nil || len(got) != 0 {
 		t.Errorf("no events: notices %v, error %v; want none", got, err)
+	}
+
+	// On 10 Jan at 09:00 e-first's window is open until 10:30, and e-due, a
+	// retirement, was due at 08:00: the due event's deadline (now and two
+	// minutes) comes first, though it started later than e-first.
+	now := time.Date(2030, 1, 10, 9, 0, 0, 0, time.UTC)
+	body = `[
+	{"Code": "instance-reboot", "Description": "first", "State": "active", "EventId": "e-first",
+	 "NotBefore": "10 Jan 2030 08:30:00 GMT", "NotAfter": "10 Jan 2030 10:30:00 GMT"},
+	{"Code": "instance-retirement", "Description": "due", "State": "active", "EventId": "e-due",
+	 "NotBefore": "10 Jan 2030 08:45:00 GMT"}
+]`
+	got, err = maintenanceNotices([]byte(body), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []agent.Notice{{
+		Source: SourceMaintenance, ID: "e-due", Mode: v1alpha1.ModeDecommission, Deadline: now.Add(OverdueMargin),
+		Reason: "AWS scheduled event instance-retirement (e-due) was due at 2030-01-10T08:45:00Z and may happen at any moment: due",
+	}}
+	if !sameNotices(got, want) {
+		t.Errorf("notices = %s, want %s", describe([][]agent.Notice{got}), describe([][]agent.Notice{want}))
+	}
+}
+
+// TestDueEventKeepsItsDeadline: the deadline given to an event that is due
+// stays while it is active, however late the source reads it again; an
+// event that leaves and comes back is new.
+func TestDueEventKeepsItsDeadline(t *testing.T) {
+	body := []byte(`[{"Code": "instance-stop", "Description": "stop", "State": "active", "EventId": "e-stop",
+	 "NotBefore": "10 Jan 2030 08:00:00 GMT"}]`)
+	seen := time.Date(2030, 1, 10, 9, 0, 0, 0, time.UTC)
+	s := &scheduledEvents{}
+	for i, now := range []time.Time{seen, seen.Add(time.Minute), seen.Add(time.Hour)} {
+		got, err := s.notices(body, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || !got[0].Deadline.Equal(seen.Add(OverdueMargin)) {
+			t.Errorf("read %d at %s: notices %s, want the deadline %s", i, now, describe([][]agent.Notice{got}), seen.Add(OverdueMargin))
+		}
+	}
+	if got, err := s.notices([]byte(`[]`), seen.Add(2*time.Hour)); err != nil || len(got) != 0 {
+		t.Fatalf("no events: notices %v, error %v; want none", got, err)
+	}
+	back := seen.Add(3 * time.Hour)
+	if got, err := s.notices(body, back); err != nil || len(got) != 1 || !got[0].Deadline.Equal(back.Add(OverdueMargin)) {
+		t.Errorf("the event back: notices %v, error %v; want the deadline %s", got, err, back.Add(OverdueMargin))
 	}
 }
 
@@ -79,6 +136,7 @@ func TestASGNotices(t *testing.T) {
 // TestMalformedAnswersAreErrors: an answer the source cannot read is an
 // error (the path keeps its last state), never a notice or none.
 func TestMalformedAnswersAreErrors(t *testing.T) {
+	scheduled := func(b []byte) ([]agent.Notice, error) { return maintenanceNotices(b, beforeEvents) }
 	for _, tc := range []struct {
 		name  string
 		parse func([]byte) ([]agent.Notice, error)
@@ -89,9 +147,11 @@ func TestMalformedAnswersAreErrors(t *testing.T) {
 		{"spot: bad time", spotNotices, `{"action": "terminate", "time": "soon"}`},
 		{"rebalance: not JSON", func(b []byte) ([]agent.Notice, error) { return rebalanceNotices(b, false) }, `<html>`},
 		{"rebalance: bad time", func(b []byte) ([]agent.Notice, error) { return rebalanceNotices(b, false) }, `{"noticeTime": ""}`},
-		{"scheduled: an object", maintenanceNotices, `{"Code": "system-reboot"}`},
-		{"scheduled: bad NotBefore", maintenanceNotices,
+		{"scheduled: an object", scheduled, `{"Code": "system-reboot"}`},
+		{"scheduled: bad NotBefore", scheduled,
 			`[{"Code": "system-reboot", "State": "active", "EventId": "e", "NotBefore": "2030-01-01T00:00:00Z"}]`},
+		{"scheduled: bad NotAfter", scheduled,
+			`[{"Code": "system-reboot", "State": "active", "EventId": "e", "NotBefore": "1 Jan 2030 00:00:00 GMT", "NotAfter": "soon"}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got, err := tc.parse([]byte(tc.body)); err == nil {
