@@ -16,9 +16,18 @@
 //   - instance/maintenance-event is "NONE", "MIGRATE_ON_HOST_MAINTENANCE"
 //     (the VM is live migrated: it keeps running, so nothing is drained) or
 //     "TERMINATE_ON_HOST_MAINTENANCE" (the VM is stopped for maintenance and
-//     restarted after it), 60 seconds before the event (one hour for VMs
-//     with GPUs; the source assumes the shorter). A value it does not know
-//     is a problem for a person to look at, never a drain.
+//     restarted after it). A value it does not know is a problem for a
+//     person to look at, never a drain;
+//   - the value changes 60 seconds before the event ("Query the metadata
+//     server for maintenance event notices"), but Compute Engine gives VMs
+//     with GPUs a 1-hour notice ("Handle GPU host maintenance events");
+//   - instance/machine-type is projects/PROJECT_NUM/machineTypes/NAME
+//     ("Predefined metadata keys"), and changes only while the VM is
+//     stopped; every machine type of the accelerator-optimized series A2,
+//     A3, A4, A4X, G2 and G4 has GPUs attached ("Accelerator-optimized
+//     machine family"). The source reads it once, and gives a VM of those
+//     series the hour. GPUs attached to an N1 VM show in no documented
+//     metadata key: such a VM gets the 60 seconds.
 package gcp
 
 import (
@@ -63,9 +72,16 @@ const (
 	// PreemptionNotice is how long a preempted VM has before it stops.
 	PreemptionNotice = 30 * time.Second
 	// MaintenanceNotice is how long before a host maintenance event
-	// maintenance-event changes (for VMs without GPUs, which get an hour).
+	// maintenance-event changes on a VM without GPUs.
 	MaintenanceNotice = 60 * time.Second
+	// GPUMaintenanceNotice is how long before a host maintenance event
+	// maintenance-event changes on a VM with GPUs.
+	GPUMaintenanceNotice = time.Hour
 )
+
+// gpuSeries are the machine series whose machine types all have GPUs
+// attached: the accelerator-optimized family.
+var gpuSeries = []string{"a2", "a3", "a4", "a4x", "g2", "g4"}
 
 // Values of instance/maintenance-event.
 const (
@@ -84,6 +100,9 @@ const (
 )
 
 var keys = []string{keyPreempted, keyMaintenance}
+
+// keyMachineType is read once: it does not change while the VM runs.
+const keyMachineType = "instance/machine-type"
 
 // requestGrace is how long a request may take beyond the wait it asks for.
 const requestGrace = 10 * time.Second
@@ -173,15 +192,44 @@ func (s *Source) Run(ctx context.Context, r agent.Reporter) error {
 	for _, key := range keys {
 		wg.Go(func() { s.watch(ctx, base, key, answers) })
 	}
+	wg.Go(func() { s.readOnce(ctx, base, keyMachineType, answers) })
 	st := newState(s.o.Endpoint, s.o.Log)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case a := <-answers:
-			st.apply(a, s.o.Now())
+			st.apply(a, s.o.Now)
 			st.report(r)
 		}
+	}
+}
+
+// readOnce reads key until it answers, with the same backoff as watch,
+// sending every outcome.
+func (s *Source) readOnce(ctx context.Context, base *url.URL, key string, out chan<- answer) {
+	delay := s.o.RetryMin
+	for {
+		value, _, err := s.get(ctx, base, key, "")
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case out <- answer{key: key, value: value, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err == nil {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, s.o.RetryMax)
 	}
 }
 
@@ -268,7 +316,8 @@ func (s *Source) get(ctx context.Context, base *url.URL, key, etag string) (stri
 type watched struct {
 	known   bool // it answered at least once
 	value   string
-	err     error // the last request's, nil once it answers again
+	changed time.Time // when the source read the value first
+	err     error     // the last request's, nil once it answers again
 	notice  *agent.Notice
 	problem *agent.Problem // a value the source does not know
 }
@@ -279,6 +328,10 @@ type state struct {
 	endpoint string
 	log      logr.Logger
 	keys     map[string]*watched
+	// machine is instance/machine-type's: its value, once read, or the
+	// error of the last attempt, and a problem when the value is not of
+	// the documented form.
+	machine watched
 
 	reportedNotices, reportedProblems bool
 	notices                           []agent.Notice
@@ -294,9 +347,14 @@ func newState(endpoint string, log logr.Logger) *state {
 }
 
 // apply records an answer. A failure keeps the key's value and notice; a
-// value that changed gets its notice anew, its deadline counted from now.
-func (st *state) apply(a answer, now time.Time) {
+// value that changed gets its notice anew, its deadline counted from now;
+// the machine type, once read, sets the notice of a host maintenance
+// already under way anew, its deadline counted from when it was read.
+func (st *state) apply(a answer, now func() time.Time) {
 	w := st.keys[a.key]
+	if a.key == keyMachineType {
+		w = &st.machine
+	}
 	if a.err != nil {
 		if w.err == nil {
 			st.log.Error(a.err, "metadata server does not answer; retrying", "key", a.key)
@@ -313,15 +371,55 @@ func (st *state) apply(a answer, now time.Time) {
 	}
 	st.log.Info("metadata value", "key", a.key, "value", a.value)
 	w.known, w.value = true, a.value
-	w.notice, w.problem = interpret(a.key, a.value, now)
+	if a.key == keyMachineType {
+		if _, ok := machineTypeName(a.value); !ok {
+			w.problem = &agent.Problem{
+				Source: Name,
+				Reason: ReasonUnexpectedValue,
+				Message: fmt.Sprintf("metadata key %s is %q, not projects/PROJECT_NUM/machineTypes/NAME: a host maintenance notice gets the %s of a VM without GPUs",
+					a.key, a.value, MaintenanceNotice),
+			}
+		}
+		for _, k := range keys {
+			if kw := st.keys[k]; kw.known {
+				kw.notice, kw.problem = interpret(k, kw.value, kw.changed, st.machineType())
+			}
+		}
+		return
+	}
+	w.changed = now()
+	w.notice, w.problem = interpret(a.key, a.value, w.changed, st.machineType())
 }
 
-// interpret turns a key's value into its notice, or a problem when the
-// value is not one the documentation gives.
-func interpret(key, value string, now time.Time) (*agent.Notice, *agent.Problem) {
+// machineType is the VM's machine type name, "" while unknown.
+func (st *state) machineType() string {
+	name, _ := machineTypeName(st.machine.value)
+	return name
+}
+
+// machineTypeName is the name in a value of instance/machine-type.
+func machineTypeName(value string) (string, bool) {
+	parts := strings.Split(value, "/")
+	if len(parts) != 4 || parts[0] != "projects" || parts[1] == "" || parts[2] != "machineTypes" || parts[3] == "" {
+		return "", false
+	}
+	return parts[3], true
+}
+
+// hasGPUs reports whether every VM of the machine type has GPUs: it is of
+// an accelerator-optimized series ("a3" of "a3-highgpu-8g").
+func hasGPUs(machineType string) bool {
+	series, _, _ := strings.Cut(machineType, "-")
+	return slices.Contains(gpuSeries, series)
+}
+
+// interpret turns a key's value, read first at at on a VM of machineType
+// ("" when unknown), into its notice, or a problem when the value is not
+// one the documentation gives.
+func interpret(key, value string, at time.Time, machineType string) (*agent.Notice, *agent.Problem) {
 	switch {
 	case key == keyPreempted && value == "TRUE":
-		d := now.Add(PreemptionNotice)
+		d := at.Add(PreemptionNotice)
 		return &agent.Notice{
 			Source:   SourcePreempted,
 			Mode:     v1alpha1.ModeDecommission,
@@ -331,12 +429,18 @@ func interpret(key, value string, now time.Time) (*agent.Notice, *agent.Problem)
 	case key == keyPreempted && value == "FALSE":
 		return nil, nil
 	case key == keyMaintenance && value == MaintenanceTerminate:
-		d := now.Add(MaintenanceNotice)
+		d := at.Add(MaintenanceNotice)
+		reason := fmt.Sprintf("GCP host maintenance: Compute Engine stops the VM for maintenance (%s) from %s", value, d.UTC().Format(time.RFC3339))
+		if hasGPUs(machineType) {
+			d = at.Add(GPUMaintenanceNotice)
+			reason = fmt.Sprintf("GCP host maintenance: Compute Engine stops the VM for maintenance (%s) from %s: a VM with GPUs (machine type %s) is told an hour before",
+				value, d.UTC().Format(time.RFC3339), machineType)
+		}
 		return &agent.Notice{
 			Source:   SourceMaintenance,
 			Mode:     v1alpha1.ModeMaintenance,
 			Deadline: d,
-			Reason:   fmt.Sprintf("GCP host maintenance: Compute Engine stops the VM for maintenance (%s) from %s", value, d.UTC().Format(time.RFC3339)),
+			Reason:   reason,
 		}, nil
 	case key == keyMaintenance && (value == MaintenanceNone || value == MaintenanceMigrate):
 		// A live migration pauses the VM at most briefly: nothing to drain.
@@ -376,11 +480,21 @@ func (st *state) report(r agent.Reporter) {
 			Message: fmt.Sprintf("the metadata server at %s does not answer (%s): a preemption or host maintenance is not seen until it does; retrying",
 				st.endpoint, strings.Join(down, "; ")),
 		})
+	} else if err := st.machine.err; err != nil {
+		ps = append(ps, agent.Problem{
+			Source: Name,
+			Reason: ReasonMetadataUnavailable,
+			Message: fmt.Sprintf("the metadata server at %s does not answer (%s): until it does, a host maintenance notice gets the %s of a VM without GPUs; retrying",
+				st.endpoint, err, MaintenanceNotice),
+		})
 	}
 	for _, k := range keys {
 		if p := st.keys[k].problem; p != nil {
 			ps = append(ps, *p)
 		}
+	}
+	if p := st.machine.problem; p != nil {
+		ps = append(ps, *p)
 	}
 	if ns == nil {
 		ns = []agent.Notice{}

@@ -48,15 +48,20 @@ func (r *recorder) history() ([][]agent.Notice, [][]agent.Problem) {
 func (r *recorder) waitNotices(t *testing.T, what string, ok func([]agent.Notice) bool) []agent.Notice {
 	t.Helper()
 	var last []agent.Notice
-	waitFor(t, what, func() bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
 		ns, _ := r.history()
-		if len(ns) == 0 {
-			return false
+		if len(ns) > 0 {
+			last = ns[len(ns)-1]
+			if ok(last) {
+				return last
+			}
 		}
-		last = ns[len(ns)-1]
-		return ok(last)
-	})
-	return last
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; notices reported: %+v", what, ns)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // waitProblems waits until the last Problems call satisfies ok.
@@ -361,4 +366,84 @@ func TestEveryRequestCarriesTheFlavorAndETag(t *testing.T) {
 	if hanging < 2 {
 		t.Errorf("%d hanging GETs, want one per key", hanging)
 	}
+}
+
+// gpuMaintenance is the notice of a terminating host maintenance read at
+// t0 on a VM of machineType, which has GPUs.
+func gpuMaintenance(machineType string) agent.Notice {
+	return agent.Notice{
+		Source:   gcp.SourceMaintenance,
+		Mode:     v1alpha1.ModeMaintenance,
+		Deadline: t0.Add(time.Hour),
+		Reason: "GCP host maintenance: Compute Engine stops the VM for maintenance (TERMINATE_ON_HOST_MAINTENANCE) from 2026-11-23T13:00:00Z: " +
+			"a VM with GPUs (machine type " + machineType + ") is told an hour before",
+	}
+}
+
+// TestGPUMaintenanceNotice: Compute Engine gives VMs with GPUs an hour's
+// notice of a host maintenance, others 60 seconds. The machine types of the
+// accelerator-optimized series (A2, A3, A4, A4X, G2, G4) have GPUs; the
+// source reads the machine type from the metadata server, even when the
+// server answers only after the maintenance event is set.
+func TestGPUMaintenanceNotice(t *testing.T) {
+	for _, tc := range []struct {
+		machineType string
+		gpu         bool
+	}{
+		{"a2-highgpu-1g", true},
+		{"a2-ultragpu-8g", true},
+		{"a3-highgpu-8g", true},
+		{"a3-megagpu-8g", true},
+		{"a4-highgpu-8g", true},
+		{"a4x-highgpu-4g", true},
+		{"g2-standard-4", true},
+		{"g4-standard-48", true},
+		{"n2-standard-4", false},
+		{"c3-highcpu-4", false},
+		{"a2x-standard-4", false}, // not a series of the documentation
+	} {
+		want := []agent.Notice{maintenance()}
+		if tc.gpu {
+			want = []agent.Notice{gpuMaintenance(tc.machineType)}
+		}
+		t.Run(tc.machineType, func(t *testing.T) {
+			s := gcptest.NewServer(t)
+			s.SetMachineType(tc.machineType)
+			r := start(t, s.URL(), 30*time.Second)
+			r.waitNotices(t, "the first report", none)
+			waitFor(t, "both hanging GETs", func() bool { return s.Waiting() == 2 })
+			s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
+			r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
+			r.waitProblems(t, "no problem", none)
+		})
+	}
+	t.Run("metadata server down at start", func(t *testing.T) {
+		s := gcptest.NewServer(t)
+		s.SetMachineType("a3-highgpu-8g")
+		s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
+		s.SetUnavailable(true)
+		r := start(t, s.URL(), 30*time.Second)
+		r.waitProblems(t, "MetadataUnavailable", hasReason(gcp.ReasonMetadataUnavailable))
+		s.SetUnavailable(false)
+		want := []agent.Notice{gpuMaintenance("a3-highgpu-8g")}
+		r.waitNotices(t, "the maintenance notice with the GPU VM's hour", func(ns []agent.Notice) bool { return equal(ns, want) })
+		r.waitProblems(t, "no problem", none)
+	})
+}
+
+// TestUnreadableMachineType: a machine type not of the documented form is
+// a problem that says so, and a host maintenance gets the 60 seconds of a
+// VM without GPUs.
+func TestUnreadableMachineType(t *testing.T) {
+	s := gcptest.NewServer(t)
+	s.Set(gcptest.KeyMachineType, "a3-highgpu-8g")
+	r := start(t, s.URL(), 30*time.Second)
+	p := r.waitProblems(t, gcp.ReasonUnexpectedValue, hasReason(gcp.ReasonUnexpectedValue))
+	if !strings.Contains(p[0].Message, `"a3-highgpu-8g"`) || !strings.Contains(p[0].Message, "projects/PROJECT_NUM/machineTypes/NAME") {
+		t.Errorf("problem %q does not name the value and the form expected", p[0].Message)
+	}
+	waitFor(t, "both hanging GETs", func() bool { return s.Waiting() == 2 })
+	s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
+	want := []agent.Notice{maintenance()}
+	r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
 }

@@ -1,9 +1,9 @@
 // Package gcptest is a fake Compute Engine metadata server for tests. It is
 // written from Google's documentation ("View and query VM metadata",
-// "Query the metadata server for maintenance event notices", "Troubleshoot
-// metadata server access issues") and refuses what the real server is
-// documented to refuse, so a client that passes against it speaks to the
-// real one the same way.
+// "Query the metadata server for maintenance event notices", "Predefined
+// metadata keys", "Troubleshoot metadata server access issues") and
+// refuses what the real server is documented to refuse, so a client that
+// passes against it speaks to the real one the same way.
 package gcptest
 
 import (
@@ -26,7 +26,18 @@ import (
 const (
 	KeyPreempted        = "instance/preempted"
 	KeyMaintenanceEvent = "instance/maintenance-event"
+	// KeyMachineType is the VM's machine type, documented ("Predefined
+	// metadata keys") as projects/PROJECT_NUM/machineTypes/MACHINE_TYPE;
+	// the server starts with DefaultMachineType.
+	KeyMachineType = "instance/machine-type"
 )
+
+// ProjectNumber is the numeric project ID in the server's machine type.
+const ProjectNumber = "123456789012"
+
+// DefaultMachineType is the machine type the server starts with: a
+// general-purpose VM without GPUs.
+const DefaultMachineType = "n2-standard-4"
 
 // pathPrefix is where the v1 metadata lives.
 const pathPrefix = "/computeMetadata/v1/"
@@ -45,8 +56,9 @@ type Server struct {
 	srv     *http.Server  // nil while stopped
 }
 
-// NewServer starts a fake metadata server with preempted "FALSE" and
-// maintenance-event "NONE"; it stops when the test ends.
+// NewServer starts a fake metadata server with preempted "FALSE",
+// maintenance-event "NONE" and machine type DefaultMachineType; it stops
+// when the test ends.
 func NewServer(t testing.TB) *Server {
 	t.Helper()
 	s, err := Listen()
@@ -61,7 +73,11 @@ func NewServer(t testing.TB) *Server {
 // NewServer, outside a test (the demo); Stop stops it.
 func Listen() (*Server, error) {
 	s := &Server{
-		values:  map[string]string{KeyPreempted: "FALSE", KeyMaintenanceEvent: "NONE"},
+		values: map[string]string{
+			KeyPreempted:        "FALSE",
+			KeyMaintenanceEvent: "NONE",
+			KeyMachineType:      MachineType(DefaultMachineType),
+		},
 		changed: make(chan struct{}),
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,6 +114,14 @@ func (s *Server) SetPreempted(preempted bool) {
 // SetMaintenanceEvent sets instance/maintenance-event ("NONE",
 // "MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE").
 func (s *Server) SetMaintenanceEvent(value string) { s.Set(KeyMaintenanceEvent, value) }
+
+// MachineType is the value of instance/machine-type for a VM of machine
+// type name ("a3-highgpu-8g").
+func MachineType(name string) string { return "projects/" + ProjectNumber + "/machineTypes/" + name }
+
+// SetMachineType sets instance/machine-type to the machine type name. On
+// Compute Engine it changes only while the VM is stopped.
+func (s *Server) SetMachineType(name string) { s.Set(KeyMachineType, MachineType(name)) }
 
 // SetUnavailable makes every request, waiting ones included, answer
 // 503 Service Unavailable, as the documentation says the server may while
