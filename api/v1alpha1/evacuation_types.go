@@ -43,6 +43,52 @@ type EvacuationProviderSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="must be a positive duration such as 30s or 2m"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// Reporter is who speaks for the provider: only this identity, or a
+	// subject with the verb "report" on this EvacuationProvider, may write
+	// the status of its Evacuations (the admission policy
+	// vacate-evacuation-status), so no other system can complete them and
+	// release the pods they protect. Unset: anyone allowed to write
+	// evacuations/status can; vacate status and explain warn about it.
+	// +optional
+	Reporter *ProviderReporter `json:"reporter,omitempty"`
+}
+
+// ProviderReporter names the identity that reports for a provider: a
+// service account, or a user as the API server names it.
+// +kubebuilder:validation:XValidation:rule="has(self.serviceAccount) != has(self.user)",message="set exactly one of serviceAccount and user"
+type ProviderReporter struct {
+	// ServiceAccount the provider runs as.
+	// +optional
+	ServiceAccount *ServiceAccountReference `json:"serviceAccount,omitempty"`
+	// User is a user name as the API server knows it (for a provider that
+	// runs outside the cluster with a certificate or a token of its own).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	User string `json:"user,omitempty"`
+}
+
+// ServiceAccountReference names a service account.
+type ServiceAccountReference struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// UserName is the name the API server gives the reporter in a request's
+// user info ("system:serviceaccount:<namespace>:<name>" for a service
+// account), or "" for none.
+func (r *ProviderReporter) UserName() string {
+	switch {
+	case r == nil:
+		return ""
+	case r.ServiceAccount != nil:
+		return "system:serviceaccount:" + r.ServiceAccount.Namespace + ":" + r.ServiceAccount.Name
+	}
+	return r.User
 }
 
 // EvacuationProviderStatus is reserved for what vacate reports about a provider.
@@ -147,6 +193,12 @@ type EvacuationSpec struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	ProtectedPods []ProtectedPod `json:"protectedPods,omitempty"`
+	// Reporter is the user (as the API server names it) who may write this
+	// Evacuation's status: the provider's spec.reporter when the drain
+	// asked, kept in step with it. Empty when the provider names none.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Reporter string `json:"reporter,omitempty"`
 	// Release, when set, lets the drain go on without this evacuation: the
 	// only way to evict pods whose provider cannot finish (it was deleted,
 	// say). Written by `vacate release`; recorded as an event and in the

@@ -14,6 +14,16 @@ const (
 	// FinalizerEvacuations holds an EvacuationProvider while an unfinished
 	// Evacuation names it.
 	FinalizerEvacuations = "vacate.dev/evacuations"
+	// FinalizerCancel holds an Evacuation until vacate is done with it: its
+	// provider was asked to cancel (or its work is kept), so deleting the
+	// drain in the foreground, or the Evacuation itself, never skips the
+	// cancel.
+	FinalizerCancel = "vacate.dev/cancel"
+	// TaintDaemonSetsOff (effect NoSchedule, value the drain's UID) keeps
+	// DaemonSet pods off a node whose drain evicts them (pods.daemonSets:
+	// Evict): they tolerate the cordon, and their DaemonSet would put them
+	// back at once. Undo removes it only when its value is the drain's UID.
+	TaintDaemonSetsOff = "vacate.dev/draining"
 	// AnnotationCordonedBy is set on a node vacate cordoned, to
 	// "<drain name>/<drain uid>" (CordonedByValue); undo only uncordons a
 	// node whose annotation names the drain being undone, UID included.

@@ -33,9 +33,13 @@ type Requester struct {
 	// machine goes away then: a spot instance's termination time, the end of
 	// a shutdown's inhibit delay. The earliest deadline of a drain's
 	// requesters is the drain's (status.deadline): drains with a deadline
-	// are admitted first, earliest first, and a drain not finished by it
-	// ends as at timeouts.drain (timeouts.onTimeout decides: Fail, or
-	// ForceDelete).
+	// are admitted first, earliest first (a deadline already passed first
+	// of all), and under timeouts.onTimeout ForceDelete the pods still on
+	// the node when it passes are deleted. Under Fail a deadline never ends
+	// a drain: it drains on as fast as its PodDisruptionBudgets allow. Only
+	// requesters trusted to force may set one: vacate-agent, vacate's
+	// triggers, and subjects with the verb "force" on the DrainPolicy (the
+	// admission policy vacate-nodedrains refuses the others).
 	// +optional
 	Deadline *metav1.Time `json:"deadline,omitempty"`
 }
@@ -120,6 +124,37 @@ type DrainDeadline struct {
 	// Requester is the name of the requester whose deadline it is.
 	// +kubebuilder:validation:MaxLength=253
 	Requester string `json:"requester"`
+}
+
+// RunRequester is a requester as the drain's current run answers it.
+type RunRequester struct {
+	// Name of the requester.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Deadline the requester had.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+}
+
+// DrainRun is what one run of a drain answers, and why it started.
+type DrainRun struct {
+	// Requesters are the requesters, with their deadlines, that the run
+	// answers: those the drain had when its stages last ran.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Requesters []RunRequester `json:"requesters,omitempty"`
+	// Reason is why the run started, for a run after the drain had ended:
+	// RequesterAdded, DeadlineChanged, ModeRaised or PodsArrived. Empty for
+	// the drain's first run.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says it for people.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // Blocker is a pod that holds the drain up, and why.
@@ -259,6 +294,13 @@ type NodeDrainStatus struct {
 	// Deadline is the earliest deadline of the requesters, and whose it is.
 	// +optional
 	Deadline *DrainDeadline `json:"deadline,omitempty"`
+	// Run is what the drain's current run answers, and why it started when
+	// it is not the first. A drain that ended runs again when what it is
+	// asked changes: a Failed one when a requester joins, a requester's
+	// deadline changes or its mode goes up; a Drained one when its mode
+	// goes up or a pod that must leave turns up on its node.
+	// +optional
+	Run *DrainRun `json:"run,omitempty"`
 	// StartTime is when the drain was first admitted.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`

@@ -3,7 +3,9 @@
 // Nodes only the cordon and what is vacate's own. pods.yaml: in a Pod's
 // status, only its own condition vacate.dev/serving. users.yaml: people name a
 // DrainPolicy only with the verb use on it, change only their own
-// requesters, and set only spec.release on an Evacuation, as themselves.
+// requesters, set a deadline only with the verb force, and set only
+// spec.release on an Evacuation, as themselves. evacuation-status.yaml: only
+// a provider's reporter writes its Evacuations' status.
 package admission
 
 import (
@@ -20,6 +22,12 @@ var NodesYAML string
 //go:embed pods.yaml
 var PodsYAML string
 
+// EvacuationStatusYAML is the policy vacate-evacuation-status and its
+// binding: only a provider's reporter writes its Evacuations' status.
+//
+//go:embed evacuation-status.yaml
+var EvacuationStatusYAML string
+
 // UsersYAML is the policies vacate-nodedrains and vacate-evacuations and
 // their bindings.
 //
@@ -27,4 +35,6 @@ var PodsYAML string
 var UsersYAML string
 
 // YAML is every policy and binding, for `vacate manifests admission`.
-func YAML() string { return NodesYAML + "---\n" + PodsYAML + "---\n" + UsersYAML }
+func YAML() string {
+	return NodesYAML + "---\n" + PodsYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
+}

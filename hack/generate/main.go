@@ -57,13 +57,14 @@ func run() error {
 		}
 	}
 	copies := map[string]string{
-		"config/manager/webhook.yaml":           "files/webhook.yaml",
-		"config/admission/nodes.yaml":           "files/admission/nodes.yaml",
-		"config/admission/pods.yaml":            "files/admission/pods.yaml",
-		"config/admission/users.yaml":           "files/admission/users.yaml",
-		"config/agent/policy.yaml":              "files/agent/policy.yaml",
-		"config/monitoring/dashboard.json":      "files/dashboard.json",
-		"config/monitoring/prometheusrule.yaml": "files/prometheusrule.yaml",
+		"config/manager/webhook.yaml":             "files/webhook.yaml",
+		"config/admission/nodes.yaml":             "files/admission/nodes.yaml",
+		"config/admission/pods.yaml":              "files/admission/pods.yaml",
+		"config/admission/users.yaml":             "files/admission/users.yaml",
+		"config/admission/evacuation-status.yaml": "files/admission/evacuation-status.yaml",
+		"config/agent/policy.yaml":                "files/agent/policy.yaml",
+		"config/monitoring/dashboard.json":        "files/dashboard.json",
+		"config/monitoring/prometheusrule.yaml":   "files/prometheusrule.yaml",
 	}
 	for from, to := range copies {
 		if err := copyFile(from, filepath.Join(chart, to), filepath.Ext(from) == ".yaml"); err != nil {

@@ -167,13 +167,20 @@ func (o *releaseOptions) read(ctx context.Context, s *session, node string) (*re
 	if err != nil {
 		return nil, s.explain(err, "reading NodeDrain "+node)
 	}
-	name := v1alpha1.EvacuationName(node, o.provider)
-	err = s.client.Get(ctx, types.NamespacedName{Name: name}, t.ev)
-	if apierrors.IsNotFound(err) {
-		return nil, o.noEvacuation(ctx, s, node)
+	// Found by its spec, not its name: Evacuations of older versions are
+	// named otherwise.
+	list := &v1alpha1.EvacuationList{}
+	if err := s.client.List(ctx, list); err != nil {
+		return nil, s.explain(err, "listing Evacuations")
 	}
-	if err != nil {
-		return nil, s.explain(err, "reading Evacuation "+name)
+	found := false
+	for i := range list.Items {
+		if ev := &list.Items[i]; ev.Spec.NodeName == node && ev.Spec.Provider == o.provider {
+			t.ev, found = ev, true
+		}
+	}
+	if !found {
+		return nil, o.noEvacuation(list, node)
 	}
 	if err := releasable(t); err != nil {
 		return nil, err
@@ -189,11 +196,7 @@ func (o *releaseOptions) read(ctx context.Context, s *session, node string) (*re
 
 // noEvacuation says that the provider has no Evacuation on the node, and
 // which providers do.
-func (o *releaseOptions) noEvacuation(ctx context.Context, s *session, node string) error {
-	list := &v1alpha1.EvacuationList{}
-	if err := s.client.List(ctx, list); err != nil {
-		return s.explain(err, "listing Evacuations")
-	}
+func (o *releaseOptions) noEvacuation(list *v1alpha1.EvacuationList, node string) error {
 	var there []string
 	for _, ev := range list.Items {
 		if ev.Spec.NodeName == node {

@@ -50,7 +50,8 @@ func (l leftBehind) write(say func(string, ...any), dryRun bool) {
 // undoLeft does, without the controller, the part of its undo that is safe:
 // from a fresh read (the controller may have restored some drains while
 // uninstall waited), it uncordons the nodes vacate provably cordoned,
-// removes vacate's finalizers from the NodeDrains and EvacuationProviders,
+// removes vacate's finalizers from the NodeDrains, EvacuationProviders and
+// Evacuations,
 // and notes, as the planner does (planUndoLeft), what it cannot undo: nodes
 // it cannot prove it cordoned, evacuations whose provider did not confirm a
 // cancel, HTTP hooks that may not have been told. The notes are taken
@@ -72,7 +73,10 @@ func (u *uninstaller) undoLeft(ctx context.Context) error {
 	if err := u.releaseDrains(ctx, v.drains); err != nil {
 		return err
 	}
-	return u.releaseProviders(ctx)
+	if err := u.releaseProviders(ctx); err != nil {
+		return err
+	}
+	return u.releaseEvacuations(ctx)
 }
 
 // notVacatesCordon says why the node's vacate.dev/cordoned-by does not prove
@@ -343,6 +347,33 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 		u.say("evacuation providers: none holds %s", v1alpha1.FinalizerEvacuations)
 	default:
 		u.say("evacuation providers: removed %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
+	}
+	return nil
+}
+
+// releaseEvacuations removes vacate.dev/cancel from every Evacuation: with
+// the controller gone nobody else would, and the Evacuation could never be
+// deleted (nor vacate's CRDs). What its provider did is noted in what is
+// left behind.
+func (u *uninstaller) releaseEvacuations(ctx context.Context) error {
+	list := &v1alpha1.EvacuationList{}
+	if err := u.s.client.List(ctx, list); err != nil {
+		return u.explain(err, "listing Evacuations")
+	}
+	var held []string
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if !slices.Contains(ev.Finalizers, v1alpha1.FinalizerCancel) {
+			continue
+		}
+		held = append(held, ev.Name)
+		key := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: ev.Name, UID: ev.UID}}
+		if _, err := u.removeFinalizer(ctx, key, v1alpha1.FinalizerCancel); err != nil {
+			return u.explain(err, "removing finalizer "+v1alpha1.FinalizerCancel+" from Evacuation "+ev.Name)
+		}
+	}
+	if len(held) > 0 {
+		u.say("evacuations: removed %s from %d: %s", v1alpha1.FinalizerCancel, len(held), strings.Join(truncated(held, 5), ", "))
 	}
 	return nil
 }

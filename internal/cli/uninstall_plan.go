@@ -266,6 +266,15 @@ func planUndoLeft(v clusterView) ([]string, leftBehind) {
 	} else {
 		lines = append(lines, fmt.Sprintf("evacuation providers: would remove %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", ")))
 	}
+	var evs []string
+	for _, ev := range v.evacuations {
+		if slices.Contains(ev.Finalizers, v1alpha1.FinalizerCancel) {
+			evs = append(evs, ev.Name)
+		}
+	}
+	if len(evs) > 0 {
+		lines = append(lines, fmt.Sprintf("evacuations: would remove %s from %d: %s", v1alpha1.FinalizerCancel, len(evs), strings.Join(truncated(evs, 5), ", ")))
+	}
 	return lines, left
 }
 

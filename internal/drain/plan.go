@@ -16,6 +16,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
 // PodAnnotation lets a pod opt out of a drain ("skip") or hold it until the
@@ -61,9 +63,13 @@ const (
 	ReasonSkipSelector           Reason = "SkipSelector"
 	ReasonWaitCompletion         Reason = "WaitForCompletion"
 	ReasonDaemonSet              Reason = "DaemonSetPod"
-	ReasonUnmanaged              Reason = "Unmanaged"
-	ReasonLocalStorage           Reason = "LocalStorage"
-	ReasonEvictable              Reason = "Evictable"
+	// ReasonDaemonSetReturns: under pods.daemonSets Evict, a DaemonSet pod
+	// that tolerates the taint keeping DaemonSet pods off the node is left
+	// in place: its DaemonSet would put it back at once.
+	ReasonDaemonSetReturns Reason = "DaemonSetPodReturns"
+	ReasonUnmanaged        Reason = "Unmanaged"
+	ReasonLocalStorage     Reason = "LocalStorage"
+	ReasonEvictable        Reason = "Evictable"
 	// ReasonVacateLast: one of vacate's own pods waits until every other
 	// pod that must leave the node has left, so vacate finishes its work
 	// there before it moves itself.
@@ -328,10 +334,34 @@ func daemonSetPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 	if ref == nil || ref.Kind != "DaemonSet" {
 		return Decision{}, false
 	}
+	if r.EvictDaemonSets && toleratesKeepOff(p) {
+		return Decision{Action: Skip, Reason: ReasonDaemonSetReturns, Detail: "DaemonSet " + ref.Name + " would put it back at once: it tolerates the taint " +
+			DaemonSetsOffTaint + " that keeps DaemonSet pods off the node while it drains, so it is left in place"}, true
+	}
 	if r.EvictDaemonSets {
 		return Decision{Action: Evict, Reason: ReasonDaemonSet, Detail: "DaemonSet " + ref.Name + " (policy evicts DaemonSet pods)"}, true
 	}
 	return Decision{Action: Skip, Reason: ReasonDaemonSet, Detail: "DaemonSet " + ref.Name + " would recreate it; policy ignores DaemonSet pods"}, true
+}
+
+// DaemonSetsOffTaint is the taint (effect NoSchedule) vacate puts on a
+// node whose drain evicts DaemonSet pods (v1alpha1.TaintDaemonSetsOff):
+// their DaemonSet creates no new pod on a node with a NoSchedule taint they
+// do not tolerate.
+const DaemonSetsOffTaint = v1alpha1.TaintDaemonSetsOff
+
+// toleratesKeepOff reports whether the pod tolerates the taint that keeps
+// DaemonSet pods off a draining node, whatever its value (the drain's UID):
+// a toleration of effect NoSchedule (or any) with operator Exists, for that
+// key or every key (as many node agents' DaemonSets have).
+func toleratesKeepOff(p *corev1.Pod) bool {
+	for _, t := range p.Spec.Tolerations {
+		if (t.Effect == "" || t.Effect == corev1.TaintEffectNoSchedule) && (t.Key == "" || t.Key == DaemonSetsOffTaint) &&
+			t.Operator == corev1.TolerationOpExists {
+			return true
+		}
+	}
+	return false
 }
 
 func unmanagedPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {

@@ -19,6 +19,18 @@
 // Evacuate and Cancel are called again and again (after every change and at
 // each heartbeat) until they report Done, so they must be idempotent: look
 // at the world, do the next step, report what is left.
+//
+// Only the provider's reporter may write its Evacuations' status (the
+// admission policy vacate-evacuation-status): name the identity the Runner
+// runs as in the EvacuationProvider, so no other system can complete them:
+//
+//	spec:
+//	  reporter:
+//	    serviceAccount: {namespace: storage, name: my-store}
+//
+// An Evacuation is cancelled even while it is being deleted: vacate keeps
+// it (finalizer vacate.dev/cancel) until the cancel is confirmed. A
+// provider written without this package must do the same.
 package evacuation
 
 import (
@@ -124,7 +136,10 @@ func (r *Runner) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	if err := r.Client.Get(ctx, req.NamespacedName, ev); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if ev.Spec.Provider != r.Name || !ev.DeletionTimestamp.IsZero() {
+	// An Evacuation being deleted is still cancelled when vacate asks: its
+	// finalizer keeps it until the cancel is confirmed. Nothing new starts
+	// on one that goes.
+	if ev.Spec.Provider != r.Name || (!ev.DeletionTimestamp.IsZero() && ev.Spec.Desired != v1alpha1.DesiredCancel) {
 		return reconcile.Result{}, nil
 	}
 	final := v1alpha1.EvacuationCompleted

@@ -460,13 +460,22 @@ func (q *queue) plan() *plan {
 // outside its maintenance windows or while the schedule cannot be read.
 // Node deletion does not wait for a window (a deleted node cannot wait for
 // Sunday): a drain whose node is being deleted, or that the delete trigger
-// requests, skips the schedule, and its admission message says so.
+// requests, skips the schedule, and so does a drain that ended and runs
+// again; its admission message says so.
 func (q *queue) gate(m *member, p *plan) (verdict, bool) {
 	adm, v := q.policy.Admission, verdict{Verdict: schedule.Verdict{Node: m.node.Name}, gated: true}
 	switch {
 	case !m.node.DeletionTimestamp.IsZero() || requests.Index(m.drain, v1alpha1.RequesterDelete) >= 0:
 		if adm.ScheduleErr != nil || !adm.Windows.Open(q.now) {
 			p.why[m.drain.UID] = "its maintenance windows skipped: the node is being deleted"
+		}
+		return verdict{}, true
+	case m.drain.Status.Run != nil && m.drain.Status.Run.Reason != "":
+		// A drain that ran and runs again goes on with what it started
+		// (its node stays cordoned), as a running drain does outside its
+		// windows.
+		if adm.ScheduleErr != nil || !adm.Windows.Open(q.now) {
+			p.why[m.drain.UID] = "its maintenance windows skipped: it ran before and runs again (" + m.drain.Status.Run.Reason + ")"
 		}
 		return verdict{}, true
 	case adm.ScheduleErr != nil:

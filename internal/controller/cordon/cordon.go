@@ -7,6 +7,7 @@ package cordon
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,6 +54,51 @@ func Uncordon(ctx context.Context, c client.Client, node *corev1.Node, nd *v1alp
 	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
 	if err := c.Patch(ctx, node, patch); err != nil {
 		return false, fmt.Errorf("uncordoning node %s: %w", node.Name, err)
+	}
+	return true, nil
+}
+
+// KeepsDaemonSetsOff reports whether the node carries this drain's taint
+// that keeps DaemonSet pods off it (v1alpha1.TaintDaemonSetsOff, its value
+// the drain's UID), on the node the drain recorded.
+func KeepsDaemonSetsOff(node *corev1.Node, nd *v1alpha1.NodeDrain) bool {
+	if nd.Status.NodeUID != "" && nd.Status.NodeUID != string(node.UID) {
+		return false
+	}
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == v1alpha1.TaintDaemonSetsOff && t.Value == string(nd.UID) && t.Effect == corev1.TaintEffectNoSchedule
+	})
+}
+
+// KeepDaemonSetsOff taints the node so that DaemonSets create no new pod on
+// it while the drain evicts theirs (they tolerate the cordon): the taint
+// v1alpha1.TaintDaemonSetsOff, effect NoSchedule, its value the drain's UID,
+// under an optimistic lock. A node that has the taint already (whatever its
+// value) is left as it is. It reports whether it changed the node.
+func KeepDaemonSetsOff(ctx context.Context, c client.Client, node *corev1.Node, nd *v1alpha1.NodeDrain) (bool, error) {
+	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDaemonSetsOff }) {
+		return false, nil
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDaemonSetsOff, Value: string(nd.UID), Effect: corev1.TaintEffectNoSchedule})
+	if err := c.Patch(ctx, node, patch); err != nil {
+		return false, fmt.Errorf("tainting node %s to keep DaemonSet pods off: %w", node.Name, err)
+	}
+	return true, nil
+}
+
+// LetDaemonSetsBack removes this drain's taint (KeepsDaemonSetsOff), and no
+// other, under an optimistic lock. It reports whether it changed the node.
+func LetDaemonSetsBack(ctx context.Context, c client.Client, node *corev1.Node, nd *v1alpha1.NodeDrain) (bool, error) {
+	if !KeepsDaemonSetsOff(node, nd) {
+		return false, nil
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Spec.Taints = slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool {
+		return t.Key == v1alpha1.TaintDaemonSetsOff && t.Value == string(nd.UID)
+	})
+	if err := c.Patch(ctx, node, patch); err != nil {
+		return false, fmt.Errorf("removing the taint %s from node %s: %w", v1alpha1.TaintDaemonSetsOff, node.Name, err)
 	}
 	return true, nil
 }

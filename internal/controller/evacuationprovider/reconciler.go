@@ -29,11 +29,12 @@ import (
 // +kubebuilder:rbac:groups=vacate.dev,resources=evacuations,verbs=get;list;watch
 
 // Unfinished reports whether an Evacuation still needs its provider: it is
-// not being deleted, not released, and its provider has not answered the
-// current request (Completed for Evacuate, Cancelled for Cancel) for the
-// current generation.
+// not released, not going away for good (being deleted without vacate's
+// finalizer vacate.dev/cancel, which keeps it until its cancel), and its
+// provider has not answered the current request (Completed for Evacuate,
+// Cancelled for Cancel) for the current generation.
 func Unfinished(ev *v1alpha1.Evacuation) bool {
-	if !ev.DeletionTimestamp.IsZero() || ev.Spec.Release != nil {
+	if (!ev.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel)) || ev.Spec.Release != nil {
 		return false
 	}
 	current := ev.Generation > 0 && ev.Status.ObservedGeneration == ev.Generation

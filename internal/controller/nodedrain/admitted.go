@@ -2,8 +2,6 @@ package nodedrain
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,10 +15,10 @@ import (
 // (Admitted=True, written before anything is evicted). Until then the drain
 // is Pending and its pass ends here: the admission controller records why
 // it waits, its place in the queue, and cordons it when it may start soon.
-// A drain whose deadline passes while it waits fails then, with nothing
-// evicted: the machine is gone, and starting it late would only take a
-// slot (and, under onTimeout ForceDelete, delete every pod without an
-// eviction).
+// A deadline never ends a drain that has not started: a drain whose
+// deadline passed while it waited (or before it was requested, on the
+// clock of the machine that set it) is admitted first, and drains as fast
+// as allowed; failing it would only leave the pods on a machine that goes.
 func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
 	if !admission.IsAdmitted(nd) {
@@ -28,17 +26,6 @@ func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, er
 			nd.Status.Phase = v1alpha1.PhasePending
 		}
 		s.stop = true
-		if d := nd.Status.Deadline; d != nil {
-			if left := d.Time.Sub(s.now); left > 0 {
-				return reconcile.Result{RequeueAfter: left}, nil
-			}
-			why := "it was not admitted"
-			if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Message != "" {
-				why += " (" + c.Message + ")"
-			}
-			r.fail(s, v1alpha1.ReasonDeadlinePassed, fmt.Sprintf("the deadline of requester %s, %s, passed before the drain started: %s; nothing was evicted",
-				d.Requester, d.Time.UTC().Format(time.RFC3339), why))
-		}
 		return reconcile.Result{}, nil
 	}
 	if nd.Status.StartTime == nil { // admitted by an earlier version that recorded no start

@@ -352,6 +352,24 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 	return nil
 }
 
+// backInServiceWhileHeld puts a gated pod that this drain took out of
+// service back in service when it became held (an evacuation that is not
+// Completed, a provider registered since, its HTTP hook): it must not stay
+// NotReady for a hold of unbounded length. Once the hold lets it go it
+// starts again from its dry run.
+func (r *Reconciler) backInServiceWhileHeld(ctx context.Context, s *scope, d drain.Decision, b v1alpha1.Blocker) error {
+	if _, out := serving.OutOfService(d.Pod); !out {
+		r.gates.drop(d.Pod.UID)
+		return nil
+	}
+	r.Evictions.Forget(d.Pod.UID)
+	holder := b.Holder
+	if holder == "" {
+		holder = b.Reason
+	}
+	return r.backInService(ctx, s, d.Pod, "it is held by "+holder+" until that finishes")
+}
+
 // gateBlocker records a pod out of service that waits for its endpoints.
 func (s *scope) gateBlocker(d drain.Decision, since time.Time, detail string) {
 	if s.gated == nil {

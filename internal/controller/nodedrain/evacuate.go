@@ -101,6 +101,9 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	for i := range providers.Items {
 		p := &providers.Items[i]
 		byName[p.Name] = p
+		if have := evacs[p.Name]; have != nil && !have.DeletionTimestamp.IsZero() {
+			continue // cancelled below; asked again once it is gone
+		}
 		ev, err := r.ask(ctx, s, p, leaving, evacs[p.Name])
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
@@ -112,6 +115,16 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 			evacs[p.Name] = ev
 		}
 	}
+	// Someone deleted these (a person, or the garbage collector): their
+	// providers are asked to cancel, then they go, and the next pass asks
+	// again. Until then they hold what they held.
+	for _, ev := range evacs {
+		if !ev.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel) {
+			if _, err := r.cancelOne(ctx, s, ev, r.deletedWhileRunning(s, ev)); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+	}
 	var hooks []v1alpha1.HookStatus
 	before, completed, after := 0, 0, 0
 	for _, name := range slices.Sorted(maps.Keys(evacs)) {
@@ -121,6 +134,10 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		}
 		held := protectedOnNode(ev, onNode)
 		done, why, staleIn := r.judgeFor(s, ev, byName[ev.Spec.Provider], len(held))
+		if !ev.DeletionTimestamp.IsZero() && ev.Spec.Release == nil {
+			done, why, staleIn = false, fmt.Sprintf("Evacuation %s is being deleted: vacate asks provider %s to cancel it, then asks again; "+
+				"its pods stay until then", ev.Name, ev.Spec.Provider), min(staleIn, 2*time.Second)
+		}
 		s.evac.recheck = min(s.evac.recheck, staleIn)
 		phase := phaseOf(ev)
 		switch {
@@ -212,7 +229,9 @@ func ours(ev *v1alpha1.Evacuation, nd *v1alpha1.NodeDrain, node *corev1.Node) bo
 	return providers.AskedFor(ev, nd.UID, node.UID)
 }
 
-// evacuationsOf are the Evacuations of the drain's node, by provider name.
+// evacuationsOf are the Evacuations of the drain's node, by provider name,
+// those being deleted included (the finalizer vacate.dev/cancel keeps them
+// until their provider was asked to cancel; their holds stay until then).
 func (r *Reconciler) evacuationsOf(ctx context.Context, nd *v1alpha1.NodeDrain) (map[string]*v1alpha1.Evacuation, error) {
 	list := &v1alpha1.EvacuationList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -221,7 +240,7 @@ func (r *Reconciler) evacuationsOf(ctx context.Context, nd *v1alpha1.NodeDrain) 
 	out := map[string]*v1alpha1.Evacuation{}
 	for i := range list.Items {
 		ev := &list.Items[i]
-		if ev.Spec.NodeName == nd.Spec.NodeName && ev.DeletionTimestamp.IsZero() {
+		if ev.Spec.NodeName == nd.Spec.NodeName {
 			out[ev.Spec.Provider] = ev
 		}
 	}
@@ -256,11 +275,15 @@ func (r *Reconciler) selects(ctx context.Context, p *v1alpha1.EvacuationProvider
 // brings the one there up to date: an earlier drain's is taken over (its
 // spec replaced); this drain's gets the drain's mode, Evacuate, and any
 // newly protected pods added (never removed), and its stage only moves
-// toward BeforeEviction (holding more, never less).
+// toward BeforeEviction (holding more, never less). Its reporter follows
+// the provider's (only that identity may write its status), and it carries
+// the finalizer vacate.dev/cancel, which only vacate removes, once the
+// provider was asked to cancel or its work is kept: deleting the drain in
+// the foreground, or the Evacuation itself, never skips the cancel.
 func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, ev *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
 	name := v1alpha1.EvacuationName(nd.Spec.NodeName, p.Name)
 	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, NodeUID: string(node.UID), Provider: p.Name, Mode: modeOf(nd),
-		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID), Stage: providerStage(p)}
+		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID), Stage: providerStage(p), Reporter: p.Spec.Reporter.UserName()}
 	if ev != nil && ours(ev, nd, node) {
 		want.ProtectedPods = slices.Clone(ev.Spec.ProtectedPods)
 		want.Release = ev.Spec.Release
@@ -274,7 +297,7 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 		}
 	}
 	if ev == nil {
-		ev = &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: want}
+		ev = &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{v1alpha1.FinalizerCancel}}, Spec: want}
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
 			return nil, err
 		}
@@ -283,11 +306,12 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 		}
 		return ev, nil
 	}
-	if equality.Semantic.DeepEqual(ev.Spec, want) {
+	if equality.Semantic.DeepEqual(ev.Spec, want) && controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel) {
 		return ev, nil
 	}
 	patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-	if !ours(ev, nd, node) { // left by an earlier drain, or for a node of the same name before: this drain takes it over
+	controllerutil.AddFinalizer(ev, v1alpha1.FinalizerCancel) // one created by an older version has none
+	if !ours(ev, nd, node) {                                  // left by an earlier drain, or for a node of the same name before: this drain takes it over
 		ev.OwnerReferences = nil
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
 			return nil, err
@@ -381,10 +405,12 @@ func keepsItsWork(ev *v1alpha1.Evacuation, u undoing) bool {
 }
 
 // cancelEvacuations asks every provider that worked for a drain of this
-// node to undo it (desired: Cancel) while the drain is reversible, deletes
-// each Evacuation once its provider reports Cancelled (or if it never took
-// the request up, or its work is kept, or timeouts.cancel passed), and
-// reports whether all are gone.
+// node to undo it (desired: Cancel) while the drain is reversible, lets
+// each Evacuation go once its provider reports Cancelled (or if it never
+// took the request up, or its work is kept, or timeouts.cancel passed), and
+// reports whether all are gone. Evacuations already being deleted (the
+// drain deleted in the foreground, or someone deleted them) are cancelled
+// the same way: vacate's finalizer keeps them until then.
 func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing) (bool, error) {
 	list := &v1alpha1.EvacuationList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -394,62 +420,20 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 	var hooks []v1alpha1.HookStatus
 	for i := range list.Items {
 		ev := &list.Items[i]
-		if ev.Spec.NodeName != s.drain.Spec.NodeName || !ev.DeletionTimestamp.IsZero() {
+		if ev.Spec.NodeName != s.drain.Spec.NodeName {
 			continue
 		}
-		untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
-		cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
-			ev.Spec.Desired == v1alpha1.DesiredCancel
-		provider := &v1alpha1.EvacuationProvider{}
-		perr := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider)
-		gone := apierrors.IsNotFound(perr)
-		kept := keepsItsWork(ev, u)
-		if untouched || cancelled || gone || kept || u.expired {
-			switch {
-			case untouched || cancelled:
-			case kept:
-				s.log.Info("leaving an evacuation's work in place: the drain is not reversible", "evacuation", klogRef(ev.Name), "nodeGoing", u.nodeGoing)
-			case gone:
-				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, v1alpha1.EventProviderGone, "Cancel",
-					"EvacuationProvider %s is gone: nobody can undo Evacuation %s; deleting it", ev.Spec.Provider, ev.Name)
-			default:
-				r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, v1alpha1.EventCancelTimeout, "Cancel",
-					"EvacuationProvider %s did not confirm the cancel of Evacuation %s within %s (timeouts.cancel); giving the node back without it: what it moved may stay moved",
-					ev.Spec.Provider, ev.Name, u.limit)
-			}
-			// For an untouched one, the resourceVersion precondition: a
-			// provider that took it up since our cache saw it is asked to
-			// cancel instead.
-			pre := ctrl.Preconditions{UID: &ev.UID}
-			if untouched && !kept && !u.expired {
-				pre.ResourceVersion = &ev.ResourceVersion
-			}
-			err := r.Client.Delete(ctx, ev, pre)
-			if apierrors.IsConflict(err) {
-				waiting = append(waiting, ev.Name)
-				continue
-			}
-			if err != nil && !apierrors.IsNotFound(err) {
-				return false, fmt.Errorf("deleting Evacuation %s: %w", ev.Name, err)
-			}
-			continue
+		if !ev.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel) {
+			continue // going, and not held by vacate
 		}
-		if ev.Spec.Desired != v1alpha1.DesiredCancel {
-			patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-			ev.Spec.Desired = v1alpha1.DesiredCancel
-			if err := r.Client.Patch(ctx, ev, patch); apierrors.IsConflict(err) {
-				waiting = append(waiting, ev.Name)
-				continue
-			} else if err != nil {
-				return false, fmt.Errorf("cancelling Evacuation %s: %w", ev.Name, err)
-			}
+		h, err := r.cancelOne(ctx, s, ev, u)
+		if err != nil {
+			return false, err
 		}
-		if perr != nil {
-			provider = nil
+		if h != nil {
+			waiting = append(waiting, ev.Name)
+			hooks = append(hooks, *h)
 		}
-		_, why, _ := judge(ev, provider, s.now)
-		waiting = append(waiting, ev.Name)
-		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev), Message: truncate("cancelling: "+why, maxDetail)})
 	}
 	if len(waiting) > 0 {
 		s.drain.Status.Hooks, s.drain.Status.HooksOmitted = boundHooks(hooks)
@@ -459,6 +443,104 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 		return false, nil
 	}
 	return true, nil
+}
+
+// deletedWhileRunning is how far the cancel of an Evacuation someone
+// deleted while its drain runs may go: the node stays, and timeouts.cancel
+// counts from the deletion.
+func (r *Reconciler) deletedWhileRunning(s *scope, ev *v1alpha1.Evacuation) undoing {
+	limit := s.policy.CancelTimeout
+	return undoing{limit: limit, expired: s.now.Sub(ev.DeletionTimestamp.Time) >= limit}
+}
+
+// cancelOne asks one Evacuation's provider to undo it, and lets the
+// Evacuation go (vacate's finalizer removed, deleted) once it may: the
+// provider confirmed the cancel, or never took the request up, or is gone,
+// or its work is kept, or timeouts.cancel passed. It returns the
+// Evacuation's state while it waits, nil once it let it go.
+func (r *Reconciler) cancelOne(ctx context.Context, s *scope, ev *v1alpha1.Evacuation, u undoing) (*v1alpha1.HookStatus, error) {
+	waiting := &v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev)}
+	untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
+	cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
+		ev.Spec.Desired == v1alpha1.DesiredCancel
+	provider := &v1alpha1.EvacuationProvider{}
+	perr := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider)
+	gone := apierrors.IsNotFound(perr)
+	kept := keepsItsWork(ev, u)
+	if untouched || cancelled || gone || kept || u.expired {
+		switch {
+		case untouched || cancelled:
+		case kept:
+			s.log.Info("leaving an evacuation's work in place: the drain is not reversible", "evacuation", klogRef(ev.Name), "nodeGoing", u.nodeGoing)
+		case gone:
+			r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, v1alpha1.EventProviderGone, "Cancel",
+				"EvacuationProvider %s is gone: nobody can undo Evacuation %s; deleting it", ev.Spec.Provider, ev.Name)
+		default:
+			r.Events.Eventf(s.drain, nil, corev1.EventTypeWarning, v1alpha1.EventCancelTimeout, "Cancel",
+				"EvacuationProvider %s did not confirm the cancel of Evacuation %s within %s (timeouts.cancel); giving the node back without it: what it moved may stay moved",
+				ev.Spec.Provider, ev.Name, u.limit)
+		}
+		// For an untouched one, the lock: a provider that took it up since
+		// our cache saw it is asked to cancel instead.
+		locked := untouched && !kept && !u.expired
+		if err := r.letGo(ctx, ev, locked); apierrors.IsConflict(err) {
+			return waiting, nil
+		} else if err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	if ev.Spec.Desired != v1alpha1.DesiredCancel {
+		patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+		ev.Spec.Desired = v1alpha1.DesiredCancel
+		if err := r.Client.Patch(ctx, ev, patch); apierrors.IsConflict(err) {
+			return waiting, nil
+		} else if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("cancelling Evacuation %s: %w", ev.Name, err)
+		}
+	}
+	if perr != nil {
+		provider = nil
+	}
+	_, why, _ := judge(ev, provider, s.now)
+	waiting.Phase, waiting.Message = phaseOf(ev), truncate("cancelling: "+why, maxDetail)
+	return waiting, nil
+}
+
+// letGo removes vacate's finalizer from an Evacuation and deletes it. With
+// locked, both only happen to the version the pass read (a conflict says
+// it changed).
+func (r *Reconciler) letGo(ctx context.Context, ev *v1alpha1.Evacuation, locked bool) error {
+	if controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel) {
+		opts := []ctrl.MergeFromOption{}
+		if locked {
+			opts = append(opts, ctrl.MergeFromWithOptimisticLock{})
+		}
+		patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), opts...)
+		controllerutil.RemoveFinalizer(ev, v1alpha1.FinalizerCancel)
+		if err := r.Client.Patch(ctx, ev, patch); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("releasing Evacuation %s: %w", ev.Name, err)
+		}
+	}
+	if !ev.DeletionTimestamp.IsZero() {
+		return nil // removing the finalizer let it go
+	}
+	pre := ctrl.Preconditions{UID: &ev.UID}
+	if locked {
+		pre.ResourceVersion = &ev.ResourceVersion
+	}
+	if err := r.Client.Delete(ctx, ev, pre); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("deleting Evacuation %s: %w", ev.Name, err)
+	}
+	return nil
 }
 
 // judge says whether an evacuation counts as done, why not, and how soon

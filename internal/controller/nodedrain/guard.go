@@ -76,6 +76,9 @@ func (r *Reconciler) heldNow(ctx context.Context, req eviction.Request) (string,
 			!slices.ContainsFunc(ev.Spec.ProtectedPods, func(pp v1alpha1.ProtectedPod) bool { return pp.UID == string(pod.UID) }) {
 			continue
 		}
+		if !ev.DeletionTimestamp.IsZero() {
+			return fmt.Sprintf("Evacuation %s protects it and is being deleted (its provider is asked to cancel it first)", ev.Name), nil
+		}
 		if done, _, _ := judge(ev, byName[ev.Spec.Provider], r.Clock.Now()); !done {
 			return fmt.Sprintf("Evacuation %s protects it and is not Completed", ev.Name), nil
 		}

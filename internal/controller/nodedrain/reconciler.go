@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -197,6 +198,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{}, err // undo when the requesters leave
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = modeOf(nd), nil
+	recordRun(nd)
 	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
@@ -207,21 +209,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 }
 
 // ended reports whether the drain reached an end and stays there: Drained
-// or Failed, for the node it ran on. A Drained drain whose mode went up
-// (node deletion raises Maintenance to Decommission) runs its stages again,
-// and so does an ended drain whose node was replaced by another of the same
-// name (loadNode starts it over there).
+// or Failed, for the node it ran on, and asked nothing its run did not
+// answer. It runs again (runAgain) when what it is asked changed: its mode
+// went up (node deletion raises Maintenance to Decommission), or, for a
+// Failed drain, a requester joined or a requester's deadline changed. A
+// Drained drain is kept empty while anyone asks: pods that must leave and
+// turn up on the node afterwards (they tolerate the cordon, or were bound
+// to it by name) run it again too; a requester that joins a Drained drain
+// whose node is empty is answered at once. A drain whose node was replaced
+// by another of the same name starts over there (loadNode); one whose node
+// is gone stays as it ended.
 func (r *Reconciler) ended(ctx context.Context, s *scope) (bool, error) {
 	nd := s.drain
-	if nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed {
-		return false, nil
-	}
-	if nd.Status.Phase == v1alpha1.PhaseDrained && modeOf(nd) == v1alpha1.ModeDecommission && nd.Status.Mode != v1alpha1.ModeDecommission {
-		s.log.Info("running the drain again: its mode went up", "from", nd.Status.Mode, "to", modeOf(nd))
-		// A new run: its timeouts count from now, not from the first admission.
-		nd.Status.StartTime, nd.Status.CompletionTime = &metav1.Time{Time: s.now}, nil
-		nd.Status.Phase = v1alpha1.PhaseEvacuating // not Drained until the stages say so again
-		meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
+	if !nd.Ended() {
 		return false, nil
 	}
 	node := &corev1.Node{}
@@ -233,7 +233,85 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) (bool, error) {
 		return true, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
 	r.warnNoExecute(s, node) // an ended drain still says what the taint does
-	return nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID), nil
+	if nd.Status.NodeUID != "" && nd.Status.NodeUID != string(node.UID) {
+		return false, nil
+	}
+	switch reason, why := nd.RequestChange(); {
+	case reason == v1alpha1.ReasonModeRaised, reason != "" && nd.Status.Phase == v1alpha1.PhaseFailed:
+		r.runAgain(s, reason, why)
+		return false, nil
+	case nd.Status.Phase == v1alpha1.PhaseDrained:
+		arrived, err := r.podsArrived(ctx, s, node)
+		if err != nil {
+			return true, err
+		}
+		if arrived != "" {
+			r.runAgain(s, v1alpha1.ReasonPodsArrived, arrived)
+			return false, nil
+		}
+	}
+	recordRun(nd) // nothing new: the run answers the requesters there are now
+	return true, nil
+}
+
+// recordRun records the requesters the drain's current run answers.
+func recordRun(nd *v1alpha1.NodeDrain) {
+	if nd.Status.Run == nil {
+		nd.Status.Run = &v1alpha1.DrainRun{}
+	}
+	nd.Status.Run.Requesters = v1alpha1.RunRequestersOf(nd.Spec.Requesters)
+}
+
+// podsArrived says which pods that must leave are on a Drained drain's
+// node ("" when none), planned as the drain plans them. A drain whose
+// policy cannot be resolved now stays as it is: loadNode would hold it.
+func (r *Reconciler) podsArrived(ctx context.Context, s *scope, node *corev1.Node) (string, error) {
+	p, err := policy.Resolve(ctx, r.Client, s.drain.Spec.PolicyName, node)
+	switch {
+	case policy.IsNotFound(err), policy.IsAmbiguous(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	s.node, s.policy = node, p
+	plan, err := r.plan(ctx, s)
+	if err != nil || plan.Completed() {
+		return "", err
+	}
+	var pods []string
+	for _, d := range plan.Decisions {
+		if d.Action != drain.Skip {
+			pods = append(pods, d.Key())
+		}
+	}
+	return fmt.Sprintf("%d pod(s) that must leave turned up on the node after it was Drained: %s", len(pods), listSome(pods, 5)), nil
+}
+
+// runAgain starts a new run of a drain that had ended, saying why. The
+// run goes through admission again (the admission controller admits it
+// within the policy's concurrency, first by its request time), its
+// timeouts count from its new admission, and it is a new run in the HTTP
+// evacuation protocol (an app's answer to the last run is not this one's).
+// What the last run did stays: the cordon, the Evacuations (a Completed one
+// whose spec does not change stays Completed), the hooks called (a cancel
+// still reaches them), the counts.
+func (r *Reconciler) runAgain(s *scope, reason, why string) {
+	nd := s.drain
+	st := &nd.Status
+	was := st.Phase
+	s.log.Info("running the drain again", "was", was, "reason", reason, "detail", why)
+	st.Phase, st.QueuePosition = v1alpha1.PhasePending, 0
+	st.StartTime, st.CompletionTime = nil, nil
+	st.RequestTime = &metav1.Time{Time: s.now}
+	st.RunID = ""
+	st.Run = &v1alpha1.DrainRun{Reason: reason, Message: condition.Cap(why)}
+	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdmitted)
+	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionBlocked)
+	msg := fmt.Sprintf("running again after it was %s: %s", was, why)
+	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, nil, corev1.EventTypeNormal, v1alpha1.EventRunningAgain, "Drain", "%s", condition.Cap(msg))
+	})
 }
 
 // patchFinalizer adds or removes vacate's finalizer. It patches a copy and

@@ -85,11 +85,12 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 	}
 	for i := range list.Items {
 		ev := &list.Items[i]
-		if ev.Spec.NodeName != nd.Spec.NodeName || ev.Spec.DrainUID != string(nd.UID) || !ev.DeletionTimestamp.IsZero() {
+		if ev.Spec.NodeName != nd.Spec.NodeName || ev.Spec.DrainUID != string(nd.UID) ||
+			(!ev.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel)) {
 			continue
 		}
 		s.log.Info("deleting an Evacuation of the node this drain's node replaced", "evacuation", klogRef(ev.Name))
-		if err := r.Client.Delete(ctx, ev, ctrl.Preconditions{UID: &ev.UID}); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.letGo(ctx, ev, false); err != nil {
 			return reconcile.Result{}, fmt.Errorf("deleting Evacuation %s of the replaced node: %w", ev.Name, err)
 		}
 	}
@@ -171,6 +172,9 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if reason, why, over := overdue(s); over && !plan.Completed() {
 		return r.timeout(ctx, s, plan, reason, why)
 	}
+	if res, err := r.keepDaemonSetsOff(ctx, s); err != nil || !res.IsZero() {
+		return res, err
+	}
 	if err := r.queueEvictions(ctx, s, plan); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -192,6 +196,28 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	return reconcile.Result{}, nil
 }
 
+// keepDaemonSetsOff taints the node, before any DaemonSet pod is evicted,
+// when the policy evicts DaemonSet pods (pods.daemonSets: Evict): they
+// tolerate the cordon, and their DaemonSet would put each back at once.
+// Undo removes the taint (its value is this drain's UID).
+func (r *Reconciler) keepDaemonSetsOff(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if !s.policy.Rules.EvictDaemonSets || cordon.KeepsDaemonSetsOff(s.node, s.drain) {
+		return reconcile.Result{}, nil
+	}
+	changed, err := cordon.KeepDaemonSetsOff(ctx, r.Client, s.node, s.drain)
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	if changed {
+		s.log.Info("tainted the node so that DaemonSets put no pod back while it drains", "node", klogRef(s.node.Name), "taint", v1alpha1.TaintDaemonSetsOff)
+		r.Events.Eventf(s.drain, s.node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Taint",
+			"tainted node %s with %s (NoSchedule) so that DaemonSets put no pod back while it drains (pods.daemonSets: Evict)", s.node.Name, v1alpha1.TaintDaemonSetsOff)
+	}
+	return reconcile.Result{}, nil
+}
+
 // queueEvictions queues the plan's evictions within the PDBs' budgets.
 // Drains run their passes concurrently and share PDBs: one pass at a time
 // computes the budgets and queues what they let through.
@@ -203,8 +229,13 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		if d.Action != drain.Evict {
 			continue
 		}
-		if _, held := s.evac.holding[d.Pod.UID]; held {
-			continue // its evacuation is not Completed
+		if b, held := s.evac.holding[d.Pod.UID]; held {
+			// Its evacuation is not Completed. A pod this drain took out of
+			// service meanwhile goes back in service: a hold has no bound.
+			if err := r.backInServiceWhileHeld(ctx, s, d, b); err != nil {
+				return err
+			}
+			continue
 		}
 		queue := r.queueEviction
 		if r.takesGatedPath(s, d) {
@@ -296,11 +327,15 @@ func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
 	return msg
 }
 
-// overdue says whether the drain ran out of time: past a requester's
-// deadline (the machine goes away then), past timeouts.drain, or with an
-// evacuation past timeouts.evacuation. reason and why say which.
+// overdue says whether the drain ran out of time: past timeouts.drain, with
+// an evacuation past timeouts.evacuation, or, under onTimeout ForceDelete,
+// past a requester's deadline (the machine goes away then: what is left is
+// deleted). reason and why say which. Under Fail a deadline never ends the
+// drain: stopping would leave the pods on a machine that goes, less than
+// the drain would do without a deadline; it drains on as fast as its
+// PodDisruptionBudgets allow, bounded by timeouts.drain.
 func overdue(s *scope) (reason, why string, over bool) {
-	if d := s.drain.Status.Deadline; d != nil && !s.now.Before(d.Time.Time) {
+	if d := s.drain.Status.Deadline; d != nil && s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
 		return v1alpha1.ReasonDeadlinePassed, fmt.Sprintf("the drain did not finish by %s, the deadline of requester %s",
 			d.Time.UTC().Format(time.RFC3339), d.Requester), true
 	}
@@ -322,7 +357,7 @@ func (r *Reconciler) waitFor(s *scope) time.Duration {
 			wait = min(wait, left)
 		}
 	}
-	if d := s.drain.Status.Deadline; d != nil {
+	if d := s.drain.Status.Deadline; d != nil && s.policy.ForceDelete {
 		if left := d.Time.Sub(s.now); left > 0 {
 			wait = min(wait, left)
 		}
@@ -538,6 +573,16 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{RequeueAfter: min(wait, 2*time.Second)}, err
 	}
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	if !nodeGone {
+		if changed, err := cordon.LetDaemonSetsBack(ctx, r.Client, node, nd); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		} else if err != nil {
+			return reconcile.Result{}, err
+		} else if changed {
+			r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore",
+				"removed the taint %s from node %s: DaemonSets may put their pods back", v1alpha1.TaintDaemonSetsOff, node.Name)
+		}
+	}
 	switch {
 	case nodeGone:
 	case cordon.ByDrain(node, nd):
@@ -572,7 +617,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	nd.Status.HooksOmitted, nd.Status.HookCalls, nd.Status.RunID = 0, nil, "" // the next request is a new run
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
-	nd.Status.UndoStartTime, nd.Status.Mode, nd.Status.Deadline = nil, "", nil
+	nd.Status.UndoStartTime, nd.Status.Mode, nd.Status.Deadline, nd.Status.Run = nil, "", nil, nil
 	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonRestored, "no requester is left; vacate undid its changes")
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
