@@ -321,6 +321,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"unknown cloud", "agent:\n  cloud: openstack\n", "cloud"},
 		{"bad log encoder", "controller:\n  log:\n    encoder: xml\n", "encoder"},
 		{"replicas without a leader", "controller:\n  replicas: 2\n  leaderElection:\n    enabled: false\n", "leaderElection.enabled"},
+		// The agent's own policy is what keeps it to its own node.
+		{"agent without admission policies", "agent:\n  enabled: true\nadmissionPolicies:\n  enabled: false\n", "admissionPolicies.enabled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := common.ReadValues([]byte(tc.vals))
