@@ -320,6 +320,7 @@ func TestEvacuationProviderValidation(t *testing.T) {
 	good := provider("good-store", func(s *v1alpha1.EvacuationProviderSpec) {
 		s.Timeout = &metav1.Duration{Duration: 90 * time.Second}
 		s.Modes = []v1alpha1.DrainMode{v1alpha1.ModeDecommission}
+		s.Reporter = &v1alpha1.ProviderReporter{ServiceAccount: &v1alpha1.ServiceAccountReference{Namespace: "storage", Name: "store"}}
 	})
 	if err := cl.Create(ctx, good); err != nil {
 		t.Fatalf("valid EvacuationProvider rejected: %v", err)
@@ -343,6 +344,11 @@ func TestEvacuationProviderValidation(t *testing.T) {
 		// pod of every node being drained.
 		{"selects everything", func(s *v1alpha1.EvacuationProviderSpec) { s.PodSelector = metav1.LabelSelector{} },
 			"an EvacuationProvider must select its pods"},
+		{"reporter naming nobody", func(s *v1alpha1.EvacuationProviderSpec) { s.Reporter = &v1alpha1.ProviderReporter{} },
+			"set exactly one of serviceAccount and user"},
+		{"reporter naming two", func(s *v1alpha1.EvacuationProviderSpec) {
+			s.Reporter = &v1alpha1.ProviderReporter{User: "store", ServiceAccount: &v1alpha1.ServiceAccountReference{Namespace: "storage", Name: "store"}}
+		}, "set exactly one of serviceAccount and user"},
 	} {
 		wantRejected(t, tc.name, cl.Create(ctx, provider("bad-store", tc.mutate)), tc.msg)
 	}

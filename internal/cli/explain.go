@@ -59,6 +59,23 @@ func runExplain(ctx context.Context, flags *genericclioptions.ConfigFlags, s Str
 	if err != nil {
 		return sess.explain(err, "reading what holds the drain of "+node)
 	}
+	in.Evacuations = nodeEvacuations(ctx, sess, node)
 	in.Now = clk.Now()
 	return explain.Explain(in).Write(s.Out, in.Now)
+}
+
+// nodeEvacuations are the Evacuations of node, or nil when they cannot be
+// read (the warnings they feed are then left out, not the command).
+func nodeEvacuations(ctx context.Context, sess *session, node string) []v1alpha1.Evacuation {
+	list := &v1alpha1.EvacuationList{}
+	if err := sess.client.List(ctx, list); err != nil {
+		return nil
+	}
+	var out []v1alpha1.Evacuation
+	for _, ev := range list.Items {
+		if ev.Spec.NodeName == node {
+			out = append(out, ev)
+		}
+	}
+	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/progress"
 )
 
@@ -102,10 +103,28 @@ func (o *statusOptions) run(ctx context.Context, args []string) error {
 	if err := p.list(drains); err != nil {
 		return err
 	}
+	if o.output == "" || o.output == "wide" {
+		o.warnUnreported(ctx, s, drains)
+	}
 	if !o.watch {
 		return nil
 	}
 	return o.watchChanges(ctx, s, args, p)
+}
+
+// warnUnreported warns, on the error stream, about running drains'
+// Evacuations whose provider names no reporter: anyone allowed to write
+// evacuations/status can complete them.
+func (o *statusOptions) warnUnreported(ctx context.Context, s *session, drains []v1alpha1.NodeDrain) {
+	for i := range drains {
+		nd := &drains[i]
+		if nd.Ended() || len(nd.Spec.Requesters) == 0 {
+			continue
+		}
+		for _, f := range explain.Unreported(nd, nodeEvacuations(ctx, s, nd.Name)) {
+			fmt.Fprintf(o.streams.Err, "warning: %s: %s; %s\n", f.Subject, f.Cause, f.Fix)
+		}
+	}
 }
 
 // watchChanges prints a drain again whenever it changes, until interrupted.
@@ -291,11 +310,15 @@ func (p *drainPrinter) fields(nd *v1alpha1.NodeDrain) []string {
 
 // phaseCell is the drain's phase; for a drain waiting for admission,
 // "Queued", its place in the queue and the reason, such as
-// "Queued #2 WaitingForSlot".
-func phaseCell(nd *v1alpha1.NodeDrain) string {
+// "Queued #2 WaitingForSlot"; for a drain that ended and runs again, why,
+// such as "Evicting (again: PodsArrived)".
+func phaseCell(nd *v1alpha1.NodeDrain) (cell string) {
 	phase := string(nd.Status.Phase)
 	if phase == "" {
 		phase = string(v1alpha1.PhasePending)
+	}
+	if r := nd.Status.Run; r != nil && r.Reason != "" && !nd.Ended() && len(nd.Spec.Requesters) > 0 {
+		defer func() { cell += " (again: " + r.Reason + ")" }()
 	}
 	c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	if nd.Status.Phase != v1alpha1.PhasePending || c == nil || c.Status != "False" || len(nd.Spec.Requesters) == 0 {
@@ -329,6 +352,9 @@ func why(nd *v1alpha1.NodeDrain) string {
 		if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionDrained); c != nil {
 			return c.Message
 		}
+	}
+	if r := nd.Status.Run; r != nil && r.Reason != "" && !nd.Ended() {
+		return "running again: " + r.Message
 	}
 	return "-"
 }

@@ -29,7 +29,10 @@ type Input struct {
 	PDBs map[string]*policyv1.PodDisruptionBudget
 	// PDBPods are the pods each PDB selects, by the PDB's namespace/name.
 	PDBPods map[string][]*corev1.Pod
-	Now     time.Time
+	// Evacuations are the Evacuations of the drain's node (the CLI reads
+	// them; nil when it may not).
+	Evacuations []v1alpha1.Evacuation
+	Now         time.Time
 }
 
 // Finding is one thing that holds the drain up.
@@ -95,6 +98,9 @@ func Explain(in Input) Explanation {
 		e.Findings = append(e.Findings, holderFindings(g.holder, byHolder[g], in)...)
 	}
 	e.Findings = append(e.Findings, released(nd)...)
+	if !nd.Ended() {
+		e.Findings = append(e.Findings, Unreported(nd, in.Evacuations)...)
+	}
 	if int(st.Blocked) > len(st.Blockers) {
 		e.Findings = append(e.Findings, Finding{Subject: "more pods",
 			Cause: fmt.Sprintf("%d more pod(s) are blocked than the status lists (it keeps %d)", int(st.Blocked)-len(st.Blockers), len(st.Blockers)),
@@ -131,8 +137,8 @@ func deadlineFinding(nd *v1alpha1.NodeDrain, now time.Time) (Finding, bool) {
 	subject := "nodedrain/" + nd.Name
 	left := d.Time.Sub(now)
 	when := fmt.Sprintf("the machine goes at %s (the deadline of %s", d.Time.UTC().Format(time.RFC3339), d.Requester)
-	fix := "at the deadline a running drain ends as the policy's timeouts.onTimeout says (Fail leaves the pods where they are; " +
-		"ForceDelete deletes them), and one not started yet fails with nothing evicted"
+	fix := "at the deadline, under the policy's timeouts.onTimeout ForceDelete the pods still on the node are deleted; under Fail the drain " +
+		"goes on as fast as the pods allow (a deadline never stops a drain, and one not started yet is admitted first)"
 	if left <= 0 {
 		return Finding{Subject: subject, Cause: when + ", passed " + (-left).Round(time.Second).String() + " ago)", Fix: fix}, true
 	}
@@ -158,10 +164,33 @@ func deadlineFinding(nd *v1alpha1.NodeDrain, now time.Time) (Finding, bool) {
 		Fix: "unblock the pods below now; " + fix}, true
 }
 
+// Unreported warns about the drain's Evacuations whose provider names no
+// reporter (spec.reporter): anyone RBAC lets write evacuations/status can
+// complete them, and so release the pods they protect before their data
+// moved.
+func Unreported(nd *v1alpha1.NodeDrain, evs []v1alpha1.Evacuation) []Finding {
+	var out []Finding
+	for _, ev := range evs {
+		if ev.Spec.NodeName != nd.Spec.NodeName || ev.Spec.DrainUID != string(nd.UID) || ev.Spec.Reporter != "" {
+			continue
+		}
+		out = append(out, Finding{Subject: "evacuation/" + ev.Name,
+			Cause: fmt.Sprintf("EvacuationProvider %s names no reporter: anyone allowed to write evacuations/status can complete this Evacuation, "+
+				"and so release the pods it protects before their data moved", ev.Spec.Provider),
+			Fix: fmt.Sprintf("set spec.reporter of EvacuationProvider %s to the service account the provider runs as "+
+				"(docs/evacuation.md, \"Who may complete an Evacuation\"); vacate copies it to the Evacuation", ev.Spec.Provider)})
+	}
+	return out
+}
+
 // drainFindings are the causes that hold the whole drain, not one pod.
 func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 	var out []Finding
 	subject := "nodedrain/" + nd.Name
+	if r := nd.Status.Run; r != nil && r.Reason != "" && !nd.Ended() {
+		out = append(out, Finding{Subject: subject, Cause: "it ended, and runs again (" + r.Reason + "): " + r.Message,
+			Fix: "nothing to do: a drain that ended runs again when it is asked more, and a Drained node is kept empty while anyone asks"})
+	}
 	if len(nd.Spec.Requesters) == 0 {
 		out = append(out, Finding{Subject: subject, Cause: "no requester is left, so the drain is idle and vacate undid its changes",
 			Fix: "request it again with 'vacate drain " + nd.Spec.NodeName + "', or delete the NodeDrain"})

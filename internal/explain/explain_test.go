@@ -256,3 +256,41 @@ func TestDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestRunningAgainAndUnreportedProviders (issue 23): a drain that ended and
+// runs again says why; an Evacuation of the drain whose provider names no
+// reporter is a warning with what to set; one with a reporter, or of
+// another drain, is not.
+func TestRunningAgainAndUnreportedProviders(t *testing.T) {
+	nd := stuck()
+	nd.UID = "drain-uid"
+	nd.Status.Run = &v1alpha1.DrainRun{Reason: v1alpha1.ReasonPodsArrived, Message: "1 pod(s) that must leave turned up on the node after it was Drained: shop/late"}
+	evs := []v1alpha1.Evacuation{
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1.volumes-1"}, Spec: v1alpha1.EvacuationSpec{NodeName: "n1", Provider: "volumes", DrainUID: "drain-uid"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1.broker-2"}, Spec: v1alpha1.EvacuationSpec{NodeName: "n1", Provider: "broker", DrainUID: "drain-uid",
+			Reporter: "system:serviceaccount:queues:broker"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1.old-3"}, Spec: v1alpha1.EvacuationSpec{NodeName: "n1", Provider: "old", DrainUID: "earlier-drain"}},
+	}
+	e := Explain(Input{Drain: nd, Evacuations: evs, Now: now})
+	var again, unreported []Finding
+	for _, f := range e.Findings {
+		switch {
+		case strings.Contains(f.Cause, "runs again (PodsArrived)"):
+			again = append(again, f)
+		case strings.Contains(f.Cause, "names no reporter"):
+			unreported = append(unreported, f)
+		}
+	}
+	if len(again) != 1 || !strings.Contains(again[0].Cause, "shop/late") {
+		t.Errorf("running-again findings %+v, want one naming shop/late", again)
+	}
+	if len(unreported) != 1 || unreported[0].Subject != "evacuation/n1.volumes-1" || !strings.Contains(unreported[0].Fix, "spec.reporter of EvacuationProvider volumes") {
+		t.Errorf("unreported findings %+v, want one for volumes saying what to set", unreported)
+	}
+	nd.Status.Phase = v1alpha1.PhaseDrained
+	for _, f := range Explain(Input{Drain: nd, Evacuations: evs, Now: now}).Findings {
+		if strings.Contains(f.Cause, "names no reporter") || strings.Contains(f.Cause, "runs again") {
+			t.Errorf("an ended drain still warns: %+v", f)
+		}
+	}
+}

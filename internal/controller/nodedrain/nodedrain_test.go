@@ -15,14 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/admission"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testutil"
@@ -501,9 +498,12 @@ func TestDrainTimeout(t *testing.T) {
 }
 
 // TestRequesterDeadline: a requester's deadline (a spot notice's
-// termination time) is the drain's, shown in status.deadline; a drain held
-// by a PDB past it ends as at timeouts.drain, here Failed with the pods in
-// place, saying whose deadline passed. The policy has no drain timeout.
+// termination time) is the drain's, shown in status.deadline. Under
+// onTimeout Fail a drain held by a PDB past it is not failed (stopping would
+// leave the pods on a machine that goes): it drains on, and its Blocked
+// condition says the deadline passed. Under ForceDelete the pods still there
+// are deleted once it has passed, and the drain ends Drained. The policy has
+// no drain timeout.
 func TestRequesterDeadline(t *testing.T) {
 	e := startEnv(t)
 	ctx := testenv.Context(t)
@@ -533,70 +533,26 @@ func TestRequesterDeadline(t *testing.T) {
 		d := nd.Status.Deadline
 		return d != nil && d.Requester == "agent:aws-spot" && d.Time.Equal(&soon)
 	})
-	end := e.waitDrain(t, target, "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
-	c := meta.FindStatusCondition(end.Status.Conditions, v1alpha1.ConditionBlocked)
-	if c == nil || c.Reason != v1alpha1.ReasonDeadlinePassed || !strings.Contains(c.Message, "the deadline of requester agent:aws-spot") {
-		t.Errorf("Blocked condition %+v, want reason %s naming agent:aws-spot", c, v1alpha1.ReasonDeadlinePassed)
+	past := e.waitDrain(t, target, "past its deadline, still draining", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked)
+		return nd.Status.Phase == v1alpha1.PhaseFailed || (c != nil && strings.Contains(c.Message, "past the deadline of requester agent:aws-spot"))
+	})
+	if past.Status.Phase != v1alpha1.PhaseEvicting {
+		t.Fatalf("under onTimeout Fail the drain past its deadline is %s, want it Evicting on: %s", past.Status.Phase, testenv.DescribeDrain(past))
 	}
+	if left := podsOn(t, e, ns, target); len(left) != 2 {
+		t.Errorf("%d pods left on the node, want both (the PDB allows no disruption)", len(left))
+	}
+
+	t.Log("the policy says ForceDelete: the deadline has passed, so the pods go and the drain is Drained")
+	updatePolicy(t, e, prefix, func(s *v1alpha1.DrainPolicySpec) { s.Timeouts.OnTimeout = "ForceDelete" })
+	end := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
 	if end.Status.CompletionTime == nil || end.Status.CompletionTime.Before(&soon) {
 		t.Errorf("completed at %v, before the deadline %v", end.Status.CompletionTime, soon)
 	}
-	if left := podsOn(t, e, ns, target); len(left) != 2 {
-		t.Errorf("%d pods left on the node, want both kept in place (onTimeout Fail)", len(left))
-	}
+	waitEvents(t, e, target, v1alpha1.EventForceDeleted)
 }
 
-// TestDeadlinePassesInTheQueue: a drain still waiting for a slot when its
-// requester's deadline passes fails then, DeadlinePassed, with nothing
-// evicted; it never starts late.
-func TestDeadlinePassesInTheQueue(t *testing.T) {
-	e := startEnv(t)
-	ctx := testenv.Context(t)
-	const prefix = "queued-deadline"
-	sel := map[string]string{testLabel: prefix}
-	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: prefix, Count: 2, Labels: sel})
-	ns := testenv.Namespace(t, e.c)
-	apiBehindPDB(t, e, ns, sel, 4, "0")
-	policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: prefix}}
-	policy.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: sel}
-	policy.Spec.Concurrency.MaxParallelNodes = ptr.To(intstr.FromInt32(1))
-	policy.Spec.Concurrency.BatchWindow = &metav1.Duration{}
-	if err := e.cl.Create(ctx, policy); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), policy) })
-	// The running drain holds the node with the most pods (the PDB lets
-	// none go), so it never ends; the other waits for the slot.
-	if len(podsOn(t, e, ns, nodes[1])) > len(podsOn(t, e, ns, nodes[0])) {
-		nodes[0], nodes[1] = nodes[1], nodes[0]
-	}
-	running := testutil.NodeDrain(nodes[0], "", "cli:test")
-	if err := e.cl.Create(ctx, running); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), running) })
-	e.waitDrain(t, nodes[0], "admitted", time.Minute, admission.IsAdmitted)
-	before := podsOn(t, e, ns, nodes[1])
-
-	soon := metav1.NewTime(time.Now().Add(4 * time.Second).Truncate(time.Second))
-	queued := testutil.NodeDrain(nodes[1], "")
-	queued.Spec.Requesters = []v1alpha1.Requester{{Name: "agent:aws-spot", Deadline: &soon}}
-	if err := e.cl.Create(ctx, queued); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), queued) })
-	end := e.waitDrain(t, nodes[1], "Failed", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseFailed })
-	c := meta.FindStatusCondition(end.Status.Conditions, v1alpha1.ConditionDrained)
-	if c == nil || c.Reason != v1alpha1.ReasonDeadlinePassed || !strings.Contains(c.Message, "passed before the drain started") {
-		t.Errorf("Drained condition %+v, want %s saying it never started", c, v1alpha1.ReasonDeadlinePassed)
-	}
-	if end.Status.StartTime != nil || end.Status.CompletionTime == nil || end.Status.CompletionTime.Before(&soon) {
-		t.Errorf("start %v, completion %v: want never started, ended at or after the deadline %v", end.Status.StartTime, end.Status.CompletionTime, soon)
-	}
-	if after := podsOn(t, e, ns, nodes[1]); len(after) != len(before) {
-		t.Errorf("%d pods on the queued drain's node, %d before: nothing may be evicted", len(after), len(before))
-	}
-}
 
 // TestEmptyingRequestersUndoes: when the last requester leaves, vacate
 // uncordons the node it cordoned and releases its finalizer; the NodeDrain

@@ -306,7 +306,12 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionFalse, v1alpha1.ReasonEvicting, plan.ConditionMessage())
 	}
 	if len(blockers) > 0 {
-		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, v1alpha1.ReasonBlocked, blockedMessage(st.Blocked, blockers))
+		msg := blockedMessage(st.Blocked, blockers)
+		if d := st.Deadline; d != nil && !s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
+			msg = fmt.Sprintf("past the deadline of requester %s (%s): draining on as fast as the pods allow (onTimeout Fail never stops a drain at a deadline); %s",
+				d.Requester, d.Time.UTC().Format(time.RFC3339), msg)
+		}
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, v1alpha1.ReasonBlocked, msg)
 	} else {
 		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionFalse, v1alpha1.ReasonNotBlocked, "nothing blocks the drain")
 	}
