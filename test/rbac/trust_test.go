@@ -66,7 +66,9 @@ func TestDeadlinesNeedTheRightToForce(t *testing.T) {
 	if err := requests.Apply(ctx, cl, node, v1alpha1.Requester{Name: "cli:dora", Deadline: soon}, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	t.Cleanup(func() {
+		_ = cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
 	if err := requests.Apply(ctx, dora, node, v1alpha1.Requester{Name: "cli:dora", Reason: "same deadline", Deadline: soon}, "", ""); err != nil {
 		t.Errorf("dora restating the deadline she has: %v", err)
 	}

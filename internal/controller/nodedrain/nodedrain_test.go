@@ -553,7 +553,6 @@ func TestRequesterDeadline(t *testing.T) {
 	waitEvents(t, e, target, v1alpha1.EventForceDeleted)
 }
 
-
 // TestEmptyingRequestersUndoes: when the last requester leaves, vacate
 // uncordons the node it cordoned and releases its finalizer; the NodeDrain
 // object stays, idle.

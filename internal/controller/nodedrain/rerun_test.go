@@ -68,7 +68,9 @@ func join(t *testing.T, e *env, node string, r v1alpha1.Requester) {
 }
 
 func phaseIs(p v1alpha1.DrainPhase) func(*v1alpha1.NodeDrain) bool {
-	return func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == p && nd.Status.ObservedGeneration == nd.Generation }
+	return func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == p && nd.Status.ObservedGeneration == nd.Generation
+	}
 }
 
 // runningAgain: the drain runs again for reason, and says so.
@@ -99,7 +101,9 @@ func TestFailedDrainRunsAgain(t *testing.T) {
 	if err := requests.Apply(testenv.Context(t), e.cl, moved, spot, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: moved}}) })
+	t.Cleanup(func() {
+		_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: moved}})
+	})
 	for _, n := range nodes {
 		failed := e.waitDrain(t, n, "Failed by timeouts.drain", time.Minute, phaseIs(v1alpha1.PhaseFailed))
 		if c := meta.FindStatusCondition(failed.Status.Conditions, v1alpha1.ConditionDrained); c == nil || c.Reason != v1alpha1.ReasonDrainTimeout {
@@ -179,7 +183,9 @@ func TestFailedMaintenanceDrainDecommissionedOnNodeDeletion(t *testing.T) {
 	e := startEnv(t)
 	pool := "rerun-delete"
 	node := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: pool, Count: 1, Labels: map[string]string{"pool": pool}})[0]
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	t.Cleanup(func() {
+		_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
 	deletePolicy(t, e, pool, []string{node}, func(s *v1alpha1.DrainPolicySpec) {
 		s.Timeouts.Drain = &metav1.Duration{Duration: 2 * time.Second}
 	})
@@ -274,7 +280,9 @@ func TestDeadlinePassedBeforeStartIsAdmittedFirst(t *testing.T) {
 		Deadline: &metav1.Time{Time: deadline}}, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: late}}) })
+	t.Cleanup(func() {
+		_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: late}})
+	})
 	time.Sleep(time.Until(deadline) + 2*time.Second)
 	nd := e.waitDrain(t, late, "queued first, past its deadline", 30*time.Second, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.QueuePosition == 1 || nd.Status.Phase == v1alpha1.PhaseFailed
