@@ -79,8 +79,15 @@ type Agent struct {
 	problems map[string][]Problem // by source name
 	// finished records the notices told done, by key; kept while current.
 	finished map[string]bool
-	// seen records when a notice was first seen, for metrics.
-	seen map[string]time.Time
+	// seen records when each current notice was first seen, by key.
+	seen map[string]seenNotice
+}
+
+// seenNotice is when the agent first saw a notice, and whether its
+// deadline had passed by then (on the node's clock).
+type seenNotice struct {
+	at   time.Time
+	late bool
 }
 
 // New returns an agent; Run starts it.
@@ -100,7 +107,7 @@ func New(opts Options) *Agent {
 		notices:  map[string][]Notice{},
 		problems: map[string][]Problem{},
 		finished: map[string]bool{},
-		seen:     map[string]time.Time{},
+		seen:     map[string]seenNotice{},
 	}
 }
 
@@ -116,7 +123,8 @@ func (r reporter) Notices(ns []Notice) {
 	a.notices[r.source] = slices.Clone(ns)
 	for _, n := range ns {
 		if _, ok := a.seen[noticeKey(n)]; !ok {
-			a.seen[noticeKey(n)] = a.opts.Now()
+			now := a.opts.Now()
+			a.seen[noticeKey(n)] = seenNotice{at: now, late: !n.Deadline.IsZero() && !now.Before(n.Deadline)}
 			a.opts.Metrics.Notices.WithLabelValues(n.Source).Inc()
 			a.opts.Log.Info("notice", "source", n.Source, "reason", n.Reason, "deadline", n.Deadline, "mode", n.Mode, "cordonOnly", n.CordonOnly)
 		}
@@ -356,7 +364,13 @@ func (a *Agent) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, name strin
 
 // finish records, once per notice, that it is done (the drain is Drained,
 // or the notice's deadline came), and tells its source if the source
-// wants to know (a Finisher).
+// wants to know (a Finisher). A notice whose deadline had passed already
+// when the agent first saw it (a cloud event due before the agent heard
+// of it, a logind delay no longer than the margin) is done only when the
+// drain is Drained: releasing it at once would let the machine go with
+// nothing drained, and the platform goes on its own time anyway (logind
+// stops waiting after InhibitDelayMaxSec, Azure starts an event once its
+// NotBefore has passed).
 func (a *Agent) finish(ctx context.Context, w wanted) error {
 	now := a.opts.Now()
 	var nd *v1alpha1.NodeDrain
@@ -373,7 +387,7 @@ func (a *Agent) finish(ctx context.Context, w wanted) error {
 				}
 			}
 			drained := drainedFor(nd, w.requesters[RequesterPrefix+n.Source])
-			late := !n.Deadline.IsZero() && !now.Before(n.Deadline)
+			late := !n.Deadline.IsZero() && !now.Before(n.Deadline) && !a.lateOnArrival(n)
 			if !drained && !late {
 				continue
 			}
@@ -415,6 +429,14 @@ func (a *Agent) current(source string) []Notice {
 
 func noticeKey(n Notice) string { return n.Source + "/" + n.ID + "/" + n.Deadline.String() }
 
+// lateOnArrival says whether the notice's deadline had passed when the
+// agent first saw it.
+func (a *Agent) lateOnArrival(n Notice) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seen[noticeKey(n)].late
+}
+
 func (a *Agent) isFinished(n Notice) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -426,7 +448,7 @@ func (a *Agent) markFinished(n Notice, drained bool, now time.Time) {
 	defer a.mu.Unlock()
 	a.finished[noticeKey(n)] = true
 	if seen, ok := a.seen[noticeKey(n)]; ok && drained {
-		a.opts.Metrics.NoticeToDrained.WithLabelValues(n.Source).Observe(now.Sub(seen).Seconds())
+		a.opts.Metrics.NoticeToDrained.WithLabelValues(n.Source).Observe(now.Sub(seen.at).Seconds())
 	}
 	if !n.Deadline.IsZero() {
 		a.opts.Metrics.DeadlineMargin.WithLabelValues(n.Source).Set(n.Deadline.Sub(now).Seconds())

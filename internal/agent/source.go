@@ -75,10 +75,11 @@ type Reporter interface {
 
 // Finisher is a Source that must know when the agent is done with one of
 // its notices: the node is Drained (drained is true), or the notice's
-// deadline came first (false). logind releases its inhibitor lock, so the
-// shutdown goes on; Azure acknowledges the event; the signal mode exits.
-// Finish is called at most once per notice (Source and ID) while it stays
-// current.
+// deadline came first (false). A notice whose deadline had passed already
+// when the agent first saw it is finished only once the node is Drained.
+// logind releases its inhibitor lock, so the shutdown goes on; Azure
+// acknowledges the event; the signal mode exits. Finish is called at most
+// once per notice (Source and ID) while it stays current.
 type Finisher interface {
 	Finish(ctx context.Context, n Notice, drained bool) error
 }
