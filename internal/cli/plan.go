@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/clock"
@@ -24,14 +28,10 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/explain"
+	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/progress"
-)
-
-// HTTP evacuation hook annotations on pods.
-const (
-	annotationEvacuatePort = "vacate.dev/evacuate-port"
-	annotationEvacuatePath = "vacate.dev/evacuate-path"
+	"github.com/vacate-dev/vacate/internal/providers"
 )
 
 type planOptions struct {
@@ -41,6 +41,10 @@ type planOptions struct {
 	targets
 	policy string
 	output string
+	mode   string
+	// allowLoopback plans hooks as a controller run with
+	// --allow-loopback-hooks calls them.
+	allowLoopback bool
 }
 
 func newPlanCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
@@ -50,14 +54,21 @@ func newPlanCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.W
 		Short: "Preview drains without changing anything",
 		Long: `A dry run that only reads: for each node, which pods a drain would evict,
 leave in place or be blocked by, and why (the same planner the controller
-uses, with the same DrainPolicy); which PodDisruptionBudgets would block now
-(disruptions allowed against the pods on the node); which evacuation hooks
-would run; and an estimate of how long the evictions take.`,
+uses, with the same DrainPolicy, honouring pods' own annotations only where
+the policy does); which PodDisruptionBudgets would block now (disruptions
+allowed against the pods on the node); whose HTTP evacuation hook the
+controller would call before the pod's eviction, and where, or why not;
+which EvacuationProviders it would ask, and which pods each would hold; the
+node's Evacuations; and an estimate of how long the evictions take, and
+what bounds the evacuations.`,
 		Example: `  # What would draining node-1 do?
   vacate plan node-1
 
   # A whole pool, under a stricter policy, as JSON
-  vacate plan --selector pool=old --policy strict -o json`,
+  vacate plan --selector pool=old --policy strict -o json
+
+  # Which providers would a decommission ask?
+  vacate plan node-1 --mode Decommission`,
 		ValidArgsFunction: completeNodes(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args)
@@ -67,7 +78,10 @@ would run; and an estimate of how long the evictions take.`,
 	o.targets.addFlag(f, "plan for")
 	f.StringVar(&o.policy, "policy", "", "plan with this DrainPolicy (default: the drain's own, else \"default\", else built-in defaults)")
 	f.StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: text)")
+	f.StringVar(&o.mode, "mode", "", "plan a drain in this mode, Maintenance or Decommission (default: the drain's current mode, Maintenance for a new one)")
+	f.BoolVar(&o.allowLoopback, "allow-loopback-hooks", false, "plan HTTP hooks as a vacate-controller run with --allow-loopback-hooks calls them (development clusters, whose pods have loopback addresses)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(v1alpha1.ModeMaintenance), string(v1alpha1.ModeDecommission)}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -75,15 +89,28 @@ would run; and an estimate of how long the evictions take.`,
 type NodePlan struct {
 	Node   string `json:"node"`
 	Policy string `json:"policy"`
+	// Mode is the drain mode planned for.
+	Mode string `json:"mode"`
 	// Cordon says what would happen to the node's schedulability.
-	Cordon   string         `json:"cordon"`
-	Existing string         `json:"existingDrain,omitempty"`
-	Pods     []PodPlan      `json:"pods"`
-	PDBs     []PDBPlan      `json:"pdbs"`
-	Hooks    []string       `json:"hooks"`
-	Estimate Estimate       `json:"estimate"`
-	Counts   map[string]int `json:"counts"`
-	Blocked  []string       `json:"blocked"`
+	Cordon   string    `json:"cordon"`
+	Existing string    `json:"existingDrain,omitempty"`
+	Pods     []PodPlan `json:"pods"`
+	PDBs     []PDBPlan `json:"pdbs"`
+	// Hooks says, for each pod with the annotation
+	// vacate.dev/evacuate-port, what happens to its HTTP hook, in words
+	// (HTTPHooks has the same as objects).
+	Hooks     []string   `json:"hooks"`
+	HTTPHooks []HookPlan `json:"httpHooks"`
+	// Providers are the EvacuationProviders, asked or not, and why.
+	Providers []ProviderPlan `json:"evacuationProviders"`
+	// Evacuations are the node's Evacuations as they are now.
+	Evacuations []EvacuationPlan `json:"evacuations"`
+	Estimate    Estimate         `json:"estimate"`
+	Counts      map[string]int   `json:"counts"`
+	Blocked     []string         `json:"blocked"`
+	// Held are the pods that leave only once an evacuation (an
+	// EvacuationProvider's or their HTTP hook) Completed.
+	Held []string `json:"held"`
 	// Unreachable are the pods terminating on a node that has not been
 	// Ready for timeouts.unreachablePods: reported, not waited on.
 	Unreachable []string `json:"unreachable,omitempty"`
@@ -98,6 +125,70 @@ type PodPlan struct {
 	PDBs   []string `json:"pdbs,omitempty"`
 	// BlockedNow: the drain would report this pod as blocked now.
 	BlockedNow bool `json:"blockedNow"`
+	// HeldBy are the evacuations the pod waits for: "Evacuation <name>",
+	// "HTTP hook of pod <namespace>/<name>".
+	HeldBy []string `json:"heldBy,omitempty"`
+	// IgnoredAnnotations are the pod's own annotations the policy does not
+	// honour in its namespace (pods.annotationNamespaceSelector): it is
+	// planned as if it had none.
+	IgnoredAnnotations []string `json:"ignoredAnnotations,omitempty"`
+}
+
+// HookPlan is what the drain would do with one pod's HTTP evacuation hook.
+type HookPlan struct {
+	Pod string `json:"pod"`
+	// Called: the controller POSTs to URL before it evicts the pod.
+	Called bool   `json:"called"`
+	URL    string `json:"url,omitempty"`
+	// Holds: the pod is not evicted until the hook answers Completed, or,
+	// when it is not called for a fault of the pod (bad annotations, an
+	// address vacate never calls), until that is fixed.
+	Holds bool   `json:"holds"`
+	Why   string `json:"why"`
+}
+
+// ProviderPlan is what the drain would ask of one EvacuationProvider.
+type ProviderPlan struct {
+	Name  string `json:"name"`
+	Stage string `json:"stage"`
+	// Modes the provider takes part in; empty: every mode.
+	Modes []string `json:"modes,omitempty"`
+	// Asked: the drain creates (or keeps) the Evacuation named Evacuation.
+	Asked      bool   `json:"asked"`
+	Evacuation string `json:"evacuation,omitempty"`
+	// Pods are the pods leaving the node that the provider protects (with,
+	// for an Evacuation of the node's current drain that still holds, the
+	// pods it recorded that are still on the node).
+	Pods []string `json:"pods"`
+	// Holds: those pods are evicted only once the Evacuation Completed.
+	Holds bool `json:"holds"`
+	// HeartbeatTimeoutSeconds is spec.timeout: silent longer, the provider
+	// is reported stale (its pods stay held).
+	HeartbeatTimeoutSeconds float64 `json:"heartbeatTimeoutSeconds"`
+	Why                     string  `json:"why"`
+}
+
+// EvacuationPlan is one of the node's Evacuations as it is now.
+type EvacuationPlan struct {
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	Stage    string `json:"stage"`
+	Mode     string `json:"mode"`
+	// Phase is Pending until the provider answered the current spec.
+	Phase      string `json:"phase"`
+	Message    string `json:"message,omitempty"`
+	ReleasedBy string `json:"releasedBy,omitempty"`
+	// CurrentDrain: asked by the node's current NodeDrain; otherwise left
+	// by an earlier drain, and taken over by the next one that asks the
+	// provider.
+	CurrentDrain bool `json:"currentDrain"`
+	// Deleting: it is being deleted; vacate has its provider cancel it
+	// first, and it holds its pods until it is gone.
+	Deleting bool `json:"deleting,omitempty"`
+	// PodsOnNode are the pods it protects that are still on the node.
+	PodsOnNode []string `json:"podsOnNode"`
+	// Holds: it keeps those pods from being evicted until it Completed.
+	Holds bool `json:"holds"`
 }
 
 // PDBPlan is what a PDB means for the drain.
@@ -113,7 +204,9 @@ type PDBPlan struct {
 	Rounds         int      `json:"rounds"`
 }
 
-// Estimate bounds the time of the evictions.
+// Estimate bounds the time of the evictions. How long an evacuation takes
+// is not known: LowSeconds and HighSeconds count the evictions only, and
+// the evacuation fields say what the drain waits for and what bounds it.
 type Estimate struct {
 	Evictions   int     `json:"evictions"`
 	Rounds      int     `json:"rounds"`
@@ -121,6 +214,20 @@ type Estimate struct {
 	HighSeconds float64 `json:"highSeconds"`
 	// Finishes is false when the drain cannot finish without a change.
 	Finishes bool `json:"finishes"`
+	// EvacuationsBefore are the evacuations before eviction the drain
+	// waits for (Evacuations of BeforeEviction providers, HTTP hooks);
+	// EvacuationsAfter those after eviction: the node is Drained only once
+	// all are Completed.
+	EvacuationsBefore int `json:"evacuationsBefore"`
+	EvacuationsAfter  int `json:"evacuationsAfter"`
+	// HeldPods are evicted only once their evacuations Completed.
+	HeldPods int `json:"heldPods"`
+	// EvacuationTimeoutSeconds is timeouts.evacuation (0: none): an
+	// evacuation not Completed by then ends the drain through OnTimeout.
+	EvacuationTimeoutSeconds float64 `json:"evacuationTimeoutSeconds"`
+	// DrainTimeoutSeconds is timeouts.drain (0: none).
+	DrainTimeoutSeconds float64 `json:"drainTimeoutSeconds"`
+	OnTimeout           string  `json:"onTimeout"`
 }
 
 func (o *planOptions) run(ctx context.Context, args []string) error {
@@ -130,6 +237,8 @@ func (o *planOptions) run(ctx context.Context, args []string) error {
 	switch {
 	case o.output != "" && o.output != "json" && o.output != "yaml":
 		return argsError{fmt.Sprintf("-o %q: must be json or yaml", o.output)}
+	case o.mode != "" && o.mode != string(v1alpha1.ModeMaintenance) && o.mode != string(v1alpha1.ModeDecommission):
+		return argsError{fmt.Sprintf("--mode %q: must be Maintenance or Decommission", o.mode)}
 	}
 	s, err := connect(ctx, o.flags)
 	if err != nil {
@@ -147,9 +256,23 @@ func (o *planOptions) run(ctx context.Context, args []string) error {
 	for i := range pdbList.Items {
 		pdbs = append(pdbs, &pdbList.Items[i])
 	}
+	in := planInput{pdbs: pdbs, namespaces: map[string]labels.Set{}}
+	provList := &v1alpha1.EvacuationProviderList{}
+	if err := s.client.List(ctx, provList); err != nil {
+		return s.explain(err, "listing EvacuationProviders")
+	}
+	for i := range provList.Items {
+		in.providers = append(in.providers, &provList.Items[i])
+	}
+	sort.Slice(in.providers, func(i, j int) bool { return in.providers[i].Name < in.providers[j].Name })
+	evList := &v1alpha1.EvacuationList{}
+	if err := s.client.List(ctx, evList); err != nil {
+		return s.explain(err, "listing Evacuations")
+	}
+	in.evacuations = evList.Items
 	plans := make([]NodePlan, 0, len(nodes))
 	for _, name := range nodes {
-		p, err := o.planNode(ctx, s, name, pdbs)
+		p, err := o.planNode(ctx, s, name, &in)
 		if err != nil {
 			return err
 		}
@@ -179,25 +302,67 @@ func (o *planOptions) run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// planNode reads what a drain of the node would meet, and plans it. It
-// only reads.
-func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdbs []*policyv1.PodDisruptionBudget) (NodePlan, error) {
+// planInput is what plan reads once for all the nodes.
+type planInput struct {
+	pdbs []*policyv1.PodDisruptionBudget
+	// providers, by name.
+	providers   []*v1alpha1.EvacuationProvider
+	evacuations []v1alpha1.Evacuation
+	// namespaces are the labels of the namespaces read so far (nil: gone).
+	namespaces map[string]labels.Set
+}
+
+// labelsOf reads a namespace's labels, once, for the decisions plan shares
+// with the controller (a namespace that is gone has none).
+func (in *planInput) labelsOf(ctx context.Context, s *session) policy.NamespaceLabels {
+	return func(name string) (labels.Set, error) {
+		if l, ok := in.namespaces[name]; ok {
+			return l, nil
+		}
+		ns, err := s.clientset.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			in.namespaces[name] = nil
+			return nil, nil
+		case err != nil:
+			return nil, s.explain(err, "reading namespace "+name)
+		}
+		in.namespaces[name] = ns.Labels
+		return ns.Labels, nil
+	}
+}
+
+// planNode reads what a drain of the node would meet, and plans it with the
+// controller's decisions (internal/drain, internal/policy,
+// internal/providers, internal/hook). It only reads.
+func (o *planOptions) planNode(ctx context.Context, s *session, name string, in *planInput) (NodePlan, error) {
 	node, err := s.node(ctx, name)
 	if err != nil {
 		return NodePlan{}, err
 	}
-	np := NodePlan{Node: name, Counts: map[string]int{}, Pods: []PodPlan{}, PDBs: []PDBPlan{}, Hooks: []string{}, Blocked: []string{}}
+	np := NodePlan{Node: name, Counts: map[string]int{}, Pods: []PodPlan{}, PDBs: []PDBPlan{}, Hooks: []string{}, HTTPHooks: []HookPlan{},
+		Providers: []ProviderPlan{}, Evacuations: []EvacuationPlan{}, Blocked: []string{}, Held: []string{}}
 	policyName := o.policy
-	existing := &v1alpha1.NodeDrain{}
-	switch err := s.client.Get(ctx, types.NamespacedName{Name: name}, existing); {
+	var existing *v1alpha1.NodeDrain
+	nd := &v1alpha1.NodeDrain{}
+	switch err := s.client.Get(ctx, types.NamespacedName{Name: name}, nd); {
 	case err == nil:
-		np.Existing = fmt.Sprintf("already requested by %s: %s", requesterList(existing), existing.Status.Phase)
+		existing = nd
+		np.Existing = fmt.Sprintf("already requested by %s: %s", requesterList(nd), nd.Status.Phase)
 		if policyName == "" {
-			policyName = existing.Spec.PolicyName
+			policyName = nd.Spec.PolicyName
 		}
 	case !apierrors.IsNotFound(err):
 		return NodePlan{}, s.explain(err, "reading NodeDrain "+name)
 	}
+	mode := v1alpha1.ModeMaintenance
+	switch {
+	case o.mode != "":
+		mode = v1alpha1.DrainMode(o.mode)
+	case existing != nil && existing.Spec.Mode != "":
+		mode = existing.Spec.Mode
+	}
+	np.Mode = string(mode)
 	pol, err := policy.Resolve(ctx, s.client, policyName, node)
 	if policy.IsAmbiguous(err) {
 		return NodePlan{}, fmt.Errorf("node %s: %w", name, err)
@@ -223,30 +388,62 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdb
 	if err != nil {
 		return NodePlan{}, s.explain(err, "listing the pods of node "+name)
 	}
+	// The pods as the controller drains them: their own annotations only
+	// where the policy honours them.
+	labelsOf := in.labelsOf(ctx, s)
 	pods := make([]*corev1.Pod, 0, len(podList.Items))
+	originals := map[types.UID]*corev1.Pod{}
+	ignored := map[types.UID][]string{}
 	for i := range podList.Items {
-		pods = append(pods, &podList.Items[i])
+		pod := &podList.Items[i]
+		drained, ign, err := pol.AsDrained(pod, labelsOf)
+		if err != nil {
+			return NodePlan{}, err
+		}
+		pods = append(pods, drained)
+		originals[pod.UID] = pod
+		if len(ign) > 0 {
+			ignored[pod.UID] = ign
+		}
 	}
-	plan := drain.New(pods, pdbs, pol.Rules.ForNode(node), o.clock.Now())
+	plan := drain.New(pods, in.pdbs, pol.Rules.ForNode(node), o.clock.Now())
+	onNode := map[types.UID]*corev1.Pod{}
+	var leaving []*corev1.Pod // the pods the drain moves: the ones an evacuation can protect
 	for _, d := range plan.Decisions {
-		pp := PodPlan{Pod: d.Key(), Action: string(d.Action), Reason: string(d.Reason), Detail: d.Detail, PDBs: d.PDBs}
+		onNode[d.Pod.UID] = d.Pod
+		if d.Action != drain.Skip {
+			leaving = append(leaving, d.Pod)
+		}
+	}
+	heldBy := map[types.UID][]string{}
+	before, after, err := planEvacuations(&np, existing, node, mode, leaving, onNode, in, labelsOf, heldBy)
+	if err != nil {
+		return NodePlan{}, err
+	}
+	hooks, hookBlocked, err := o.planHooks(&np, existing, pol, mode, plan, originals, labelsOf, heldBy)
+	if err != nil {
+		return NodePlan{}, err
+	}
+	for _, d := range plan.Decisions {
+		pp := PodPlan{Pod: d.Key(), Action: string(d.Action), Reason: string(d.Reason), Detail: d.Detail, PDBs: d.PDBs,
+			HeldBy: heldBy[d.Pod.UID], IgnoredAnnotations: ignored[d.Pod.UID]}
 		pp.BlockedNow = d.Action == drain.Block || (d.Action == drain.Evict && d.PDBBlocked) ||
-			(d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion)
-		if pp.BlockedNow {
+			(d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion) || hookBlocked[d.Pod.UID]
+		switch {
+		case pp.BlockedNow:
 			np.Blocked = append(np.Blocked, d.Key())
+		case len(pp.HeldBy) > 0:
+			np.Held = append(np.Held, d.Key())
 		}
 		if d.Reason == drain.ReasonUnreachableTerminating {
 			np.Unreachable = append(np.Unreachable, d.Key())
 		}
 		np.Counts[string(d.Action)]++
 		np.Pods = append(np.Pods, pp)
-		if port := d.Pod.Annotations[annotationEvacuatePort]; port != "" && d.Action != drain.Skip {
-			np.Hooks = append(np.Hooks, fmt.Sprintf("HTTP hook of %s (port %s, path %s): not run by this version of vacate", d.Key(), port, d.Pod.Annotations[annotationEvacuatePath]))
-		}
 	}
-	f := drain.NewForecast(plan, pdbs, pol.Grace, pol.PerNode)
+	f := drain.NewForecast(plan, in.pdbs, pol.Grace, pol.PerNode)
 	byName := map[string]*policyv1.PodDisruptionBudget{}
-	for _, p := range pdbs {
+	for _, p := range in.pdbs {
 		byName[p.Namespace+"/"+p.Name] = p
 	}
 	for _, pf := range f.PDBs {
@@ -254,13 +451,245 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, pdb
 			CurrentHealthy: pf.CurrentHealthy, DesiredHealthy: pf.DesiredHealthy, ExpectedPods: pf.ExpectedPods,
 			OnNode: pf.OnNode, BlocksNow: pf.Blocks, Rounds: pf.Rounds})
 	}
+	onTimeout := "Fail"
+	if pol.ForceDelete {
+		onTimeout = "ForceDelete"
+	}
 	np.Estimate = Estimate{Evictions: plan.Count(drain.Evict), Rounds: f.Rounds, LowSeconds: f.Low.Seconds(), HighSeconds: f.High.Seconds(),
-		Finishes: !f.Stuck && len(np.Blocked) == 0}
+		Finishes: !f.Stuck && len(np.Blocked) == 0, EvacuationsBefore: before + hooks, EvacuationsAfter: after, HeldPods: len(np.Held),
+		EvacuationTimeoutSeconds: pol.EvacuationTimeout.Seconds(), DrainTimeoutSeconds: pol.DrainTimeout.Seconds(), OnTimeout: onTimeout}
 	return np, nil
 }
 
+// planEvacuations lists the EvacuationProviders, asked or not and why, as
+// the controller decides (internal/providers), and the node's Evacuations;
+// it records in heldBy the pods each evacuation before eviction holds, and
+// counts the evacuations the drain waits for before and after eviction.
+// An Evacuation of the node's current drain counts as it is now: its
+// recorded pods stay held until it is Completed (or released), and pods a
+// provider newly protects are added to it, which asks it again.
+func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.Node, mode v1alpha1.DrainMode, leaving []*corev1.Pod,
+	onNode map[types.UID]*corev1.Pod, in *planInput, labelsOf policy.NamespaceLabels, heldBy map[types.UID][]string) (before, after int, _ error) {
+	evs := map[string]*v1alpha1.Evacuation{} // the node's, by provider, as the controller reads them (those being deleted too)
+	for i := range in.evacuations {
+		ev := &in.evacuations[i]
+		if ev.Spec.NodeName == node.Name {
+			evs[ev.Spec.Provider] = ev
+		}
+	}
+	current := func(ev *v1alpha1.Evacuation) bool {
+		return ev != nil && existing != nil && providers.AskedFor(ev, existing.UID, node.UID)
+	}
+	hold := func(evacuation string, pods []*corev1.Pod) {
+		for _, pod := range pods {
+			heldBy[pod.UID] = append(heldBy[pod.UID], "Evacuation "+evacuation)
+		}
+	}
+	judged := map[string]bool{} // providers whose current Evacuation is judged below, with what the drain asks now
+	holds := map[string]bool{}
+	for _, p := range in.providers {
+		pp := ProviderPlan{Name: p.Name, Stage: string(providers.Stage(p)), HeartbeatTimeoutSeconds: providers.Timeout(p).Seconds(), Pods: []string{}}
+		for _, m := range p.Spec.Modes {
+			pp.Modes = append(pp.Modes, string(m))
+		}
+		switch {
+		case !p.DeletionTimestamp.IsZero():
+			pp.Why = "being deleted: asked nothing new (an Evacuation it was asked for still holds its pods until it is Completed)"
+		case !providers.TakesPart(p, mode):
+			pp.Why = fmt.Sprintf("takes part only in %s drains", strings.Join(pp.Modes, " and "))
+		}
+		if !providers.Eligible(p, mode) {
+			np.Providers = append(np.Providers, pp)
+			continue
+		}
+		protected, err := providers.Protected(p, leaving, labelsOf)
+		if err != nil {
+			return 0, 0, err
+		}
+		pp.Pods = podKeys(protected)
+		have := evs[p.Name]
+		var why []string
+		reask := have != nil && !have.DeletionTimestamp.IsZero() // counted with the node's Evacuations below
+		if reask {
+			// The controller has the provider cancel it, lets it go, then
+			// asks again; what it recorded holds until then (below).
+			why = append(why, fmt.Sprintf("its Evacuation %s is being deleted: the provider is asked to cancel it, then asked again", have.Name))
+			have = nil
+		}
+		if !current(have) {
+			have = nil // another drain's, or none: the drain writes the record anew
+		}
+		pp.Asked = providers.Asks(p, mode, len(protected), have != nil)
+		if !pp.Asked {
+			pp.Why = strings.Join(append(why, "protects none of the pods that leave the node"), "; ")
+			np.Providers = append(np.Providers, pp)
+			continue
+		}
+		pp.Evacuation = v1alpha1.EvacuationName(node.Name, p.Name)
+		switch {
+		case len(protected) > 0:
+			why = append(why, fmt.Sprintf("protects %d pod(s) that leave the node", len(protected)))
+		case mode == v1alpha1.ModeDecommission:
+			why = append(why, "Decommission asks every provider that takes part, whether or not its pods are on the node")
+		default:
+			why = append(why, "asked already by this drain")
+		}
+		stage, held, done := providers.Stage(p), protected, false
+		if have != nil {
+			judged[p.Name] = true
+			pp.Evacuation = have.Name
+			if providers.StageOf(have) == v1alpha1.StageBeforeEviction {
+				stage = v1alpha1.StageBeforeEviction // a recorded stage only moves toward BeforeEviction
+			}
+			recorded := protectedOnNode(have, onNode)
+			added := false
+			for _, pod := range protected {
+				if !slices.ContainsFunc(recorded, func(r *corev1.Pod) bool { return r.UID == pod.UID }) {
+					recorded, added = append(recorded, pod), true
+				}
+			}
+			held = recorded
+			done = have.Spec.Release != nil || (providers.Phase(have) == string(v1alpha1.EvacuationCompleted) && !added && have.Spec.Mode == mode)
+		}
+		switch {
+		case done:
+			why = append(why, "its Evacuation "+have.Name+" is already Completed or released")
+		case stage == v1alpha1.StageAfterEviction:
+			if !reask {
+				after++
+			}
+			why = append(why, "AfterEviction: its pods are evicted first, and the node is Drained only once its Evacuation Completed")
+		default:
+			if !reask {
+				before++
+			}
+			pp.Holds = len(held) > 0
+			holds[p.Name] = pp.Holds
+			hold(pp.Evacuation, held)
+			if pp.Holds {
+				pp.Pods = podKeys(held)
+				why = append(why, fmt.Sprintf("BeforeEviction: %d pod(s) are evicted only once its Evacuation Completed", len(held)))
+			} else {
+				why = append(why, "BeforeEviction: it holds no pod, and the node is Drained only once its Evacuation Completed")
+			}
+		}
+		pp.Why = strings.Join(why, "; ")
+		np.Providers = append(np.Providers, pp)
+	}
+	for _, provider := range slices.Sorted(maps.Keys(evs)) {
+		ev := evs[provider]
+		ep := EvacuationPlan{Name: ev.Name, Provider: provider, Stage: string(providers.StageOf(ev)), Mode: string(ev.Spec.Mode),
+			Phase: providers.Phase(ev), Message: ev.Status.Message, CurrentDrain: current(ev), PodsOnNode: podKeys(protectedOnNode(ev, onNode)),
+			Deleting: !ev.DeletionTimestamp.IsZero()}
+		if rel := ev.Spec.Release; rel != nil {
+			ep.Phase, ep.ReleasedBy = v1alpha1.PhaseReleased, rel.By
+		}
+		// One being deleted is cancelled first: it counts as unfinished
+		// until it is gone, unless released.
+		finished := ev.Spec.Release != nil || (ep.Phase == string(v1alpha1.EvacuationCompleted) && ev.DeletionTimestamp.IsZero())
+		switch {
+		case judged[provider]:
+			ep.Holds = holds[provider]
+		case !ep.CurrentDrain || finished:
+		case providers.StageOf(ev) == v1alpha1.StageAfterEviction:
+			after++ // its provider is not asked anymore; what it was asked stands
+		default:
+			before++
+			held := protectedOnNode(ev, onNode)
+			ep.Holds = len(held) > 0
+			hold(ev.Name, held)
+		}
+		np.Evacuations = append(np.Evacuations, ep)
+	}
+	return before, after, nil
+}
+
+// protectedOnNode are the pods an Evacuation recorded that are still on
+// the node (the same pod: same UID).
+func protectedOnNode(ev *v1alpha1.Evacuation, onNode map[types.UID]*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, pp := range ev.Spec.ProtectedPods {
+		if pod, ok := onNode[types.UID(pp.UID)]; ok {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+func podKeys(pods []*corev1.Pod) []string {
+	out := make([]string, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// planHooks says, for each pod with the annotation vacate.dev/evacuate-port,
+// whether the controller calls its HTTP hook before evicting it and where
+// (policy.CallsHook, hook.TargetFor), or why not. It records in heldBy the
+// pods a hook holds, and returns how many hooks the drain waits for (to
+// answer Completed) and the pods held until something changes instead (an
+// address vacate never calls, bad annotations).
+func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol policy.Policy, mode v1alpha1.DrainMode, plan drain.Plan,
+	originals map[types.UID]*corev1.Pod, labelsOf policy.NamespaceLabels, heldBy map[types.UID][]string) (int, map[types.UID]bool, error) {
+	completed := map[string]string{} // the hooks this drain's run saw Completed, by pod
+	if existing != nil {
+		for _, h := range existing.Status.Hooks {
+			if pod, ok := strings.CutPrefix(h.Name, "pod/"); ok && h.Phase == string(v1alpha1.EvacuationCompleted) {
+				completed[pod] = h.Message
+			}
+		}
+	}
+	run := hook.Run{Node: np.Node, Mode: string(mode)}
+	blocked := map[types.UID]bool{}
+	waits := 0
+	for _, d := range plan.Decisions {
+		pod := originals[d.Pod.UID]
+		if !hook.Wants(pod) {
+			continue
+		}
+		hp := HookPlan{Pod: d.Key()}
+		calls, whyNot, err := pol.CallsHook(pod, labelsOf)
+		if err != nil {
+			return 0, nil, err
+		}
+		t, terr := hook.TargetFor(pod, run, o.allowLoopback)
+		msg, done := completed[hp.Pod]
+		switch {
+		case d.Action == drain.Skip:
+			hp.Why = fmt.Sprintf("not called: the pod stays (%s)", d.Reason)
+		case !calls:
+			hp.Why = "not called: " + whyNot
+		case done:
+			hp.Called, hp.URL = true, t.URL()
+			hp.Why = "called at " + t.URL() + "; it answered Completed in this drain's run (" + msg + ")"
+		case hook.IsRefused(terr):
+			hp.Holds, blocked[pod.UID] = true, true
+			hp.Why = terr.Error() + "; the pod stays, as its data may not have moved: fix the pod (or its annotation " + hook.AnnotationPort +
+				"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain"
+		case terr != nil:
+			hp.Holds = true
+			blocked[pod.UID] = pod.Status.PodIP != "" // without an IP yet, it is called once it has one
+			hp.Why = terr.Error() + "; the pod stays until it is fixed"
+		default:
+			hp.Called, hp.URL, hp.Holds = true, t.URL(), true
+			hp.Why = "called at " + t.URL() + " before the pod's eviction (POST, then GET until it answers); the pod is evicted only once it answers Completed"
+		}
+		if hp.Holds {
+			heldBy[pod.UID] = append(heldBy[pod.UID], "HTTP hook of pod "+hp.Pod)
+			if !blocked[pod.UID] {
+				waits++ // a blocked one is no evacuation under way: the plan says it would not finish
+			}
+		}
+		np.HTTPHooks = append(np.HTTPHooks, hp)
+		np.Hooks = append(np.Hooks, "HTTP hook of "+hp.Pod+": "+hp.Why)
+	}
+	return waits, blocked, nil
+}
+
 func writePlan(w io.Writer, p NodePlan) error {
-	fmt.Fprintf(w, "Node %s\n  policy: %s\n  cordon: %s\n", p.Node, p.Policy, p.Cordon)
+	fmt.Fprintf(w, "Node %s\n  policy: %s\n  mode:   %s\n  cordon: %s\n", p.Node, p.Policy, p.Mode, p.Cordon)
 	if p.Existing != "" {
 		fmt.Fprintf(w, "  drain:  %s\n", p.Existing)
 	}
@@ -276,6 +705,9 @@ func writePlan(w io.Writer, p NodePlan) error {
 		if detail == "" && len(pp.PDBs) > 0 {
 			detail = "PDB " + strings.Join(pp.PDBs, ", ")
 		}
+		if len(pp.HeldBy) > 0 {
+			detail = strings.TrimPrefix(detail+"; held by "+strings.Join(pp.HeldBy, ", "), "; ")
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", pp.Pod, action, pp.Reason, orDash(detail))
 	}
 	if len(p.Pods) == 0 {
@@ -283,6 +715,12 @@ func writePlan(w io.Writer, p NodePlan) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, pp := range p.Pods {
+		if len(pp.IgnoredAnnotations) > 0 {
+			fmt.Fprintf(w, "  annotations of %s ignored (its namespace is not selected by the policy's pods.annotationNamespaceSelector; planned as if it had none): %s\n",
+				pp.Pod, strings.Join(pp.IgnoredAnnotations, ", "))
+		}
 	}
 	if len(p.PDBs) > 0 {
 		fmt.Fprintln(w)
@@ -304,23 +742,62 @@ func writePlan(w io.Writer, p NodePlan) error {
 		}
 	}
 	fmt.Fprintln(w)
-	if len(p.Hooks) == 0 {
-		fmt.Fprintln(w, "  evacuation hooks: none")
-	} else {
-		fmt.Fprintln(w, "  evacuation hooks:")
-		for _, h := range p.Hooks {
-			fmt.Fprintln(w, "    "+h)
+	writeList(w, "HTTP evacuation hooks", p.Hooks)
+	providerLines := make([]string, 0, len(p.Providers))
+	for _, pp := range p.Providers {
+		if !pp.Asked {
+			providerLines = append(providerLines, fmt.Sprintf("EvacuationProvider %s: not asked: %s", pp.Name, pp.Why))
+			continue
 		}
+		modes := "every mode"
+		if len(pp.Modes) > 0 {
+			modes = strings.Join(pp.Modes, ", ")
+		}
+		line := fmt.Sprintf("EvacuationProvider %s: asked, Evacuation %s (%s, %s, heartbeat timeout %s): %s", pp.Name, pp.Evacuation, pp.Stage,
+			modes, secs(pp.HeartbeatTimeoutSeconds), pp.Why)
+		if len(pp.Pods) > 0 {
+			line += " (" + strings.Join(pp.Pods, ", ") + ")"
+		}
+		providerLines = append(providerLines, line)
 	}
+	writeList(w, "evacuation providers", providerLines)
+	evLines := make([]string, 0, len(p.Evacuations))
+	for _, ev := range p.Evacuations {
+		line := fmt.Sprintf("%s (provider %s, %s, %s): %s", ev.Name, ev.Provider, ev.Stage, ev.Mode, ev.Phase)
+		switch {
+		case ev.ReleasedBy != "":
+			line += " by " + ev.ReleasedBy
+		case ev.Message != "":
+			line += ": " + ev.Message
+		}
+		if ev.Deleting {
+			line += "; being deleted (its provider is asked to cancel it first)"
+		}
+		if ev.CurrentDrain {
+			line += "; asked by the node's drain"
+		} else {
+			line += "; left by an earlier drain (the next drain that asks its provider takes it over)"
+		}
+		if ev.Holds {
+			line += "; holds " + strings.Join(ev.PodsOnNode, ", ")
+		}
+		evLines = append(evLines, line)
+	}
+	writeList(w, "Evacuations of the node", evLines)
 	e := p.Estimate
 	switch {
-	case e.Evictions == 0 && len(p.Blocked) == 0:
+	case e.Evictions == 0 && len(p.Blocked) == 0 && e.EvacuationsBefore+e.EvacuationsAfter == 0:
 		fmt.Fprintln(w, "  estimate: nothing to evict; the drain ends once the node is cordoned")
 	case e.Evictions == 0:
 		fmt.Fprintln(w, "  estimate: nothing to evict")
 	default:
 		fmt.Fprintf(w, "  estimate: %d eviction(s) in %d round(s): %s to %s (replacements assumed Ready in %s; up to each pod's grace period to stop)\n",
 			e.Evictions, e.Rounds, progress.Duration(secs(e.LowSeconds)), progress.Duration(secs(e.HighSeconds)), progress.Duration(drain.ReplacementReady))
+	}
+	if e.EvacuationsBefore+e.EvacuationsAfter > 0 {
+		fmt.Fprintf(w, "  evacuations: the drain waits for %d before eviction and %d after; %d held pod(s) are evicted only once their evacuation Completed, "+
+			"and the node is Drained only once every evacuation Completed; how long a provider or hook takes is not known: %s\n",
+			e.EvacuationsBefore, e.EvacuationsAfter, e.HeldPods, evacuationBound(e))
 	}
 	if len(p.Unreachable) > 0 {
 		fmt.Fprintf(w, "  not waited on: %d pod(s) terminating on a node that is not Ready; its kubelet cannot confirm they stopped (%s)\n",
@@ -340,4 +817,34 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeList writes a titled list, or "none".
+func writeList(w io.Writer, title string, lines []string) {
+	if len(lines) == 0 {
+		fmt.Fprintf(w, "  %s: none\n", title)
+		return
+	}
+	fmt.Fprintf(w, "  %s:\n", title)
+	for _, l := range lines {
+		fmt.Fprintln(w, "    "+l)
+	}
+}
+
+// evacuationBound says what ends the wait for evacuations.
+func evacuationBound(e Estimate) string {
+	var bound string
+	switch {
+	case e.EvacuationTimeoutSeconds > 0:
+		bound = fmt.Sprintf("timeouts.evacuation (%s) ends the drain through onTimeout (%s) if one has not Completed by then", secs(e.EvacuationTimeoutSeconds), e.OnTimeout)
+	case e.DrainTimeoutSeconds > 0:
+		bound = fmt.Sprintf("the policy sets no timeouts.evacuation; timeouts.drain (%s) ends the drain through onTimeout (%s)", secs(e.DrainTimeoutSeconds), e.OnTimeout)
+	default:
+		bound = "the policy sets neither timeouts.evacuation nor timeouts.drain: the drain waits until each evacuation Completed " +
+			"(an Evacuation may also be released with 'vacate release') or the drain is cancelled"
+	}
+	if e.OnTimeout == "ForceDelete" {
+		bound += " (ForceDelete never deletes a held pod)"
+	}
+	return bound + "; a provider silent longer than its heartbeat timeout is reported stale, and its pods stay held"
 }

@@ -1,0 +1,469 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testenv"
+)
+
+// planJSON is what the tests read of `vacate plan -o json`: the contract
+// scripts rely on, spelled out by field name.
+type planJSON struct {
+	Node string `json:"node"`
+	Mode string `json:"mode"`
+	Pods []struct {
+		Pod                string   `json:"pod"`
+		Action             string   `json:"action"`
+		HeldBy             []string `json:"heldBy"`
+		IgnoredAnnotations []string `json:"ignoredAnnotations"`
+	} `json:"pods"`
+	Hooks     []string `json:"hooks"`
+	HTTPHooks []struct {
+		Pod    string `json:"pod"`
+		Called bool   `json:"called"`
+		URL    string `json:"url"`
+		Holds  bool   `json:"holds"`
+		Why    string `json:"why"`
+	} `json:"httpHooks"`
+	Providers []struct {
+		Name                    string   `json:"name"`
+		Stage                   string   `json:"stage"`
+		Modes                   []string `json:"modes"`
+		Asked                   bool     `json:"asked"`
+		Evacuation              string   `json:"evacuation"`
+		Pods                    []string `json:"pods"`
+		Holds                   bool     `json:"holds"`
+		HeartbeatTimeoutSeconds float64  `json:"heartbeatTimeoutSeconds"`
+		Why                     string   `json:"why"`
+	} `json:"evacuationProviders"`
+	Evacuations []struct {
+		Name         string   `json:"name"`
+		Provider     string   `json:"provider"`
+		Phase        string   `json:"phase"`
+		CurrentDrain bool     `json:"currentDrain"`
+		PodsOnNode   []string `json:"podsOnNode"`
+		Holds        bool     `json:"holds"`
+	} `json:"evacuations"`
+	Held     []string `json:"held"`
+	Blocked  []string `json:"blocked"`
+	Estimate struct {
+		Evictions                int     `json:"evictions"`
+		LowSeconds               float64 `json:"lowSeconds"`
+		HighSeconds              float64 `json:"highSeconds"`
+		Finishes                 bool    `json:"finishes"`
+		EvacuationsBefore        int     `json:"evacuationsBefore"`
+		EvacuationsAfter         int     `json:"evacuationsAfter"`
+		HeldPods                 int     `json:"heldPods"`
+		EvacuationTimeoutSeconds float64 `json:"evacuationTimeoutSeconds"`
+	} `json:"estimate"`
+}
+
+// planOf runs plan -o json for one node.
+func planOf(t *testing.T, u user, node string, args ...string) planJSON {
+	t.Helper()
+	var plans []planJSON
+	out := u.must(ExitOK, append([]string{"plan", node, "-o", "json"}, args...)...)
+	if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("plan -o json: %v (%d plans)", err, len(plans))
+	}
+	return plans[0]
+}
+
+// labelNamespace adds labels to a namespace.
+func labelNamespace(t *testing.T, c *devcluster.Cluster, ns string, add map[string]string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	obj, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range add {
+		obj.Labels[k] = v
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appOn runs a Deployment of replicas pods pinned to node, with annotations
+// on its pods, and returns them once Ready.
+func appOn(t *testing.T, c *devcluster.Cluster, ns, name, node string, replicas int32, annotations map[string]string) []corev1.Pod {
+	t.Helper()
+	ctx := testenv.Context(t)
+	d := devcluster.Deployment(ns, name, replicas)
+	d.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: node}
+	d.Spec.Template.Annotations = annotations
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: name}), int(replicas), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods
+}
+
+func createObject(t *testing.T, cl client.Client, obj client.Object) {
+	t.Helper()
+	if err := cl.Create(testenv.Context(t), obj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), obj) })
+}
+
+// TestPlanCallsHooksAsTheControllerDoes: plan says, per pod with the HTTP
+// hook annotations, whether the controller calls its hook and where, or why
+// not (httpHooks off, its namespace not selected by
+// httpHooks.namespaceSelector, its annotations ignored outside
+// pods.annotationNamespaceSelector, an address vacate never calls); a
+// vacate.dev/drain: skip outside pods.annotationNamespaceSelector is not
+// honoured, as the controller does not honour it. The real drain then calls
+// exactly the hooks plan said, and evicts the pod whose skip plan ignored.
+func TestPlanCallsHooksAsTheControllerDoes(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c) // with --allow-loopback-hooks: the dev cluster's pods live on 127.0.0.0/8
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-hooks", Count: 1, Labels: map[string]string{"pool": "cli-hooks"}})[0]
+	both, hooksOnly, annotationsOnly := testenv.Namespace(t, c), testenv.Namespace(t, c), testenv.Namespace(t, c)
+	labelNamespace(t, c, both, map[string]string{"test.vacate.dev/hooks": "yes", "test.vacate.dev/annotations": "yes"})
+	labelNamespace(t, c, hooksOnly, map[string]string{"test.vacate.dev/hooks": "yes"})
+	labelNamespace(t, c, annotationsOnly, map[string]string{"test.vacate.dev/annotations": "yes"})
+	createObject(t, cl, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cli-hooks"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cli-hooks"}},
+		Pods:         v1alpha1.PodPolicy{AnnotationNamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/annotations": "yes"}}},
+		HTTPHooks: v1alpha1.HTTPHooks{Enabled: true,
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/hooks": "yes"}}},
+	}})
+	createObject(t, cl, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cli-hooks-off"}})
+
+	hooked := map[string]string{"vacate.dev/evacuate-port": "18080", "vacate.dev/evacuate-path": "/move"}
+	skip := map[string]string{"vacate.dev/drain": "skip"}
+	called := appOn(t, c, both, "called", node, 1, hooked)[0]
+	appOn(t, c, annotationsOnly, "not-selected", node, 1, hooked)
+	appOn(t, c, hooksOnly, "ignored", node, 1, hooked)
+	kept := appOn(t, c, both, "kept", node, 1, skip)[0]
+	lying := appOn(t, c, hooksOnly, "lying", node, 1, skip)[0]
+	key := func(ns, name string) string { return ns + "/" + name }
+	calledKey := key(both, called.Name)
+	// plan reads namespaces' labels here: vacate-user is enough.
+	alice := newUser(t, c, "hooks-planner")
+	bindUserRole(t, c, "hooks-planner")
+
+	// As text, without --allow-loopback-hooks: the hook is refused (the
+	// pod's address is loopback), the others say why they are not called.
+	text := alice.must(ExitOK, "plan", node)
+	if strings.Contains(text, "not run by this version") {
+		t.Errorf("plan says hooks are not run by this version of vacate")
+	}
+	for _, want := range []string{
+		"HTTP hook of " + calledKey + ": vacate does not call the HTTP hook of pod " + calledKey + " at " + called.Status.PodIP,
+		"--allow-loopback-hooks",
+		"namespace " + annotationsOnly + " is not selected by the httpHooks.namespaceSelector of DrainPolicy cli-hooks",
+		"namespace " + hooksOnly + " is not selected by the pods.annotationNamespaceSelector of DrainPolicy cli-hooks",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan output lacks %q", want)
+		}
+	}
+	pods := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 {
+			pods[f[0]] = f[1]
+		}
+	}
+	if got := pods[key(hooksOnly, lying.Name)]; got != "Evict" {
+		t.Errorf("plan says %s for %s, annotated skip in a namespace outside pods.annotationNamespaceSelector; the controller evicts it", got, key(hooksOnly, lying.Name))
+	}
+	if got := pods[key(both, kept.Name)]; got != "Skip" {
+		t.Errorf("plan says %s for %s, annotated skip where the policy honours it; want Skip", got, key(both, kept.Name))
+	}
+
+	// As JSON, planned for a controller run with --allow-loopback-hooks.
+	p := planOf(t, alice, node, "--allow-loopback-hooks")
+	hooks := map[string]bool{}
+	for _, h := range p.HTTPHooks {
+		hooks[h.Pod] = h.Called
+		switch {
+		case h.Pod == calledKey:
+			if want := fmt.Sprintf("http://%s:18080/move", called.Status.PodIP); !h.Called || h.URL != want || !h.Holds {
+				t.Errorf("hook of %s: called=%t url=%q holds=%t; want called at %s, holding the pod", h.Pod, h.Called, h.URL, h.Holds, want)
+			}
+		case h.Called || h.Holds || h.Why == "":
+			t.Errorf("hook of %s: called=%t holds=%t why=%q; want not called, not holding, and why", h.Pod, h.Called, h.Holds, h.Why)
+		}
+	}
+	if len(hooks) != 3 || !hooks[calledKey] {
+		t.Errorf("plan lists the hooks %v; want the three annotated pods, %s called", hooks, calledKey)
+	}
+	for _, pp := range p.Pods {
+		switch pp.Pod {
+		case calledKey:
+			if !slices.Contains(pp.HeldBy, "HTTP hook of pod "+calledKey) {
+				t.Errorf("pod %s held by %v; want its HTTP hook", pp.Pod, pp.HeldBy)
+			}
+		case key(hooksOnly, lying.Name):
+			if pp.Action != "Evict" || !slices.Contains(pp.IgnoredAnnotations, "vacate.dev/drain=skip") {
+				t.Errorf("pod %s: %s, ignored annotations %v; want Evict, vacate.dev/drain=skip ignored", pp.Pod, pp.Action, pp.IgnoredAnnotations)
+			}
+		}
+	}
+	if p.Estimate.EvacuationsBefore != 1 || p.Estimate.HeldPods != 1 || !slices.Contains(p.Held, calledKey) {
+		t.Errorf("estimate: %d evacuation(s) before eviction, %d held pod(s), held %v; want 1, 1, [%s]",
+			p.Estimate.EvacuationsBefore, p.Estimate.HeldPods, p.Held, calledKey)
+	}
+
+	// Under a policy without httpHooks, no hook is called.
+	off := planOf(t, alice, node, "--allow-loopback-hooks", "--policy", "cli-hooks-off")
+	for _, h := range off.HTTPHooks {
+		if h.Called || !strings.Contains(h.Why, "httpHooks.enabled is false in DrainPolicy cli-hooks-off") {
+			t.Errorf("under httpHooks disabled, hook of %s: called=%t why=%q", h.Pod, h.Called, h.Why)
+		}
+	}
+	if len(off.HTTPHooks) != 3 || off.Estimate.HeldPods != 0 {
+		t.Errorf("under httpHooks disabled: %d hooks listed, %d held pods; want 3, 0", len(off.HTTPHooks), off.Estimate.HeldPods)
+	}
+
+	// The real drain calls exactly the hooks plan said, evicts the pod whose
+	// skip plan ignored and keeps the one whose skip it honoured.
+	alice.must(ExitOK, "drain", node)
+	t.Cleanup(func() { alice.vacate("cancel", node) })
+	nd := testenv.WaitForDrain(t, cl, node, "calling its hooks, the ignored skip evicted", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		_, err := c.Client.CoreV1().Pods(hooksOnly).Get(context.Background(), lying.Name, metav1.GetOptions{})
+		return len(nd.Status.Hooks) > 0 && err != nil
+	}, testenv.DescribeDrain)
+	var drainCalled, planCalled []string
+	for _, h := range nd.Status.Hooks {
+		if name, ok := strings.CutPrefix(h.Name, "pod/"); ok {
+			drainCalled = append(drainCalled, name)
+		}
+	}
+	for pod, yes := range hooks {
+		if yes {
+			planCalled = append(planCalled, pod)
+		}
+	}
+	sort.Strings(drainCalled)
+	sort.Strings(planCalled)
+	if !slices.Equal(drainCalled, planCalled) {
+		t.Errorf("the drain calls the hooks of %v; plan said %v", drainCalled, planCalled)
+	}
+	if got, err := c.Client.CoreV1().Pods(both).Get(context.Background(), kept.Name, metav1.GetOptions{}); err != nil || got.UID != kept.UID || got.DeletionTimestamp != nil {
+		t.Errorf("the pod annotated skip where the policy honours it did not stay: %v", err)
+	}
+}
+
+// TestPlanListsProvidersAndTheirEvacuations: plan lists the
+// EvacuationProviders a drain would ask (those that protect a leaving pod;
+// in Decommission every one that takes part), with the pods each holds,
+// its stage and modes, and why the others are not asked (being deleted,
+// another mode, nothing of theirs leaves); its estimate counts the
+// evacuations and the pods that wait for them, and says what bounds them.
+// The real drain then creates exactly those Evacuations, protecting those
+// pods, and plan lists them as the node's Evacuations.
+func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-evp", Count: 1, Labels: map[string]string{"pool": "cli-evp"}})[0]
+	ns := testenv.Namespace(t, c)
+	labelNamespace(t, c, ns, map[string]string{"test.vacate.dev/evp": "yes"})
+	createObject(t, cl, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cli-evp"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cli-evp"}},
+		Timeouts:     v1alpha1.Timeouts{Evacuation: &metav1.Duration{Duration: 15 * time.Minute}},
+	}})
+	dbs := appOn(t, c, ns, "cli-evp-db", node, 2, nil)
+	webs := appOn(t, c, ns, "cli-evp-web", node, 1, nil)
+	var dbKeys []string
+	for _, p := range dbs {
+		dbKeys = append(dbKeys, ns+"/"+p.Name)
+	}
+	sort.Strings(dbKeys)
+	webKey := ns + "/" + webs[0].Name
+
+	inTest := &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/evp": "yes"}}
+	selecting := func(app string) metav1.LabelSelector {
+		return metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: app}}
+	}
+	provider := func(name, app string, spec v1alpha1.EvacuationProviderSpec) *v1alpha1.EvacuationProvider {
+		spec.PodSelector = selecting(app)
+		if spec.NamespaceSelector == nil {
+			spec.NamespaceSelector = inTest
+		}
+		p := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+		createObject(t, cl, p)
+		return p
+	}
+	provider("cli-evp-before", "cli-evp-db", v1alpha1.EvacuationProviderSpec{Timeout: &metav1.Duration{Duration: 30 * time.Second}})
+	provider("cli-evp-after", "cli-evp-web", v1alpha1.EvacuationProviderSpec{Stage: v1alpha1.StageAfterEviction})
+	provider("cli-evp-decom", "cli-evp-nothing", v1alpha1.EvacuationProviderSpec{Modes: []v1alpha1.DrainMode{v1alpha1.ModeDecommission}})
+	provider("cli-evp-maint", "cli-evp-db", v1alpha1.EvacuationProviderSpec{Modes: []v1alpha1.DrainMode{v1alpha1.ModeMaintenance}})
+	provider("cli-evp-elsewhere", "cli-evp-db", v1alpha1.EvacuationProviderSpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/evp": "elsewhere"}}})
+	deleting := provider("cli-evp-deleting", "cli-evp-db", v1alpha1.EvacuationProviderSpec{})
+	ctx := testenv.Context(t)
+	if err := cl.Get(ctx, types.NamespacedName{Name: deleting.Name}, deleting); err != nil {
+		t.Fatal(err)
+	}
+	deleting.Finalizers = append(deleting.Finalizers, "test.vacate.dev/hold")
+	if err := cl.Update(ctx, deleting); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p := &v1alpha1.EvacuationProvider{}
+		if cl.Get(context.Background(), types.NamespacedName{Name: deleting.Name}, p) == nil {
+			p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == "test.vacate.dev/hold" })
+			_ = cl.Update(context.Background(), p)
+		}
+	})
+	if err := cl.Delete(ctx, deleting); err != nil {
+		t.Fatal(err)
+	}
+	// plan lists providers and Evacuations and reads namespaces' labels:
+	// vacate-user is enough.
+	alice := newUser(t, c, "evp-planner")
+	bindUserRole(t, c, "evp-planner")
+
+	text := alice.must(ExitOK, "plan", node)
+	for _, want := range []string{
+		"EvacuationProvider cli-evp-before",
+		"EvacuationProvider cli-evp-deleting: not asked: being deleted",
+		"only once their evacuation Completed",
+		"timeouts.evacuation (15m0s)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan output lacks %q", want)
+		}
+	}
+
+	type want struct {
+		asked bool
+		pods  []string
+		holds bool
+		why   string
+	}
+	check := func(p planJSON, wants map[string]want) {
+		t.Helper()
+		seen := map[string]bool{}
+		for _, pp := range p.Providers {
+			w, ok := wants[pp.Name]
+			if !ok {
+				continue // another test's
+			}
+			seen[pp.Name] = true
+			pods := slices.Clone(pp.Pods)
+			sort.Strings(pods)
+			if pp.Asked != w.asked || !slices.Equal(pods, w.pods) || pp.Holds != w.holds || !strings.Contains(pp.Why, w.why) {
+				t.Errorf("%s plan, provider %s: asked=%t pods=%v holds=%t why=%q; want asked=%t pods=%v holds=%t why containing %q",
+					p.Mode, pp.Name, pp.Asked, pods, pp.Holds, pp.Why, w.asked, w.pods, w.holds, w.why)
+			}
+			if pp.Asked && pp.Evacuation != v1alpha1.EvacuationName(node, pp.Name) {
+				t.Errorf("provider %s: Evacuation %q, want %q", pp.Name, pp.Evacuation, v1alpha1.EvacuationName(node, pp.Name))
+			}
+		}
+		if len(seen) != len(wants) {
+			t.Errorf("%s plan lists %d of the test's %d providers: %v", p.Mode, len(seen), len(wants), seen)
+		}
+	}
+	p := planOf(t, alice, node)
+	check(p, map[string]want{
+		"cli-evp-before":    {asked: true, pods: dbKeys, holds: true},
+		"cli-evp-maint":     {asked: true, pods: dbKeys, holds: true},
+		"cli-evp-after":     {asked: true, pods: []string{webKey}, why: "AfterEviction"},
+		"cli-evp-decom":     {why: "takes part only in Decommission"},
+		"cli-evp-elsewhere": {why: "protects none of the pods"},
+		"cli-evp-deleting":  {why: "being deleted"},
+	})
+	for _, pp := range p.Providers {
+		if pp.Name == "cli-evp-before" && (pp.HeartbeatTimeoutSeconds != 30 || pp.Stage != string(v1alpha1.StageBeforeEviction)) {
+			t.Errorf("provider %s: heartbeat timeout %vs, stage %s; want 30s, BeforeEviction", pp.Name, pp.HeartbeatTimeoutSeconds, pp.Stage)
+		}
+	}
+	var held []string
+	for _, pp := range p.Pods {
+		if slices.Contains(pp.HeldBy, "Evacuation "+v1alpha1.EvacuationName(node, "cli-evp-before")) {
+			held = append(held, pp.Pod)
+		}
+	}
+	sort.Strings(held)
+	if !slices.Equal(held, dbKeys) {
+		t.Errorf("pods held by cli-evp-before's Evacuation: %v, want %v", held, dbKeys)
+	}
+	e := p.Estimate
+	if e.HeldPods != len(dbKeys) || e.EvacuationTimeoutSeconds != 900 || e.EvacuationsBefore < 2 || e.EvacuationsAfter < 1 {
+		t.Errorf("estimate: %d held pod(s), timeouts.evacuation %vs, %d evacuation(s) before and %d after eviction; want %d, 900s, at least 2 and 1",
+			e.HeldPods, e.EvacuationTimeoutSeconds, e.EvacuationsBefore, e.EvacuationsAfter, len(dbKeys))
+	}
+
+	decom := planOf(t, alice, node, "--mode", "Decommission")
+	check(decom, map[string]want{
+		"cli-evp-before":    {asked: true, pods: dbKeys, holds: true},
+		"cli-evp-maint":     {why: "takes part only in Maintenance"},
+		"cli-evp-after":     {asked: true, pods: []string{webKey}, why: "AfterEviction"},
+		"cli-evp-decom":     {asked: true, why: "Decommission"},
+		"cli-evp-elsewhere": {asked: true, why: "Decommission"},
+		"cli-evp-deleting":  {why: "being deleted"},
+	})
+
+	// The real drain asks exactly the providers plan said, for those pods.
+	alice.must(ExitOK, "drain", node)
+	t.Cleanup(func() { alice.vacate("cancel", node) })
+	asked := map[string][]string{}
+	for _, pp := range p.Providers {
+		if pp.Asked {
+			asked[pp.Name] = slices.Sorted(slices.Values(pp.Pods))
+		}
+	}
+	got := map[string][]string{}
+	testenv.WaitForDrain(t, cl, node, "with its Evacuations", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		list := &v1alpha1.EvacuationList{}
+		if cl.List(context.Background(), list) != nil {
+			return false
+		}
+		got = map[string][]string{}
+		for _, ev := range list.Items {
+			if ev.Spec.NodeName != node || ev.Spec.DrainUID != string(nd.UID) {
+				continue
+			}
+			pods := []string{}
+			for _, pp := range ev.Spec.ProtectedPods {
+				pods = append(pods, pp.Namespace+"/"+pp.Name)
+			}
+			got[ev.Spec.Provider] = slices.Sorted(slices.Values(pods))
+		}
+		return len(got) >= len(asked)
+	}, testenv.DescribeDrain)
+	if fmt.Sprint(got) != fmt.Sprint(asked) {
+		t.Errorf("the drain's Evacuations protect %v; plan said %v", got, asked)
+	}
+
+	// Planned again, the node's Evacuations are listed, and the ones before
+	// eviction hold their pods.
+	again := planOf(t, alice, node)
+	evacs := map[string]bool{}
+	for _, ev := range again.Evacuations {
+		evacs[ev.Provider] = true
+		if ev.Provider == "cli-evp-before" && (!ev.CurrentDrain || !ev.Holds || ev.Phase != string(v1alpha1.EvacuationPending) ||
+			!slices.Equal(slices.Sorted(slices.Values(ev.PodsOnNode)), dbKeys)) {
+			t.Errorf("Evacuation %s: current drain %t, holds %t, phase %s, pods %v; want this drain's, holding %v, Pending",
+				ev.Name, ev.CurrentDrain, ev.Holds, ev.Phase, ev.PodsOnNode, dbKeys)
+		}
+	}
+	for name := range asked {
+		if !evacs[name] {
+			t.Errorf("plan does not list the Evacuation of provider %s among the node's", name)
+		}
+	}
+}
