@@ -1,11 +1,13 @@
 // Package admission embeds vacate's ValidatingAdmissionPolicies: they limit
 // what RBAC cannot, field by field. nodes.yaml: vacate-controller changes on
-// Nodes only the cordon and what is vacate's own. pods.yaml: in a Pod's
-// status, only its own condition vacate.dev/serving. users.yaml: people name a
-// DrainPolicy only with the verb use on it, change only their own
-// requesters, set a deadline only with the verb force, and set only
-// spec.release on an Evacuation, as themselves. evacuation-status.yaml: only
-// a provider's reporter writes its Evacuations' status.
+// Nodes only the cordon and what is vacate's own. pods.yaml: through
+// pods/status, only its own condition vacate.dev/serving. webhook.yaml: in
+// its MutatingWebhookConfiguration, only the webhooks' CA bundle.
+// users.yaml: people name a DrainPolicy only with the verb use on it, change
+// only their own requesters, set a deadline only with the verb force, and
+// set only spec.release on an Evacuation, as themselves.
+// evacuation-status.yaml: only a provider's reporter writes its Evacuations'
+// status.
 package admission
 
 import (
@@ -22,6 +24,11 @@ var NodesYAML string
 //go:embed pods.yaml
 var PodsYAML string
 
+// WebhookYAML is the policy vacate-controller-webhook and its binding.
+//
+//go:embed webhook.yaml
+var WebhookYAML string
+
 // EvacuationStatusYAML is the policy vacate-evacuation-status and its
 // binding: only a provider's reporter writes its Evacuations' status.
 //
@@ -36,5 +43,5 @@ var UsersYAML string
 
 // YAML is every policy and binding, for `vacate manifests admission`.
 func YAML() string {
-	return NodesYAML + "---\n" + PodsYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
+	return NodesYAML + "---\n" + PodsYAML + "---\n" + WebhookYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
 }

@@ -609,7 +609,9 @@ func userClient(t *testing.T, c *devcluster.Cluster, user string) client.Client 
 // TestControllerChangesOnlyItsOwnConditionOnPods: the
 // ValidatingAdmissionPolicy vacate-controller-pods lets the controller's
 // service account, which may patch pods/status, change only its own
-// condition vacate.dev/serving; and the controller, as that service
+// condition vacate.dev/serving: no other status field, and none of the
+// metadata that pods/status can write (labels, annotations, finalizers,
+// generateName); and the controller, as that service
 // account with the installed RBAC, makes a gated pod Ready.
 func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
 	c := testenv.Start(t)
@@ -632,7 +634,7 @@ func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
 	}
 	const (
 		conditions = "vacate-controller may change only its own condition (vacate.dev/serving) in a Pod's status"
-		metadata   = "vacate-controller may not change a Pod's labels or annotations"
+		metadata   = "vacate-controller may not change a Pod's metadata (labels, annotations, finalizers, generateName) through pods/status"
 	)
 	check(t, "the policy refusing another condition", func() error {
 		return try(`{"status":{"conditions":[{"type":"example.com/first","status":"True"}]}}`, conditions)
@@ -642,7 +644,14 @@ func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
 		{"change the phase", `{"status":{"phase":"Failed"}}`, conditions},
 		{"mark it not Ready", `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`, conditions},
 		{"set the status message", `{"status":{"message":"evicted by someone"}}`, conditions},
+		{"set the start time", `{"status":{"startTime":"2001-01-01T00:00:00Z"}}`, conditions},
 		{"add a label", `{"metadata":{"labels":{"rbac-test":"x"}}}`, metadata},
+		{"add an annotation", `{"metadata":{"annotations":{"rbac-test":"x"}}}`, metadata},
+		// pods/status keeps the spec, owner references and deletion
+		// timestamp (the pod status strategy), but not the rest of the
+		// metadata: a finalizer would keep a pod from ever going.
+		{"add a finalizer", `{"metadata":{"finalizers":["example.com/keep"]}}`, metadata},
+		{"set generateName", `{"metadata":{"generateName":"evil-"}}`, metadata},
 		{"set its condition", `{"status":{"conditions":[{"type":"vacate.dev/serving","status":"False","reason":"Draining"}]}}`, ""},
 	} {
 		if err := try(p.patch, p.refusal); err != nil {
