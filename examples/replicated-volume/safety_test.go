@@ -429,7 +429,7 @@ func (s *safety) waitHeartbeats(t *testing.T, g *podGuard, name string, n int) {
 func (s *safety) evacuation(t *testing.T, node, provider string) (*v1alpha1.Evacuation, error) {
 	t.Helper()
 	ev := &v1alpha1.Evacuation{}
-	err := s.cl.Get(testenv.Context(t), types.NamespacedName{Name: node + "." + provider}, ev)
+	err := s.cl.Get(testenv.Context(t), types.NamespacedName{Name: v1alpha1.EvacuationName(node, provider)}, ev)
 	return ev, err
 }
 
@@ -460,7 +460,7 @@ func TestVolumesProviderDeletedMidEvacuation(t *testing.T) {
 	s.app(t, s.prefix, a, names(data))
 	inUse := watchInUse(t, s.env)
 	guard := guardPods(t, s.c, s.ns, s.movedFirst)
-	evName := a + "." + s.moverP
+	evName := v1alpha1.EvacuationName(a, s.moverP)
 
 	s.drain(t, a)
 	s.pauseMidway(t, a)
@@ -506,7 +506,7 @@ func TestVolumesProviderNarrowedMidEvacuation(t *testing.T) {
 	s.app(t, s.prefix, a, names(data))
 	inUse := watchInUse(t, s.env)
 	guard := guardPods(t, s.c, s.ns, s.movedFirst)
-	evName := a + "." + s.moverP
+	evName := v1alpha1.EvacuationName(a, s.moverP)
 
 	s.drain(t, a)
 	s.pauseMidway(t, a)
@@ -669,7 +669,7 @@ func TestVolumesNodeDeletionRaisesToDecommission(t *testing.T) {
 	s.waitDrain(t, guard, hot, "raised to Decommission", func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Spec.Mode == v1alpha1.ModeDecommission && requests.Index(nd, "cli:x") >= 0
 	})
-	evName := hot + "." + s.moverP
+	evName := v1alpha1.EvacuationName(hot, s.moverP)
 	err = wait.PollUntilContextTimeout(testenv.Context(t), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		ev, err := s.evacuation(t, hot, s.moverP)
 		return err == nil && ev.Spec.Mode == v1alpha1.ModeDecommission && ev.Status.ObservedGeneration == ev.Generation, nil

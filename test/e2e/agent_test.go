@@ -437,8 +437,9 @@ func TestAgentSpotNotice(t *testing.T) {
 
 // TestAgentDeadlineCannotBeMet: a spot notice 30 s ahead, and a PDB that
 // lets no pod go: status.deadline and explain say the blocked pods will
-// not leave in time, and at the deadline the drain fails (onTimeout Fail),
-// DeadlinePassed, with the pods in place.
+// not leave in time; past the deadline the drain goes on (onTimeout Fail
+// never stops a drain at a deadline), its Blocked condition says the
+// deadline passed, and the pods stay where the PDB keeps them.
 func TestAgentDeadlineCannotBeMet(t *testing.T) {
 	e := newEnv(t)
 	installAgentRights(t, e)
@@ -466,12 +467,14 @@ func TestAgentDeadlineCannotBeMet(t *testing.T) {
 	if !strings.Contains(said, "(the deadline of agent:aws-spot") || !strings.Contains(said, "blocked pod(s) will not leave in time") {
 		t.Errorf("explain says %q, want the deadline and the blocked pods that will not make it", said)
 	}
-	failed := e.waitDrain(t, node, "Failed at the deadline", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Status.Phase == v1alpha1.PhaseFailed
+	past := e.waitDrain(t, node, "past the deadline", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionBlocked)
+		return nd.Status.Phase == v1alpha1.PhaseFailed || (c != nil && strings.Contains(c.Message, "past the deadline of requester agent:aws-spot"))
 	})
-	c := meta.FindStatusCondition(failed.Status.Conditions, v1alpha1.ConditionBlocked)
-	if c == nil || c.Reason != v1alpha1.ReasonDeadlinePassed || failed.Status.CompletionTime.Before(&metav1.Time{Time: deadline}) {
-		t.Errorf("ended %v with %+v, want DeadlinePassed at or after %s", failed.Status.CompletionTime, c, deadline)
+	// Under onTimeout Fail a deadline never stops a drain: stopping would
+	// leave the pods on a machine that goes (issue 23).
+	if past.Status.Phase == v1alpha1.PhaseFailed || past.Status.CompletionTime != nil {
+		t.Errorf("the drain past its deadline is %s (completed %v), want it draining on", past.Status.Phase, past.Status.CompletionTime)
 	}
 	pods, err := e.c.Client.CoreV1().Pods(ns).List(testenv.Context(t), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil || len(pods.Items) == 0 {
