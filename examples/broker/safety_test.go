@@ -104,7 +104,7 @@ type brokers struct {
 	served []*served
 }
 
-func startBrokers(t *testing.T, pool string, triggers v1alpha1.Triggers) *brokers {
+func startBrokers(t *testing.T, pool string, triggers v1alpha1.Triggers, tune ...func(*v1alpha1.DrainPolicySpec)) *brokers {
 	t.Helper()
 	c := testenv.Start(t)
 	e := &brokers{c: c, cl: testenv.Controller(t, c), ns: testenv.Namespace(t, c)}
@@ -116,6 +116,9 @@ func startBrokers(t *testing.T, pool string, triggers v1alpha1.Triggers) *broker
 		HTTPHooks:    v1alpha1.HTTPHooks{Enabled: true},
 		Triggers:     triggers,
 	}}
+	for _, f := range tune {
+		f(&dp.Spec)
+	}
 	if err := e.cl.Create(ctx, dp); err != nil {
 		t.Fatal(err)
 	}
