@@ -17,6 +17,13 @@
 // The layout (which node holds which volume, what was added for which
 // drain, which nodes are ineligible) is a JSON file written atomically, so
 // the provider resumes after a restart without copying anything twice.
+//
+// Both run through pkg/evacuation's Runner, and both EvacuationProviders
+// name the identity they run as in spec.reporter, so that no other system
+// can complete their Evacuations and release the pods whose volumes have
+// not been copied yet (the admission policy vacate-evacuation-status): the
+// demo registers them with its own user name; trust_test.go shows another
+// service account refused.
 package replicatedvolume
 
 import (

@@ -67,6 +67,9 @@ func (u *uninstaller) undoLeft(ctx context.Context) error {
 	if err := u.restoreNodes(ctx, v.drains); err != nil {
 		return err
 	}
+	if err := u.removeDaemonSetTaints(ctx, v); err != nil {
+		return err
+	}
 	if !u.served {
 		return nil
 	}
@@ -374,6 +377,52 @@ func (u *uninstaller) releaseEvacuations(ctx context.Context) error {
 	}
 	if len(held) > 0 {
 		u.say("evacuations: removed %s from %d: %s", v1alpha1.FinalizerCancel, len(held), strings.Join(truncated(held, 5), ", "))
+	}
+	return nil
+}
+
+// removeDaemonSetTaints removes the taint vacate.dev/draining from the
+// nodes whose own drain put it there (its value is the drain's UID), each
+// in a JSON patch that first tests the taint is still the one judged; the
+// others are noted in what is left behind.
+func (u *uninstaller) removeDaemonSetTaints(ctx context.Context, v clusterView) error {
+	byName := make(map[string]*v1alpha1.NodeDrain, len(v.drains))
+	for i := range v.drains {
+		byName[v.drains[i].Name] = &v.drains[i]
+	}
+	tainted, kept := daemonSetTaints(v.nodes, byName)
+	u.left.nodes = append(u.left.nodes, kept...)
+	removed := 0
+	for i := range v.nodes {
+		node := &v.nodes[i]
+		if !slices.Contains(tainted, node.Name) {
+			continue
+		}
+		for j, t := range node.Spec.Taints {
+			if t.Key != v1alpha1.TaintDaemonSetsOff || t.Value != string(byName[node.Name].UID) {
+				continue
+			}
+			patch, err := json.Marshal([]map[string]any{
+				{"op": "test", "path": fmt.Sprintf("/spec/taints/%d/key", j), "value": t.Key},
+				{"op": "test", "path": fmt.Sprintf("/spec/taints/%d/value", j), "value": t.Value},
+				{"op": "remove", "path": fmt.Sprintf("/spec/taints/%d", j)},
+			})
+			if err != nil {
+				return err
+			}
+			_, err = u.s.clientset.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+			switch {
+			case err == nil:
+				removed++
+			case apierrors.IsNotFound(err), apierrors.IsInvalid(err): // gone, or changed since: left as it is now
+			default:
+				return u.explain(err, "removing the taint "+v1alpha1.TaintDaemonSetsOff+" from node "+node.Name)
+			}
+			break
+		}
+	}
+	if removed > 0 {
+		u.say("nodes: removed the taint %s that drains put on %d", v1alpha1.TaintDaemonSetsOff, removed)
 	}
 	return nil
 }

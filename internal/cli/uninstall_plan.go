@@ -245,6 +245,12 @@ func planUndoLeft(v clusterView) ([]string, leftBehind) {
 		}
 	}
 	lines := []string{o.summary(true)}
+	tainted, kept := daemonSetTaints(v.nodes, byName)
+	left.nodes = append(left.nodes, kept...)
+	if len(tainted) > 0 {
+		lines = append(lines, fmt.Sprintf("nodes: would remove the taint %s that drains put on %d: %s", v1alpha1.TaintDaemonSetsOff,
+			len(tainted), strings.Join(truncated(tainted, 5), ", ")))
+	}
 	if !v.served {
 		return lines, left
 	}
@@ -463,4 +469,26 @@ func (p uninstallPlan) write(say func(string, ...any), force bool) {
 	if force {
 		p.left.write(say, true)
 	}
+}
+
+// daemonSetTaints judges the taints vacate.dev/draining on nodes: those
+// whose value is the UID of the node's own drain (tainted: vacate put
+// them there, --force removes them), and, for the others, what a person
+// may do (vacate cannot tell it put them there).
+func daemonSetTaints(nodes []corev1.Node, drains map[string]*v1alpha1.NodeDrain) (tainted, kept []string) {
+	for i := range nodes {
+		node := &nodes[i]
+		for _, t := range node.Spec.Taints {
+			if t.Key != v1alpha1.TaintDaemonSetsOff {
+				continue
+			}
+			if nd := drains[node.Name]; nd != nil && string(nd.UID) == t.Value {
+				tainted = append(tainted, node.Name)
+				continue
+			}
+			kept = append(kept, fmt.Sprintf("node %s keeps the taint %s=%s, which names no drain of the node; if nobody needs it: kubectl taint node %s %s-",
+				node.Name, t.Key, t.Value, node.Name, t.Key))
+		}
+	}
+	return tainted, kept
 }

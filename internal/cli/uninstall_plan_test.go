@@ -162,3 +162,25 @@ func TestPlanUninstall(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonSetTaintsJudged (issue 23): --force removes the taint
+// vacate.dev/draining only where its value is the UID of the node's own
+// drain; another value is left, with what a person may do.
+func TestDaemonSetTaintsJudged(t *testing.T) {
+	drain := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-1"}}
+	nodes := []corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: "other", Effect: corev1.TaintEffectNoSchedule},
+			{Key: v1alpha1.TaintDaemonSetsOff, Value: "uid-1", Effect: corev1.TaintEffectNoSchedule}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: v1alpha1.TaintDaemonSetsOff, Value: "uid-9", Effect: corev1.TaintEffectNoSchedule}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n3"}},
+	}
+	tainted, kept := daemonSetTaints(nodes, map[string]*v1alpha1.NodeDrain{"n1": drain})
+	if len(tainted) != 1 || tainted[0] != "n1" {
+		t.Errorf("tainted = %v, want [n1]", tainted)
+	}
+	if len(kept) != 1 || !strings.Contains(kept[0], "node n2 keeps the taint vacate.dev/draining=uid-9") || !strings.Contains(kept[0], "kubectl taint node n2 vacate.dev/draining-") {
+		t.Errorf("kept = %v, want n2 with what to do", kept)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -179,8 +180,16 @@ func (d *demo) volumes(ctx context.Context, s *stateful, others []string) error 
 		return err
 	}
 	podSel := metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: "ledger"}}
+	// The providers run in this process, as the demo's user: they name it
+	// as their reporter, so nobody else may complete their Evacuations.
+	self, err := d.c.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the demo's own user name: %w", err)
+	}
+	reporter := &v1alpha1.ProviderReporter{User: self.Status.UserInfo.Username}
 	for name, stage := range map[string]v1alpha1.EvacuationStage{volumeProvider: v1alpha1.StageBeforeEviction, volumeProvider + "-cleanup": v1alpha1.StageAfterEviction} {
-		if err := evacuation.Register(ctx, d.cl, name, v1alpha1.EvacuationProviderSpec{PodSelector: podSel, Stage: stage}); err != nil {
+		spec := v1alpha1.EvacuationProviderSpec{PodSelector: podSel, Stage: stage, Reporter: reporter}
+		if err := evacuation.Register(ctx, d.cl, name, spec); err != nil {
 			return err
 		}
 	}
