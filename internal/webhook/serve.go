@@ -20,10 +20,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;update;patch,namespace=vacate-system,resourceNames=vacate-webhook-cert
+// cert-controller writes the Secret and the configuration with update only;
+// the admission policy vacate-controller-webhook (config/admission) limits
+// the configuration's update to the webhooks' CA bundle.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;update,namespace=vacate-system,resourceNames=vacate-webhook-cert
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=list;watch,namespace=vacate-system
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update;patch,resourceNames=vacate-endpoint-aware
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=vacate-endpoint-aware
 
 // Options configure the webhook server of vacate-controller.
 type Options struct {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 
@@ -134,7 +136,9 @@ func TestControllerChangesOnlyCABundleOfItsWebhook(t *testing.T) {
 		}
 	}
 
-	// RBAC: no other configuration, no create, no delete.
+	// RBAC: no other configuration, no create, no delete; update only, as
+	// cert-controller writes (patch is not needed, for the configuration
+	// or for the certificate's Secret).
 	other := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "rbac-test-other"}}
 	if _, err := admin.Create(ctx, other, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -148,6 +152,16 @@ func TestControllerChangesOnlyCABundleOfItsWebhook(t *testing.T) {
 			return err
 		}(),
 		"delete its configuration": sa.Delete(ctx, webhook.ConfigurationName, metav1.DeleteOptions{DryRun: dryRun}),
+		"patch its configuration": func() error {
+			_, err := sa.Patch(ctx, webhook.ConfigurationName, types.MergePatchType, []byte(`{"metadata":{"labels":{"rbac-test":"x"}}}`),
+				metav1.PatchOptions{DryRun: dryRun})
+			return err
+		}(),
+		"patch its certificate's Secret": func() error {
+			_, err := clientset(t, asServiceAccount(c)).CoreV1().Secrets(namespace).Patch(ctx, webhook.SecretName, types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"rbac-test":"x"}}}`), metav1.PatchOptions{DryRun: dryRun})
+			return err
+		}(),
 		"update another configuration": func() error {
 			o, err := admin.Get(ctx, other.Name, metav1.GetOptions{})
 			if err != nil {
@@ -158,7 +172,7 @@ func TestControllerChangesOnlyCABundleOfItsWebhook(t *testing.T) {
 			return err
 		}(),
 	} {
-		if !apierrors.IsForbidden(err) {
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "cannot") {
 			t.Errorf("the service account trying to %s: %v, want forbidden by RBAC", what, err)
 		}
 	}
