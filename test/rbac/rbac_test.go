@@ -359,7 +359,7 @@ func TestControllerChangesOnlyItsOwnOnNodes(t *testing.T) {
 	const (
 		labels      = "vacate-controller may not change a Node's labels"
 		annotations = "vacate-controller may change only its own annotations (vacate.dev/...) on a Node"
-		taints      = "vacate-controller may change only its own taint (vacate.dev/drain) on a Node"
+		taints      = "vacate-controller may change only its own taints (vacate.dev/drain, vacate.dev/draining) on a Node"
 		finalizers  = "vacate-controller may change only its own finalizer (vacate.dev/drain) on a Node"
 		spec        = "vacate-controller may change only spec.unschedulable and its own taint in a Node's spec"
 	)
