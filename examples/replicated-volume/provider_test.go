@@ -285,7 +285,7 @@ func TestVolumesLeaveTheNodeAndChain(t *testing.T) {
 			return false, nil
 		}
 		for _, h := range nd.Status.Hooks {
-			if h.Name == a+".vol-volumes" && h.Phase == string(v1alpha1.EvacuationCompleted) {
+			if h.Name == v1alpha1.EvacuationName(a, "vol-volumes") && h.Phase == string(v1alpha1.EvacuationCompleted) {
 				return true, nil
 			}
 		}

@@ -164,6 +164,23 @@ func deadlineFinding(nd *v1alpha1.NodeDrain, now time.Time) (Finding, bool) {
 		Fix: "unblock the pods below now; " + fix}, true
 }
 
+// providerOf is the provider of the Evacuation named name: from the
+// Evacuation when it was read, else from the name, "<node>.<provider>"
+// followed by "-<hash>" (v1alpha1.EvacuationName; node names may hold dots
+// themselves, so the node is cut off as a prefix).
+func providerOf(name, node string, evs []v1alpha1.Evacuation) string {
+	for _, ev := range evs {
+		if ev.Name == name {
+			return ev.Spec.Provider
+		}
+	}
+	provider := strings.TrimPrefix(name, node+".")
+	if i := strings.LastIndexByte(provider, '-'); i > 0 && name == v1alpha1.EvacuationName(node, provider[:i]) {
+		provider = provider[:i]
+	}
+	return provider
+}
+
 // Unreported warns about the drain's Evacuations whose provider names no
 // reporter (spec.reporter): anyone RBAC lets write evacuations/status can
 // complete them, and so release the pods they protect before their data
@@ -303,9 +320,8 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 		if f, ok := providerDeleted(subject, names, blockers[0], since); ok {
 			return []Finding{f}
 		}
-		// <node>.<provider>: node names may hold dots themselves.
 		node := in.Drain.Spec.NodeName
-		provider := strings.TrimPrefix(names, node+".")
+		provider := providerOf(names, node, in.Evacuations)
 		return []Finding{{Subject: subject, Since: since,
 			Cause: "waiting for EvacuationProvider " + provider + " to move its data off " + node + ": " + blockers[0].Detail,
 			Fix: "nothing, while it makes progress (kubectl get evacuation " + names + "); if it is stale or failed, check the provider's controller; " +

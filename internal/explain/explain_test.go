@@ -294,3 +294,23 @@ func TestRunningAgainAndUnreportedProviders(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderOfAnEvacuationName: the provider behind an Evacuation's name,
+// read from the Evacuation, or from the name with its hash, or from a name
+// of an older version (no hash).
+func TestProviderOfAnEvacuationName(t *testing.T) {
+	named := v1alpha1.EvacuationName("n.1", "vol-store")
+	for _, c := range []struct {
+		name string
+		evs  []v1alpha1.Evacuation
+		want string
+	}{
+		{named, nil, "vol-store"},
+		{"n.1.vol-store", nil, "vol-store"},
+		{named, []v1alpha1.Evacuation{{ObjectMeta: metav1.ObjectMeta{Name: named}, Spec: v1alpha1.EvacuationSpec{Provider: "from-spec"}}}, "from-spec"},
+	} {
+		if got := providerOf(c.name, "n.1", c.evs); got != c.want {
+			t.Errorf("providerOf(%q) = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -448,6 +448,17 @@ func TestAgentDeadlineCannotBeMet(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second).UTC().Truncate(time.Second)
 	m := awstest.StartMock(t, "spot", "--action", "terminate", "--time", deadline.Format(time.RFC3339),
 		"--mock-delay-sec", "0", "--rebalance-delay-sec", "3600")
+	// The drain goes on past its deadline; it goes with the test, after the
+	// agent stops (cleanups run last first) and before its node, or it would
+	// wait for the node, NodeNotFound, counted in vacate_drains_queued that
+	// TestMetricsAndProbes reads.
+	t.Cleanup(func() {
+		_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}})
+		_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(e.cl.Get(ctx, types.NamespacedName{Name: node}, &v1alpha1.NodeDrain{})), nil
+		})
+	})
+
 	startAgent(t, e.c, node, "--logind=false", "--cloud", "aws", "--metadata-endpoint", m.URL())
 
 	blocked := e.waitDrain(t, node, "blocked with the deadline", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
