@@ -334,11 +334,21 @@ func TestBrokerNodeDeletionRaisesToDecommission(t *testing.T) {
 		t.Fatalf("node %s was released while broker-0 still held messages: %v", target, err)
 	}
 
+	e.finishDecommission(t, seen, published)
+}
+
+// finishDecommission lets the peers take broker-0's messages again: broker-0
+// finishes, its pod goes, then its deleted node, whose drain is Drained in
+// Decommission; every message is consumed once.
+func (e *brokers) finishDecommission(t *testing.T, seen *evictionSeen, published map[string]string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	target, b0 := e.nodes[0], e.served[0]
 	t.Log("the peers take messages again: broker-0 finishes, its pod goes, then the node")
 	for _, s := range e.served[1:] {
 		s.refusePeers(false)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})

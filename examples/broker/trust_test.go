@@ -4,11 +4,9 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -86,27 +84,5 @@ func TestBrokerFailedDrainThenNodeDeleted(t *testing.T) {
 		t.Fatalf("node %s was released while broker-0 still held messages: %v", target, err)
 	}
 
-	t.Log("the peers take messages again: broker-0 finishes, its pod goes, then the node")
-	for _, s := range e.served[1:] {
-		s.refusePeers(false)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatalf("deleted node %s was never released", target)
-	}
-	nd := &v1alpha1.NodeDrain{}
-	if err := e.cl.Get(ctx, types.NamespacedName{Name: target}, nd); err != nil {
-		t.Fatal(err)
-	}
-	if nd.Status.Mode != v1alpha1.ModeDecommission || nd.Status.Phase != v1alpha1.PhaseDrained {
-		t.Errorf("the drain of the deleted node: status.mode %s, phase %s; want Drained in Decommission", nd.Status.Mode, nd.Status.Phase)
-	}
-	if s := seen.get(); !strings.HasPrefix(s, "0 stored") {
-		t.Errorf("broker-0's pod was evicted while broker-0 held %q", s)
-	}
-	t.Logf("broker-0's hook calls: %s", compact(b0.hookCalls()))
-	e.checkEveryMessageOnce(t, published)
+	e.finishDecommission(t, seen, published)
 }

@@ -669,28 +669,44 @@ func TestVolumesNodeDeletionRaisesToDecommission(t *testing.T) {
 	s.waitDrain(t, guard, hot, "raised to Decommission", func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Spec.Mode == v1alpha1.ModeDecommission && requests.Index(nd, "cli:x") >= 0
 	})
-	evName := v1alpha1.EvacuationName(hot, s.moverP)
-	err = wait.PollUntilContextTimeout(testenv.Context(t), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		ev, err := s.evacuation(t, hot, s.moverP)
+	s.heldForDecommission(t, guard, hot)
+	s.finishDecommission(t, guard, inUse, hot)
+	s.checkLayout(t, data, want, hot)
+	s.checkLayout(t, data, want, cold)
+}
+
+// heldForDecommission: the deleted node's Mover evacuation is asked for
+// Decommission and goes on (heartbeats) while the app's two pods stay and
+// the node is held.
+func (s *safety) heldForDecommission(t *testing.T, guard *podGuard, node string) {
+	t.Helper()
+	evName := v1alpha1.EvacuationName(node, s.moverP)
+	err := wait.PollUntilContextTimeout(testenv.Context(t), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		ev, err := s.evacuation(t, node, s.moverP)
 		return err == nil && ev.Spec.Mode == v1alpha1.ModeDecommission && ev.Status.ObservedGeneration == ev.Generation, nil
 	})
+	guard.failIfLeft(t, "after the node's deletion")
 	if err != nil {
 		t.Fatalf("Evacuation %s was never asked for Decommission", evName)
 	}
 	s.waitHeartbeats(t, guard, evName, 2)
-	s.checkAppStays(t, guard, hot, 2, "after the node's deletion, mid-evacuation")
-	if _, err := s.c.Client.CoreV1().Nodes().Get(testenv.Context(t), hot, metav1.GetOptions{}); err != nil {
-		t.Fatalf("node %s was released mid-evacuation: %v", hot, err)
+	s.checkAppStays(t, guard, node, 2, "after the node's deletion, mid-evacuation")
+	if _, err := s.c.Client.CoreV1().Nodes().Get(testenv.Context(t), node, metav1.GetOptions{}); err != nil {
+		t.Fatalf("node %s was released mid-evacuation: %v", node, err)
 	}
+}
 
+// finishDecommission lets the Mover finish: the app's two pods leave, the
+// node goes, its drain Drained in Decommission; no replica in use was
+// deleted.
+func (s *safety) finishDecommission(t *testing.T, guard *podGuard, inUse *inUseWatch, node string) {
+	t.Helper()
 	t.Log("the Mover finishes: the pods leave, the node goes")
 	s.mover.resume()
-	s.waitNodeGone(t, hot)
-	s.checkDrainedForDeletion(t, hot)
+	s.waitNodeGone(t, node)
+	s.checkDrainedForDeletion(t, node)
 	guard.check(t, 2)
 	inUse.check(t)
-	s.checkLayout(t, data, want, hot)
-	s.checkLayout(t, data, want, cold)
 }
 
 // TestVolumesCancelAfterDecommission (issue 11): a Decommission drain whose

@@ -1,12 +1,8 @@
 package replicatedvolume_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +10,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,27 +53,8 @@ func TestVolumesFailedDrainThenNodeDeleted(t *testing.T) {
 
 	t.Log("the node is deleted: the Failed drain runs again, in Decommission")
 	s.deleteNode(t, hot)
-	evName := v1alpha1.EvacuationName(hot, s.moverP)
-	err := wait.PollUntilContextTimeout(testenv.Context(t), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		ev, err := s.evacuation(t, hot, s.moverP)
-		return err == nil && ev.Spec.Mode == v1alpha1.ModeDecommission && ev.Status.ObservedGeneration == ev.Generation, nil
-	})
-	guard.failIfLeft(t, "after the node's deletion")
-	if err != nil {
-		t.Fatalf("Evacuation %s was never asked for Decommission", evName)
-	}
-	s.waitHeartbeats(t, guard, evName, 2)
-	s.checkAppStays(t, guard, hot, 2, "after the node's deletion, mid-evacuation")
-	if _, err := s.c.Client.CoreV1().Nodes().Get(testenv.Context(t), hot, metav1.GetOptions{}); err != nil {
-		t.Fatalf("node %s was released mid-evacuation: %v", hot, err)
-	}
-
-	t.Log("the Mover finishes: the pods leave, the node goes")
-	s.mover.resume()
-	s.waitNodeGone(t, hot)
-	s.checkDrainedForDeletion(t, hot)
-	guard.check(t, 2)
-	inUse.check(t)
+	s.heldForDecommission(t, guard, hot)
+	s.finishDecommission(t, guard, inUse, hot)
 	s.checkLayout(t, data, want, hot)
 }
 
@@ -167,22 +142,7 @@ func (s *safety) drainTimeout(t *testing.T, d time.Duration) {
 // 'vacate manifests admission' prints, for the test's duration.
 func (s *safety) installAdmissionPolicies(t *testing.T) {
 	t.Helper()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(admission.YAML())))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&obj.Object); err != nil {
-			t.Fatal(err)
-		}
-		if obj.GetKind() == "" {
-			continue
-		}
+	for _, obj := range testenv.Objects(t, admission.YAML()) {
 		if err := s.cl.Create(testenv.Context(t), obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}

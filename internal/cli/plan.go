@@ -541,7 +541,7 @@ func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.No
 			if providers.StageOf(have) == v1alpha1.StageBeforeEviction {
 				stage = v1alpha1.StageBeforeEviction // a recorded stage only moves toward BeforeEviction
 			}
-			recorded := protectedOnNode(have, onNode)
+			recorded := providers.ProtectedOnNode(have, onNode)
 			added := false
 			for _, pod := range protected {
 				if !slices.ContainsFunc(recorded, func(r *corev1.Pod) bool { return r.UID == pod.UID }) {
@@ -579,7 +579,7 @@ func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.No
 	for _, provider := range slices.Sorted(maps.Keys(evs)) {
 		ev := evs[provider]
 		ep := EvacuationPlan{Name: ev.Name, Provider: provider, Stage: string(providers.StageOf(ev)), Mode: string(ev.Spec.Mode),
-			Phase: providers.Phase(ev), Message: ev.Status.Message, CurrentDrain: current(ev), PodsOnNode: podKeys(protectedOnNode(ev, onNode)),
+			Phase: providers.Phase(ev), Message: ev.Status.Message, CurrentDrain: current(ev), PodsOnNode: podKeys(providers.ProtectedOnNode(ev, onNode)),
 			Deleting: !ev.DeletionTimestamp.IsZero()}
 		if rel := ev.Spec.Release; rel != nil {
 			ep.Phase, ep.ReleasedBy = v1alpha1.PhaseReleased, rel.By
@@ -595,25 +595,13 @@ func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.No
 			after++ // its provider is not asked anymore; what it was asked stands
 		default:
 			before++
-			held := protectedOnNode(ev, onNode)
+			held := providers.ProtectedOnNode(ev, onNode)
 			ep.Holds = len(held) > 0
 			hold(ev.Name, held)
 		}
 		np.Evacuations = append(np.Evacuations, ep)
 	}
 	return before, after, nil
-}
-
-// protectedOnNode are the pods an Evacuation recorded that are still on
-// the node (the same pod: same UID).
-func protectedOnNode(ev *v1alpha1.Evacuation, onNode map[types.UID]*corev1.Pod) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, pp := range ev.Spec.ProtectedPods {
-		if pod, ok := onNode[types.UID(pp.UID)]; ok {
-			out = append(out, pod)
-		}
-	}
-	return out
 }
 
 func podKeys(pods []*corev1.Pod) []string {

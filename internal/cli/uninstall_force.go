@@ -333,19 +333,15 @@ func (u *uninstaller) releaseProviders(ctx context.Context) error {
 	if err := u.s.client.List(ctx, list); err != nil {
 		return u.explain(err, "listing EvacuationProviders")
 	}
-	var held []string
+	keys := make([]client.Object, 0, len(list.Items))
 	for i := range list.Items {
 		p := &list.Items[i]
-		if !slices.Contains(p.Finalizers, v1alpha1.FinalizerEvacuations) {
-			continue
-		}
-		held = append(held, p.Name)
-		key := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}}
-		if _, err := u.removeFinalizer(ctx, key, v1alpha1.FinalizerEvacuations); err != nil {
-			return u.explain(err, "removing finalizer "+v1alpha1.FinalizerEvacuations+" from EvacuationProvider "+p.Name)
-		}
+		keys = append(keys, &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID, Finalizers: p.Finalizers}})
 	}
+	held, err := u.releaseAll(ctx, "EvacuationProvider", v1alpha1.FinalizerEvacuations, keys)
 	switch {
+	case err != nil:
+		return err
 	case len(held) == 0:
 		u.say("evacuation providers: none holds %s", v1alpha1.FinalizerEvacuations)
 	default:
@@ -363,22 +359,33 @@ func (u *uninstaller) releaseEvacuations(ctx context.Context) error {
 	if err := u.s.client.List(ctx, list); err != nil {
 		return u.explain(err, "listing Evacuations")
 	}
-	var held []string
+	keys := make([]client.Object, 0, len(list.Items))
 	for i := range list.Items {
 		ev := &list.Items[i]
-		if !slices.Contains(ev.Finalizers, v1alpha1.FinalizerCancel) {
-			continue
-		}
-		held = append(held, ev.Name)
-		key := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: ev.Name, UID: ev.UID}}
-		if _, err := u.removeFinalizer(ctx, key, v1alpha1.FinalizerCancel); err != nil {
-			return u.explain(err, "removing finalizer "+v1alpha1.FinalizerCancel+" from Evacuation "+ev.Name)
-		}
+		keys = append(keys, &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: ev.Name, UID: ev.UID, Finalizers: ev.Finalizers}})
 	}
-	if len(held) > 0 {
+	held, err := u.releaseAll(ctx, "Evacuation", v1alpha1.FinalizerCancel, keys)
+	if err == nil && len(held) > 0 {
 		u.say("evacuations: removed %s from %d: %s", v1alpha1.FinalizerCancel, len(held), strings.Join(truncated(held, 5), ", "))
 	}
-	return nil
+	return err
+}
+
+// releaseAll removes finalizer from each of objs (name, UID and finalizers
+// as read) that holds it, and returns their names.
+func (u *uninstaller) releaseAll(ctx context.Context, kind, finalizer string, objs []client.Object) ([]string, error) {
+	var held []string
+	for _, obj := range objs {
+		if !slices.Contains(obj.GetFinalizers(), finalizer) {
+			continue
+		}
+		held = append(held, obj.GetName())
+		obj.SetFinalizers(nil)
+		if _, err := u.removeFinalizer(ctx, obj, finalizer); err != nil {
+			return held, u.explain(err, "removing finalizer "+finalizer+" from "+kind+" "+obj.GetName())
+		}
+	}
+	return held, nil
 }
 
 // removeDaemonSetTaints removes the taint vacate.dev/draining from the

@@ -127,3 +127,15 @@ func Timeout(p *v1alpha1.EvacuationProvider) time.Duration {
 	}
 	return v1alpha1.DefaultProviderTimeout
 }
+
+// ProtectedOnNode are the pods an Evacuation recorded (spec.protectedPods)
+// that are still on the node: the same pod, by UID.
+func ProtectedOnNode(ev *v1alpha1.Evacuation, onNode map[types.UID]*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, pp := range ev.Spec.ProtectedPods {
+		if pod, ok := onNode[types.UID(pp.UID)]; ok {
+			out = append(out, pod)
+		}
+	}
+	return out
+}

@@ -6,13 +6,11 @@
 package rbac
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -25,10 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -93,24 +89,12 @@ func install(t *testing.T, c *devcluster.Cluster, args ...string) client.Client 
 
 func applyYAML(t *testing.T, cl client.Client, text string) {
 	t.Helper()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&obj.Object); err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range testenv.Objects(t, text) {
 		switch obj.GetKind() {
-		case "", "CustomResourceDefinition", "Deployment", "PodDisruptionBudget":
+		case "CustomResourceDefinition", "Deployment", "PodDisruptionBudget":
 			continue
 		}
-		err = cl.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("rbac-test"), client.ForceOwnership)
+		err := cl.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("rbac-test"), client.ForceOwnership)
 		if err != nil {
 			t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}

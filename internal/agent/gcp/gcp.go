@@ -208,35 +208,20 @@ func (s *Source) Run(ctx context.Context, r agent.Reporter) error {
 // readOnce reads key until it answers, with the same backoff as watch,
 // sending every outcome.
 func (s *Source) readOnce(ctx context.Context, base *url.URL, key string, out chan<- answer) {
-	delay := s.o.RetryMin
-	for {
-		value, _, err := s.get(ctx, base, key, "")
-		if ctx.Err() != nil {
-			return
-		}
-		select {
-		case out <- answer{key: key, value: value, err: err}:
-		case <-ctx.Done():
-			return
-		}
-		if err == nil {
-			return
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
-		delay = min(2*delay, s.o.RetryMax)
-	}
+	s.poll(ctx, base, key, out, true)
 }
 
 // watch reads key until ctx ends: a plain GET first (and after a failure,
 // so a recovery shows at once), then hanging GETs that each pass the ETag
 // of the answer before.
 func (s *Source) watch(ctx context.Context, base *url.URL, key string, out chan<- answer) {
+	s.poll(ctx, base, key, out, false)
+}
+
+// poll sends every outcome of reading key, backing off after a failure;
+// with once it stops at the first answer, else it goes on with hanging
+// GETs until ctx ends.
+func (s *Source) poll(ctx context.Context, base *url.URL, key string, out chan<- answer, once bool) {
 	etag := ""
 	delay := s.o.RetryMin
 	for {
@@ -244,10 +229,15 @@ func (s *Source) watch(ctx context.Context, base *url.URL, key string, out chan<
 		if ctx.Err() != nil {
 			return
 		}
-		etag = next // empty after a failure
+		if !once {
+			etag = next // empty after a failure
+		}
 		select {
 		case out <- answer{key: key, value: value, err: err}:
 		case <-ctx.Done():
+			return
+		}
+		if err == nil && once {
 			return
 		}
 		if err == nil {

@@ -77,8 +77,8 @@ func takesPart(p *v1alpha1.EvacuationProvider, mode v1alpha1.DrainMode) bool {
 func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
 	s.evac = evacState{holding: map[types.UID]v1alpha1.Blocker{}, recheck: resync}
-	providers := &v1alpha1.EvacuationProviderList{}
-	if err := r.Client.List(ctx, providers); err != nil {
+	registered := &v1alpha1.EvacuationProviderList{}
+	if err := r.Client.List(ctx, registered); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing EvacuationProviders: %w", err)
 	}
 	plan, err := r.plan(ctx, s)
@@ -98,8 +98,8 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		return reconcile.Result{}, err
 	}
 	byName := map[string]*v1alpha1.EvacuationProvider{}
-	for i := range providers.Items {
-		p := &providers.Items[i]
+	for i := range registered.Items {
+		p := &registered.Items[i]
 		byName[p.Name] = p
 		if have := evacs[p.Name]; have != nil && !have.DeletionTimestamp.IsZero() {
 			continue // cancelled below; asked again once it is gone
@@ -132,7 +132,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		if !ours(ev, nd, s.node) {
 			continue // another drain's or another node's, left behind; not this drain's to judge
 		}
-		held := protectedOnNode(ev, onNode)
+		held := providers.ProtectedOnNode(ev, onNode)
 		done, why, staleIn := r.judgeFor(s, ev, byName[ev.Spec.Provider], len(held))
 		if !ev.DeletionTimestamp.IsZero() && ev.Spec.Release == nil {
 			done, why, staleIn = false, fmt.Sprintf("Evacuation %s is being deleted: vacate asks provider %s to cancel it, then asks again; "+
@@ -245,18 +245,6 @@ func (r *Reconciler) evacuationsOf(ctx context.Context, nd *v1alpha1.NodeDrain) 
 		}
 	}
 	return out, nil
-}
-
-// protectedOnNode are the pods an Evacuation recorded that are still on
-// the node (the same pod: same UID).
-func protectedOnNode(ev *v1alpha1.Evacuation, onNode map[types.UID]*corev1.Pod) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, pp := range ev.Spec.ProtectedPods {
-		if pod, ok := onNode[types.UID(pp.UID)]; ok {
-			out = append(out, pod)
-		}
-	}
-	return out
 }
 
 // protectedBy are the leaving pods that the provider protects
