@@ -273,13 +273,7 @@ func TestBrokerNodeDeletionRaisesToDecommission(t *testing.T) {
 	e := startBrokers(t, "brkdel", v1alpha1.Triggers{OnNodeDelete: "Drain"})
 	ctx := testenv.Context(t)
 	target := e.nodes[0]
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		node, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
-		return err == nil && controllerutil.ContainsFinalizer(node, finalizerNodeDrain), nil
-	})
-	if err != nil {
-		t.Fatalf("node %s never got the finalizer %s", target, finalizerNodeDrain)
-	}
+	e.waitNodeFinalizer(t)
 	published := e.publishN(t, safetyMessages)
 	b0 := e.served[0]
 	before, err := b0.proc().stats()
@@ -335,6 +329,19 @@ func TestBrokerNodeDeletionRaisesToDecommission(t *testing.T) {
 	}
 
 	e.finishDecommission(t, seen, published)
+}
+
+// waitNodeFinalizer waits until broker-0's node carries the finalizer of
+// onNodeDelete: Drain.
+func (e *brokers) waitNodeFinalizer(t *testing.T) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(testenv.Context(t), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		node, err := e.c.Client.CoreV1().Nodes().Get(ctx, e.nodes[0], metav1.GetOptions{})
+		return err == nil && controllerutil.ContainsFinalizer(node, finalizerNodeDrain), nil
+	})
+	if err != nil {
+		t.Fatalf("node %s never got the finalizer %s", e.nodes[0], finalizerNodeDrain)
+	}
 }
 
 // finishDecommission lets the peers take broker-0's messages again: broker-0

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -30,13 +29,7 @@ func TestBrokerFailedDrainThenNodeDeleted(t *testing.T) {
 	})
 	ctx := testenv.Context(t)
 	target := e.nodes[0]
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		node, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
-		return err == nil && controllerutil.ContainsFinalizer(node, finalizerNodeDrain), nil
-	})
-	if err != nil {
-		t.Fatalf("node %s never got the finalizer %s", target, finalizerNodeDrain)
-	}
+	e.waitNodeFinalizer(t)
 	published := e.publishN(t, safetyMessages)
 	b0 := e.served[0]
 	seen := e.watchBroker0(t)
@@ -56,7 +49,7 @@ func TestBrokerFailedDrainThenNodeDeleted(t *testing.T) {
 	})
 	held, _ := b0.proc().stats()
 	t.Logf("broker-0 still holds %d message(s)", held.Stored)
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		dp := &v1alpha1.DrainPolicy{}
 		if err := e.cl.Get(ctx, types.NamespacedName{Name: "brkfail"}, dp); err != nil {
 			return err

@@ -12,13 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/config/admission"
-	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
@@ -168,18 +166,9 @@ func (s *safety) statusWriter(t *testing.T, user string) client.Client {
 		}
 		t.Cleanup(func() { _ = s.cl.Delete(context.Background(), obj) })
 	}
-	cfg := rest.CopyConfig(s.c.RESTConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	scheme, err := operator.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := testenv.ClientAs(t, s.c, user)
 	// RBAC takes effect when the API server's informers see it.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return cl.List(ctx, &v1alpha1.EvacuationList{}) == nil, nil
 	})
 	if err != nil {

@@ -5,12 +5,9 @@
 package install
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +17,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
@@ -47,24 +43,7 @@ func repoRoot(t testing.TB) string {
 // documents of comments only.
 func decodeYAML(t testing.TB, text []byte) []*unstructured.Unstructured {
 	t.Helper()
-	var out []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(text)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&obj.Object); err != nil {
-			t.Fatalf("decoding %s: %v", doc, err)
-		}
-		if len(obj.Object) > 0 {
-			out = append(out, obj)
-		}
-	}
+	return testenv.Objects(t, string(text))
 }
 
 // kinds counts objects by kind.

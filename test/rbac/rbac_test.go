@@ -577,17 +577,7 @@ func TestUsersKeepToTheirOwn(t *testing.T) {
 // userClient is a client that authenticates as user.
 func userClient(t *testing.T, c *devcluster.Cluster, user string) client.Client {
 	t.Helper()
-	cfg := rest.CopyConfig(c.RESTConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	scheme, err := operator.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
+	return testenv.ClientAs(t, c, user)
 }
 
 // TestControllerChangesOnlyItsOwnConditionOnPods: the
