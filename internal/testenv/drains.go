@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,22 +40,95 @@ func DrainClient(t testing.TB, c *devcluster.Cluster) client.Client {
 	return cl
 }
 
-// WaitForDrain polls the NodeDrain until cond holds, and fails the test with
-// describe's account of the last status seen if it does not in time.
+// WaitForDrain waits until cond holds for the NodeDrain, and fails the
+// test with describe's account of the last status seen if it does not in
+// time. It follows the drain with a watch (every version is judged, none
+// is missed between two polls, and a waiting test costs the API server
+// nothing); cond is also judged again on the last version seen every
+// quarter of a second, for conditions that read the clock or the cluster.
+// A client that cannot watch is polled.
 func WaitForDrain(t testing.TB, cl client.Client, name, what string, timeout time.Duration,
 	cond func(*v1alpha1.NodeDrain) bool, describe func(*v1alpha1.NodeDrain) string) *v1alpha1.NodeDrain {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	nd := &v1alpha1.NodeDrain{}
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if err := cl.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil {
-			return false, nil
-		}
-		return cond(nd), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for NodeDrain %s to be %s: %v; last status: %s", name, what, err, describe(nd))
+	if follow(ctx, cl, name, nd, cond) {
+		return nd
 	}
-	return nd
+	t.Fatalf("waiting for NodeDrain %s to be %s: %v; last status: %s", name, what, ctx.Err(), describe(nd))
+	return nil
+}
+
+// follow keeps nd at the latest version of the NodeDrain it saw, until cond
+// holds for it (true) or ctx ends (false).
+func follow(ctx context.Context, cl client.Client, name string, nd *v1alpha1.NodeDrain, cond func(*v1alpha1.NodeDrain) bool) bool {
+	seen := false
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	wc, canWatch := cl.(client.WithWatch)
+	for ctx.Err() == nil {
+		list := &v1alpha1.NodeDrainList{}
+		if err := cl.List(ctx, list, client.MatchingFields{"metadata.name": name}); err == nil {
+			if len(list.Items) == 1 {
+				*nd, seen = list.Items[0], true
+			}
+			if seen && cond(nd) {
+				return true
+			}
+		}
+		var events <-chan watch.Event
+		var w watch.Interface
+		if canWatch && list.ResourceVersion != "" {
+			var err error
+			w, err = wc.Watch(ctx, &v1alpha1.NodeDrainList{}, client.MatchingFields{"metadata.name": name},
+				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+			if err == nil {
+				events = w.ResultChan()
+			}
+		}
+		if done, ok := followEvents(ctx, events, tick.C, nd, &seen, cond); done {
+			if w != nil {
+				w.Stop()
+			}
+			return ok
+		}
+		if w != nil {
+			w.Stop()
+		}
+	}
+	return false
+}
+
+// followEvents judges each version the watch brings, and the last version
+// at each tick. It returns done when cond held (ok) or ctx ended; else the
+// watch closed (or there is none and a tick passed) and the caller lists
+// again.
+func followEvents(ctx context.Context, events <-chan watch.Event, tick <-chan time.Time, nd *v1alpha1.NodeDrain, seen *bool,
+	cond func(*v1alpha1.NodeDrain) bool) (done, ok bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return true, false
+		case <-tick:
+			if *seen && cond(nd) {
+				return true, true
+			}
+			if events == nil {
+				return false, false // no watch: poll
+			}
+		case ev, open := <-events:
+			if !open || ev.Type == watch.Error {
+				return false, false
+			}
+			if got, isDrain := ev.Object.(*v1alpha1.NodeDrain); isDrain && ev.Type != watch.Deleted {
+				*nd, *seen = *got.DeepCopy(), true
+				if cond(nd) {
+					return true, true
+				}
+			}
+		}
+	}
 }
 
 // DescribeDrain is a NodeDrain's status in a few lines, for a failing
