@@ -74,13 +74,23 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 .PHONY: test
-test: controlplane dbus-daemon ## Run the whole test suite with -race (starts real local control planes)
+test: controlplane dbus-daemon stateful-servers ## Run the whole test suite with -race (starts real local control planes)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 # The logind source's tests run a private D-Bus daemon (internal/agent/logind/logindtest).
 .PHONY: dbus-daemon
 dbus-daemon: ## Install dbus-daemon (Debian package) for the logind tests, unless it is there
 	@command -v dbus-daemon >/dev/null || { apt-get update && apt-get install -y --no-install-recommends dbus-daemon; }
+
+# The real servers the recipes of examples/ are proven against
+# (docs/recipes): RabbitMQ, PostgreSQL with Patroni, Redis with Sentinel,
+# from Debian's packages. Their services are not started: each test starts
+# the server processes it needs, one per simulated pod, on the pod's IP.
+STATEFUL_PKGS := rabbitmq-server postgresql patroni redis-server redis-sentinel
+.PHONY: stateful-servers
+stateful-servers: ## Install the real servers the stateful recipes are tested against (Debian packages), unless they are there
+	@missing=$$(for p in $(STATEFUL_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	  if [ -n "$$missing" ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
 
 .PHONY: demo
 demo: controlplane ## Run the demo on a throwaway local cluster
