@@ -32,8 +32,8 @@ help: ## List the targets
 CLI_BUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w"
 
 .PHONY: build
-build: ## Build vacate, vacate-controller, vacate-agent and the development tools vacate-dev into bin/
-	$(GO) build -o $(BIN)/ ./cmd/vacate-controller ./cmd/vacate-agent ./cmd/vacate-dev
+build: ## Build vacate, vacate-controller, vacate-agent, vacate-hook and the development tools vacate-dev into bin/
+	$(GO) build -o $(BIN)/ ./cmd/vacate-controller ./cmd/vacate-agent ./cmd/vacate-hook ./cmd/vacate-dev
 	$(CLI_BUILD) -o $(BIN)/vacate ./cmd/vacate
 
 PREFIX     ?= $(HOME)/.local
@@ -57,7 +57,7 @@ IMAGE_REPO ?= ghcr.io/vacate-dev
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 
 .PHONY: images
-images: ## Build the vacate-controller and vacate-agent images (linux/amd64, linux/arm64) into dist/images: OCI layouts (crane push --index), docker load tarballs, SPDX SBOMs
+images: ## Build the vacate-controller, vacate-agent and vacate-hook images (linux/amd64, linux/arm64) into dist/images: OCI layouts (crane push --index), docker load tarballs, SPDX SBOMs
 	$(GO) run ./hack/image --version $(VERSION) --repo $(IMAGE_REPO) --platforms $(IMAGE_PLATFORMS) --out dist/images
 
 .PHONY: tools

@@ -31,7 +31,7 @@ func main() {
 	repo := flag.String("repo", "ghcr.io/vacate-dev", "registry and path the images are named under: <repo>/vacate-controller:<version>")
 	out := flag.String("out", "dist/images", "output directory")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "os/arch pairs")
-	only := flag.String("only", "", "build only this image (vacate-controller or vacate-agent)")
+	only := flag.String("only", "", "build only this image (vacate-controller, vacate-agent or vacate-hook)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

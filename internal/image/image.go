@@ -57,6 +57,8 @@ var Programs = []Program{
 		Description: "vacate's operator: drains Kubernetes nodes safely, with stateful evacuation"},
 	{Name: "vacate-agent", Package: "./cmd/vacate-agent",
 		Description: "vacate's node agent: turns shutdown and cloud notices into drain requests"},
+	{Name: "vacate-hook", Package: "./cmd/vacate-hook",
+		Description: "vacate's evacuation sidecar: serves the HTTP evacuation protocol beside an app and runs its recipe's commands"},
 }
 
 // DefaultPlatforms are the architectures the images are built for.
