@@ -170,9 +170,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.StartMember(0); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	if _, err := c.WaitLeader(ctx, ""); err != nil {
 		return nil, fmt.Errorf("waiting for %s to bootstrap: %w", Name(0), err)
 	}
+	fmt.Fprintf(c.opts.Log, "%s bootstrapped and leads after %s\n", Name(0), time.Since(start).Round(time.Millisecond))
 	for i := 1; i < len(c.members); i++ {
 		if err := c.StartMember(i); err != nil {
 			return nil, err
@@ -181,6 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.WaitHealthy(ctx); err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(c.opts.Log, "every member streams after %s\n", time.Since(start).Round(time.Millisecond))
 	return c, nil
 }
 

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,6 +53,7 @@ type hook struct {
 	cfg    hookConfig
 	env    []string
 	member string
+	quiet  bool // no log of each command
 }
 
 func loadHook(t *testing.T, c *Cluster, i int) *hook {
@@ -107,6 +110,9 @@ func (h *hook) run(ctx context.Context, c command, mode, step string) (string, e
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
+	if h.quiet {
+		return out.String(), err
+	}
 	h.t.Logf("%s %s %s %q: %v\n%s", h.member, mode, step, c.Command, err, strings.TrimSpace(out.String()))
 	return out.String(), err
 }
@@ -152,25 +158,39 @@ func (h *hook) cancel(ctx context.Context, mode string) error {
 	return nil
 }
 
-// statusInterval is the configuration's, 5 s by default.
-func (h *hook) statusInterval() time.Duration {
-	if h.cfg.StatusInterval == "" {
-		return 5 * time.Second
+// interval is a duration of the configuration, def when unset.
+func (h *hook) interval(value string, def time.Duration) time.Duration {
+	if value == "" {
+		return def
 	}
-	d, err := time.ParseDuration(h.cfg.StatusInterval)
+	d, err := time.ParseDuration(value)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return d
 }
 
-// drain runs evacuate (which must succeed at once) and then status every
+// drain runs evacuate (again after retryInterval if it fails, at most three
+// times) and then status every
 // statusInterval until Completed, calling check after every status answer
 // with the state it gave, and returns how many status runs it took.
 func (h *hook) drain(ctx context.Context, mode string, check func(state, message string)) int {
 	h.t.Helper()
-	if msg, err := h.evacuate(ctx, mode); err != nil {
-		h.t.Fatalf("%s: evacuate failed: %v: %s", h.member, err, msg)
+	for attempt := 1; ; attempt++ {
+		msg, err := h.evacuate(ctx, mode)
+		if err == nil {
+			break
+		}
+		// vacate-hook runs evacuate again after retryInterval; a third
+		// failure here means something is wrong, not slow.
+		if attempt == 3 {
+			h.t.Fatalf("%s: evacuate failed %d times, last: %v: %s", h.member, attempt, err, msg)
+		}
+		select {
+		case <-ctx.Done():
+			h.t.Fatalf("%s: evacuate failed: %v: %s", h.member, err, msg)
+		case <-time.After(h.interval(h.cfg.RetryInterval, 10*time.Second)):
+		}
 	}
 	for n := 1; ; n++ {
 		state, msg := h.status(ctx, mode)
@@ -184,7 +204,7 @@ func (h *hook) drain(ctx context.Context, mode string, check func(state, message
 		select {
 		case <-ctx.Done():
 			h.t.Fatalf("%s: no Completed before the test's deadline: %s", h.member, msg)
-		case <-time.After(h.statusInterval()):
+		case <-time.After(h.interval(h.cfg.StatusInterval, 5*time.Second)):
 		}
 	}
 }
@@ -226,6 +246,65 @@ func sample(c *Cluster) *sampler {
 }
 
 func (s *sampler) Stop() []string { s.stop(); <-s.done; return s.leaders }
+
+// statusRun is one run of the status command between two views.
+type statusRun struct {
+	before, after  View
+	state, message string
+}
+
+// watcher runs a member's status command over and over.
+type watcher struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	runs   []statusRun
+	errs   int
+}
+
+func watchStatus(c *Cluster, h *hook, mode string) *watcher {
+	h.quiet = true
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watcher{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			before, err1 := c.View(ctx)
+			state, msg := h.status(ctx, mode)
+			after, err2 := c.View(ctx)
+			w.mu.Lock()
+			if err1 != nil || err2 != nil || ctx.Err() != nil {
+				w.errs++
+			} else {
+				w.runs = append(w.runs, statusRun{before: before, after: after, state: state, message: msg})
+			}
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// waitInProgress waits for a first run that said InProgress.
+func (w *watcher) waitInProgress(ctx context.Context) error {
+	return poll(ctx, 30*time.Second, func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return slices.ContainsFunc(w.runs, func(r statusRun) bool { return r.state == "InProgress" }),
+			fmt.Sprintf("%d status runs, none InProgress", len(w.runs))
+	})
+}
+
+func (w *watcher) stop() []statusRun {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.runs
+}
 
 // TestRecipe proves examples/postgresql-patroni against a real three-member
 // cluster under a client load: a replica's drain is Completed at once and
@@ -280,16 +359,18 @@ func TestRecipe(t *testing.T) {
 	}
 
 	// 2. The primary's member, under load: a switchover; Completed only
-	// once the leader is another member that accepts writes.
+	// once the leader is another member that accepts writes. Besides the
+	// drain's own status runs, a watcher runs the status command over and
+	// over through the switchover, each run between two views of the
+	// system: it must never say Completed while this member leads.
 	h = loadHook(t, c, primary)
 	s := sample(c)
-	var inProgress int
+	w := watchStatus(c, loadHook(t, c, primary), "Maintenance")
+	if err := w.waitInProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
 	h.drain(ctx, "Maintenance", func(state, msg string) {
 		v := mustView(ctx, t, c)
-		if state == "InProgress" {
-			inProgress++
-			return
-		}
 		if state == "Completed" && (v.Leader == Name(primary) || v.Leader == "" || !c.AcceptsWrites(ctx, c.Index(v.Leader))) {
 			t.Errorf("status said Completed (%s) while the view is %s", msg, v)
 		}
@@ -301,8 +382,27 @@ func TestRecipe(t *testing.T) {
 	if len(leaders) != 2 || leaders[0] != Name(primary) {
 		t.Errorf("leaders seen during the drain: %q, want %s then one other", leaders, Name(primary))
 	}
+	seen := w.stop()
+	var led, completed int
+	for _, r := range seen {
+		if r.after.Leader == Name(primary) {
+			led++
+		}
+		switch {
+		// The leader moves once (the sampler checks it), so a run that
+		// ends with this member leading ran entirely while it led; one
+		// that began then may have seen the move.
+		case r.state == "Completed" && r.after.Leader == Name(primary):
+			t.Errorf("status said Completed (%s) while %s led: before %s, after %s", r.message, Name(primary), r.before, r.after)
+		case r.state == "Completed":
+			completed++
+		}
+	}
+	if led == 0 || completed == 0 {
+		t.Errorf("the watcher's %d status runs saw %s lead in %d and said Completed in %d: want both", len(seen), Name(primary), led, completed)
+	}
 	after := mustView(ctx, t, c)
-	t.Logf("after the switchover: %s (%d status runs said InProgress)", after, inProgress)
+	t.Logf("after the switchover: %s; the watcher ran status %d times, %d while %s led, %d Completed", after, len(seen), led, Name(primary), completed)
 
 	// 3. Cancel after the switchover: the recipe has no cancel step, so
 	// the new leader stays and the old primary rejoins as a replica, and
