@@ -43,7 +43,12 @@ type Load struct {
 	lastErr   error
 	failSince time.Time
 	longest   time.Duration
+	outages   []Outage
 }
+
+// Outage is a time clients could not write: from the start of a write
+// attempt that failed to the next acknowledged write.
+type Outage struct{ Start, End time.Time }
 
 var loadSeq atomic.Int64
 
@@ -135,7 +140,9 @@ func (l *Load) record(w int, key, val string, start time.Time, err error) {
 	l.acked[key] = val
 	l.perWriter[w]++
 	if !l.failSince.IsZero() {
-		l.longest = max(l.longest, time.Since(l.failSince))
+		o := Outage{Start: l.failSince, End: time.Now()}
+		l.longest = max(l.longest, o.End.Sub(o.Start))
+		l.outages = append(l.outages, o)
 		l.failSince = time.Time{}
 	}
 }
@@ -145,6 +152,20 @@ func (l *Load) Acked() []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]int(nil), l.perWriter...)
+}
+
+// LongestOutageSince is the longest outage that ended after t (0 if none):
+// what one phase of a test cost the clients.
+func (l *Load) LongestOutageSince(t time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var d time.Duration
+	for _, o := range l.outages {
+		if o.End.After(t) {
+			d = max(d, o.End.Sub(o.Start))
+		}
+	}
+	return d
 }
 
 // WaitProgress waits until every writer has had n more writes acknowledged

@@ -75,14 +75,17 @@ func TestRecipe(t *testing.T) {
 		t.Fatalf("after a cancelled drain the primary is member %d, want %d", p, primary)
 	}
 	progress(20)
+	t.Logf("longest outage so far: %s", load.LongestOutageSince(time.Time{}).Round(time.Millisecond))
 
 	t.Log("3. the primary's member drains with no replica running: refused, nothing paused")
 	refused(ctx, t, c, hooks[primary], primary)
 	progress(20)
 
 	t.Log("4. the primary's member drains under load: Completed once the primary is elsewhere and the sentinels agree")
+	start := time.Now()
 	drainPrimary(ctx, t, c, hooks[primary], primary)
 	progress(20)
+	t.Logf("longest outage of the clients through the failover: %s", load.LongestOutageSince(start).Round(time.Millisecond))
 	t.Logf("member %d's pod is evicted (stopped) and comes back", primary)
 	if err := c.StopMember(primary); err != nil {
 		t.Fatal(err)
