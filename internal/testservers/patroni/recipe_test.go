@@ -313,7 +313,8 @@ func (w *watcher) stop() []statusRun {
 // that switchover leaves the new leader in place and the old primary
 // rejoins as a replica; no committed transaction is lost. Then a primary
 // with no healthy replica is refused a switchover, and its drain holds with
-// Patroni's reason until a replica is back.
+// Patroni's reason until the replicas are back; its evacuate, killed while
+// Patroni switches over and run again, finishes the drain.
 func TestRecipe(t *testing.T) {
 	if _, err := os.Stat(patroniBin); err != nil {
 		t.Skipf("patroni is not installed (make stateful-servers): %v", err)
@@ -430,8 +431,7 @@ func TestRecipe(t *testing.T) {
 	}
 
 	// 4. No healthy replica: Patroni refuses the switchover, evacuate
-	// fails with its reason (the drain's message) and the leader stays;
-	// once a replica is back, evacuate run again hands over.
+	// fails with its reason (the drain's message) and the leader stays.
 	leader := c.Index(after.Leader)
 	var stopped []int
 	for i := range c.Len() {
@@ -459,11 +459,42 @@ func TestRecipe(t *testing.T) {
 	if err := c.WaitHealthy(ctx); err != nil {
 		t.Fatal(err)
 	}
+
+	// 5. The drain goes on, and its evacuate is killed while Patroni
+	// carries the switchover out (as a cancel or a sidecar restart would
+	// kill it): run again, it finishes the drain, and the leader moved
+	// once.
+	s = sample(c)
+	requests := switchoverRequests(t, c, leader)
+	killed, kill := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := h.evacuate(killed, "Decommission"); done <- err }()
+	err = poll(ctx, 30*time.Second, func() (bool, string) {
+		return switchoverRequests(t, c, leader) > requests, "Patroni has not received the switchover request"
+	})
+	kill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("evacuate killed while Patroni switches over: %v", <-done)
 	h.drain(ctx, "Decommission", func(state, msg string) {
 		if v := mustView(ctx, t, c); state == "Completed" && v.Leader == Name(leader) {
 			t.Errorf("status said Completed (%s) while %s still leads: %s", msg, Name(leader), v)
 		}
 	})
+	if leaders := s.Stop(); len(leaders) != 2 || leaders[0] != Name(leader) {
+		t.Errorf("leaders seen during the killed drain: %q, want %s then one other", leaders, Name(leader))
+	}
+}
+
+// switchoverRequests counts the switchover requests member i's Patroni has
+// logged.
+func switchoverRequests(t *testing.T, c *Cluster, i int) int {
+	data, err := os.ReadFile(filepath.Join(c.members[i].dir, "patroni.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(data, []byte("received switchover request"))
 }
 
 func mustView(ctx context.Context, t *testing.T, c *Cluster) View {
