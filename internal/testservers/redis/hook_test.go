@@ -283,3 +283,36 @@ func retry(ctx context.Context, f func() error) error {
 		}
 	}
 }
+
+// TestManifestHoldsTheRecipe checks that the ConfigMap of
+// examples/redis-sentinel/manifests.yaml holds the recipe's files verbatim.
+func TestManifestHoldsTheRecipe(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(recipeDir, "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"config.yaml": "vacate-hook.yaml", "redis-sentinel.sh": "redis-sentinel.sh"}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var cm struct {
+			Kind string            `json:"kind"`
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc+"\n"), &cm); err != nil {
+			t.Fatal(err)
+		}
+		if cm.Kind != "ConfigMap" {
+			continue
+		}
+		for key, file := range want {
+			b, err := os.ReadFile(filepath.Join(recipeDir, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cm.Data[key] != string(b) {
+				t.Errorf("manifests.yaml's ConfigMap %s differs from %s", key, file)
+			}
+		}
+		return
+	}
+	t.Fatal("manifests.yaml has no ConfigMap")
+}

@@ -33,10 +33,12 @@ func TestRecipe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ips := []string{"127.212.0.1", "127.212.0.2", "127.212.0.3"}
+	begin := time.Now()
 	c, err := redis.Start(ctx, redis.Config{IPs: ips, Dir: t.TempDir(), Password: "vacate-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("3 servers and 3 sentinels settled in %s", time.Since(begin).Round(time.Millisecond))
 	t.Cleanup(c.Stop)
 	load := c.StartLoad(ctx, redis.LoadOptions{})
 	progress := func(n int) {
