@@ -485,6 +485,19 @@ func TestRecipe(t *testing.T) {
 	if leaders := s.Stop(); len(leaders) != 2 || leaders[0] != Name(leader) {
 		t.Errorf("leaders seen during the killed drain: %q, want %s then one other", leaders, Name(leader))
 	}
+
+	// 6. The harness: a killed member leaves no PostgreSQL process behind
+	// and rejoins when started again.
+	c.KillMember(leader)
+	if pids := (&process{postmasterPID: filepath.Join(c.members[leader].dir, "data", "postmaster.pid")}).postgresPIDs(); len(pids) > 0 {
+		t.Errorf("PostgreSQL processes %v of %s outlive KillMember", pids, Name(leader))
+	}
+	if err := c.StartMember(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatalf("%s does not rejoin after KillMember: %v", Name(leader), err)
+	}
 }
 
 // switchoverRequests counts the switchover requests member i's Patroni has
