@@ -104,11 +104,15 @@ func (r *runner) run(ctx context.Context, stepName string, s hookStep) (string, 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	return out.String(), err
+	if err != nil && lastLine(stderr.String()) != "" {
+		// vacate-hook shows a failed command's last line of stderr, else of stdout.
+		return stdout.String() + "\n" + stderr.String(), err
+	}
+	return stdout.String(), err
 }
 
 // evacuate runs the evacuate commands once, in order, and returns the
@@ -445,4 +449,36 @@ func replicasOnline(ctx context.Context, c *Cluster, node string, n int) error {
 		return fmt.Errorf("%s is an online member of %d of %d queues: %+v", node, on, n, qs)
 	}
 	return nil
+}
+
+// TestManifestsCarryTheRecipe checks that the ConfigMap of
+// examples/rabbitmq/manifests.yaml holds the recipe's files verbatim.
+func TestManifestsCarryTheRecipe(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(recipeDir, "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var cm struct {
+			Kind string            `json:"kind"`
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc+"\n"), &cm); err != nil {
+			t.Fatal(err)
+		}
+		if cm.Kind != "ConfigMap" {
+			continue
+		}
+		for key, file := range map[string]string{"config.yaml": "vacate-hook.yaml", "rabbitmq.sh": "rabbitmq.sh"} {
+			b, err := os.ReadFile(filepath.Join(recipeDir, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cm.Data[key] != string(b) {
+				t.Errorf("manifests.yaml's ConfigMap %s differs from %s", key, file)
+			}
+		}
+		return
+	}
+	t.Fatal("manifests.yaml has no ConfigMap")
 }
