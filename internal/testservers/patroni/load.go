@@ -2,7 +2,6 @@ package patroni
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -24,7 +23,7 @@ type Load struct {
 	c      *Cluster
 	cancel context.CancelFunc
 	done   chan struct{}
-	// Interval is the pause between two transactions.
+	// interval is the pause between two transactions.
 	interval time.Duration
 
 	mu          sync.Mutex
@@ -202,7 +201,7 @@ func (c *Cluster) readLoad(ctx context.Context) (map[int64]int, error) {
 		return true, ""
 	})
 	if err != nil {
-		return nil, errors.Join(errors.New("reading the load's rows"), err)
+		return nil, fmt.Errorf("reading the load's rows: %w", err)
 	}
 	return counts, nil
 }

@@ -9,6 +9,19 @@
 // stateful-servers installs them) and the dev cluster's etcd binary
 // (devcluster.EnsureBinaries). PostgreSQL refuses to run as root, so when the
 // test runs as root every member runs as the user postgres.
+//
+// A test starts a cluster on the pods' IPs, runs a recipe beside a member
+// and judges what clients saw:
+//
+//	c, err := patroni.Start(ctx, patroni.Options{Dir: t.TempDir(), DCSIP: dcsIP, MemberIPs: podIPs})
+//	if err != nil { // Start has stopped what it started
+//		t.Fatal(err)
+//	}
+//	t.Cleanup(c.Stop)
+//	load, err := c.StartLoad(ctx, 0)     // commits through whichever member is the primary
+//	env := c.SidecarEnv(i)               // POD_NAME, PATRONI_URL, ... for a sidecar beside member i
+//	v, err := c.View(ctx)                // who leads; each member's role, state and lag
+//	report, err := load.Stop(ctx)        // a testservers.Report: lost, duplicated, longest outage
 package patroni
 
 import (
