@@ -351,7 +351,10 @@ func (s *Sidecar) evacuate(ctx context.Context, d *drainState, gen int) time.Dur
 			continue
 		}
 		if o.stopped {
-			return 0 // interrupted, or the sidecar stops: not a failure of the command
+			// Interrupted (a cancel, the mode raised) or the sidecar stops:
+			// not a failure of the command.
+			s.log.Info("the running command was stopped", "drain", drain.UID, "step", "evacuate", "command", c.Name())
+			return 0
 		}
 		why := o.describe(c)
 		s.log.Info("an evacuate command failed; evacuate runs again", "drain", drain.UID, "why", why, "in", s.cfg.retryInterval)

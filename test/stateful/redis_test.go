@@ -1,0 +1,204 @@
+package stateful_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testservers/redis"
+)
+
+// TestRedisSentinel drains Redis with Sentinel (a primary, two replicas,
+// three sentinels; the real servers, one member per pod) with
+// examples/redis-sentinel under a client load whose every write is
+// acknowledged by WAIT 1:
+//
+//  1. a drain of the primary's node is cancelled while the failover holds
+//     the primary's writes paused (a replica is frozen, so it cannot catch
+//     up): vacate-hook kills the failover and its cancel resumes the
+//     writes; the primary stays;
+//  2. the primary's node drains, and vacate-hook is killed with its
+//     commands midway through the failover (a container crash), then
+//     restarted: it resumes, the sentinels promote a replica, and only then
+//     is the pod evicted;
+//  3. every acknowledged write is there.
+func TestRedisSentinel(t *testing.T) {
+	a := newApp(t, "redis")
+	ctx := testenv.Context(t)
+	// The sentinels take a frozen replica for down after 30 s, not 5: the
+	// first part freezes one for longer than 5 s, and it must stay a
+	// candidate the failover waits for.
+	rc, err := redis.Start(ctx, redis.Config{IPs: a.IPs(), Dir: t.TempDir(), Password: "stateful-test", DownAfter: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Stop)
+	sidecars := make([]*sidecarProc, len(a.pods))
+	for i := range a.pods {
+		// Writes stay paused up to 30 s for the replicas to catch up (the
+		// recipe's default is 5 s), so that the cancel of the first part
+		// lands while they are.
+		env := append(rc.SidecarEnv(i), "REDIS_CATCHUP_SECONDS=30", "REDIS_PAUSE_MS=50000")
+		sidecars[i] = a.startSidecar(t, i, "redis-sentinel", env)
+	}
+	// An evicted pod's containers stop: its sidecar, server and sentinel.
+	a.setOnEvict(func(i int) {
+		sidecars[i].stop()
+		if err := rc.StopMember(i); err != nil {
+			t.Errorf("stopping member %d: %v", i, err)
+		}
+	})
+	view := sampleView(t, 50*time.Millisecond, func(ctx context.Context) string {
+		v := rc.View(ctx)
+		p, err := v.AgreedPrimary()
+		if err != nil {
+			return "no agreed primary: " + err.Error()
+		}
+		if s, ok := v.Server(p); !ok || s.Role != "master" {
+			return fmt.Sprintf("sentinels name %s, which says it is %q", p, s.Role)
+		}
+		return "primary " + p
+	})
+	load := rc.StartLoad(ctx, redis.LoadOptions{})
+	if err := load.WaitProgress(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	primary, err := rc.View(ctx).PrimaryIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := (primary + 1) % len(a.pods)
+	primaryAddr := rc.Member(primary).Server.Addr
+	t.Logf("the primary is %s, on %s (pod %s)", primaryAddr, a.nodes[primary], a.pods[primary].Name)
+
+	t.Log("1. a drain of the primary's node, cancelled while the failover holds writes paused")
+	if err := rc.Member(frozen).Server.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	a.drain(t, primary, v1alpha1.ModeMaintenance)
+	waitPaused(ctx, t, rc, primaryAddr)
+	a.cancel(t, primary)
+	waitFor(ctx, t, "the failover to be stopped and cancelled", func() bool {
+		log := sidecars[primary].logText()
+		return strings.Contains(log, "the running command was stopped") && strings.Contains(log, "cancel done")
+	}, sidecars[primary].logText)
+	if err := rc.Member(frozen).Server.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.WaitProgress(ctx, 20); err != nil {
+		t.Fatalf("writes after the cancel: %v", err)
+	}
+	if p, err := rc.View(ctx).PrimaryIndex(); err != nil || p != primary {
+		t.Fatalf("after the cancel the primary is member %d (%v), want %d, unmoved", p, err, primary)
+	}
+	if _, ok := a.evictedAt(primary); ok {
+		t.Fatal("the primary's pod was evicted by a cancelled drain")
+	}
+	if err := rc.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUndone(ctx, t, a, primary)
+
+	t.Log("2. the primary's node drains; vacate-hook crashes midway through the failover and restarts")
+	start := time.Now()
+	mark := len(sidecars[primary].logText())
+	a.drain(t, primary, v1alpha1.ModeMaintenance)
+	waitFor(ctx, t, "vacate-hook to run the failover", func() bool {
+		return logLine(sidecars[primary].logText()[mark:], "msg=running", "redis-sentinel.sh failover")
+	}, sidecars[primary].logText)
+	time.Sleep(100 * time.Millisecond) // midway, not at its first instruction
+	sidecars[primary].crash()
+	sidecars[primary].start(t)
+	nd := a.waitDrain(t, primary, "Drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	if !strings.Contains(sidecars[primary].logText(), "resuming a drain after a restart") {
+		t.Errorf("vacate-hook did not resume the drain after its restart:\n%s", sidecars[primary].logText())
+	}
+	evicted, ok := a.evictedAt(primary)
+	if !ok {
+		t.Fatalf("the drain is %s but the primary's pod was not seen evicted", nd.Status.Phase)
+	}
+	before, _ := view.before(evicted)
+	if !strings.HasPrefix(before, "primary ") || strings.TrimPrefix(before, "primary ") == primaryAddr {
+		t.Fatalf("when its pod was evicted, the system said %q: want another primary, agreed by the sentinels; views:%s", before, view.changes())
+	}
+	if !strings.Contains(view.changes(), "primary "+primaryAddr) {
+		t.Fatalf("the views sampled never showed the old primary, so they prove nothing:%s", view.changes())
+	}
+	if err := load.WaitProgress(ctx, 20); err != nil {
+		t.Fatalf("writes after the drain: %v", err)
+	}
+	rep, err := load.Stop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s; longest outage during the drain %s; drain took %s",
+		rep, load.LongestOutageSince(start).Round(time.Millisecond), evicted.Sub(start).Round(time.Millisecond))
+	if err := rep.OK(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitPaused waits until a write to the primary blocks: the failover has
+// paused writes (and waits for the frozen replica).
+func waitPaused(ctx context.Context, t *testing.T, rc *redis.Cluster, addr string) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		last = rc.Client(addr).Set(pctx, "vacate-probe", "x", 0).Err()
+		return last != nil && pctx.Err() != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("writes to %s were never paused (last write: %v)", addr, last)
+	}
+}
+
+// waitUndone waits until the cancelled drain is gone and its node
+// schedulable again.
+func waitUndone(ctx context.Context, t *testing.T, a *app, i int) {
+	t.Helper()
+	waitFor(ctx, t, "the cancelled drain to be undone", func() bool {
+		n, err := a.c.Client.CoreV1().Nodes().Get(ctx, a.nodes[i], metav1.GetOptions{})
+		if err != nil || n.Spec.Unschedulable {
+			return false
+		}
+		nd := &v1alpha1.NodeDrain{}
+		return apierrors.IsNotFound(a.cl.Get(ctx, types.NamespacedName{Name: a.nodes[i]}, nd))
+	}, func() string { return "node " + a.nodes[i] })
+}
+
+// waitFor polls cond for up to two minutes; describe says what was seen.
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool, describe func() string) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v; seen:\n%s", what, err, describe())
+	}
+}
+
+// logLine says whether one line of a log has every part.
+func logLine(log string, parts ...string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
