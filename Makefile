@@ -21,7 +21,7 @@ MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3 -ldflags=-w
 # The longest packages first: go test starts them in this order, three at
 # once, so the suite's length is not one of them started last.
-PKGS       ?= ./internal/controller/nodedrain ./test/e2e ./test/install ./internal/demo ./internal/image ./internal/cli ./internal/devcluster ./...
+PKGS       ?= ./internal/controller/nodedrain ./test/stateful ./test/e2e ./test/install ./internal/demo ./internal/image ./internal/cli ./internal/devcluster ./...
 
 .PHONY: help
 help: ## List the targets
@@ -142,6 +142,10 @@ bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes w
 .PHONY: bench-endpoints
 bench-endpoints: controlplane ## Requests a drain drops: kubectl drain, vacate without and with the readiness gate, preStop sleep (needs root: a network namespace)
 	$(GO) run ./hack/bench-endpoints $(BENCH_ENDPOINTS_FLAGS)
+
+.PHONY: bench-stateful
+bench-stateful: controlplane stateful-servers ## Real RabbitMQ, PostgreSQL (Patroni) and Redis (Sentinel) under client load: the leader's node drained by kubectl drain (with the operators' preStop) and by vacate with its recipe; writes lost, longest outage, drain time
+	$(GO) test -tags stateful_bench -count=1 -v -timeout 60m -run TestBenchStateful ./test/stateful
 
 .PHONY: bench-admission
 bench-admission: ## Cost of one admission pass with 10, 100 and 1,000 queued drains (decisions/s, CPU per decision)
