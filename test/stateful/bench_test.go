@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
@@ -160,4 +162,11 @@ func benchName(system string, withVacate bool) string {
 		return "bv-" + system
 	}
 	return "bk-" + system
+}
+
+// waitErr polls cond every 50 ms for up to two minutes.
+func waitErr(ctx context.Context, cond func() bool) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
 }
