@@ -338,33 +338,8 @@ func (s *Sidecar) evacuate(ctx context.Context, d *drainState, gen int) time.Dur
 	if !ok {
 		return 0
 	}
-	for i := range steps.Evacuate {
-		c := &steps.Evacuate[i]
-		if _, ok := s.step(d, gen, func(r *record) {
-			r.Answer = inProgress("evacuate: running %s (command %d of %d, attempt %d)", c.Name(), i+1, len(steps.Evacuate), attempt)
-		}); !ok {
-			return 0
-		}
-		s.log.Info("running", "drain", drain.UID, "step", "evacuate", "command", c.Name(), "attempt", attempt)
-		o := run(ctx, c, drain, "evacuate")
-		if o.err == nil {
-			continue
-		}
-		if o.stopped {
-			// Interrupted (a cancel, the mode raised) or the sidecar stops:
-			// not a failure of the command.
-			s.log.Info("the running command was stopped", "drain", drain.UID, "step", "evacuate", "command", c.Name())
-			return 0
-		}
-		why := o.describe(c)
-		s.log.Info("an evacuate command failed; evacuate runs again", "drain", drain.UID, "why", why, "in", s.cfg.retryInterval)
-		if _, ok := s.step(d, gen, func(r *record) {
-			r.Answer = inProgress("evacuate: %s (attempt %d; again in %s)", why, attempt, s.cfg.retryInterval)
-			_ = s.save(d)
-		}); !ok {
-			return 0
-		}
-		return s.cfg.retryInterval
+	if pause, done := s.runList(ctx, d, gen, drain, "evacuate", "", steps.Evacuate, attempt); !done {
+		return pause
 	}
 	s.step(d, gen, func(r *record) {
 		r.Evacuated = add(r.Evacuated, set)
@@ -380,6 +355,44 @@ func (s *Sidecar) evacuate(ctx context.Context, d *drainState, gen int) time.Dur
 		_ = s.save(d)
 	})
 	return 0
+}
+
+// runList runs a step's commands in order (of step set `of`, for a
+// cancel). done is true when they all exited 0. Otherwise pause is how long
+// the worker waits before the step runs again: retryInterval after a
+// failure, shown in the drain's answer, or 0 when the step was interrupted
+// (a cancel, the mode raised, the sidecar stopping: not the command's
+// failure).
+func (s *Sidecar) runList(ctx context.Context, d *drainState, gen int, drain Drain, step, of string, cmds []Command, attempt int) (pause time.Duration, done bool) {
+	for i := range cmds {
+		c := &cmds[i]
+		if _, ok := s.step(d, gen, func(r *record) {
+			if step == "evacuate" {
+				r.Answer = inProgress("evacuate: running %s (command %d of %d, attempt %d)", c.Name(), i+1, len(cmds), attempt)
+			}
+		}); !ok {
+			return 0, false
+		}
+		s.log.Info("running", "drain", drain.UID, "step", step, "of", of, "command", c.Name(), "attempt", attempt)
+		o := run(ctx, c, drain, step)
+		if o.err == nil {
+			continue
+		}
+		if o.stopped {
+			s.log.Info("the running command was stopped", "drain", drain.UID, "step", step, "command", c.Name())
+			return 0, false
+		}
+		why := o.describe(c)
+		s.log.Info("a command failed; its step runs again", "drain", drain.UID, "step", step, "why", why, "in", s.cfg.retryInterval)
+		if _, ok := s.step(d, gen, func(r *record) {
+			r.Answer = inProgress("%s: %s (attempt %d; again in %s)", step, why, attempt, s.cfg.retryInterval)
+			_ = s.save(d)
+		}); !ok {
+			return 0, false
+		}
+		return s.cfg.retryInterval, false
+	}
+	return 0, true
 }
 
 // watch runs the status command once and records what it says.
@@ -440,26 +453,8 @@ func (s *Sidecar) cancel(ctx context.Context, d *drainState, gen int) time.Durat
 		return 0
 	}
 	for _, set := range sets {
-		cmds := s.cfg.steps(set).Cancel
-		for i := range cmds {
-			c := &cmds[i]
-			s.log.Info("running", "drain", drain.UID, "step", "cancel", "of", set, "command", c.Name(), "attempt", attempt)
-			o := run(ctx, c, drain, "cancel")
-			if o.err == nil {
-				continue
-			}
-			if o.stopped {
-				return 0
-			}
-			why := o.describe(c)
-			s.log.Info("a cancel command failed; cancel runs again", "drain", drain.UID, "why", why, "in", s.cfg.retryInterval)
-			if _, ok := s.step(d, gen, func(r *record) {
-				r.Answer = inProgress("cancel: %s (attempt %d; again in %s)", why, attempt, s.cfg.retryInterval)
-				_ = s.save(d)
-			}); !ok {
-				return 0
-			}
-			return s.cfg.retryInterval
+		if pause, done := s.runList(ctx, d, gen, drain, "cancel", set, s.cfg.steps(set).Cancel, attempt); !done {
+			return pause
 		}
 	}
 	s.step(d, gen, func(r *record) {

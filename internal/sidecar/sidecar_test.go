@@ -288,7 +288,7 @@ func TestStatusThatCannotBeReadIsNeverCompleted(t *testing.T) {
 		{"lower case", `echo completed`, `printed state "completed"`},
 		{"exit code", `echo Completed; echo "it broke" >&2; exit 3`, "exited 3: it broke"},
 		{"Completed with work left", `echo '{"state":"Completed","remaining":4}'`, "Completed with 4 remaining"},
-		{"hangs", `echo $$ > {{dir}}/pid; echo Completed; exec sleep 60`, "ran longer than its timeout 300ms and was killed"},
+		{"hangs", `echo $$ >> {{dir}}/pids; echo Completed; exec sleep 60`, "ran longer than its timeout 300ms and was killed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, `
@@ -307,7 +307,15 @@ maintenance:
 				t.Errorf("answer %+v, want InProgress", a)
 			}
 			if tc.name == "hangs" {
-				f.pidGone("pid")
+				// Every run was killed: those that timed out at once, the
+				// one running now when the sidecar stops.
+				f.stop()
+				data, _ := os.ReadFile(filepath.Join(f.dir, "pids"))
+				for _, pid := range strings.Fields(string(data)) {
+					if n, _ := strconv.Atoi(pid); n <= 0 || syscall.Kill(n, 0) == nil {
+						t.Errorf("status run %s is still running", pid)
+					}
+				}
 			}
 		})
 	}
