@@ -181,7 +181,7 @@ func (c *Cluster) startEPMD() error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return fmt.Errorf("starting epmd: %w", err)
@@ -275,6 +275,7 @@ func (c *Cluster) serverEnv(m *member) []string {
 		// Unbound schedulers: bound ones (the default) would put every
 		// node's one scheduler on the same CPU.
 		"RABBITMQ_SCHEDULER_BIND_TYPE=u",
+		"RUNNING_UNDER_SYSTEMD=true", // exec the VM (see StartMember)
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+ErlArgs+" -kernel inet_dist_use_interface "+ipTuple,
 	)
 }
@@ -301,7 +302,12 @@ func (c *Cluster) StartMember(ctx context.Context, i int) error {
 	cmd.Env = c.serverEnv(m)
 	cmd.Dir = m.dir
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The node dies with the test process, even one killed at a timeout
+	// that runs no clean-up: the kernel kills it (Pdeathsig). That needs
+	// the Erlang VM to be this process, so rabbitmq-server execs it, as it
+	// does under systemd, instead of running it as a child of its shell;
+	// the VM itself stops cleanly on SIGTERM.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		c.mu.Unlock()
 		out.Close()
