@@ -1,0 +1,541 @@
+package stateful_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testservers/rabbitmq"
+)
+
+// TestRabbitMQ drains RabbitMQ (three nodes, three quorum queues, the real
+// servers, one node per pod) with examples/rabbitmq under a client load of
+// publishers whose every message is confirmed by the broker and a consumer:
+//
+//  1. a Maintenance drain of node 0's node, held by a tightened PDB once
+//     RabbitMQ answered Completed (node 0 in maintenance), is cancelled:
+//     vacate-hook revives node 0, which takes clients again, and its pod
+//     stays;
+//  2. a Maintenance drain of the node of a member that leads queues: the
+//     member is in maintenance and leads no quorum queue before its pod is
+//     evicted, and the drain is Drained;
+//  3. that node comes back (the drain is cancelled, its pod replaced) but
+//     its RabbitMQ member is still stopped: a Decommission of another
+//     member that leads queues is held by RabbitMQ's own refusal (it is
+//     quorum-critical), shown in status.hooks and by `vacate explain`, with
+//     the pod in place; once the stopped member starts, the drain goes on:
+//     the member is removed from every quorum queue, only while the other
+//     members hold each one, before its pod is evicted;
+//  4. every confirmed message is consumed, none twice.
+//
+// RabbitMQ's own view (running nodes, maintenance, each queue's leader,
+// members and online members) is sampled throughout through one Erlang
+// node connected to the cluster.
+func TestRabbitMQ(t *testing.T) {
+	a := newApp(t, "rabbitmq")
+	ctx := testenv.Context(t)
+	start := time.Now()
+	rc, err := rabbitmq.Start(ctx, rabbitmq.Config{IPs: a.IPs(), Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Stop() })
+	t.Logf("three RabbitMQ nodes running and clustered after %s", time.Since(start).Round(100*time.Millisecond))
+	queues := make([]string, rc.Size())
+	for i := range queues {
+		// Declared through member i, which leads it at first.
+		queues[i] = fmt.Sprintf("orders-%d", i)
+		if err := rc.DeclareQuorumQueue(i, queues[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sidecars := make([]*sidecarProc, len(a.pods))
+	for i := range a.pods {
+		sidecars[i] = a.startSidecar(t, i, "rabbitmq", rc.Env(i))
+	}
+	// An evicted pod's containers stop: its sidecar and its node.
+	a.setOnEvict(func(i int) {
+		sidecars[i].stop()
+		if err := rc.StopMember(i); err != nil {
+			t.Errorf("stopping member %d: %v", i, err)
+		}
+	})
+	rv := rabbitmqStartViewer(t, rc)
+	view := sampleView(t, 200*time.Millisecond, rv.view)
+	load := rabbitmq.StartLoad(rabbitmq.LoadConfig{URLs: rc.URLs(), Queues: queues, Pause: 100 * time.Millisecond})
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			load.Stop(sctx)
+		}
+	})
+	rabbitmqWaitAcks(ctx, t, load, "the load to write")
+
+	t.Log("1. a drain of node 0's node, held by the PDB after RabbitMQ put node 0 in maintenance, is cancelled")
+	rabbitmqSetPDB(ctx, t, a, 0)
+	a.drain(t, 0, v1alpha1.ModeMaintenance)
+	nd := a.waitDrain(t, 0, "held by the PDB with node 0 drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, ok := rabbitmqHook(nd, a.pods[0].Name)
+		return ok && h.Phase == string(v1alpha1.EvacuationCompleted) && rabbitmqBlocked(nd, a.pods[0].Name, v1alpha1.BlockerPDB)
+	})
+	if v := rabbitmqParseView(rv.view(ctx)); !v.inMaintenance(0) || len(v.ledBy(0)) > 0 {
+		t.Fatalf("the hook said Completed but RabbitMQ says %s: want node 0 in maintenance, leading no queue", v)
+	}
+	if rc.AcceptsClients(0) {
+		t.Fatal("node 0 in maintenance takes a new client")
+	}
+	h, _ := rabbitmqHook(nd, a.pods[0].Name)
+	t.Logf("held: hook %s %q; RabbitMQ: %s", h.Phase, h.Message, rv.view(ctx))
+	a.cancel(t, 0)
+	waitUndone(ctx, t, a, 0)
+	waitFor(ctx, t, "node 0 revived, taking clients, its replicas online", func() bool {
+		v := rabbitmqParseView(rv.view(ctx))
+		return !v.inMaintenance(0) && len(v.withOnline(0)) == len(queues) && rc.AcceptsClients(0)
+	}, func() string { return rv.view(ctx) + "\n" + sidecars[0].logText() })
+	if !logLine(sidecars[0].logText(), "rabbitmq-upgrade", "revive") {
+		t.Errorf("vacate-hook did not run the recipe's cancel (rabbitmq-upgrade revive):\n%s", sidecars[0].logText())
+	}
+	if _, ok := a.evictedAt(0); ok {
+		t.Fatal("node 0's pod was evicted by a cancelled drain")
+	}
+	rabbitmqSetPDB(ctx, t, a, 1)
+	rabbitmqWaitAcks(ctx, t, load, "the load to write after the cancel")
+
+	leads := rabbitmqParseView(rv.view(ctx))
+	x := rabbitmqLeader(t, leads, 1, 2)
+	t.Logf("2. Maintenance of node %d's node (%s, pod %s), which leads %v", x, a.nodes[x], a.pods[x].Name, leads.ledBy(x))
+	drainStart := time.Now()
+	a.drain(t, x, v1alpha1.ModeMaintenance)
+	nd = a.waitDrain(t, x, "Drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	evicted, ok := a.evictedAt(x)
+	if !ok {
+		t.Fatalf("the drain is %s but pod %s was not seen evicted", nd.Status.Phase, a.pods[x].Name)
+	}
+	before, _ := view.before(evicted)
+	if v := rabbitmqParseView(before); !v.inMaintenance(x) || len(v.ledBy(x)) > 0 || len(v.queues) != len(queues) {
+		t.Fatalf("when its pod was evicted, RabbitMQ said %q: want node %d in maintenance, leading none of %d queues; views:%s", before, x, len(queues), view.changes())
+	}
+	if !rabbitmqSampled(view, func(v rabbitmqView) bool { return len(v.ledBy(x)) > 0 }) {
+		t.Fatalf("the views sampled never showed node %d leading a queue, so they prove nothing:%s", x, view.changes())
+	}
+	maintenanceTook := evicted.Sub(drainStart)
+	rabbitmqWaitAcks(ctx, t, load, "the load to write after the eviction")
+
+	t.Logf("3. node %d's node comes back with RabbitMQ still stopped; a Decommission of another leader is refused, then goes on", x)
+	a.cancel(t, x)
+	waitUndone(ctx, t, a, x)
+	if _, err := devcluster.WaitForPDB(ctx, a.c.Client, a.ns, a.name, 3, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	y := rabbitmqLeader(t, rabbitmqParseView(rv.view(ctx)), (x+1)%3, (x+2)%3)
+	decomStart := time.Now()
+	a.drain(t, y, v1alpha1.ModeDecommission)
+	nd = a.waitDrain(t, y, "held by RabbitMQ's refusal", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, ok := rabbitmqHook(nd, a.pods[y].Name)
+		return ok && h.Phase == string(v1alpha1.EvacuationInProgress) && strings.Contains(h.Message, "would lose quorum")
+	})
+	h, _ = rabbitmqHook(nd, a.pods[y].Name)
+	said := a.explainPod(t, nd, y)
+	t.Logf("held: status.hooks %q; vacate explain: %q", h.Message, said)
+	if !strings.Contains(said, "would lose quorum") {
+		t.Errorf("vacate explain says of %s %q: want RabbitMQ's refusal (would lose quorum)", a.pods[y].Name, said)
+	}
+	if _, ok := a.evictedAt(y); ok {
+		t.Fatalf("pod %s was evicted while RabbitMQ refused", a.pods[y].Name)
+	}
+	if v := rabbitmqParseView(rv.view(ctx)); v.inMaintenance(y) || len(v.withMember(y)) != len(queues) {
+		t.Fatalf("while refusing, RabbitMQ says %s: want node %d out of maintenance and a member of all %d queues", v, y, len(queues))
+	}
+	if err := rc.StartMember(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	nd = a.waitDrain(t, y, "Drained", 4*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	evicted, ok = a.evictedAt(y)
+	if !ok {
+		t.Fatalf("the drain is %s but pod %s was not seen evicted", nd.Status.Phase, a.pods[y].Name)
+	}
+	before, _ = view.before(evicted)
+	if v := rabbitmqParseView(before); len(v.withMember(y)) > 0 || len(v.queues) != len(queues) {
+		t.Fatalf("when its pod was evicted, RabbitMQ said %q: want node %d a member of none of %d queues; views:%s", before, y, len(queues), view.changes())
+	}
+	if !rabbitmqSampledSince(view, decomStart, func(v rabbitmqView) bool { return len(v.withMember(y)) == len(queues) }) {
+		t.Fatalf("the views sampled during the Decommission never showed node %d a member of every queue:%s", y, view.changes())
+	}
+	// Shrunk away only while the other members hold every queue: in every
+	// view where a queue lacks node y, all its members are online.
+	for _, s := range rabbitmqSamples(view) {
+		v := rabbitmqParseView(s.view)
+		for _, q := range v.queues {
+			if !slices.Contains(q.members, y) && !s.at.After(evicted) && len(q.online) != len(q.members) {
+				t.Errorf("at %s queue %s had lost node %d with a member offline: %s", s.at.Format("15:04:05.000"), q.name, y, s.view)
+			}
+		}
+	}
+	decomTook := evicted.Sub(decomStart)
+	rabbitmqWaitAcks(ctx, t, load, "the load to write after the Decommission")
+
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rep := load.Stop(sctx)
+	stopped = true
+	t.Logf("%s; %d redeliveries; Maintenance took %s, Decommission %s (from the request to the eviction); views:%s",
+		rep, load.Redeliveries(), maintenanceTook.Round(time.Millisecond), decomTook.Round(time.Millisecond), view.changes())
+	if err := rep.OK(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rabbitmqWaitAcks waits until the load has 20 more messages confirmed.
+func rabbitmqWaitAcks(ctx context.Context, t *testing.T, load *rabbitmq.Load, what string) {
+	t.Helper()
+	from := load.Acked()
+	waitFor(ctx, t, what, func() bool { return load.Acked() >= from+20 }, func() string {
+		return fmt.Sprintf("%d messages confirmed since", load.Acked()-from)
+	})
+}
+
+// rabbitmqSetPDB sets the app's PDB's maxUnavailable and waits until its
+// status allows that many disruptions.
+func rabbitmqSetPDB(ctx context.Context, t *testing.T, a *app, maxUnavailable int) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"maxUnavailable":%d}}`, maxUnavailable)
+	if _, err := a.c.Client.PolicyV1().PodDisruptionBudgets(a.ns).Patch(ctx, a.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := a.c.Client.PolicyV1().PodDisruptionBudgets(a.ns).Get(ctx, a.name, metav1.GetOptions{})
+		return err == nil && p.Status.ObservedGeneration == p.Generation && p.Spec.MaxUnavailable != nil &&
+			*p.Spec.MaxUnavailable == intstr.FromInt32(int32(maxUnavailable)) && p.Status.DisruptionsAllowed == int32(maxUnavailable), nil
+	})
+	if err != nil {
+		t.Fatalf("PDB %s with maxUnavailable %d: %v", a.name, maxUnavailable, err)
+	}
+}
+
+// rabbitmqHook is the drain's status.hooks entry of a pod's HTTP hook.
+func rabbitmqHook(nd *v1alpha1.NodeDrain, pod string) (v1alpha1.HookStatus, bool) {
+	for _, h := range nd.Status.Hooks {
+		if strings.Contains(h.Name, pod) {
+			return h, true
+		}
+	}
+	return v1alpha1.HookStatus{}, false
+}
+
+// rabbitmqBlocked says whether the drain lists a pod blocked for reason.
+func rabbitmqBlocked(nd *v1alpha1.NodeDrain, pod, reason string) bool {
+	for _, b := range nd.Status.Blockers {
+		if b.Pod == pod || strings.HasSuffix(b.Pod, "/"+pod) {
+			if b.Reason == reason {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rabbitmqLeader is the first of the members that leads a queue in v.
+func rabbitmqLeader(t *testing.T, v rabbitmqView, members ...int) int {
+	t.Helper()
+	for _, m := range members {
+		if len(v.ledBy(m)) > 0 {
+			return m
+		}
+	}
+	t.Fatalf("none of members %v leads a queue: %s", members, v)
+	return -1
+}
+
+// rabbitmqSamples are the views sampled so far.
+func rabbitmqSamples(s *sampler) []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.samples)
+}
+
+// rabbitmqSampled says whether some view sampled so far satisfies cond.
+func rabbitmqSampled(s *sampler, cond func(rabbitmqView) bool) bool {
+	return rabbitmqSampledSince(s, time.Time{}, cond)
+}
+
+// rabbitmqSampledSince says whether some view sampled after since
+// satisfies cond.
+func rabbitmqSampledSince(s *sampler, since time.Time, cond func(rabbitmqView) bool) bool {
+	for _, x := range rabbitmqSamples(s) {
+		if x.at.After(since) && cond(rabbitmqParseView(x.view)) {
+			return true
+		}
+	}
+	return false
+}
+
+// rabbitmqView is RabbitMQ's own view of the cluster, with nodes named by
+// member index (-1: no node): which run, which are in maintenance, and each
+// quorum queue's leader, members and online members.
+type rabbitmqView struct {
+	err         string
+	running     []int
+	maintenance []int
+	queues      []rabbitmqQueue
+}
+
+type rabbitmqQueue struct {
+	name            string
+	leader          int
+	members, online []int
+}
+
+func (v rabbitmqView) inMaintenance(i int) bool { return slices.Contains(v.maintenance, i) }
+
+// ledBy, withMember and withOnline are the queues node i leads, is a member
+// of, is an online member of.
+func (v rabbitmqView) ledBy(i int) []string {
+	return v.filter(func(q rabbitmqQueue) bool { return q.leader == i })
+}
+
+func (v rabbitmqView) withMember(i int) []string {
+	return v.filter(func(q rabbitmqQueue) bool { return slices.Contains(q.members, i) })
+}
+
+func (v rabbitmqView) withOnline(i int) []string {
+	return v.filter(func(q rabbitmqQueue) bool { return slices.Contains(q.online, i) })
+}
+
+func (v rabbitmqView) filter(f func(rabbitmqQueue) bool) []string {
+	var names []string
+	for _, q := range v.queues {
+		if f(q) {
+			names = append(names, q.name)
+		}
+	}
+	return names
+}
+
+// String is the view as the sampler keeps it, such as
+// "running 0,1,2 maintenance 0 | orders-0 leader 1 members 0,1,2 online 1,2".
+func (v rabbitmqView) String() string {
+	if v.err != "" {
+		return "error: " + v.err
+	}
+	b := fmt.Sprintf("running %s maintenance %s", rabbitmqList(v.running), rabbitmqList(v.maintenance))
+	for _, q := range v.queues {
+		b += fmt.Sprintf(" | %s leader %d members %s online %s", q.name, q.leader, rabbitmqList(q.members), rabbitmqList(q.online))
+	}
+	return b
+}
+
+func rabbitmqList(l []int) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	s := make([]string, len(l))
+	for i, x := range l {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func rabbitmqParseList(s string) []int {
+	var l []int
+	if s == "-" {
+		return l
+	}
+	for _, f := range strings.Split(s, ",") {
+		n, _ := strconv.Atoi(f)
+		l = append(l, n)
+	}
+	return l
+}
+
+// rabbitmqParseView reads what String wrote; anything else is an error view.
+func rabbitmqParseView(s string) rabbitmqView {
+	parts := strings.Split(s, " | ")
+	var v rabbitmqView
+	if n, _ := fmt.Sscanf(parts[0], "running %s maintenance %s", new(string), new(string)); n != 2 {
+		return rabbitmqView{err: strings.TrimPrefix(s, "error: ")}
+	}
+	f := strings.Fields(parts[0])
+	v.running, v.maintenance = rabbitmqParseList(f[1]), rabbitmqParseList(f[3])
+	for _, p := range parts[1:] {
+		f := strings.Fields(p)
+		if len(f) != 7 {
+			return rabbitmqView{err: "unreadable view: " + s}
+		}
+		leader, _ := strconv.Atoi(f[2])
+		v.queues = append(v.queues, rabbitmqQueue{name: f[0], leader: leader, members: rabbitmqParseList(f[4]), online: rabbitmqParseList(f[6])})
+	}
+	return v
+}
+
+// rabbitmqViewer is a hidden Erlang node connected to the cluster that
+// answers, for each line it reads, the cluster's view as the first running
+// member sees it (the same calls as rabbitmqctl cluster_status and
+// list_queues, without starting a VM for each: a sample costs a few
+// milliseconds instead of a CPU-second). It exits when its input closes,
+// so it does not outlive a killed test.
+type rabbitmqViewer struct {
+	rc    *rabbitmq.Cluster
+	mu    sync.Mutex
+	in    io.WriteCloser
+	out   *bufio.Reader
+	names map[string]int
+}
+
+// rabbitmqViewCode is the viewer's loop; NODES is replaced with the
+// members' node names. It prints one line per request:
+// "running=N,N;maintenance=N;q=NAME/TYPE/LEADER/MEMBERS/ONLINE;..." or
+// "error ...".
+const rabbitmqViewCode = `
+Nodes = NODES,
+J = fun(L) -> lists:join(",", [atom_to_list(X) || X <- lists:sort(L)]) end,
+Ask = fun(N) ->
+  case rpc:call(N, rabbit_nodes, all_running, [], 2000) of
+    Running when is_list(Running) ->
+      Maint = [M || M <- Nodes, rpc:call(N, rabbit_maintenance, is_being_drained_local_read, [M], 2000) =:= true],
+      case rpc:call(N, rabbit_amqqueue, info_all, [<<"/">>, [name, type, leader, members, online]], 5000) of
+        Infos when is_list(Infos) ->
+          Qs = [[";q=", element(4, proplists:get_value(name, I)), "/", io_lib:format("~w", [proplists:get_value(type, I)]), "/",
+                 atom_to_list(proplists:get_value(leader, I)), "/", J(proplists:get_value(members, I, [])), "/",
+                 J(proplists:get_value(online, I, []))] || I <- Infos],
+          {ok, ["running=", J(Running), ";maintenance=", J(Maint), Qs]};
+        E -> {error, E}
+      end;
+    E -> {error, E}
+  end
+end,
+View = fun V([], Errs) -> io_lib:format("error ~w", [Errs]);
+           V([N | Rest], Errs) -> case Ask(N) of {ok, Line} -> Line; {error, E} -> V(Rest, [{N, E} | Errs]) end end,
+Loop = fun L() ->
+  case io:get_line("") of
+    eof -> halt(0);
+    _ -> io:put_chars([View(Nodes, []), "\n"]), L()
+  end
+end,
+Loop().
+`
+
+func rabbitmqStartViewer(t *testing.T, rc *rabbitmq.Cluster) *rabbitmqViewer {
+	t.Helper()
+	v := &rabbitmqViewer{rc: rc, names: map[string]int{}}
+	var quoted []string
+	for i := 0; i < rc.Size(); i++ {
+		v.names[rc.NodeName(i)] = i
+		quoted = append(quoted, "'"+rc.NodeName(i)+"'")
+	}
+	ip := strings.SplitN(rc.NodeName(0), "@", 2)[1]
+	code := strings.Replace(rabbitmqViewCode, "NODES", "["+strings.Join(quoted, ",")+"]", 1)
+	cmd := exec.Command("erl", "-noshell", "-hidden", "-start_epmd", "false", "-name", "vacate-view@"+ip,
+		"+S", "1:1", "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
+		"-kernel", "inet_dist_use_interface", "{"+strings.ReplaceAll(ip, ".", ",")+"}", "-eval", code)
+	cmd.Env = rc.Env(0) // the cluster's cookie and epmd
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var err error
+	if v.in, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.out = bufio.NewReader(out)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		v.in.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	})
+	if s := v.view(context.Background()); strings.HasPrefix(s, "error") {
+		t.Fatalf("the viewer's first view: %s; %s", s, stderr.String())
+	}
+	return v
+}
+
+// view asks the viewer once and returns the view as rabbitmqView.String.
+func (v *rabbitmqViewer) view(context.Context) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, err := io.WriteString(v.in, "\n"); err != nil {
+		return "error: " + err.Error()
+	}
+	line, err := v.out.ReadString('\n')
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return v.parse(strings.TrimSpace(line)).String()
+}
+
+func (v *rabbitmqViewer) parse(line string) rabbitmqView {
+	if !strings.HasPrefix(line, "running=") {
+		return rabbitmqView{err: line}
+	}
+	index := func(name string) int {
+		if i, ok := v.names[strings.Trim(name, "'")]; ok {
+			return i
+		}
+		return -1
+	}
+	list := func(s string) []int {
+		var l []int
+		for _, n := range strings.Split(s, ",") {
+			if n != "" {
+				l = append(l, index(n))
+			}
+		}
+		slices.Sort(l)
+		return l
+	}
+	var r rabbitmqView
+	for _, f := range strings.Split(line, ";") {
+		key, val, _ := strings.Cut(f, "=")
+		switch key {
+		case "running":
+			r.running = list(val)
+		case "maintenance":
+			r.maintenance = list(val)
+		case "q":
+			p := strings.Split(val, "/")
+			if len(p) != 5 {
+				return rabbitmqView{err: "unreadable queue " + val}
+			}
+			if p[1] != "quorum" {
+				continue
+			}
+			r.queues = append(r.queues, rabbitmqQueue{name: p[0], leader: index(p[2]), members: list(p[3]), online: list(p[4])})
+		}
+	}
+	slices.SortFunc(r.queues, func(a, b rabbitmqQueue) int { return strings.Compare(a.name, b.name) })
+	return r
+}
