@@ -359,6 +359,9 @@ func (s *sidecarProc) start(t *testing.T) {
 	s.cmd = exec.Command(s.bin, "--config", s.config, "--listen", fmt.Sprintf("%s:%d", s.ip, hookPort))
 	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	// A test killed at its timeout runs no cleanup: the kernel kills the
+	// sidecar with the test process.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
