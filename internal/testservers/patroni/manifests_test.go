@@ -14,8 +14,12 @@ import (
 	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
+// recipeDir holds the recipe as the ConfigMap mounts it at /etc/vacate-hook.
+const recipeDir = "../../../examples/postgresql-patroni"
+
 // TestManifestsCarryTheRecipe checks that examples/postgresql-patroni's
-// manifests deploy the recipe TestRecipe proves: the ConfigMap holds the
+// manifests deploy the recipe test/stateful's TestPostgreSQLPatroni proves
+// with vacate-hook on the dev cluster: the ConfigMap holds the
 // configuration and script unchanged, the StatefulSet runs vacate-hook as a
 // native sidecar in the database's image with them mounted and the
 // annotation set, and the NetworkPolicy lets only vacate-controller reach
