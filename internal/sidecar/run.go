@@ -62,6 +62,8 @@ func (o outcome) describe(c *Command) string {
 		why = fmt.Sprintf("%s ran longer than its timeout %s and was killed", c.Name(), c.timeout)
 	case o.stopped:
 		why = fmt.Sprintf("%s was stopped", c.Name())
+	case errors.Is(o.err, exec.ErrWaitDelay):
+		why = fmt.Sprintf("%s exited 0 but left a process holding its output open (a command must finish its work, not leave it running)", c.Name())
 	default:
 		var ee *exec.ExitError
 		if errors.As(o.err, &ee) && ee.Exited() {
@@ -89,6 +91,10 @@ func run(ctx context.Context, c *Command, d Drain, step string) outcome {
 	var stdout, stderr capped
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A descendant that left the process group (setsid) and holds the
+	// output open would keep Wait waiting forever once the command exits:
+	// after killGrace the pipes are closed and Wait returns ErrWaitDelay.
+	cmd.WaitDelay = killGrace
 	if err := cmd.Start(); err != nil {
 		return outcome{err: err}
 	}

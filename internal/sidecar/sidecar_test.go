@@ -321,6 +321,30 @@ maintenance:
 	}
 }
 
+// TestCommandLeavingAProcessBehind: a command that exits but leaves a
+// process of another session holding its output is not a success, and does
+// not hang the drain.
+func TestCommandLeavingAProcessBehind(t *testing.T) {
+	f := newFixture(t, `
+maintenance:
+  evacuate: [{command: ["{{dir}}/detach"], timeout: 1m}]
+`, map[string]string{"detach": `setsid sleep 30 & echo $! >> {{dir}}/pids; echo started`}).start()
+	f.post("d12", "r", Maintenance)
+	a := f.waitFor("d12", "to report the process left behind", func(_ int, a Answer) bool {
+		return strings.Contains(a.Message, "exited 0 but left a process holding its output open")
+	})
+	if a.State != "InProgress" {
+		t.Errorf("answer %+v, want InProgress", a)
+	}
+	f.stop()
+	data, _ := os.ReadFile(filepath.Join(f.dir, "pids"))
+	for _, pid := range strings.Fields(string(data)) {
+		if n, _ := strconv.Atoi(pid); n > 0 {
+			_ = syscall.Kill(n, syscall.SIGKILL)
+		}
+	}
+}
+
 // TestEvacuateRefusedThenRetried: the app's refusal (an evacuate command
 // exiting non-zero) is the answer's message, and evacuate runs again, from
 // its first command, until it succeeds.
