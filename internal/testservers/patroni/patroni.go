@@ -1,9 +1,9 @@
 // Package patroni runs a real PostgreSQL cluster under Patroni on this
 // machine: an etcd as the DCS and one Patroni process per member, each
 // managing its own PostgreSQL 15 on that member's loopback IP, the way a pod
-// would run it. Tests and benchmarks use it to prove the recipe in
-// examples/postgresql-patroni (docs/recipes/postgresql-patroni.md) under a
-// client load, without Kubernetes.
+// would run it. test/stateful uses it to prove the recipe in
+// examples/postgresql-patroni (docs/recipes/postgresql-patroni.md) on the
+// dev cluster, with vacate-hook and the controller, under a client load.
 //
 // It needs the Debian packages postgresql (15) and patroni (3.0.2) (make
 // stateful-servers installs them) and the dev cluster's etcd binary
