@@ -45,3 +45,56 @@ func (r Report) OK() error {
 	}
 	return nil
 }
+
+// Outage is a time clients could not write: from the start of a write
+// attempt that failed to the next acknowledged write.
+type Outage struct{ Start, End time.Time }
+
+// Tally counts a load's write attempts as they end, and the outages between
+// them. It is not safe for concurrent use: a load calls it under its lock.
+type Tally struct {
+	// Attempted and Errors count the attempts, and those that failed.
+	Attempted, Errors int
+	// LastErr is the last failure.
+	LastErr error
+	// FailingSince is the start of the first failed attempt since the last
+	// acknowledged one (zero when the last attempt succeeded).
+	FailingSince time.Time
+	// Outages are the outages that ended, in order.
+	Outages []Outage
+}
+
+// Record counts an attempt that started at start and ended now with err
+// (nil: acknowledged).
+func (t *Tally) Record(start time.Time, err error) {
+	t.Attempted++
+	if err != nil {
+		t.Errors++
+		t.LastErr = err
+		if t.FailingSince.IsZero() {
+			t.FailingSince = start
+		}
+		return
+	}
+	if !t.FailingSince.IsZero() {
+		t.Outages = append(t.Outages, Outage{Start: t.FailingSince, End: time.Now()})
+		t.FailingSince = time.Time{}
+	}
+}
+
+// LongestSince is the longest outage that ended after from (0 if none);
+// LongestSince(time.Time{}) is the longest of the load.
+func (t *Tally) LongestSince(from time.Time) time.Duration {
+	var d time.Duration
+	for _, o := range t.Outages {
+		if o.End.After(from) {
+			d = max(d, o.End.Sub(o.Start))
+		}
+	}
+	return d
+}
+
+// Report is what the tally says, for a system with acked writes.
+func (t *Tally) Report(system string, acked int) Report {
+	return Report{System: system, Attempted: t.Attempted, Acked: acked, Errors: t.Errors, LongestOutage: t.LongestSince(time.Time{})}
+}

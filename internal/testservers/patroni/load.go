@@ -26,13 +26,9 @@ type Load struct {
 	// interval is the pause between two transactions.
 	interval time.Duration
 
-	mu          sync.Mutex
-	attempted   int
-	acked       []int64
-	errs        int
-	lastErr     error
-	failingFrom time.Time // the start of the first failed attempt since the last commit
-	longest     time.Duration
+	mu    sync.Mutex
+	acked []int64
+	tally testservers.Tally
 }
 
 // StartLoad creates the load's table and starts committing, one transaction
@@ -107,19 +103,9 @@ func (l *Load) run(ctx context.Context) {
 func (l *Load) record(id int64, start time.Time, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.attempted++
-	if err != nil {
-		l.errs++
-		l.lastErr = err
-		if l.failingFrom.IsZero() {
-			l.failingFrom = start
-		}
-		return
-	}
-	l.acked = append(l.acked, id)
-	if !l.failingFrom.IsZero() {
-		l.longest = max(l.longest, time.Since(l.failingFrom))
-		l.failingFrom = time.Time{}
+	l.tally.Record(start, err)
+	if err == nil {
+		l.acked = append(l.acked, id)
 	}
 }
 
@@ -137,7 +123,7 @@ func (l *Load) WaitAcked(ctx context.Context, n int) error {
 	return poll(ctx, 60*time.Second, func() (bool, string) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return len(l.acked) >= target, fmt.Sprintf("%d of %d commits, last error: %v", len(l.acked), target, l.lastErr)
+		return len(l.acked) >= target, fmt.Sprintf("%d of %d commits, last error: %v", len(l.acked), target, l.tally.LastErr)
 	})
 }
 
@@ -148,15 +134,9 @@ func (l *Load) Stop(ctx context.Context) (testservers.Report, error) {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := testservers.Report{
-		System:        "PostgreSQL under Patroni (transactions committed)",
-		Attempted:     l.attempted,
-		Acked:         len(l.acked),
-		Errors:        l.errs,
-		LongestOutage: l.longest,
-	}
-	if !l.failingFrom.IsZero() {
-		return r, fmt.Errorf("the load ended while failing (since %s): %w", l.failingFrom.Format(time.RFC3339Nano), l.lastErr)
+	r := l.tally.Report("PostgreSQL under Patroni (transactions committed)", len(l.acked))
+	if since := l.tally.FailingSince; !since.IsZero() {
+		return r, fmt.Errorf("the load ended while failing (since %s): %w", since.Format(time.RFC3339Nano), l.tally.LastErr)
 	}
 	counts, err := l.c.readLoad(ctx)
 	if err != nil {

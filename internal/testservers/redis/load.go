@@ -38,17 +38,8 @@ type Load struct {
 	mu        sync.Mutex
 	acked     map[string]string
 	perWriter []int
-	attempted int
-	errs      int
-	lastErr   error
-	failSince time.Time
-	longest   time.Duration
-	outages   []Outage
+	tally     testservers.Tally
 }
-
-// Outage is a time clients could not write: from the start of a write
-// attempt that failed to the next acknowledged write.
-type Outage struct{ Start, End time.Time }
 
 var loadSeq atomic.Int64
 
@@ -128,22 +119,10 @@ func (l *Load) write(ctx context.Context, w int) {
 func (l *Load) record(w int, key, val string, start time.Time, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.attempted++
-	if err != nil {
-		l.errs++
-		l.lastErr = err
-		if l.failSince.IsZero() {
-			l.failSince = start
-		}
-		return
-	}
-	l.acked[key] = val
-	l.perWriter[w]++
-	if !l.failSince.IsZero() {
-		o := Outage{Start: l.failSince, End: time.Now()}
-		l.longest = max(l.longest, o.End.Sub(o.Start))
-		l.outages = append(l.outages, o)
-		l.failSince = time.Time{}
+	l.tally.Record(start, err)
+	if err == nil {
+		l.acked[key] = val
+		l.perWriter[w]++
 	}
 }
 
@@ -159,13 +138,7 @@ func (l *Load) Acked() []int {
 func (l *Load) LongestOutageSince(t time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var d time.Duration
-	for _, o := range l.outages {
-		if o.End.After(t) {
-			d = max(d, o.End.Sub(o.Start))
-		}
-	}
-	return d
+	return l.tally.LongestSince(t)
 }
 
 // WaitProgress waits until every writer has had n more writes acknowledged
@@ -187,7 +160,7 @@ func (l *Load) WaitProgress(ctx context.Context, n int) error {
 		select {
 		case <-ctx.Done():
 			l.mu.Lock()
-			last := l.lastErr
+			last := l.tally.LastErr
 			l.mu.Unlock()
 			return fmt.Errorf("writers acknowledged %v since %v, waiting for %d more each (last error: %v): %w", now, from, n, last, ctx.Err())
 		case <-tick.C:
@@ -207,13 +180,7 @@ func (l *Load) Stop(ctx context.Context) (testservers.Report, error) {
 	defer l.client.Close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := testservers.Report{
-		System:        "Redis with Sentinel (SET acknowledged by WAIT 1)",
-		Attempted:     l.attempted,
-		Acked:         len(l.acked),
-		Errors:        l.errs,
-		LongestOutage: l.longest,
-	}
+	r := l.tally.Report("Redis with Sentinel (SET acknowledged by WAIT 1)", len(l.acked))
 	keys := make([]string, 0, len(l.acked))
 	for k := range l.acked {
 		keys = append(keys, k)
