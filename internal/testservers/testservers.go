@@ -6,7 +6,11 @@
 package testservers
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -97,4 +101,27 @@ func (t *Tally) LongestSince(from time.Time) time.Duration {
 // Report is what the tally says, for a system with acked writes.
 func (t *Tally) Report(system string, acked int) Report {
 	return Report{System: system, Attempted: t.Attempted, Acked: acked, Errors: t.Errors, LongestOutage: t.LongestSince(time.Time{})}
+}
+
+// Children are the processes whose parent is pid, read from /proc.
+func Children(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, f := range stats {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses,
+		// so read after its last closing parenthesis.
+		var state string
+		var ppid int
+		if _, err := fmt.Sscan(string(data[bytes.LastIndexByte(data, ')')+1:]), &state, &ppid); err != nil || ppid != pid {
+			continue
+		}
+		if child, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+			out = append(out, child)
+		}
+	}
+	return out
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testservers"
 	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
@@ -416,34 +417,10 @@ func (s *sidecarProc) crash() {
 	}
 	pid := s.cmd.Process.Pid
 	_ = s.cmd.Process.Signal(syscall.SIGSTOP) // starts nothing more
-	for _, child := range children(pid) {
+	for _, child := range testservers.Children(pid) {
 		_ = syscall.Kill(-child, syscall.SIGKILL)
 	}
 	s.killLocked()
-}
-
-// children are the processes whose parent is pid, from /proc.
-func children(pid int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []int
-	for _, f := range stats {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so read after
-		// its closing parenthesis.
-		rest := string(data[strings.LastIndexByte(string(data), ')')+1:])
-		var state string
-		var ppid, child int
-		if _, err := fmt.Sscan(rest, &state, &ppid); err != nil || ppid != pid {
-			continue
-		}
-		if _, err := fmt.Sscan(filepath.Base(filepath.Dir(f)), &child); err == nil {
-			out = append(out, child)
-		}
-	}
-	return out
 }
 
 // logText is what the sidecar logged so far.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vacate-dev/vacate/internal/testservers"
 )
 
 // process is one server process and, for Patroni, the PostgreSQL it spawns:
@@ -97,7 +99,7 @@ func (p *process) postgresPIDs() []int {
 	if err != nil || !alive(pm) || !isPostgres(pm) {
 		return nil
 	}
-	return append([]int{pm}, children(pm)...)
+	return append([]int{pm}, testservers.Children(pm)...)
 }
 
 // alive says whether pid runs (a zombie does not).
@@ -113,31 +115,6 @@ func alive(pid int) bool {
 func isPostgres(pid int) bool {
 	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 	return err == nil && filepath.Base(exe) == "postgres"
-}
-
-// children lists the processes whose parent is pid.
-func children(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range entries {
-		q, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		_, rest, ok := bytes.Cut(data, []byte(") "))
-		fields := strings.Fields(string(rest))
-		if ok && len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
-			out = append(out, q)
-		}
-	}
-	return out
 }
 
 func (p *process) logTail() string {
