@@ -292,7 +292,7 @@ func checkPath(p string) error {
 	case strings.ContainsAny(p, "?#% \t\r\n"):
 		return fmt.Errorf("%q: only a path, without a query, fragment, escapes or spaces", p)
 	case strings.Contains(p, "/../") || strings.HasSuffix(p, "/.."):
-		return fmt.Errorf("%q must not contain ..", p)
+		return fmt.Errorf("%q: a path with a .. segment", p)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -225,13 +224,4 @@ func parseStatus(out string) (Answer, error) {
 	}
 	a.Message = hook.Summary(strings.Join(strings.Fields(a.Message), " "))
 	return a, nil
-}
-
-// trimOutput is an output for a log line: its summary, or a note that it
-// was empty.
-func trimOutput(s string) string {
-	if s = strings.TrimSpace(s); s == "" {
-		return "(no output)"
-	}
-	return hook.Summary(string(bytes.TrimSpace([]byte(s))))
 }
