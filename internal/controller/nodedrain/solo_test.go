@@ -21,6 +21,9 @@ import (
 type solo struct {
 	// client wraps the manager's client; nil keeps it.
 	client func(client.Client) client.Client
+	// shareClient gives the wrapped client to the admission controller
+	// too (in a real manager the two share one cache).
+	shareClient bool
 	// evict wraps the Eviction API call; nil keeps it.
 	evict func(eviction.EvictFunc) eviction.EvictFunc
 	// queue are the eviction queue's options; runSolo sets OnOutcome and
@@ -31,7 +34,8 @@ type solo struct {
 // runSolo runs the NodeDrain controller alone (with only the admission
 // controller, which starts its drains; no other controller of vacate), with
 // APIReader the manager's uncached reader, until the test ends, and returns
-// it. The wrapped client is the NodeDrain controller's only.
+// it. The wrapped client is the NodeDrain controller's only, unless
+// shareClient.
 func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler {
 	t.Helper()
 	var r *nodedrain.Reconciler
@@ -58,7 +62,11 @@ func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler 
 				return eviction.NewQueueWithEvictor(evict, opts)
 			})
 		r.APIReader = mgr.GetAPIReader()
-		adm := &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{}, Events: mgr.GetEventRecorder("vacate-test")}
+		admClient := mgr.GetClient()
+		if s.shareClient {
+			admClient = cl
+		}
+		adm := &admission.Reconciler{Client: admClient, APIReader: mgr.GetAPIReader(), Clock: clock.RealClock{}, Events: mgr.GetEventRecorder("vacate-test")}
 		if err := adm.SetupWithManager(mgr); err != nil {
 			return err
 		}
