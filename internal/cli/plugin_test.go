@@ -18,8 +18,7 @@ import (
 func TestKubectlPlugin(t *testing.T) {
 	c := testenv.Start(t)
 	testenv.Controller(t, c)
-	dir := t.TempDir()
-	testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate", filepath.Join(dir, "kubectl-vacate"))
+	dir := filepath.Dir(testutil.ProgramAs(t, "github.com/vacate-dev/vacate/cmd/vacate", "kubectl-vacate"))
 	kubectl := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(c.Binaries[devcluster.Kubectl], args...)

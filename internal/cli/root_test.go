@@ -66,9 +66,9 @@ func TestHelpShowsUserCommandsOnly(t *testing.T) {
 // output and exit code; without it they say where the tools are, in one
 // line. A command vacate does not know is still a usage error.
 func TestDevToolsRunVacateDev(t *testing.T) {
-	dir := t.TempDir()
+	var dir string
 	for _, name := range []string{"vacate", DevProgram} {
-		testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/"+name, filepath.Join(dir, name))
+		dir = filepath.Dir(testutil.Program(t, "github.com/vacate-dev/vacate/cmd/"+name))
 	}
 	run := func(bin string, args ...string) (int, string, string) {
 		t.Helper()
@@ -93,10 +93,7 @@ func TestDevToolsRunVacateDev(t *testing.T) {
 		t.Errorf("vacate dev up --no-such-flag: exit %d %q, want %d", code, errOut, ExitUsage)
 	}
 
-	alone := filepath.Join(t.TempDir(), "vacate")
-	if err := os.Rename(vacate, alone); err != nil {
-		t.Fatal(err)
-	}
+	alone := testutil.ProgramAs(t, "github.com/vacate-dev/vacate/cmd/vacate", "vacate") // in a folder of its own
 	code, _, errOut = run(alone, "dev", "up")
 	if code != ExitError || strings.Count(errOut, "\n") != 1 ||
 		!strings.Contains(errOut, "the development tools are not part of this vacate: 'vacate dev' and 'vacate demo' run vacate-dev, found neither next to vacate nor on PATH") {

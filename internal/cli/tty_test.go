@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -129,7 +128,7 @@ func TestProgressViewInTerminal(t *testing.T) {
 		}
 	}
 
-	bin := testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate", filepath.Join(t.TempDir(), "vacate"))
+	bin := testutil.Program(t, "github.com/vacate-dev/vacate/cmd/vacate")
 	const cols = 160
 	cmd := exec.Command(bin, "drain", target, "--wait", "--timeout", "2m", "--kubeconfig", c.Kubeconfig)
 	cmd.Env = append(os.Environ(), "TERM=xterm")

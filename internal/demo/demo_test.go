@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,20 +25,29 @@ import (
 // TestMain: the demo's web servers are this test binary.
 func TestMain(m *testing.M) {
 	traffic.MaybeServe()
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.RemovePrograms()
+	os.Exit(code)
 }
 
-// TestDemoRunsAndCleansUp runs the whole demo on its own cluster and checks
-// what it prints, the report it writes, and that it leaves nothing running.
-func TestDemoRunsAndCleansUp(t *testing.T) {
+// TestDemo runs the whole demo on its own cluster, with --keep (one run
+// is most of what the package costs), and checks what it prints, the
+// report it writes, that the kept cluster has a working vacate controller
+// (the CLI drains a node on it), and that `vacate dev down` (the user CLI
+// handing over to vacate-dev beside it) stops everything, the controller
+// included. TestDemoInterruptedCleansUp covers the run without --keep
+// stopping its cluster.
+func TestDemo(t *testing.T) {
 	clusters := t.TempDir()
 	t.Setenv(devcluster.EnvClustersDir, clusters)
+	dir := filepath.Join(clusters, ClusterName)
+	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
 	reports := t.TempDir()
-	_, dev := buildTools(t)
+	bin, dev := buildTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := Run(ctx, &out, Options{ReportDir: reports, Executable: dev}); err != nil {
+	if err := Run(ctx, &out, Options{Keep: true, ReportDir: reports, Executable: dev}); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
 	got := out.String()
@@ -52,7 +63,7 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 		"relaxing PDB shop/db to minAvailable 2",
 		"NODE    RESULT   EVICTED  TOOK  BLOCKERS MET",
 		"3 of 3 drained, 0 failed; report: " + reports,
-		"stopping the dev cluster",
+		"The cluster keeps running, with a vacate controller",
 		"volumes after the drains: 6 of 6 with every replica's checksum right, 0 still on node-",
 		"gets a spot preemption notice",
 		"before its deadline (requester agent:gcp-preempted, mode Decommission): the VM may go",
@@ -122,9 +133,7 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 	if len(r.Nodes) != drains || heldByDB != 1 {
 		t.Errorf("report has %d nodes (want %d), %d held by PDB shop/db (want 1)", len(r.Nodes), drains, heldByDB)
 	}
-	if pids := devcluster.ProcessesUsing(filepath.Join(clusters, ClusterName)); len(pids) > 0 {
-		t.Errorf("processes left running after the demo: %v", pids)
-	}
+	checkKept(t, bin, dir, got)
 }
 
 // buildTools builds vacate and vacate-dev (the program the demo runs its
@@ -132,30 +141,14 @@ func TestDemoRunsAndCleansUp(t *testing.T) {
 // returns their paths.
 func buildTools(t *testing.T) (vacate, vacateDev string) {
 	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"vacate", "vacate-dev"} {
-		testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/"+name, filepath.Join(dir, name))
-	}
-	return filepath.Join(dir, "vacate"), filepath.Join(dir, "vacate-dev")
+	return testutil.Program(t, "github.com/vacate-dev/vacate/cmd/vacate"), testutil.Program(t, "github.com/vacate-dev/vacate/cmd/vacate-dev")
 }
 
-// TestDemoKeepLeavesAWorkingController: with --keep the cluster stays up
-// with a vacate controller, the CLI drains a node on it, and `vacate dev
-// down` (the user CLI handing over to vacate-dev beside it) stops
-// everything, the controller included.
-func TestDemoKeepLeavesAWorkingController(t *testing.T) {
-	clusters := t.TempDir()
-	t.Setenv(devcluster.EnvClustersDir, clusters)
-	dir := filepath.Join(clusters, ClusterName)
-	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
-	bin, dev := buildTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	if err := Run(ctx, &out, Options{Keep: true, Executable: dev, ReportDir: t.TempDir()}); err != nil {
-		t.Fatalf("demo failed: %v\n%s", err, out.String())
-	}
-	got := out.String()
+// checkKept: after a run with --keep, the cluster in dir has a vacate
+// controller, the CLI (bin) drains a node on it as the output says, and
+// `vacate dev down` stops everything, the controller included.
+func checkKept(t *testing.T, bin, dir, got string) {
+	t.Helper()
 	m := regexp.MustCompile(`(?m)^  export KUBECONFIG=(\S+)$`).FindStringSubmatch(got)
 	idle := regexp.MustCompile(`(?m)^  vacate drain (node-\d) --wait$`).FindStringSubmatch(got)
 	if m == nil || idle == nil {
@@ -189,4 +182,46 @@ func TestDemoKeepLeavesAWorkingController(t *testing.T) {
 	if pids := devcluster.ProcessesUsing(dir); len(pids) > 0 {
 		t.Errorf("processes left after dev down: %v", pids)
 	}
+}
+
+// TestDemoInterruptedCleansUp: a demo interrupted (Ctrl-C) once its cluster
+// is up stops the cluster and everything it started, and says so.
+func TestDemoInterruptedCleansUp(t *testing.T) {
+	clusters := t.TempDir()
+	t.Setenv(devcluster.EnvClustersDir, clusters)
+	_, dev := buildTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	// Interrupted as the controller starts: the cluster is up.
+	w := &interruptAt{w: &out, at: "starting the vacate controller", interrupt: cancel}
+	err := Run(ctx, w, Options{ReportDir: t.TempDir(), Executable: dev})
+	got := out.String()
+	t.Logf("demo output:\n%s", got)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("an interrupted demo returned %v, want the interruption", err)
+	}
+	if !strings.Contains(got, "stopping the dev cluster") {
+		t.Error("the interrupted demo does not say it stops the dev cluster")
+	}
+	if pids := devcluster.ProcessesUsing(filepath.Join(clusters, ClusterName)); len(pids) > 0 {
+		t.Errorf("processes left running after the interrupted demo: %v", pids)
+	}
+}
+
+// interruptAt writes to w and calls interrupt once what it wrote contains at.
+type interruptAt struct {
+	w         io.Writer
+	at        string
+	interrupt func()
+	seen      strings.Builder
+}
+
+func (i *interruptAt) Write(p []byte) (int, error) {
+	i.seen.Write(p)
+	if i.interrupt != nil && strings.Contains(i.seen.String(), i.at) {
+		i.interrupt()
+		i.interrupt = nil
+	}
+	return i.w.Write(p)
 }

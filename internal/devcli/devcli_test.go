@@ -25,6 +25,12 @@ import (
 	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.RemovePrograms()
+	os.Exit(code)
+}
+
 // run calls vacate-dev in process and returns its exit code and outputs.
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -42,10 +48,10 @@ func vacate(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-// buildDev builds vacate-dev into a temporary directory.
+// buildDev builds vacate-dev once for the package.
 func buildDev(t *testing.T) string {
 	t.Helper()
-	return testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate-dev", filepath.Join(t.TempDir(), cli.DevProgram))
+	return testutil.Program(t, "github.com/vacate-dev/vacate/cmd/"+cli.DevProgram)
 }
 
 // TestDevUpStatusEnvDown drives vacate-dev as a person would: up prints a

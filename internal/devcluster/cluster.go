@@ -414,3 +414,19 @@ func Down(dir string) (stopped []string, err error) {
 	_ = os.RemoveAll(filepath.Join(dir, "data"))
 	return stopped, nil
 }
+
+// CPU is the processor time each running component has used so far, by
+// component name (Linux only; empty elsewhere or when /proc is unreadable).
+// Tests use it to say what a test cost (see testenv).
+func (c *Cluster) CPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range c.procs {
+		if p.cmd == nil || p.cmd.Process == nil {
+			continue
+		}
+		if d, ok := processCPU(p.pid()); ok {
+			out[p.name] = d
+		}
+	}
+	return out
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -411,29 +414,78 @@ func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) er
 }
 
 // WaitForPodsReady waits until at least count pods in ns matching selector
-// are Running and Ready, and returns them.
+// are Running and Ready, and returns them, by name. It lists once and then
+// follows a watch (listing again if the watch ends), so a wait for many
+// pods costs the API server what changes, not a list per poll.
 func WaitForPodsReady(ctx context.Context, cs kubernetes.Interface, ns string, selector labels.Selector, count int, timeout time.Duration) ([]corev1.Pod, error) {
-	var ready []corev1.Pod
-	var seen int
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-		if err != nil {
-			return false, nil
-		}
-		seen = len(list.Items)
-		ready = ready[:0]
-		for _, p := range list.Items {
-			if PodReady(&p) {
-				ready = append(ready, p)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pods := map[string]*corev1.Pod{}
+	readyPods := func() []corev1.Pod {
+		var ready []corev1.Pod
+		for _, p := range pods {
+			if PodReady(p) {
+				ready = append(ready, *p)
 			}
 		}
-		return len(ready) >= count, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("waiting for %d ready pods matching %q in %s (have %d of %d seen): %w",
-			count, selector, ns, len(ready), seen, err)
+		return ready
 	}
-	return ready, nil
+	for {
+		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err == nil {
+			clear(pods)
+			for i := range list.Items {
+				pods[list.Items[i].Name] = &list.Items[i]
+			}
+			if ready := readyPods(); len(ready) >= count {
+				return byName(ready), nil
+			}
+			if ready, done := followPods(ctx, cs, ns, selector, list.ResourceVersion, pods, count, readyPods); done {
+				return byName(ready), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %d ready pods matching %q in %s (have %d of %d seen): %w",
+				count, selector, ns, len(readyPods()), len(pods), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// followPods applies a watch's events from resourceVersion to pods until
+// count of them are ready (done) or the watch ends.
+func followPods(ctx context.Context, cs kubernetes.Interface, ns string, selector labels.Selector, resourceVersion string,
+	pods map[string]*corev1.Pod, count int, readyPods func() []corev1.Pod) ([]corev1.Pod, bool) {
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector.String(), ResourceVersion: resourceVersion})
+	if err != nil {
+		return nil, false
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			return nil, false // an error (such as an expired version): list again
+		}
+		switch ev.Type {
+		case watch.Deleted:
+			delete(pods, p.Name)
+		default:
+			pods[p.Name] = p
+			if !PodReady(p) {
+				continue
+			}
+			if ready := readyPods(); len(ready) >= count {
+				return ready, true
+			}
+		}
+	}
+	return nil, false
+}
+
+func byName(pods []corev1.Pod) []corev1.Pod {
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return pods
 }
 
 // WaitForPDB waits until the disruption controller has computed the PDB's

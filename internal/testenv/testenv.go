@@ -15,8 +15,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 var (
@@ -45,6 +48,7 @@ func Main(m *testing.M) int {
 	ctrllog.SetLogger(logr.Discard())
 	mainUsed = true
 	code := m.Run()
+	testutil.RemovePrograms()
 	if shared != nil {
 		shared.Stop()
 	}
@@ -80,7 +84,54 @@ func Start(t testing.TB) *devcluster.Cluster {
 	if startErr != nil {
 		t.Fatalf("starting the dev cluster: %v", startErr)
 	}
+	if os.Getenv("VACATE_TEST_CPU") != "" {
+		accountCPU(t, shared)
+	}
 	return shared
+}
+
+var accounted sync.Map // test name -> true
+
+// accountCPU prints, when the test ends, the processor time it cost: the
+// test process's own and each dev-cluster component's, on the error stream
+// (VACATE_TEST_CPU=1) or appended to a file (VACATE_TEST_CPU=path, for a
+// whole suite: go test shows a passing package's output only with -v); see
+// docs/dev/test-suite.md. Work a test leaves behind, such as a
+// namespace being deleted, counts to the next one.
+func accountCPU(t testing.TB, c *devcluster.Cluster) {
+	if _, seen := accounted.LoadOrStore(t.Name(), true); seen {
+		return
+	}
+	self0, comps0 := selfCPU(), c.CPU()
+	t.Cleanup(func() {
+		self, comps := selfCPU()-self0, c.CPU()
+		total := self
+		parts := []string{fmt.Sprintf("test=%.1f", self.Seconds())}
+		for _, name := range []string{devcluster.KubeAPIServer, devcluster.Etcd, devcluster.KubeControllerManager, devcluster.KubeScheduler, devcluster.Kwok} {
+			d := comps[name] - comps0[name]
+			total += d
+			parts = append(parts, fmt.Sprintf("%s=%.1f", name, d.Seconds()))
+		}
+		line := fmt.Sprintf("testenv-cpu: %s %s %.1f CPU-s (%s)\n", filepath.Base(os.Args[0]), t.Name(), total.Seconds(), strings.Join(parts, " "))
+		if path := os.Getenv("VACATE_TEST_CPU"); path != "1" {
+			if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				_, _ = f.WriteString(line)
+				_ = f.Close()
+				return
+			}
+		}
+		fmt.Fprint(os.Stderr, line)
+	})
+}
+
+// selfCPU is the processor time this process has used, and that of its
+// children it has waited for.
+func selfCPU() time.Duration {
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	tv := func(v syscall.Timeval) time.Duration { return time.Duration(v.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
 }
 
 // progressWriter shows only the slow, first-time build messages.

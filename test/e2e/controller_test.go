@@ -39,32 +39,10 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 const testLabel = "vacate.dev/test"
 
-// binaries are the programs the package built, by name.
-var binaries struct {
-	sync.Mutex
-	dir   string
-	built map[string]string
-}
-
 // goBinary builds cmd/<name> once for the package and returns its path.
 func goBinary(t *testing.T, name string) string {
 	t.Helper()
-	binaries.Lock()
-	defer binaries.Unlock()
-	if p, ok := binaries.built[name]; ok {
-		return p
-	}
-	if binaries.dir == "" {
-		dir, err := os.MkdirTemp("", "vacate-e2e-bin-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		binaries.dir, binaries.built = dir, map[string]string{}
-	}
-	path := filepath.Join(binaries.dir, name)
-	testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/"+name, path)
-	binaries.built[name] = path
-	return path
+	return testutil.Program(t, "github.com/vacate-dev/vacate/cmd/"+name)
 }
 
 // controllerBinary builds vacate-controller once for the package.

@@ -234,7 +234,7 @@ func serviceAccountKubeconfig(t *testing.T, c *devcluster.Cluster, ns, name stri
 // a file shown when the test fails; stop ends it with SIGTERM.
 func runController(t *testing.T, args []string) (stop func() error) {
 	t.Helper()
-	bin := testutil.BuildProgram(t, "github.com/vacate-dev/vacate/cmd/vacate-controller", filepath.Join(t.TempDir(), "vacate-controller"))
+	bin := testutil.Program(t, "github.com/vacate-dev/vacate/cmd/vacate-controller")
 	logPath := filepath.Join(t.TempDir(), "controller.log")
 	log, err := os.Create(logPath)
 	if err != nil {

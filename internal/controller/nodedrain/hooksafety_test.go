@@ -98,6 +98,36 @@ func hookedDeployment(t *testing.T, e *env, ns, name, node string, replicas int3
 	return ready
 }
 
+// hookedBarePods creates n pods without a controller, bound to node, with
+// an HTTP hook on port, and waits until they are ready.
+func hookedBarePods(t *testing.T, e *env, ns, name, node string, n, port int) []corev1.Pod {
+	t.Helper()
+	ctx := testenv.Context(t)
+	errs := make(chan error, n)
+	slots := make(chan struct{}, 16) // creates in flight
+	for i := range n {
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots }()
+			p := devcluster.BarePod(ns, fmt.Sprintf("%s-%04d", name, i), node)
+			p.Labels[devcluster.AppLabel] = name
+			p.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(port)}
+			_, err := e.c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready, err := devcluster.WaitForPodsReady(ctx, e.c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: name}), n, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ready
+}
+
 func hookPolicy(t *testing.T, e *env, name string, tune func(*v1alpha1.DrainPolicySpec)) {
 	t.Helper()
 	spec := v1alpha1.DrainPolicySpec{
@@ -362,11 +392,13 @@ func TestThousandHookedPods(t *testing.T) {
 	ctx := testenv.Context(t)
 	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "thousand", Count: 1, Pods: 1100, Labels: map[string]string{"pool": "thousand"}})
 	ns := testenv.Namespace(t, e.c)
-	hookPolicy(t, e, "thousand", nil)
+	// Bare pods, bound to the node: no ReplicaSet, scheduler or replacement
+	// pods, which cost the control plane more than the drain itself.
+	hookPolicy(t, e, "thousand", func(spec *v1alpha1.DrainPolicySpec) { spec.Pods.Unmanaged = "Delete" })
 	const port, n = 18395, 1000
 	app := &runApp{get: func(call, []call) (int, string) { return 200, `{"state":"Completed","message":"moved"}` }}
 	serveAll(t, port, app)
-	pods := hookedDeployment(t, e, ns, "many", nodes[0], n, port, nil)
+	pods := hookedBarePods(t, e, ns, "many", nodes[0], n, port)
 	t.Logf("%d hooked pods ready on %s", len(pods), nodes[0])
 
 	wctx, stopWatch := context.WithCancel(ctx)
