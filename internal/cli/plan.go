@@ -549,7 +549,7 @@ func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.No
 				}
 			}
 			held = recorded
-			done = have.Spec.Release != nil || (providers.Phase(have) == string(v1alpha1.EvacuationCompleted) && !added && have.Spec.Mode == mode)
+			done = have.Spec.Release != nil || (have.CurrentPhase() == v1alpha1.EvacuationCompleted && !added && have.Spec.Mode == mode)
 		}
 		switch {
 		case done:
@@ -579,7 +579,7 @@ func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.No
 	for _, provider := range slices.Sorted(maps.Keys(evs)) {
 		ev := evs[provider]
 		ep := EvacuationPlan{Name: ev.Name, Provider: provider, Stage: string(providers.StageOf(ev)), Mode: string(ev.Spec.Mode),
-			Phase: providers.Phase(ev), Message: ev.Status.Message, CurrentDrain: current(ev), PodsOnNode: podKeys(providers.ProtectedOnNode(ev, onNode)),
+			Phase: string(ev.CurrentPhase()), Message: ev.Status.Message, CurrentDrain: current(ev), PodsOnNode: podKeys(providers.ProtectedOnNode(ev, onNode)),
 			Deleting: !ev.DeletionTimestamp.IsZero()}
 		if rel := ev.Spec.Release; rel != nil {
 			ep.Phase, ep.ReleasedBy = v1alpha1.PhaseReleased, rel.By

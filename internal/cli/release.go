@@ -232,9 +232,9 @@ func releasable(t *releaseTarget) error {
 			msg += ": " + r.Reason
 		}
 		return refuse("%s; a release cannot be changed or withdrawn", msg)
-	case ev.Generation > 0 && ev.Status.ObservedGeneration == ev.Generation && ev.Status.Phase == v1alpha1.EvacuationCompleted:
+	case ev.Generation > 0 && ev.CurrentPhase() == v1alpha1.EvacuationCompleted:
 		return refuse("is Completed: provider %s moved its data; nothing to release", ev.Spec.Provider)
-	case nd.Status.Phase == v1alpha1.PhaseDrained || nd.Status.Phase == v1alpha1.PhaseFailed:
+	case nd.Ended():
 		return refuse("belongs to a drain of node %s that ended %s: a release changes nothing ('vacate explain %s')", node, nd.Status.Phase, node)
 	}
 	return nil
@@ -338,25 +338,17 @@ func providerState(p *v1alpha1.EvacuationProvider, ev *v1alpha1.Evacuation, now 
 	if p.Spec.Timeout != nil {
 		timeout = p.Spec.Timeout.Duration
 	}
-	silent := now.Sub(lastHeard(ev))
+	silent := now.Sub(ev.LastHeard())
 	if silent >= timeout {
 		return fmt.Sprintf("%s is registered but stale: not heard from for %s (timeout %s)", p.Name, progress.Duration(silent), timeout)
 	}
 	return fmt.Sprintf("%s is registered and reporting (heard from %s ago): it may still finish; releasing stops waiting for it", p.Name, progress.Duration(silent))
 }
 
-// lastHeard is the provider's last heartbeat on the Evacuation, else when it was asked.
-func lastHeard(ev *v1alpha1.Evacuation) time.Time {
-	if hb := ev.Status.HeartbeatTime; hb != nil && hb.After(ev.CreationTimestamp.Time) {
-		return hb.Time
-	}
-	return ev.CreationTimestamp.Time
-}
-
 // evacuationState is the provider's answer to the current request.
 func evacuationState(ev *v1alpha1.Evacuation, now time.Time) string {
 	st := ev.Status
-	if st.Phase == "" || st.ObservedGeneration != ev.Generation {
+	if !ev.Answered() {
 		return fmt.Sprintf("not taken up: the provider has not answered this request (asked %s ago)", progress.Duration(now.Sub(ev.CreationTimestamp.Time)))
 	}
 	msg := string(st.Phase)

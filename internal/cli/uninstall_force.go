@@ -86,23 +86,14 @@ func (u *uninstaller) undoLeft(ctx context.Context) error {
 // that vacate cordoned it, or "" when it does: it is exactly <name>/<uid> of
 // a drain that exists, of this node, which recorded no other node UID.
 func notVacatesCordon(node *corev1.Node, drains map[string]*v1alpha1.NodeDrain) string {
-	value := node.Annotations[v1alpha1.AnnotationCordonedBy]
-	name, uid, ok := strings.Cut(value, "/")
-	if !ok {
+	name, _, _ := strings.Cut(node.Annotations[v1alpha1.AnnotationCordonedBy], "/")
+	if nd := drains[name]; nd != nil {
+		return nd.NotItsCordon(node)
+	}
+	if !strings.Contains(node.Annotations[v1alpha1.AnnotationCordonedBy], "/") {
 		return "names no drain UID (written before vacate recorded one, or by hand)"
 	}
-	nd := drains[name]
-	switch {
-	case nd == nil:
-		return fmt.Sprintf("names drain %s, which does not exist", name)
-	case value != v1alpha1.CordonedByValue(nd):
-		return fmt.Sprintf("names drain %s with UID %s, but that drain's UID is %s", name, uid, nd.UID)
-	case nd.Spec.NodeName != node.Name:
-		return fmt.Sprintf("names the drain of node %s", nd.Spec.NodeName)
-	case nd.Status.NodeUID != "" && nd.Status.NodeUID != string(node.UID):
-		return fmt.Sprintf("names drain %s, which worked on an earlier node of this name (UID %s)", name, nd.Status.NodeUID)
-	}
-	return ""
+	return fmt.Sprintf("names drain %s, which does not exist", name)
 }
 
 // cordonOutcome is what restoreNode did with one node.

@@ -131,7 +131,7 @@ func state(nd *v1alpha1.NodeDrain) string {
 func deadlineFinding(nd *v1alpha1.NodeDrain, now time.Time) (Finding, bool) {
 	st := nd.Status
 	d := st.Deadline
-	if d == nil || st.Phase == v1alpha1.PhaseDrained || st.Phase == v1alpha1.PhaseFailed {
+	if d == nil || nd.Ended() {
 		return Finding{}, false
 	}
 	subject := "nodedrain/" + nd.Name

@@ -109,15 +109,6 @@ func AskedFor(ev *v1alpha1.Evacuation, drainUID, nodeUID types.UID) bool {
 	return ev.Spec.DrainUID == string(drainUID) && (ev.Spec.NodeUID == "" || ev.Spec.NodeUID == string(nodeUID))
 }
 
-// Phase is an Evacuation's phase as a drain reads it: Pending until the
-// provider answered its current generation.
-func Phase(ev *v1alpha1.Evacuation) string {
-	if ev.Status.Phase == "" || ev.Status.ObservedGeneration != ev.Generation {
-		return string(v1alpha1.EvacuationPending)
-	}
-	return string(ev.Status.Phase)
-}
-
 // Timeout is how long the provider may stay silent on an unfinished
 // evacuation before the drain reports it stale (spec.timeout; default
 // v1alpha1.DefaultProviderTimeout, also for a provider that is gone).

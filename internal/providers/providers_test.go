@@ -73,16 +73,3 @@ func TestSelects(t *testing.T) {
 		t.Error("a namespace that cannot be read is not an error")
 	}
 }
-
-// TestPhase: only an answer to the current generation counts.
-func TestPhase(t *testing.T) {
-	ev := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Generation: 2},
-		Status: v1alpha1.EvacuationStatus{Phase: v1alpha1.EvacuationCompleted, ObservedGeneration: 1}}
-	if got := Phase(ev); got != string(v1alpha1.EvacuationPending) {
-		t.Errorf("an answer to generation 1 of 2 reads %s, want Pending", got)
-	}
-	ev.Status.ObservedGeneration = 2
-	if got := Phase(ev); got != string(v1alpha1.EvacuationCompleted) {
-		t.Errorf("Phase = %s, want Completed", got)
-	}
-}

@@ -106,7 +106,7 @@ func watchAdmissions(t *testing.T, cl client.Client, nodes []string, limit int) 
 func (aw *admissionWatch) observe(typ watch.EventType, nd *v1alpha1.NodeDrain, limit int) {
 	aw.mu.Lock()
 	defer aw.mu.Unlock()
-	now := typ != watch.Deleted && admission.Running(nd) && admission.IsAdmitted(nd)
+	now := typ != watch.Deleted && nd.Running() && nd.Admitted()
 	if now && !aw.admitted[nd.Name] {
 		aw.order = append(aw.order, nd.Name)
 	}
@@ -141,10 +141,10 @@ func queueState(t *testing.T, cl client.Client, nodes []string) (admitted, waiti
 		if err := cl.Get(testenv.Context(t), client.ObjectKey{Name: n}, nd); err != nil {
 			t.Fatal(err)
 		}
-		if !admission.Running(nd) {
+		if !nd.Running() {
 			continue
 		}
-		if admission.IsAdmitted(nd) {
+		if nd.Admitted() {
 			admitted = append(admitted, n)
 			continue
 		}
@@ -233,7 +233,7 @@ func killAfterFirstAdmission(dead *atomic.Bool) func(client.WithWatch) client.Wi
 				if err := c.SubResource(sub).Patch(ctx, o, p, opts...); err != nil {
 					return err
 				}
-				if nd, ok := o.(*v1alpha1.NodeDrain); ok && admission.IsAdmitted(nd) {
+				if nd, ok := o.(*v1alpha1.NodeDrain); ok && nd.Admitted() {
 					dead.Store(true)
 				}
 				return nil

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/admission"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 )
@@ -77,7 +76,7 @@ func TestAdmissionLeavesNoCordonBehind(t *testing.T) {
 		if err := cl.Get(ctx, client.ObjectKey{Name: later}, nd); err != nil {
 			return false, err.Error()
 		}
-		return admission.IsAdmitted(nd), fmt.Sprintf("conditions %+v", nd.Status.Conditions)
+		return nd.Admitted(), fmt.Sprintf("conditions %+v", nd.Status.Conditions)
 	})
 	// The pass that admitted later read bare too (same queue, room for
 	// both): had it counted, it would have been cordoned in that pass.
@@ -89,7 +88,7 @@ func TestAdmissionLeavesNoCordonBehind(t *testing.T) {
 	if err := cl.Get(ctx, client.ObjectKey{Name: bare}, got); err != nil {
 		t.Fatal(err)
 	}
-	if admission.IsAdmitted(got) {
+	if got.Admitted() {
 		t.Errorf("drain %s without vacate's finalizer was admitted", bare)
 	}
 	patch := client.MergeFrom(got.DeepCopy())

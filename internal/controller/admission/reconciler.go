@@ -35,7 +35,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -192,7 +191,7 @@ func (r *Reconciler) read(ctx context.Context, reader client.Reader, key string,
 	q := &queue{key: key, policy: pol, now: now, all: list.Items, nodes: map[string]*corev1.Node{}, needs: map[string]need{}}
 	for i := range list.Items {
 		nd := &list.Items[i]
-		if !Running(nd) {
+		if !nd.Running() {
 			continue
 		}
 		m, err := r.member(ctx, nd, key, policies.Items)
@@ -236,7 +235,7 @@ func (r *Reconciler) read(ctx context.Context, reader client.Reader, key string,
 // controller holds it; once admitted, it counts in every queue it may
 // belong to until its own pass gives the admission up, to be safe.
 func (r *Reconciler) member(ctx context.Context, nd *v1alpha1.NodeDrain, key string, policies []v1alpha1.DrainPolicy) (*member, error) {
-	admitted := IsAdmitted(nd)
+	admitted := nd.Admitted()
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node); apierrors.IsNotFound(err) {
 		if admitted && (nd.Spec.PolicyName == "" || nd.Spec.PolicyName == key) {
@@ -327,22 +326,6 @@ func (r *Reconciler) needs(ctx context.Context, node *corev1.Node, pol policy.Po
 		}
 	}
 	return out, nil
-}
-
-// IsAdmitted reports whether a drain holds its admission in the cluster.
-func IsAdmitted(nd *v1alpha1.NodeDrain) bool {
-	return meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
-}
-
-// Running reports whether a drain takes part in admission: requested, not
-// being deleted, not ended, and carrying the finalizer its undo needs (the
-// NodeDrain controller adds it first; until then nothing is done to its
-// node, since a drain deleted without it would leave the cordon behind).
-func Running(nd *v1alpha1.NodeDrain) bool {
-	return len(nd.Spec.Requesters) > 0 && nd.DeletionTimestamp.IsZero() &&
-		controllerutil.ContainsFinalizer(nd, v1alpha1.FinalizerRestore) &&
-		nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed &&
-		nd.Status.Phase != v1alpha1.PhaseRestoring
 }
 
 // verdict is what a pass decided for one waiting drain.
@@ -580,7 +563,7 @@ func (r *Reconciler) stillWanted(ctx context.Context, m *member) (reconcile.Resu
 	nd := &v1alpha1.NodeDrain{}
 	err := r.fresh().Get(ctx, client.ObjectKeyFromObject(m.drain), nd)
 	switch {
-	case err == nil && nd.UID == m.drain.UID && Running(nd):
+	case err == nil && nd.UID == m.drain.UID && nd.Running():
 		return reconcile.Result{}, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return reconcile.Result{}, fmt.Errorf("reading NodeDrain %s after cordoning its node: %w", m.drain.Name, err)
@@ -676,14 +659,10 @@ func (r *Reconciler) record(ctx context.Context, q *queue, m *member, v verdict)
 		st.StartTime = nil
 		set(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, v.Reason, v.Message)
 	}
-	switch {
-	case v.gated:
+	if v.gated {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionCordoned)
-	case cordon.ByDrain(m.node, m.drain):
-		set(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "vacate cordoned the node")
-	case m.node.Spec.Unschedulable:
-		set(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonAlreadyCordoned,
-			"the node was already cordoned by someone else; vacate will not uncordon it")
+	} else if reason, msg, cordoned := m.drain.CordonState(m.node); cordoned {
+		set(v1alpha1.ConditionCordoned, metav1.ConditionTrue, reason, msg)
 	}
 	if equality.Semantic.DeepEqual(before.Status, nd.Status) {
 		return true, nil
@@ -705,7 +684,7 @@ func publishQueued(all []v1alpha1.NodeDrain) {
 	counts := map[string]int{}
 	for i := range all {
 		nd := &all[i]
-		if !Running(nd) {
+		if !nd.Running() {
 			continue
 		}
 		if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {

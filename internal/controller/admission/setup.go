@@ -162,7 +162,7 @@ func (r *Reconciler) queuesOfPDB(ctx context.Context, pdb *policyv1.PodDisruptio
 	keys := map[string]bool{}
 	for _, name := range nodes {
 		nd := &v1alpha1.NodeDrain{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil || !Running(nd) || IsAdmitted(nd) {
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil || !nd.Running() || nd.Admitted() {
 			continue
 		}
 		for _, req := range r.queueOfDrain(ctx, nd) {

@@ -15,13 +15,6 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
-// ByDrain reports whether the node carries this drain's cordon record, and
-// is the node the drain recorded (not one recreated under its name).
-func ByDrain(node *corev1.Node, nd *v1alpha1.NodeDrain) bool {
-	return node.Annotations[v1alpha1.AnnotationCordonedBy] == v1alpha1.CordonedByValue(nd) &&
-		(nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID))
-}
-
 // Cordon marks the node unschedulable for the drain and records it, with an
 // optimistic lock on the node it was given (a conflict is returned as it
 // is: the caller's copy was stale). A node already unschedulable is left as
@@ -42,11 +35,11 @@ func Cordon(ctx context.Context, c client.Client, node *corev1.Node, nd *v1alpha
 	return true, nil
 }
 
-// Uncordon gives the node back if this drain cordoned it (ByDrain), and
+// Uncordon gives the node back if this drain cordoned it (nd.Cordoned), and
 // removes the record, under the same optimistic lock. It reports whether it
 // changed the node.
 func Uncordon(ctx context.Context, c client.Client, node *corev1.Node, nd *v1alpha1.NodeDrain) (bool, error) {
-	if !ByDrain(node, nd) {
+	if !nd.Cordoned(node) {
 		return false, nil
 	}
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})

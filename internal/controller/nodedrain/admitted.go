@@ -8,7 +8,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/admission"
 )
 
 // admitted lets the drain go on once the admission controller admitted it
@@ -21,7 +20,7 @@ import (
 // as allowed; failing it would only leave the pods on a machine that goes.
 func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	if !admission.IsAdmitted(nd) {
+	if !nd.Admitted() {
 		if nd.Status.Phase == "" {
 			nd.Status.Phase = v1alpha1.PhasePending
 		}

@@ -404,7 +404,7 @@ func (r *Reconciler) slicesHandler() handler.EventHandler {
 				}
 				seen[*ep.NodeName] = true
 				nd := &v1alpha1.NodeDrain{}
-				if err := r.Client.Get(ctx, types.NamespacedName{Name: *ep.NodeName}, nd); err == nil && inProgress(nd) {
+				if err := r.Client.Get(ctx, types.NamespacedName{Name: *ep.NodeName}, nd); err == nil && !nd.Ended() {
 					q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: nd.Name}})
 				}
 			}

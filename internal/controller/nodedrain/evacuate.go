@@ -139,7 +139,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 				"its pods stay until then", ev.Name, ev.Spec.Provider), min(staleIn, 2*time.Second)
 		}
 		s.evac.recheck = min(s.evac.recheck, staleIn)
-		phase := phaseOf(ev)
+		phase := string(ev.CurrentPhase())
 		switch {
 		case ev.Spec.Release != nil:
 			phase = v1alpha1.PhaseReleased
@@ -447,7 +447,7 @@ func (r *Reconciler) deletedWhileRunning(s *scope, ev *v1alpha1.Evacuation) undo
 // or its work is kept, or timeouts.cancel passed. It returns the
 // Evacuation's state while it waits, nil once it let it go.
 func (r *Reconciler) cancelOne(ctx context.Context, s *scope, ev *v1alpha1.Evacuation, u undoing) (*v1alpha1.HookStatus, error) {
-	waiting := &v1alpha1.HookStatus{Name: ev.Name, Phase: phaseOf(ev)}
+	waiting := &v1alpha1.HookStatus{Name: ev.Name, Phase: string(ev.CurrentPhase())}
 	untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
 	cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
 		ev.Spec.Desired == v1alpha1.DesiredCancel
@@ -491,7 +491,7 @@ func (r *Reconciler) cancelOne(ctx context.Context, s *scope, ev *v1alpha1.Evacu
 		provider = nil
 	}
 	_, why, _ := judge(ev, provider, s.now)
-	waiting.Phase, waiting.Message = phaseOf(ev), truncate("cancelling: "+why, maxDetail)
+	waiting.Phase, waiting.Message = string(ev.CurrentPhase()), truncate("cancelling: "+why, maxDetail)
 	return waiting, nil
 }
 
@@ -537,16 +537,11 @@ func (r *Reconciler) letGo(ctx context.Context, ev *v1alpha1.Evacuation, locked 
 func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Time) (done bool, why string, staleIn time.Duration) {
 	timeout := providers.Timeout(p)
 	st := ev.Status
-	current := st.ObservedGeneration == ev.Generation && ev.Generation > 0
-	if current && st.Phase == v1alpha1.EvacuationCompleted {
+	if ev.CurrentPhase() == v1alpha1.EvacuationCompleted {
 		return true, "Completed: " + st.Message, resync
 	}
-	last := ev.CreationTimestamp.Time
-	if st.HeartbeatTime != nil && st.HeartbeatTime.After(last) {
-		last = st.HeartbeatTime.Time
-	}
-	silent := now.Sub(last)
-	if !current || st.Phase == "" {
+	silent := now.Sub(ev.LastHeard())
+	if !ev.Answered() {
 		if silent >= timeout {
 			return false, fmt.Sprintf("provider %s has not taken up the request for %s (timeout %s): is it running?", ev.Spec.Provider, silent.Round(time.Second), timeout), resync
 		}
@@ -565,9 +560,6 @@ func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Tim
 	}
 	return false, msg, timeout - silent
 }
-
-// phaseOf is the Evacuation's phase as the drain reads it (providers.Phase).
-func phaseOf(ev *v1alpha1.Evacuation) string { return providers.Phase(ev) }
 
 // hookRun is the drain's current run, as the hook protocol names it.
 func hookRun(nd *v1alpha1.NodeDrain) hook.Run {

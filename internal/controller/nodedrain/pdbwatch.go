@@ -67,15 +67,10 @@ func (r *Reconciler) drainsOfPDB(ctx context.Context, o client.Object) []reconci
 	var out []reconcile.Request
 	for _, n := range nodes {
 		nd := &v1alpha1.NodeDrain{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: n}, nd); err != nil || !inProgress(nd) {
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: n}, nd); err != nil || !!nd.Ended() {
 			continue
 		}
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
 	}
 	return out
-}
-
-// inProgress reports whether a drain has not reached an end (Drained or Failed).
-func inProgress(nd *v1alpha1.NodeDrain) bool {
-	return nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed
 }

@@ -117,7 +117,7 @@ func (r *Reconciler) activeDrains(ctx context.Context, _ client.Object) []reconc
 	}
 	var out []reconcile.Request
 	for _, nd := range list.Items {
-		if nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed {
+		if !nd.Ended() {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nd.Name}})
 		}
 	}

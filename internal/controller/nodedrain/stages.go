@@ -118,13 +118,9 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 // a node someone uncordoned meanwhile).
 func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, error) {
 	node, nd := s.node, s.drain
-	switch {
-	case node.Spec.Unschedulable && cordon.ByDrain(node, nd):
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "vacate cordoned the node")
-	case node.Spec.Unschedulable:
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonAlreadyCordoned,
-			"the node was already cordoned by someone else; vacate will not uncordon it")
-	default:
+	if reason, msg, cordoned := nd.CordonState(node); cordoned {
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, reason, msg)
+	} else {
 		s.log.Info("cordoning node", "node", klogRef(node.Name))
 		if _, err := cordon.Cordon(ctx, r.Client, node, nd); apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
@@ -132,7 +128,7 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 			return reconcile.Result{}, err
 		}
 		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", node.Name)
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "vacate cordoned the node")
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, v1alpha1.MessageCordoned)
 	}
 	if s.drain.Status.Phase == "" || s.drain.Status.Phase == v1alpha1.PhasePending {
 		s.drain.Status.Phase = v1alpha1.PhaseCordoned
@@ -514,7 +510,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, 
 // annotation names it): schedulable again, annotation removed. A conflict
 // is returned as such, for the caller to retry.
 func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) error {
-	if !cordon.ByDrain(node, s.drain) {
+	if !s.drain.Cordoned(node) {
 		return nil
 	}
 	s.log.Info("uncordoning node that vacate cordoned", "node", klogRef(node.Name))
@@ -550,8 +546,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{}, nil
 	}
 	wasActive := nd.Status.Phase != "" && nd.Status.Phase != v1alpha1.PhasePending
-	cancelled := wasActive && nd.Status.Phase != v1alpha1.PhaseDrained && nd.Status.Phase != v1alpha1.PhaseFailed &&
-		nd.Status.Phase != v1alpha1.PhaseRestoring
+	cancelled := wasActive && !nd.Ended() && nd.Status.Phase != v1alpha1.PhaseRestoring
 	nd.Status.Phase = v1alpha1.PhaseRestoring
 	if nd.Status.UndoStartTime == nil {
 		nd.Status.UndoStartTime = &metav1.Time{Time: s.now}
@@ -590,7 +585,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	}
 	switch {
 	case nodeGone:
-	case cordon.ByDrain(node, nd):
+	case nd.Cordoned(node):
 		if err := r.uncordon(ctx, s, node); apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		} else if err != nil {

@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/admission"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/serving"
@@ -69,8 +68,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // drainEvicts reports whether the drain of the node may still evict its
-// pods: admitted, not being deleted, not ended or undone. When it may not,
-// why says so.
+// pods (NodeDrain.Evicting). When it may not, why says so.
 func (r *Reconciler) drainEvicts(ctx context.Context, node string) (bool, string, error) {
 	nd := &v1alpha1.NodeDrain{}
 	// A drain is named after its node.
@@ -80,17 +78,8 @@ func (r *Reconciler) drainEvicts(ctx context.Context, node string) (bool, string
 		}
 		return false, "", err
 	}
-	switch {
-	case !nd.DeletionTimestamp.IsZero():
-		return false, fmt.Sprintf("the drain of node %s is being deleted", node), nil
-	case nd.Status.Phase == v1alpha1.PhaseRestoring:
-		return false, fmt.Sprintf("the drain of node %s is cancelled", node), nil
-	case nd.Status.Phase == v1alpha1.PhaseFailed || nd.Status.Phase == v1alpha1.PhaseDrained:
-		return false, fmt.Sprintf("the drain of node %s ended (%s)", node, nd.Status.Phase), nil
-	case !admission.IsAdmitted(nd):
-		return false, fmt.Sprintf("the drain of node %s is not admitted (held or waiting)", node), nil
-	}
-	return true, "", nil
+	evicting, why := nd.Evicting()
+	return evicting, why, nil
 }
 
 func (r *Reconciler) set(ctx context.Context, pod *corev1.Pod, reason, msg string) error {

@@ -320,7 +320,7 @@ func collectEvacuations(ch chan<- prometheus.Metric, evs []v1alpha1.Evacuation) 
 	counts := map[key]int{}
 	for i := range evs {
 		ev := &evs[i]
-		phase := currentPhase(ev)
+		phase := ev.CurrentPhase()
 		counts[key{ev.Spec.Provider, string(phase)}]++
 		if phase == v1alpha1.EvacuationCompleted || phase == v1alpha1.EvacuationCancelled ||
 			ev.Spec.Release != nil || !ev.DeletionTimestamp.IsZero() {
@@ -335,16 +335,6 @@ func collectEvacuations(ch chan<- prometheus.Metric, evs []v1alpha1.Evacuation) 
 	for k, n := range counts {
 		ch <- gauge(evacuationsDesc, float64(n), k.provider, k.phase)
 	}
-}
-
-// currentPhase is the provider's answer to the current request, Pending
-// until it has answered it (its phase is for an older generation, or it
-// has none), as the NodeDrain controller reads it.
-func currentPhase(ev *v1alpha1.Evacuation) v1alpha1.EvacuationPhase {
-	if ev.Status.Phase == "" || ev.Status.ObservedGeneration != ev.Generation {
-		return v1alpha1.EvacuationPending
-	}
-	return ev.Status.Phase
 }
 
 func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {

@@ -1,0 +1,125 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+)
+
+// The questions every part of vacate asks of a drain or an evacuation,
+// answered once, here: the controllers, the CLI, explain and the metrics
+// use these and keep no copy of their own.
+
+// Requested reports whether someone still wants the drain: it has
+// requesters and is not being deleted.
+func (nd *NodeDrain) Requested() bool {
+	return len(nd.Spec.Requesters) > 0 && nd.DeletionTimestamp.IsZero()
+}
+
+// Admitted reports whether admission let the drain start (its Admitted
+// condition is True).
+func (nd *NodeDrain) Admitted() bool {
+	return meta.IsStatusConditionTrue(nd.Status.Conditions, ConditionAdmitted)
+}
+
+// Running reports whether the drain is under way or waiting to be: requested,
+// not ended, not being undone, and carrying the finalizer its undo needs (the
+// NodeDrain controller adds it first; until then nothing is done to its node,
+// since a drain deleted without it would leave the cordon behind).
+func (nd *NodeDrain) Running() bool {
+	return nd.Requested() && slices.Contains(nd.Finalizers, FinalizerRestore) &&
+		!nd.Ended() && nd.Status.Phase != PhaseRestoring
+}
+
+// Evicting says whether the drain may evict its node's pods now: Running and
+// admitted. When it may not, why says so, in words for a person.
+func (nd *NodeDrain) Evicting() (ok bool, why string) {
+	node := nd.Spec.NodeName
+	switch {
+	case !nd.DeletionTimestamp.IsZero():
+		return false, fmt.Sprintf("the drain of node %s is being deleted", node)
+	case nd.Status.Phase == PhaseRestoring || len(nd.Spec.Requesters) == 0:
+		return false, fmt.Sprintf("the drain of node %s is cancelled", node)
+	case nd.Ended():
+		return false, fmt.Sprintf("the drain of node %s ended (%s)", node, nd.Status.Phase)
+	case !nd.Admitted():
+		return false, fmt.Sprintf("the drain of node %s is not admitted (held or waiting)", node)
+	}
+	return true, ""
+}
+
+// NotItsCordon says why the node's AnnotationCordonedBy does not prove that
+// this drain cordoned it, or "" when it does: the record is exactly the
+// drain's CordonedByValue, on the drain's node, and the drain recorded no
+// other node UID (a node recreated under the same name is not the one it
+// cordoned). Only a drain's own cordon is ever given back.
+func (nd *NodeDrain) NotItsCordon(node *corev1.Node) string {
+	value, ok := node.Annotations[AnnotationCordonedBy]
+	name, uid, hasUID := strings.Cut(value, "/")
+	switch {
+	case !ok:
+		return "carries no " + AnnotationCordonedBy
+	case !hasUID:
+		return "names no drain UID (written before vacate recorded one, or by hand)"
+	case name != nd.Name:
+		return fmt.Sprintf("names drain %s, not %s", name, nd.Name)
+	case value != CordonedByValue(nd):
+		return fmt.Sprintf("names drain %s with UID %s, but that drain's UID is %s", name, uid, nd.UID)
+	case nd.Spec.NodeName != node.Name:
+		return fmt.Sprintf("names the drain of node %s", nd.Spec.NodeName)
+	case nd.Status.NodeUID != "" && nd.Status.NodeUID != string(node.UID):
+		return fmt.Sprintf("names drain %s, which worked on an earlier node of this name (UID %s)", name, nd.Status.NodeUID)
+	}
+	return ""
+}
+
+// Cordoned reports whether the node carries this drain's own cordon record
+// (NotItsCordon says nothing against it).
+func (nd *NodeDrain) Cordoned(node *corev1.Node) bool { return nd.NotItsCordon(node) == "" }
+
+// MessageCordoned is the Cordoned condition's message when vacate cordoned
+// the node for the drain.
+const MessageCordoned = "vacate cordoned the node"
+
+// CordonState is the drain's Cordoned condition for the node as it is:
+// cordoned by this drain (ReasonCordoned), cordoned by someone else
+// (ReasonAlreadyCordoned: vacate never uncordons it), or not cordoned (ok
+// false). The admission and NodeDrain controllers both report it.
+func (nd *NodeDrain) CordonState(node *corev1.Node) (reason, message string, ok bool) {
+	switch {
+	case !node.Spec.Unschedulable:
+		return "", "", false
+	case nd.Cordoned(node):
+		return ReasonCordoned, MessageCordoned, true
+	}
+	return ReasonAlreadyCordoned, "the node was already cordoned by someone else; vacate will not uncordon it", true
+}
+
+// Answered reports whether the provider has answered the current request:
+// it set a phase for the Evacuation's current generation.
+func (ev *Evacuation) Answered() bool {
+	return ev.Status.Phase != "" && ev.Status.ObservedGeneration == ev.Generation
+}
+
+// CurrentPhase is the provider's answer to the current request, Pending
+// until it has answered it (its phase is for an older generation, or it has
+// none).
+func (ev *Evacuation) CurrentPhase() EvacuationPhase {
+	if !ev.Answered() {
+		return EvacuationPending
+	}
+	return ev.Status.Phase
+}
+
+// LastHeard is when the provider last reported on the Evacuation (its
+// heartbeat), or when the Evacuation was created if it has not since.
+func (ev *Evacuation) LastHeard() time.Time {
+	if hb := ev.Status.HeartbeatTime; hb != nil && hb.After(ev.CreationTimestamp.Time) {
+		return hb.Time
+	}
+	return ev.CreationTimestamp.Time
+}
