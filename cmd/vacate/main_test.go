@@ -8,29 +8,59 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// devOnly are the packages of the development tools and of the controller:
-// the vacate users install must not carry them (cmd/vacate-dev does).
+// devOnly are the packages of the development tools, the tests and
+// benchmarks, and of the other programs (the controller, the agent,
+// vacate-hook): the vacate users install must not carry them (cmd/vacate-dev
+// carries the development tools).
 var devOnly = []string{
+	// the controller and its webhook
 	"github.com/vacate-dev/vacate/internal/controller",
 	"github.com/vacate-dev/vacate/internal/operator",
+	"github.com/vacate-dev/vacate/internal/webhook",
+	"github.com/vacate-dev/vacate/internal/serving",
+	"github.com/vacate-dev/vacate/internal/eviction",
+	"github.com/vacate-dev/vacate/internal/metrics",
+	// the other programs
+	"github.com/vacate-dev/vacate/internal/agent",
+	"github.com/vacate-dev/vacate/internal/sidecar",
+	// development, tests and benchmarks
 	"github.com/vacate-dev/vacate/internal/devcluster",
 	"github.com/vacate-dev/vacate/internal/devcli",
 	"github.com/vacate-dev/vacate/internal/demo",
+	"github.com/vacate-dev/vacate/internal/traffic",
+	"github.com/vacate-dev/vacate/internal/servedrain",
+	"github.com/vacate-dev/vacate/internal/testenv",
+	"github.com/vacate-dev/vacate/internal/testutil",
+	"github.com/vacate-dev/vacate/internal/testservers",
+	"github.com/vacate-dev/vacate/internal/image",
 	"github.com/vacate-dev/vacate/examples",
+	"github.com/vacate-dev/vacate/hack",
+	"github.com/vacate-dev/vacate/test",
 }
 
 // maxPluginBytes bounds the kubectl plugin users download.
 const maxPluginBytes = 40 << 20
 
 // TestUserCLIHasNoDevelopmentCode: neither vacate nor internal/cli depends
-// on the controller, the dev cluster, the demo or the reference workloads.
+// on a devOnly package. Each devOnly entry must exist (a renamed package
+// would otherwise drop out of the guard unnoticed).
 func TestUserCLIHasNoDevelopmentCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-e", "-f", "{{.ImportPath}} {{if .Error}}missing{{end}}", "../../...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ../../...: %v\n%s", err, out)
+	}
+	for _, p := range devOnly {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(p) + `(/\S*)? $`).Match(out) {
+			t.Errorf("devOnly names %s, which is no package of this module (nor a folder of one)", p)
+		}
+	}
 	for _, pkg := range []string{".", "../../internal/cli"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
