@@ -9,6 +9,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -39,6 +40,15 @@ type Notice struct {
 	// ID tells notices of one source apart (an Azure event's EventId);
 	// empty when a source has at most one notice at a time.
 	ID string
+}
+
+// SameNotices reports whether a and b are the same notices in the same
+// order (deadlines compared as instants): a source reports only a change.
+func SameNotices(a, b []Notice) bool {
+	return slices.EqualFunc(a, b, func(x, y Notice) bool {
+		return x.Source == y.Source && x.CordonOnly == y.CordonOnly && x.Mode == y.Mode &&
+			x.Deadline.Equal(y.Deadline) && x.Reason == y.Reason && x.ID == y.ID
+	})
 }
 
 // Source watches one signal.

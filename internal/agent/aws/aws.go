@@ -320,7 +320,7 @@ func (p *poller) report(r agent.Reporter) {
 		known = known && st.read
 		notices = append(notices, st.notices...)
 	}
-	if known && (!p.reported || !sameNotices(notices, p.lastNotices)) {
+	if known && (!p.reported || !agent.SameNotices(notices, p.lastNotices)) {
 		p.reported, p.lastNotices = true, notices
 		p.src.opts.Log.Info("reporting EC2 notices", "notices", len(notices))
 		r.Notices(notices)
@@ -357,20 +357,6 @@ func (p *poller) problems() []agent.Problem {
 			"and, when the agent is not on the host network, that its IMDSv2 hop limit is at least 2",
 			p.src.endpoint, strings.Join(failing, ", "), first),
 	}}
-}
-
-func sameNotices(a, b []agent.Notice) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if x.Source != y.Source || x.CordonOnly != y.CordonOnly || x.Mode != y.Mode ||
-			!x.Deadline.Equal(y.Deadline) || x.Reason != y.Reason || x.ID != y.ID {
-			return false
-		}
-	}
-	return true
 }
 
 // NoticeSources are the notices the AWS source reports.

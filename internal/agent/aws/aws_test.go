@@ -43,7 +43,7 @@ func mustTime(t *testing.T, s string) time.Time {
 // lastIs reports whether the last report is want.
 func lastIs(want []agent.Notice) func([][]agent.Notice, [][]agent.Problem) bool {
 	return func(n [][]agent.Notice, _ [][]agent.Problem) bool {
-		return len(n) > 0 && sameNotices(n[len(n)-1], want)
+		return len(n) > 0 && agent.SameNotices(n[len(n)-1], want)
 	}
 }
 
@@ -56,7 +56,7 @@ func checkHistory(t *testing.T, rec *recorder, want ...[]agent.Notice) {
 		t.Fatalf("the source reported notices %d times, want %d (only on changes):%s", len(notices), len(want), describe(notices))
 	}
 	for i := range want {
-		if !sameNotices(notices[i], want[i]) {
+		if !agent.SameNotices(notices[i], want[i]) {
 			t.Errorf("report %d = %s, want %s", i, describe(notices[i:i+1]), describe(want[i:i+1]))
 		}
 	}
@@ -316,7 +316,7 @@ func TestMetadataDown(t *testing.T) {
 	ct.waitRequests(t, 8)
 
 	notices, problems := rec.history()
-	if len(notices) != 1 || !sameNotices(notices[0], want) {
+	if len(notices) != 1 || !agent.SameNotices(notices[0], want) {
 		t.Errorf("notices reported:%s\nwant only the spot notice, once", describe(notices))
 	}
 	if len(problems[0]) != 0 || len(problems[len(problems)-1]) != 0 {
@@ -347,7 +347,7 @@ func TestStartsWithoutMetadata(t *testing.T) {
 	m.Start()
 	want := []agent.Notice{{Source: SourceASG, Mode: v1alpha1.ModeDecommission, Reason: "Auto Scaling is terminating the instance"}}
 	rec.waitFor(t, "the Auto Scaling notice and no problem", func(n [][]agent.Notice, p [][]agent.Problem) bool {
-		return len(n) == 1 && sameNotices(n[0], want) && len(p[len(p)-1]) == 0
+		return len(n) == 1 && agent.SameNotices(n[0], want) && len(p[len(p)-1]) == 0
 	})
 }
 

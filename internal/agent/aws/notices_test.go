@@ -41,7 +41,7 @@ func TestMaintenanceNoticesPicksEarliestActive(t *testing.T) {
 		Deadline: time.Date(2030, 1, 10, 8, 30, 0, 0, time.UTC),
 		Reason:   "AWS scheduled event instance-reboot (e-first) not before 2030-01-10T08:30:00Z: first",
 	}}
-	if !sameNotices(got, want) {
+	if !agent.SameNotices(got, want) {
 		t.Errorf("notices = %s, want %s", describe([][]agent.Notice{got}), describe([][]agent.Notice{want}))
 	}
 
@@ -67,7 +67,7 @@ func TestMaintenanceNoticesPicksEarliestActive(t *testing.T) {
 		Source: SourceMaintenance, ID: "e-due", Mode: v1alpha1.ModeDecommission, Deadline: now.Add(OverdueMargin),
 		Reason: "AWS scheduled event instance-retirement (e-due) was due at 2030-01-10T08:45:00Z and may happen at any moment: due",
 	}}
-	if !sameNotices(got, want) {
+	if !agent.SameNotices(got, want) {
 		t.Errorf("notices = %s, want %s", describe([][]agent.Notice{got}), describe([][]agent.Notice{want}))
 	}
 }

@@ -492,7 +492,7 @@ func (st *state) report(r agent.Reporter) {
 	if ps == nil {
 		ps = []agent.Problem{}
 	}
-	if (ready || len(ns) > 0) && (!st.reportedNotices || !sameNotices(ns, st.notices)) {
+	if (ready || len(ns) > 0) && (!st.reportedNotices || !agent.SameNotices(ns, st.notices)) {
 		st.reportedNotices, st.notices = true, ns
 		r.Notices(ns)
 	}
@@ -500,20 +500,6 @@ func (st *state) report(r agent.Reporter) {
 		st.reportedProblems, st.problems = true, ps
 		r.Problems(ps)
 	}
-}
-
-func sameNotices(a, b []agent.Notice) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if x.Source != y.Source || x.CordonOnly != y.CordonOnly || x.Mode != y.Mode ||
-			!x.Deadline.Equal(y.Deadline) || x.Reason != y.Reason || x.ID != y.ID {
-			return false
-		}
-	}
-	return true
 }
 
 // NoticeSources are the notices the GCP source reports.
