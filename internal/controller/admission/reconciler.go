@@ -42,6 +42,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/controller/cordon"
 	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -60,13 +61,6 @@ import (
 // BuiltinKey is the queue of drains under built-in defaults (no
 // DrainPolicy governs their nodes). No DrainPolicy can have this name.
 const BuiltinKey = "(built-in defaults)"
-
-// resync bounds how long a queue goes without a pass while drains wait in
-// it; watches normally bring one much sooner.
-const resync = 30 * time.Second
-
-// conflictRetry is the pause before a pass that lost an optimistic-lock race.
-const conflictRetry = 100 * time.Millisecond
 
 // maxBatch bounds a batch that keeps growing: a drain waits at most this
 // many batch windows after its own request.
@@ -379,7 +373,7 @@ func (q *queue) cordonedAs(earlier *queue) {
 // plan decides, purely from what the pass read: which waiting drains wait
 // for a window, which for their batch, and which the scheduler admits.
 func (q *queue) plan() *plan {
-	p := &plan{verdicts: map[types.UID]verdict{}, why: map[types.UID]string{}, wake: resync}
+	p := &plan{verdicts: map[types.UID]verdict{}, why: map[types.UID]string{}, wake: requeue.Resync}
 	adm := q.policy.Admission
 	var eligible []*member
 	for _, m := range q.waiting {
@@ -515,7 +509,7 @@ func (r *Reconciler) giveBack(ctx context.Context, q *queue, p *plan) (reconcile
 		}
 		changed, err := cordon.Uncordon(ctx, r.Client, m.node, m.drain)
 		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -537,7 +531,7 @@ func (r *Reconciler) cordonBatch(ctx context.Context, q *queue, p *plan) (reconc
 		}
 		changed, err := cordon.Cordon(ctx, r.Client, m.node, m.drain)
 		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -585,7 +579,7 @@ func (r *Reconciler) stillWanted(ctx context.Context, m *member) (reconcile.Resu
 		return uerr
 	})
 	if apierrors.IsNotFound(err) {
-		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -593,7 +587,7 @@ func (r *Reconciler) stillWanted(ctx context.Context, m *member) (reconcile.Resu
 		r.Events.Eventf(m.drain, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore",
 			"uncordoned node %s: its drain was cancelled while admission cordoned it", node.Name)
 	}
-	return reconcile.Result{RequeueAfter: conflictRetry}, nil // the queue changed: decide again
+	return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil // the queue changed: decide again
 }
 
 // write records the verdicts in the drains' status, admissions first and
@@ -618,7 +612,7 @@ func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p 
 			return reconcile.Result{}, err
 		}
 		if !written && v.Admit {
-			res.RequeueAfter = conflictRetry // decided again with what changed
+			res.RequeueAfter = requeue.ConflictRetry // decided again with what changed
 			continue
 		}
 		if written && v.Admit {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/providers"
@@ -76,7 +77,7 @@ func takesPart(p *v1alpha1.EvacuationProvider, mode v1alpha1.DrainMode) bool {
 // Unknown, stale or failed answers are never taken as done.
 func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	s.evac = evacState{holding: map[types.UID]v1alpha1.Blocker{}, recheck: resync}
+	s.evac = evacState{holding: map[types.UID]v1alpha1.Blocker{}, recheck: requeue.Resync}
 	registered := &v1alpha1.EvacuationProviderList{}
 	if err := r.Client.List(ctx, registered); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing EvacuationProviders: %w", err)
@@ -106,7 +107,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		}
 		ev, err := r.ask(ctx, s, p, leaving, evacs[p.Name])
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		}
 		if err != nil {
 			return reconcile.Result{}, err
@@ -321,7 +322,7 @@ func (r *Reconciler) judgeFor(s *scope, ev *v1alpha1.Evacuation, p *v1alpha1.Eva
 		if rel.Reason != "" {
 			msg += ": " + rel.Reason
 		}
-		return true, msg, resync
+		return true, msg, requeue.Resync
 	}
 	done, why, staleIn := judge(ev, p, s.now)
 	if !done && (p == nil || !p.DeletionTimestamp.IsZero()) {
@@ -538,18 +539,18 @@ func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Tim
 	timeout := providers.Timeout(p)
 	st := ev.Status
 	if ev.CurrentPhase() == v1alpha1.EvacuationCompleted {
-		return true, "Completed: " + st.Message, resync
+		return true, "Completed: " + st.Message, requeue.Resync
 	}
 	silent := now.Sub(ev.LastHeard())
 	if !ev.Answered() {
 		if silent >= timeout {
-			return false, fmt.Sprintf("provider %s has not taken up the request for %s (timeout %s): is it running?", ev.Spec.Provider, silent.Round(time.Second), timeout), resync
+			return false, fmt.Sprintf("provider %s has not taken up the request for %s (timeout %s): is it running?", ev.Spec.Provider, silent.Round(time.Second), timeout), requeue.Resync
 		}
 		return false, fmt.Sprintf("waiting for provider %s to take up the request", ev.Spec.Provider), timeout - silent
 	}
 	if silent >= timeout {
 		return false, fmt.Sprintf("provider %s is stale: no heartbeat for %s (timeout %s); its last word: %s %s", ev.Spec.Provider,
-			silent.Round(time.Second), timeout, st.Phase, st.Message), resync
+			silent.Round(time.Second), timeout, st.Phase, st.Message), requeue.Resync
 	}
 	if st.Phase == v1alpha1.EvacuationFailed {
 		return false, fmt.Sprintf("provider %s failed: %s", ev.Spec.Provider, st.Message), timeout - silent

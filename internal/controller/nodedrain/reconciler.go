@@ -39,13 +39,6 @@ import (
 	"github.com/vacate-dev/vacate/internal/policy"
 )
 
-// resync bounds how long a waiting drain goes without a pass; watches on
-// pods, nodes, PDBs and eviction outcomes normally wake it much sooner.
-const resync = 30 * time.Second
-
-// conflictRetry is the pause before a pass that lost an optimistic-lock race.
-const conflictRetry = 100 * time.Millisecond
-
 // RBAC of vacate-controller, generated into config/rbac by `make generate`.
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch;update;patch;manage
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains/status,verbs=get;update;patch

@@ -20,6 +20,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/controller/cordon"
 	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -44,7 +45,7 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 		msg := fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName)
 		r.hold(s, v1alpha1.ReasonNodeNotFound, msg)
 		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonNodeNotFound, msg)
-		return reconcile.Result{RequeueAfter: resync}, nil
+		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
 	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
@@ -60,10 +61,10 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	switch {
 	case policy.IsNotFound(err):
 		r.hold(s, v1alpha1.ReasonPolicyNotFound, err.Error())
-		return reconcile.Result{RequeueAfter: resync}, nil
+		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
 	case policy.IsAmbiguous(err):
 		r.hold(s, v1alpha1.ReasonAmbiguousPolicy, err.Error())
-		return reconcile.Result{RequeueAfter: resync}, nil
+		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
 	case err != nil:
 		return reconcile.Result{}, err
 	}
@@ -108,7 +109,7 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, node, corev1.EventTypeWarning, v1alpha1.EventNodeReplaced, "Drain", "%s", msg)
 	})
-	return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 }
 
 // cordon marks the node unschedulable, recording that vacate did it; a node
@@ -123,7 +124,7 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 	} else {
 		s.log.Info("cordoning node", "node", klogRef(node.Name))
 		if _, err := cordon.Cordon(ctx, r.Client, node, nd); apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -202,7 +203,7 @@ func (r *Reconciler) keepDaemonSetsOff(ctx context.Context, s *scope) (reconcile
 	}
 	changed, err := cordon.KeepDaemonSetsOff(ctx, r.Client, s.node, s.drain)
 	if apierrors.IsConflict(err) {
-		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -352,7 +353,7 @@ func overdue(s *scope) (reason, why string, over bool) {
 // waitFor is how long an evicting drain waits for its next pass when no
 // event comes: the resync, or the drain timeout or deadline if sooner.
 func (r *Reconciler) waitFor(s *scope) time.Duration {
-	wait := resync
+	wait := requeue.Resync
 	if s.policy.DrainTimeout > 0 && s.drain.Status.StartTime != nil {
 		if left := s.drain.Status.StartTime.Add(s.policy.DrainTimeout).Sub(s.now); left > 0 {
 			wait = min(wait, left)
@@ -565,7 +566,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	u := r.undoing(ctx, s, node, nodeGone)
 	// The providers undo their evacuations before the node is given back,
 	// within timeouts.cancel.
-	wait := min(resync, max(nd.Status.UndoStartTime.Add(u.limit).Sub(s.now), time.Second))
+	wait := min(requeue.Resync, max(nd.Status.UndoStartTime.Add(u.limit).Sub(s.now), time.Second))
 	if gone, err := r.cancelEvacuations(ctx, s, u); err != nil || !gone {
 		return reconcile.Result{RequeueAfter: wait}, err
 	}
@@ -575,7 +576,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	if !nodeGone {
 		if changed, err := cordon.LetDaemonSetsBack(ctx, r.Client, node, nd); apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		} else if err != nil {
 			return reconcile.Result{}, err
 		} else if changed {
@@ -587,7 +588,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	case nodeGone:
 	case nd.Cordoned(node):
 		if err := r.uncordon(ctx, s, node); apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}

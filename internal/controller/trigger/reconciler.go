@@ -52,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/requests"
@@ -121,14 +122,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return requeueOnConflict(res, r.withdraw(ctx, nd, wanted))
 }
 
-// conflictRetry is how soon a pass that lost an optimistic lock runs again.
-const conflictRetry = 100 * time.Millisecond
-
 // requeueOnConflict turns a lost optimistic lock into a requeue: the cache
 // has not caught up yet, and the next pass reads again.
 func requeueOnConflict(res reconcile.Result, err error) (reconcile.Result, error) {
 	if apierrors.IsConflict(err) {
-		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 	}
 	return res, err
 }
