@@ -67,7 +67,7 @@ func (r *Reconciler) drainsOfPDB(ctx context.Context, o client.Object) []reconci
 	var out []reconcile.Request
 	for _, n := range nodes {
 		nd := &v1alpha1.NodeDrain{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: n}, nd); err != nil || !!nd.Ended() {
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: n}, nd); err != nil || nd.Ended() {
 			continue
 		}
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
