@@ -322,21 +322,18 @@ func consumeAll(t *testing.T, b *brokerProc) []broker.Message {
 // waitHeld waits until the drain holds the pod for its hook with detail.
 func waitHeld(t *testing.T, cl client.Client, node string, pod corev1.Pod, detail string) {
 	t.Helper()
+	ctx := context.Background()
 	nd := &v1alpha1.NodeDrain{}
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := cl.Get(ctx, types.NamespacedName{Name: node}, nd); err != nil {
-			return false, nil
-		}
-		for _, b := range nd.Status.Blockers {
-			if b.Reason == v1alpha1.BlockerHTTPHook && b.Pod == pod.Namespace+"/"+pod.Name && strings.Contains(b.Detail, detail) {
-				return true, nil
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("the drain to hold broker-0's pod with %q", detail), func() error {
+		if err := cl.Get(ctx, types.NamespacedName{Name: node}, nd); err == nil {
+			for _, b := range nd.Status.Blockers {
+				if b.Reason == v1alpha1.BlockerHTTPHook && b.Pod == pod.Namespace+"/"+pod.Name && strings.Contains(b.Detail, detail) {
+					return nil
+				}
 			}
 		}
-		return false, nil
+		return fmt.Errorf("blockers %+v", nd.Status.Blockers)
 	})
-	if err != nil {
-		t.Fatalf("the drain never held broker-0's pod with %q; blockers %+v", detail, nd.Status.Blockers)
-	}
 	t.Logf("held: %s", detail)
 }
 

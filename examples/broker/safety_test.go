@@ -31,6 +31,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // Fixed names these tests check, spelled out so the tests also build on
@@ -235,18 +236,19 @@ func (s *evictionSeen) get() string {
 // broker-0's pod left.
 func (e *brokers) waitDrain(t *testing.T, seen *evictionSeen, what string, cond func(*v1alpha1.NodeDrain) bool) *v1alpha1.NodeDrain {
 	t.Helper()
+	ctx := testenv.Context(t)
 	nd := &v1alpha1.NodeDrain{}
-	err := wait.PollUntilContextTimeout(testenv.Context(t), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("the drain of %s to be %s", e.nodes[0], what), func() error {
 		if seen.get() != "" {
-			return true, nil
+			return nil
 		}
-		return e.cl.Get(ctx, types.NamespacedName{Name: e.nodes[0]}, nd) == nil && cond(nd), nil
+		if e.cl.Get(ctx, types.NamespacedName{Name: e.nodes[0]}, nd) == nil && cond(nd) {
+			return nil
+		}
+		return fmt.Errorf("mode %s, phase %s, hooks %+v, blockers %+v", nd.Spec.Mode, nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
 	})
 	if s := seen.get(); s != "" {
 		t.Fatalf("waiting for the drain to be %s: broker-0's pod was evicted while broker-0 held %s", what, s)
-	}
-	if err != nil {
-		t.Fatalf("the drain of %s was never %s: mode %s, phase %s, hooks %+v, blockers %+v", e.nodes[0], what, nd.Spec.Mode, nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
 	}
 	return nd
 }
@@ -335,13 +337,11 @@ func TestBrokerNodeDeletionRaisesToDecommission(t *testing.T) {
 // onNodeDelete: Drain.
 func (e *brokers) waitNodeFinalizer(t *testing.T) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(testenv.Context(t), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	ctx := testenv.Context(t)
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("node %s to get the finalizer %s", e.nodes[0], finalizerNodeDrain), testutil.Holds(func() bool {
 		node, err := e.c.Client.CoreV1().Nodes().Get(ctx, e.nodes[0], metav1.GetOptions{})
-		return err == nil && controllerutil.ContainsFinalizer(node, finalizerNodeDrain), nil
-	})
-	if err != nil {
-		t.Fatalf("node %s never got the finalizer %s", e.nodes[0], finalizerNodeDrain)
-	}
+		return err == nil && controllerutil.ContainsFinalizer(node, finalizerNodeDrain)
+	}))
 }
 
 // finishDecommission lets the peers take broker-0's messages again: broker-0

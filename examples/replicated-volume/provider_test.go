@@ -26,6 +26,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -140,13 +141,14 @@ func (e *env) drain(t *testing.T, node string) {
 
 func (e *env) waitPhase(t *testing.T, node string, phase v1alpha1.DrainPhase) {
 	t.Helper()
+	ctx := context.Background()
 	nd := &v1alpha1.NodeDrain{}
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return e.cl.Get(ctx, types.NamespacedName{Name: node}, nd) == nil && nd.Status.Phase == phase, nil
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("drain of %s %s", node, phase), func() error {
+		if e.cl.Get(ctx, types.NamespacedName{Name: node}, nd) == nil && nd.Status.Phase == phase {
+			return nil
+		}
+		return fmt.Errorf("phase %s, hooks %+v, blockers %+v", nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
 	})
-	if err != nil {
-		t.Fatalf("drain of %s never %s: phase %s, hooks %+v, blockers %+v", node, phase, nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
-	}
 }
 
 // inUseWatch checks, every 20 ms, that no replica a pod uses disappears.

@@ -2,6 +2,7 @@ package replicatedvolume_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -27,6 +28,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -381,17 +383,18 @@ func (s *safety) checkAppStays(t *testing.T, g *podGuard, node string, want int,
 // pod left early (g may be nil: pods may leave).
 func (s *safety) waitDrain(t *testing.T, g *podGuard, node, what string, cond func(*v1alpha1.NodeDrain) bool) *v1alpha1.NodeDrain {
 	t.Helper()
+	ctx := testenv.Context(t)
 	nd := &v1alpha1.NodeDrain{}
-	err := wait.PollUntilContextTimeout(testenv.Context(t), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("the drain of %s to be %s", node, what), func() error {
 		if n, _ := g.left(); n > 0 {
-			return true, nil
+			return nil
 		}
-		return s.cl.Get(ctx, types.NamespacedName{Name: node}, nd) == nil && cond(nd), nil
+		if s.cl.Get(ctx, types.NamespacedName{Name: node}, nd) == nil && cond(nd) {
+			return nil
+		}
+		return fmt.Errorf("mode %s, phase %s, hooks %+v, blockers %+v", nd.Spec.Mode, nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
 	})
 	g.failIfLeft(t, "waiting for the drain to be "+what)
-	if err != nil {
-		t.Fatalf("the drain of %s was never %s: mode %s, phase %s, hooks %+v, blockers %+v", node, what, nd.Spec.Mode, nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
-	}
 	return nd
 }
 
@@ -399,15 +402,16 @@ func (s *safety) waitDrain(t *testing.T, g *podGuard, node, what string, cond fu
 // (each a drain pass that judged it), failing at once if a pod left.
 func (s *safety) waitHeartbeats(t *testing.T, g *podGuard, name string, n int) {
 	t.Helper()
+	ctx := testenv.Context(t)
 	seen := map[string]bool{}
 	first := true
-	err := wait.PollUntilContextTimeout(testenv.Context(t), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("Evacuation %s to report %d more heartbeats", name, n), func() error {
 		if left, _ := g.left(); left > 0 {
-			return true, nil
+			return nil
 		}
 		ev := &v1alpha1.Evacuation{}
 		if s.cl.Get(ctx, types.NamespacedName{Name: name}, ev) != nil || ev.Status.HeartbeatTime == nil {
-			return false, nil
+			return errors.New("no heartbeat")
 		}
 		hb := ev.Status.HeartbeatTime.UTC().String()
 		if first {
@@ -418,12 +422,12 @@ func (s *safety) waitHeartbeats(t *testing.T, g *podGuard, name string, n int) {
 			seen[hb] = true
 			n--
 		}
-		return n <= 0, nil
+		if n > 0 {
+			return fmt.Errorf("it stopped reporting: %d heartbeat(s) short", n)
+		}
+		return nil
 	})
 	g.failIfLeft(t, "while the Evacuation "+name+" kept reporting")
-	if err != nil {
-		t.Fatalf("Evacuation %s stopped reporting", name)
-	}
 }
 
 func (s *safety) evacuation(t *testing.T, node, provider string) (*v1alpha1.Evacuation, error) {
@@ -586,15 +590,16 @@ func (s *safety) deleteNode(t *testing.T, node string) {
 // waitNodeGone waits until the deleted node is released and gone.
 func (s *safety) waitNodeGone(t *testing.T, node string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(testenv.Context(t), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	ctx := testenv.Context(t)
+	testutil.Eventually(t, 2*time.Minute, "deleted node "+node+" to be released", func() error {
 		_, err := s.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
 		nd := &v1alpha1.NodeDrain{}
-		_ = s.cl.Get(context.Background(), types.NamespacedName{Name: node}, nd)
-		t.Fatalf("deleted node %s was never released: drain mode %s, phase %s, hooks %+v, blockers %+v", node, nd.Spec.Mode, nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
-	}
+		_ = s.cl.Get(ctx, types.NamespacedName{Name: node}, nd)
+		return fmt.Errorf("drain mode %s, phase %s, hooks %+v, blockers %+v", nd.Spec.Mode, nd.Status.Phase, nd.Status.Hooks, nd.Status.Blockers)
+	})
 }
 
 // checkDrainedForDeletion: the drain of a deleted node ran to Drained in

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -23,6 +22,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -88,19 +88,6 @@ func runAgent(t *testing.T, cl client.Client, node string, sources ...agent.Sour
 			t.Errorf("agent: %v", err)
 		}
 	})
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, string)) {
-	t.Helper()
-	last := ""
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, state := cond(ctx)
-		last = state
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v; last seen: %s", what, err, last)
-	}
 }
 
 func noticeTaint(n *corev1.Node) string {
@@ -189,14 +176,14 @@ func TestNoticeDrainsTheNodeAndGoingBackUndoes(t *testing.T) {
 	src := newScripted("aws")
 	runAgent(t, f.cl, f.target, src)
 
-	waitFor(t, "the VacateAgent condition", time.Minute, func(ctx context.Context) (bool, string) {
+	testutil.Eventually(t, time.Minute, "the VacateAgent condition", testutil.Seen(func() (bool, string) {
 		n, err := f.c.Client.CoreV1().Nodes().Get(ctx, f.target, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		c := agentCondition(n)
 		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == agent.ReasonWatching, fmt.Sprintf("%+v", c)
-	})
+	}))
 
 	deadline := time.Now().Add(2 * time.Minute).Truncate(time.Second)
 	src.send <- []agent.Notice{{Source: "aws-spot", Mode: v1alpha1.ModeDecommission, Deadline: deadline, Reason: "AWS spot interruption: terminate"}}
@@ -225,15 +212,15 @@ func TestNoticeDrainsTheNodeAndGoingBackUndoes(t *testing.T) {
 	if c := agentCondition(node); c == nil || c.Reason != agent.ReasonNotice || !strings.Contains(c.Message, "agent:aws-spot") {
 		t.Errorf("condition %+v, want NoticeReceived naming agent:aws-spot", c)
 	}
-	waitFor(t, "the source told Drained", 30*time.Second, func(context.Context) (bool, string) {
+	testutil.Eventually(t, 30*time.Second, "the source told Drained", testutil.Seen(func() (bool, string) {
 		got := src.finishes()
 		return len(got) == 1 && got[0] == "aws-spot drained=true", fmt.Sprint(got)
-	})
+	}))
 	guard.Check(t)
 
 	// The notice goes: the agent gives the node back.
 	src.send <- nil
-	waitFor(t, "the node given back", time.Minute, func(ctx context.Context) (bool, string) {
+	testutil.Eventually(t, time.Minute, "the node given back", testutil.Seen(func() (bool, string) {
 		err := f.cl.Get(ctx, types.NamespacedName{Name: f.target}, &v1alpha1.NodeDrain{})
 		n, nerr := f.c.Client.CoreV1().Nodes().Get(ctx, f.target, metav1.GetOptions{})
 		if nerr != nil {
@@ -241,7 +228,7 @@ func TestNoticeDrainsTheNodeAndGoingBackUndoes(t *testing.T) {
 		}
 		return apierrors.IsNotFound(err) && !n.Spec.Unschedulable && noticeTaint(n) == "",
 			fmt.Sprintf("drain: %v; unschedulable %t; taint %q", err, n.Spec.Unschedulable, noticeTaint(n))
-	})
+	}))
 	if got := src.finishes(); len(got) != 1 {
 		t.Errorf("finished %v, want once", got)
 	}
@@ -257,10 +244,10 @@ func TestDeadlineFinishesTheNotice(t *testing.T) {
 	runAgent(t, f.cl, f.target, src)
 	deadline := time.Now().Add(5 * time.Second)
 	src.send <- []agent.Notice{{Source: "shutdown", Mode: v1alpha1.ModeMaintenance, Deadline: deadline, Reason: "the machine is rebooting"}}
-	waitFor(t, "the source told the deadline came", time.Minute, func(context.Context) (bool, string) {
+	testutil.Eventually(t, time.Minute, "the source told the deadline came", testutil.Seen(func() (bool, string) {
 		got := src.finishes()
 		return len(got) == 1 && got[0] == "shutdown drained=false", fmt.Sprint(got)
-	})
+	}))
 	if time.Now().Before(deadline) {
 		t.Errorf("finished before the deadline %s", deadline)
 	}
@@ -282,10 +269,10 @@ func TestNoticeAlreadyLateIsHeldUntilDrained(t *testing.T) {
 	runAgent(t, cl, node, src)
 	deadline := time.Now().Add(-time.Hour).Truncate(time.Second)
 	src.send <- []agent.Notice{{Source: "shutdown", Mode: v1alpha1.ModeMaintenance, Deadline: deadline, Reason: "the machine is rebooting"}}
-	waitFor(t, "the source told", time.Minute, func(context.Context) (bool, string) {
+	testutil.Eventually(t, time.Minute, "the source told", testutil.Seen(func() (bool, string) {
 		got := src.finishes()
 		return len(got) > 0, fmt.Sprint(got)
-	})
+	}))
 	if got := src.finishes(); len(got) != 1 || got[0] != "shutdown drained=true" {
 		t.Errorf("finished %v, want once, when the node was Drained", got)
 	}
@@ -337,7 +324,7 @@ func TestRestartWithdrawsOnlyWhatNoSourceReports(t *testing.T) {
 		t.Fatalf("requesters %s: withdrawn before every source reported", got)
 	}
 	cloud.probs <- []agent.Problem{{Source: "aws", Reason: "MetadataUnavailable", Message: "the metadata service does not answer"}}
-	waitFor(t, "the problem in the node's condition", 30*time.Second, func(ctx context.Context) (bool, string) {
+	testutil.Eventually(t, 30*time.Second, "the problem in the node's condition", testutil.Seen(func() (bool, string) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -345,9 +332,9 @@ func TestRestartWithdrawsOnlyWhatNoSourceReports(t *testing.T) {
 		cond := agentCondition(n)
 		return cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == "MetadataUnavailable" &&
 			strings.Contains(cond.Message, "aws: the metadata service does not answer"), fmt.Sprintf("%+v", cond)
-	})
+	}))
 	cloud.send <- nil
-	waitFor(t, "agent:shutdown withdrawn, cli:alice kept", 30*time.Second, requesters)
+	testutil.Eventually(t, 30*time.Second, "agent:shutdown withdrawn, cli:alice kept", testutil.Seen(func() (bool, string) { return requesters(ctx) }))
 }
 
 // owning is a scripted source that says which notices it reports.
@@ -389,11 +376,11 @@ func TestRestartWithdrawsPerSource(t *testing.T) {
 	cloud := owning{newScripted("aws"), []string{"aws-spot", "aws-asg"}}
 	cloud.silent = true
 	runAgent(t, cl, node, logind, cloud)
-	waitFor(t, "agent:shutdown withdrawn while aws has not answered", 30*time.Second, requesters("agent:aws-spot,cli:alice"))
+	testutil.Eventually(t, 30*time.Second, "agent:shutdown withdrawn while aws has not answered", testutil.Seen(func() (bool, string) { return requesters("agent:aws-spot,cli:alice")(ctx) }))
 	time.Sleep(time.Second)
 	if ok, got := requesters("agent:aws-spot,cli:alice")(ctx); !ok {
 		t.Fatalf("requesters %s: agent:aws-spot withdrawn before its source reported", got)
 	}
 	cloud.send <- nil
-	waitFor(t, "agent:aws-spot withdrawn once aws reported", 30*time.Second, requesters("cli:alice"))
+	testutil.Eventually(t, 30*time.Second, "agent:aws-spot withdrawn once aws reported", testutil.Seen(func() (bool, string) { return requesters("cli:alice")(ctx) }))
 }

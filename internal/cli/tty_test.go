@@ -147,15 +147,13 @@ func TestProgressViewInTerminal(t *testing.T) {
 	blockedLine := regexp.MustCompile(`blocked \d+s: ` + ns + `/db-0 held by PodDisruptionBudget ` + ns + `/db`)
 	waitScreen := func(what string, cond func(string) bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for time.Now().Before(deadline) {
-			if text, _ := scr.snapshot(); cond(text) {
-				return
+		testutil.Eventually(t, time.Minute, "the terminal to show "+what, func() error {
+			text, _ := scr.snapshot()
+			if cond(text) {
+				return nil
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		text, _ := scr.snapshot()
-		t.Fatalf("the terminal never showed %s; it shows:\n%s", what, text)
+			return fmt.Errorf("it shows:\n%s", text)
+		})
 	}
 	waitScreen("db-0 held by its PDB", blockedLine.MatchString)
 

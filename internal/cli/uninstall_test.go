@@ -64,14 +64,14 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 	if err := cl.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "vacate.dev/drain on every node", func() bool {
+	testutil.Eventually(t, time.Minute, "vacate.dev/drain on every node", testutil.Holds(func() bool {
 		for _, n := range nodes {
 			if !slices.Contains(getNode(t, c, n).Finalizers, v1alpha1.FinalizerDrain) {
 				return false
 			}
 		}
 		return true
-	})
+	}))
 	addFinalizer(t, c, nodes[1], foreignFinalizer)
 	// A binding someone made for a person: uninstall names it, leaves it.
 	binding := &rbacv1.ClusterRoleBinding{
@@ -369,14 +369,14 @@ func TestUninstallForceWithoutController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "vacate's CRDs to be gone", func() bool {
+	testutil.Eventually(t, time.Minute, "vacate's CRDs to be gone", testutil.Holds(func() bool {
 		for _, o := range crds {
 			if exists, _ := present(t, cl, o); exists {
 				return false
 			}
 		}
 		return true
-	})
+	}))
 }
 
 // TestForceUncordonTestsWhatItRead: uninstall --force decides from the node
@@ -625,10 +625,10 @@ func install(t *testing.T, c *devcluster.Cluster, cl client.Client, skip ...stri
 	t.Helper()
 	ctx := testenv.Context(t)
 	// Another test may have left namespace vacate-system terminating.
-	waitFor(t, "namespace vacate-system to be gone or active", func() bool {
+	testutil.Eventually(t, time.Minute, "namespace vacate-system to be gone or active", testutil.Holds(func() bool {
 		ns, err := c.Client.CoreV1().Namespaces().Get(ctx, "vacate-system", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || (err == nil && ns.Status.Phase == corev1.NamespaceActive)
-	})
+	}))
 	text := user{t: t, kubeconfig: c.Kubeconfig}.must(ExitOK, "manifests", "install", "--image", "registry.example/vacate-controller:v0.1.0")
 	objs, err := decodeManifests(text)
 	if err != nil {
@@ -856,14 +856,4 @@ func reinstallCRDsAfter(t *testing.T, c *devcluster.Cluster) {
 			t.Error(err)
 		}
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
 }

@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -82,7 +82,7 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 	t.Logf("pods per node: %v", podCounts(byNode))
 
 	t.Log("waiting for the disruption controller to compute the PDB: 6 healthy, 4 required, 2 allowed")
-	waitFor(t, ctx, time.Minute, "PDB status", func() (bool, string) {
+	testutil.Eventually(t, time.Minute, "PDB status", testutil.Seen(func() (bool, string) {
 		pdb, err := cs.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -91,7 +91,7 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 		return s.ObservedGeneration == pdb.Generation && s.ExpectedPods == 6 && s.CurrentHealthy == 6 &&
 				s.DesiredHealthy == 4 && s.DisruptionsAllowed == 2,
 			formatPDB(s.ObservedGeneration, s.ExpectedPods, s.CurrentHealthy, s.DesiredHealthy, s.DisruptionsAllowed)
-	})
+	}))
 
 	// Drain the node with the fewest web pods (at least one), so the PDB
 	// allows every eviction.
@@ -117,7 +117,7 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 	}
 
 	t.Log("waiting for the ReplicaSet to replace the evicted pods on the other nodes")
-	waitFor(t, ctx, 2*time.Minute, "replacement pods", func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "replacement pods", testutil.Seen(func() (bool, string) {
 		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: webPods.String()})
 		if err != nil {
 			return false, err.Error()
@@ -136,7 +136,7 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 		}
 		return ready == 6 && onTarget == 0 && old == 0,
 			fmt.Sprintf("ready elsewhere %d, on drained node %d, evicted still present %d", ready, onTarget, old)
-	})
+	}))
 	n, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -389,19 +389,6 @@ func (w *readinessWatch) stop() ([]string, int) {
 	return w.violations, w.podEvents
 }
 
-func waitFor(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, detail := cond()
-		last = detail
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v (last: %s)", what, err, last)
-	}
-}
-
 func podCounts(byNode map[string][]corev1.Pod) map[string]int {
 	m := map[string]int{}
 	for n, ps := range byNode {
@@ -433,22 +420,19 @@ func TestReadinessGatesDecideReady(t *testing.T) {
 	ready := func(want corev1.ConditionStatus, what string) {
 		t.Helper()
 		var last string
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		testutil.Eventually(t, time.Minute, fmt.Sprintf("%s: Ready to become %s", what, want), testutil.Seen(func() (bool, string) {
 			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			if err != nil || p.Status.PodIP == "" {
-				return false, nil
+				return false, last
 			}
 			for _, cond := range p.Status.Conditions {
 				if cond.Type == corev1.PodReady {
 					last = fmt.Sprintf("%s %s", cond.Status, cond.Reason)
-					return cond.Status == want, nil
+					return cond.Status == want, last
 				}
 			}
-			return false, nil
-		})
-		if err != nil {
-			t.Fatalf("%s: Ready never became %s (last %s)", what, want, last)
-		}
+			return false, last
+		}))
 	}
 	setGate := func(status corev1.ConditionStatus) {
 		t.Helper()

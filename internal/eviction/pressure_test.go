@@ -23,13 +23,12 @@ func (h *harness) callCount() int {
 // waitCalls waits until the harness saw at least n eviction calls.
 func (h *harness) waitCalls(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.callCount() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d eviction calls, want %d", h.callCount(), n)
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d eviction calls", n), func() error {
+		if got := h.callCount(); got < n {
+			return fmt.Errorf("%d eviction calls, want %d", got, n)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // settled waits a moment of real time, for calls that should not come, and

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
@@ -22,6 +21,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestPlannerDecidesTheSameOnSlimPods: the pods of a node, as diverse as a
@@ -254,21 +254,21 @@ func lines(ss []string) string {
 // waitNodePods polls the namespace's pods on the node until cond holds.
 func waitNodePods(t *testing.T, c *devcluster.Cluster, ns, node string, cond func([]corev1.Pod) bool) []corev1.Pod {
 	t.Helper()
+	ctx := context.Background()
 	var pods []corev1.Pod
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, "the pods on "+node+" to get ready", func() error {
 		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			return false, nil
+		if err == nil {
+			pods = list.Items
+			if cond(pods) {
+				return nil
+			}
 		}
-		pods = list.Items
-		return cond(pods), nil
-	})
-	if err != nil {
 		var states []string
 		for _, p := range pods {
 			states = append(states, fmt.Sprintf("%s %s ip=%q", p.Name, p.Status.Phase, p.Status.PodIP))
 		}
-		t.Fatalf("the pods on %s never got ready: %v", node, states)
-	}
+		return fmt.Errorf("%v", states)
+	})
 	return pods
 }

@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -83,18 +84,15 @@ func TestStateMetricsOnLeaderOnly(t *testing.T) {
 func waitMetrics(t *testing.T, addr string, lines ...string) string {
 	t.Helper()
 	var body string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("/metrics of %s to show %q", addr, lines), func() error {
 		body = scrape(addr)
 		for _, l := range lines {
 			if !strings.Contains(body, l) {
-				return false, nil
+				return fmt.Errorf("it shows:\n%s", grep(body, "vacate_"))
 			}
 		}
-		return true, nil
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("/metrics of %s never showed %q:\n%s", addr, lines, grep(body, "vacate_"))
-	}
 	return body
 }
 

@@ -87,7 +87,7 @@ func TestHookCallsStopWithTheLeader(t *testing.T) {
 		_ = cl.Delete(bg, nd)
 		_ = cl.Patch(bg, nd, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
 	})
-	poll(t, "the hook to be polled", time.Minute, func() bool { return calls.Load() >= 3 })
+	testutil.Eventually(t, time.Minute, "the hook to be polled", testutil.Holds(func() bool { return calls.Load() >= 3 }))
 
 	t.Log("ending the operator's leader context")
 	stopped = true
@@ -103,15 +103,5 @@ func TestHookCallsStopWithTheLeader(t *testing.T) {
 	})
 	if err == nil {
 		t.Errorf("the app was called again after the operator stopped (%d calls, %d when it stopped): the prober outlives its leader", calls.Load(), before)
-	}
-}
-
-func poll(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // The sidecar's tests run real commands (sh scripts the test writes) and
@@ -135,15 +135,15 @@ func (f *fixture) get(drain string) (int, Answer) {
 // waitFor polls GET until cond holds, and returns the last answer.
 func (f *fixture) waitFor(drain, what string, cond func(code int, a Answer) bool) Answer {
 	f.t.Helper()
-	var code int
 	var a Answer
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	testutil.Eventually(f.t, 30*time.Second, "drain "+drain+" "+what, func() error {
+		var code int
 		code, a = f.get(drain)
-		return cond(code, a), nil
+		if cond(code, a) {
+			return nil
+		}
+		return fmt.Errorf("last HTTP %d %+v\nsidecar log:\n%s", code, a, f.log)
 	})
-	if err != nil {
-		f.t.Fatalf("waiting for drain %s %s: last HTTP %d %+v\nsidecar log:\n%s", drain, what, code, a, f.log)
-	}
 	return a
 }
 
@@ -187,17 +187,17 @@ func (f *fixture) touch(name string) {
 func (f *fixture) pidGone(file string) {
 	f.t.Helper()
 	var pid int
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	testutil.Eventually(f.t, 10*time.Second, "the process whose pid is in "+file+" to be gone", func() error {
 		data, err := os.ReadFile(filepath.Join(f.dir, file))
 		if err != nil || len(bytes.TrimSpace(data)) == 0 {
-			return false, nil
+			return fmt.Errorf("process %d is still running", pid)
 		}
 		pid, _ = strconv.Atoi(string(bytes.TrimSpace(data)))
-		return syscall.Kill(pid, 0) != nil, nil
+		if syscall.Kill(pid, 0) != nil {
+			return nil
+		}
+		return fmt.Errorf("process %d is still running", pid)
 	})
-	if err != nil {
-		f.t.Fatalf("process %d (%s) is still running: %v", pid, file, err)
-	}
 }
 
 type syncBuffer struct {

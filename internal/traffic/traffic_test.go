@@ -22,6 +22,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 	"github.com/vacate-dev/vacate/internal/traffic"
 )
 
@@ -337,26 +338,26 @@ func (r *rig) waitReplaced(t *testing.T, b *traffic.Balancer) {
 	r.waitRunning(t, 4)
 	// The balancer applies what it saw a second ago (its Lag).
 	var got []netip.Addr
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, "the balancer to route to the ready endpoints", func() error {
 		got = got[:0]
 		for _, ap := range b.Backends() {
 			got = append(got, ap.Addr())
 		}
-		return fmt.Sprint(got) == fmt.Sprint(ready), nil
+		if fmt.Sprint(got) != fmt.Sprint(ready) {
+			return fmt.Errorf("the balancer routes to %v, want the ready endpoints %v", got, ready)
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("the balancer routes to %v, want the ready endpoints %v", got, ready)
-	}
 }
 
 func (r *rig) waitRunning(t *testing.T, want int) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(testenv.Context(t), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return r.kubelet.Running() == want, nil
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("%d servers running", want), func() error {
+		if got := r.kubelet.Running(); got != want {
+			return fmt.Errorf("%d servers running, want %d; kubelet errors: %v", got, want, r.kubelet.Errors())
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("%d servers running, want %d; kubelet errors: %v", r.kubelet.Running(), want, r.kubelet.Errors())
-	}
 }
 
 // get fetches http://addr/ from the host.

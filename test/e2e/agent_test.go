@@ -182,23 +182,21 @@ func (p *agentProc) wait(t *testing.T, timeout time.Duration) {
 
 func (e *env) waitAgentCondition(t *testing.T, node, reason string) {
 	t.Helper()
+	ctx := context.Background()
 	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("the VacateAgent condition %s on %s", reason, node), testutil.Seen(func() (bool, string) {
 		n, err := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, last
 		}
 		for _, c := range n.Status.Conditions {
 			if c.Type == "VacateAgent" {
 				last = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
-				return c.Reason == reason, nil
+				return c.Reason == reason, last
 			}
 		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for the VacateAgent condition %s on %s: %v; last: %s", reason, node, err, last)
-	}
+		return false, last
+	}))
 }
 
 // TestAgentSignalMode: vacate-agent --on-sigterm, as the systemd unit runs

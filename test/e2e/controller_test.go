@@ -527,17 +527,10 @@ func TestMetricsAndProbes(t *testing.T) {
 // waitMetric waits until /metrics holds the line.
 func waitMetric(t *testing.T, addr, line string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("/metrics to show %q", line), testutil.Holds(func() bool {
 		_, body := get(t, "http://"+addr+"/metrics")
-		if strings.Contains(body, line) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed %q", line)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return strings.Contains(body, line)
+	}))
 }
 
 // get retries until the server answers, for up to 30 seconds.
@@ -545,18 +538,15 @@ func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	var code int
 	var body string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, 30*time.Second, "an answer to GET "+url, func() error {
 		resp, err := http.Get(url)
 		if err != nil {
-			return false, nil
+			return err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		code, body = resp.StatusCode, string(b)
-		return true, nil
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("GET %s: no answer", url)
-	}
 	return code, body
 }

@@ -15,12 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // The control plane fails mid-drain (issue 12, section 2). Each test checks
@@ -249,17 +249,6 @@ func serveHook(t *testing.T, pod *corev1.Pod, app http.Handler) {
 	t.Cleanup(func() { _ = srv.Close() })
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
 // TestFrozenLeaderIsFenced runs two controllers with leader election and
 // freezes the leader (SIGSTOP) while its HTTP hooks are in progress, until
 // the standby has taken the Lease over and calls the hooks itself; then it
@@ -276,7 +265,7 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 	b := startController(t, e.c, "b", true, leaseID, append(lease, "--identity", "replica-b")...)
 	var leader, standby *proc
 	var oldID, newID string
-	waitFor(t, "a leader", time.Minute, func() bool {
+	testutil.Eventually(t, time.Minute, "a leader", testutil.Holds(func() bool {
 		switch {
 		case a.leads():
 			leader, standby, oldID, newID = a, b, "replica-a", "replica-b"
@@ -284,7 +273,7 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 			leader, standby, oldID, newID = b, a, "replica-b", "replica-a"
 		}
 		return leader != nil
-	})
+	}))
 	e.drain(t, hooks.node)
 	hooks.waitInProgress(t, e)
 
@@ -298,18 +287,18 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 			_ = leader.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
-	waitFor(t, "the standby to take the Lease", 2*time.Minute, standby.leads)
+	testutil.Eventually(t, 2*time.Minute, "the standby to take the Lease", testutil.Holds(standby.leads))
 	takeover := e.takeover(t, leaseID, newID)
 	t.Logf("%s took the Lease at %s", newID, takeover.Format(time.StampMicro))
-	waitFor(t, "the new leader to call the hooks", time.Minute, func() bool {
+	testutil.Eventually(t, time.Minute, "the new leader to call the hooks", testutil.Holds(func() bool {
 		return len(hooks.app.callsSince(newID, takeover)) > 0
-	})
+	}))
 	t.Logf("continuing the old leader %s (SIGCONT)", oldID)
 	continued = true
 	if err := leader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the old leader to exit", time.Minute, leader.exited)
+	testutil.Eventually(t, time.Minute, "the old leader to exit", testutil.Holds(leader.exited))
 	t.Logf("the old leader exited: %v", leader.cmd.ProcessState)
 
 	hooks.complete()
@@ -330,7 +319,7 @@ func TestFrozenLeaderIsFenced(t *testing.T) {
 func (e *env) takeover(t *testing.T, leaseID, identity string) time.Time {
 	t.Helper()
 	var at time.Time
-	waitFor(t, "the takeover in the audit log", time.Minute, func() bool {
+	testutil.Eventually(t, time.Minute, "the takeover in the audit log", testutil.Holds(func() bool {
 		events, err := devcluster.ReadAudit(e.c.AuditLog)
 		if err != nil {
 			t.Fatal(err)
@@ -343,7 +332,7 @@ func (e *env) takeover(t *testing.T, leaseID, identity string) time.Time {
 			}
 		}
 		return false
-	})
+	}))
 	return at
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testservers"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // `make bench-stateful` runs TestBenchStateful: for each system, the node of
@@ -139,12 +140,12 @@ func benchOnce(t *testing.T, sys benchSystem, withVacate bool) (testservers.Repo
 	// The drain is over when the pod is gone and its processes stopped
 	// (kubectl drain returns once the pod object is gone, which on
 	// simulated nodes is before its preStop hook ran).
-	waitFor(ctx, t, "the leader's processes to stop", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "the leader's processes to stop", testutil.Holds(func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		_, ok := stopped[leader]
 		return ok
-	}, func() string { return "not yet" })
+	}))
 	mu.Lock()
 	took := stopped[leader].Sub(start)
 	mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -23,6 +24,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testservers/patroni"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestPostgreSQLPatroni drains PostgreSQL under Patroni (a primary and two
@@ -144,9 +146,13 @@ func TestPostgreSQLPatroni(t *testing.T) {
 	}
 	a.cancel(t, primary)
 	waitUndone(ctx, t, a, primary)
-	waitFor(ctx, t, "vacate-hook to forget the cancelled drain", func() bool {
-		return strings.Contains(sidecars[primary].logText(), "cancel done")
-	}, sidecars[primary].logText)
+	testutil.Eventually(t, 2*time.Minute, "vacate-hook to forget the cancelled drain", func() error {
+		log := sidecars[primary].logText()
+		if strings.Contains(log, "cancel done") {
+			return nil
+		}
+		return errors.New("seen:\n" + log)
+	})
 	if err := pc.WaitHealthy(ctx); err != nil {
 		t.Fatalf("the old primary does not rejoin as a replica: %v", err)
 	}
@@ -235,11 +241,11 @@ func patroniDCSIP(t *testing.T, a *app) netip.Addr {
 func patroniMustView(ctx context.Context, t *testing.T, pc *patroni.Cluster) patroni.View {
 	t.Helper()
 	var v patroni.View
-	var err error
-	waitFor(ctx, t, "Patroni's view of the cluster", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "Patroni's view of the cluster", func() error {
+		var err error
 		v, err = pc.View(ctx)
-		return err == nil
-	}, func() string { return fmt.Sprint(err) })
+		return err
+	})
 	return v
 }
 

@@ -3,6 +3,7 @@ package stateful_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -17,12 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testservers/rabbitmq"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestRabbitMQ drains RabbitMQ (three nodes, three quorum queues, the real
@@ -107,10 +108,13 @@ func TestRabbitMQ(t *testing.T) {
 	t.Logf("held: hook %s %q; RabbitMQ: %s", h.Phase, h.Message, rv.view(ctx))
 	a.cancel(t, 0)
 	waitUndone(ctx, t, a, 0)
-	waitFor(ctx, t, "node 0 revived, taking clients, its replicas online", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "node 0 revived, taking clients, its replicas online", func() error {
 		v := rabbitmqParseView(rv.view(ctx))
-		return !v.inMaintenance(0) && len(v.withOnline(0)) == len(queues) && rc.AcceptsClients(0)
-	}, func() string { return rv.view(ctx) + "\n" + sidecars[0].logText() })
+		if !v.inMaintenance(0) && len(v.withOnline(0)) == len(queues) && rc.AcceptsClients(0) {
+			return nil
+		}
+		return errors.New("seen:\n" + rv.view(ctx) + "\n" + sidecars[0].logText())
+	})
 	if !logLine(sidecars[0].logText(), "rabbitmq-upgrade", "revive") {
 		t.Errorf("vacate-hook did not run the recipe's cancel (rabbitmq-upgrade revive):\n%s", sidecars[0].logText())
 	}
@@ -212,8 +216,11 @@ func TestRabbitMQ(t *testing.T) {
 func rabbitmqWaitAcks(ctx context.Context, t *testing.T, load *rabbitmq.Load, what string) {
 	t.Helper()
 	from := load.Acked()
-	waitFor(ctx, t, what, func() bool { return load.Acked() >= from+20 }, func() string {
-		return fmt.Sprintf("%d messages confirmed since", load.Acked()-from)
+	testutil.Eventually(t, 2*time.Minute, what, func() error {
+		if acked := load.Acked(); acked < from+20 {
+			return fmt.Errorf("%d messages confirmed since", acked-from)
+		}
+		return nil
 	})
 }
 
@@ -225,14 +232,11 @@ func rabbitmqSetPDB(ctx context.Context, t *testing.T, a *app, maxUnavailable in
 	if _, err := a.c.Client.PolicyV1().PodDisruptionBudgets(a.ns).Patch(ctx, a.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("PDB %s with maxUnavailable %d", a.name, maxUnavailable), testutil.Holds(func() bool {
 		p, err := a.c.Client.PolicyV1().PodDisruptionBudgets(a.ns).Get(ctx, a.name, metav1.GetOptions{})
 		return err == nil && p.Status.ObservedGeneration == p.Generation && p.Spec.MaxUnavailable != nil &&
-			*p.Spec.MaxUnavailable == intstr.FromInt32(int32(maxUnavailable)) && p.Status.DisruptionsAllowed == int32(maxUnavailable), nil
-	})
-	if err != nil {
-		t.Fatalf("PDB %s with maxUnavailable %d: %v", a.name, maxUnavailable, err)
-	}
+			*p.Spec.MaxUnavailable == intstr.FromInt32(int32(maxUnavailable)) && p.Status.DisruptionsAllowed == int32(maxUnavailable)
+	}))
 }
 
 // rabbitmqHook is the drain's status.hooks entry of a pod's HTTP hook.

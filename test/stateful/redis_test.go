@@ -2,6 +2,7 @@ package stateful_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,11 +11,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/testenv"
 	"github.com/vacate-dev/vacate/internal/testservers/redis"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestRedisSentinel drains Redis with Sentinel (a primary, two replicas,
@@ -87,10 +88,13 @@ func TestRedisSentinel(t *testing.T) {
 	a.drain(t, primary, v1alpha1.ModeMaintenance)
 	waitPaused(ctx, t, rc, primaryAddr)
 	a.cancel(t, primary)
-	waitFor(ctx, t, "the failover to be stopped and cancelled", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "the failover to be stopped and cancelled", func() error {
 		log := sidecars[primary].logText()
-		return strings.Contains(log, "the running command was stopped") && strings.Contains(log, "cancel done")
-	}, sidecars[primary].logText)
+		if strings.Contains(log, "the running command was stopped") && strings.Contains(log, "cancel done") {
+			return nil
+		}
+		return errors.New("seen:\n" + log)
+	})
 	if err := rc.Member(frozen).Server.Thaw(); err != nil {
 		t.Fatal(err)
 	}
@@ -112,9 +116,13 @@ func TestRedisSentinel(t *testing.T) {
 	start := time.Now()
 	mark := len(sidecars[primary].logText())
 	a.drain(t, primary, v1alpha1.ModeMaintenance)
-	waitFor(ctx, t, "vacate-hook to run the failover", func() bool {
-		return logLine(sidecars[primary].logText()[mark:], "msg=running", "redis-sentinel.sh failover")
-	}, sidecars[primary].logText)
+	testutil.Eventually(t, 2*time.Minute, "vacate-hook to run the failover", func() error {
+		log := sidecars[primary].logText()
+		if logLine(log[mark:], "msg=running", "redis-sentinel.sh failover") {
+			return nil
+		}
+		return errors.New("seen:\n" + log)
+	})
 	time.Sleep(100 * time.Millisecond) // midway, not at its first instruction
 	sidecars[primary].crash()
 	sidecars[primary].start(t)
@@ -153,40 +161,31 @@ func TestRedisSentinel(t *testing.T) {
 // paused writes (and waits for the frozen replica).
 func waitPaused(ctx context.Context, t *testing.T, rc *redis.Cluster, addr string) {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testutil.Eventually(t, time.Minute, "writes to "+addr+" to be paused", func() error {
 		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
-		last = rc.Client(addr).Set(pctx, "vacate-probe", "x", 0).Err()
-		return last != nil && pctx.Err() != nil, nil
+		last := rc.Client(addr).Set(pctx, "vacate-probe", "x", 0).Err()
+		if last != nil && pctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("last write: %v", last)
 	})
-	if err != nil {
-		t.Fatalf("writes to %s were never paused (last write: %v)", addr, last)
-	}
 }
 
 // waitUndone waits until the cancelled drain is gone and its node
 // schedulable again.
 func waitUndone(ctx context.Context, t *testing.T, a *app, i int) {
 	t.Helper()
-	waitFor(ctx, t, "the cancelled drain to be undone", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "the cancelled drain to be undone", func() error {
 		n, err := a.c.Client.CoreV1().Nodes().Get(ctx, a.nodes[i], metav1.GetOptions{})
-		if err != nil || n.Spec.Unschedulable {
-			return false
+		if err == nil && !n.Spec.Unschedulable {
+			nd := &v1alpha1.NodeDrain{}
+			if apierrors.IsNotFound(a.cl.Get(ctx, types.NamespacedName{Name: a.nodes[i]}, nd)) {
+				return nil
+			}
 		}
-		nd := &v1alpha1.NodeDrain{}
-		return apierrors.IsNotFound(a.cl.Get(ctx, types.NamespacedName{Name: a.nodes[i]}, nd))
-	}, func() string { return "node " + a.nodes[i] })
-}
-
-// waitFor polls cond for up to two minutes; describe says what was seen.
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool, describe func() string) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	}); err != nil {
-		t.Fatalf("waiting for %s: %v; seen:\n%s", what, err, describe())
-	}
+		return errors.New("node " + a.nodes[i])
+	})
 }
 
 // logLine says whether one line of a log has every part.

@@ -20,6 +20,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/aws/awstest"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // The mock's fixed answers: times set by flags, and its default event ID.
@@ -243,13 +244,7 @@ func TestTokenRefresh(t *testing.T) {
 	// pollDone waits until Run waits for its next poll.
 	pollDone := func() {
 		t.Helper()
-		deadline := time.Now().Add(waitTimeout)
-		for !clk.HasWaiters() {
-			if time.Now().After(deadline) {
-				t.Fatal("the source did not finish its poll")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testutil.Eventually(t, waitTimeout, "the source to finish its poll", testutil.Holds(clk.HasWaiters))
 	}
 	check := func(when string, puts, refused int64) {
 		t.Helper()
@@ -536,11 +531,5 @@ func TestScheduledEventAlreadyDue(t *testing.T) {
 // waitPollDone waits until Run, on the fake clock, waits for its next poll.
 func waitPollDone(t *testing.T, clk *clocktesting.FakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("the source did not finish its poll")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, waitTimeout, "the source to finish its poll", testutil.Holds(clk.HasWaiters))
 }

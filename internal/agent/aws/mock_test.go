@@ -13,6 +13,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/aws/awstest"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // waitTimeout bounds every wait for the source.
@@ -66,17 +67,13 @@ func (r *recorder) history() ([][]agent.Notice, [][]agent.Problem) {
 // waitFor waits until cond holds for the reports so far.
 func (r *recorder) waitFor(t *testing.T, what string, cond func(notices [][]agent.Notice, problems [][]agent.Problem) bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	testutil.Eventually(t, waitTimeout, what, func() error {
 		n, p := r.history()
 		if cond(n, p) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s, still waiting for %s;\nnotices reported: %s\nproblems reported: %+v", waitTimeout, what, describe(n), p)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("\nnotices reported: %s\nproblems reported: %+v", describe(n), p)
+	})
 }
 
 func describe(reports [][]agent.Notice) string {
@@ -106,13 +103,12 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 func (c *countingTransport) waitRequests(t *testing.T, n int64) {
 	t.Helper()
 	target := c.n.Load() + n
-	deadline := time.Now().Add(waitTimeout)
-	for c.n.Load() < target {
-		if time.Now().After(deadline) {
-			t.Fatalf("the source made %d of %d more requests in %s", n-(target-c.n.Load()), n, waitTimeout)
+	testutil.Eventually(t, waitTimeout, fmt.Sprintf("%d more requests from the source", n), func() error {
+		if got := c.n.Load(); got < target {
+			return fmt.Errorf("the source made %d of them", n-(target-got))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // runSource runs a Source with opts against endpoint until the test ends.

@@ -13,6 +13,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/azure"
 	"github.com/vacate-dev/vacate/internal/agent/azure/azuretest"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -50,14 +51,14 @@ func (r *recorder) history() ([][]agent.Notice, [][]agent.Problem) {
 func (r *recorder) waitNotices(t *testing.T, what string, ok func([]agent.Notice) bool) []agent.Notice {
 	t.Helper()
 	var last []agent.Notice
-	waitFor(t, what, func() bool {
+	testutil.Eventually(t, 5*time.Second, what, testutil.Holds(func() bool {
 		ns, _ := r.history()
 		if len(ns) == 0 {
 			return false
 		}
 		last = ns[len(ns)-1]
 		return ok(last)
-	})
+	}))
 	return last
 }
 
@@ -65,33 +66,22 @@ func (r *recorder) waitNotices(t *testing.T, what string, ok func([]agent.Notice
 func (r *recorder) waitProblems(t *testing.T, what string, ok func([]agent.Problem) bool) []agent.Problem {
 	t.Helper()
 	var last []agent.Problem
-	waitFor(t, what, func() bool {
+	testutil.Eventually(t, 5*time.Second, what, testutil.Holds(func() bool {
 		_, ps := r.history()
 		if len(ps) == 0 {
 			return false
 		}
 		last = ps[len(ps)-1]
 		return ok(last)
-	})
+	}))
 	return last
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // polls waits until the source has polled n more times.
 func polls(t *testing.T, s *azuretest.Server, n int) {
 	t.Helper()
 	from := s.Requests()
-	waitFor(t, "polls", func() bool { return s.Requests() >= from+n })
+	testutil.Eventually(t, 5*time.Second, "polls", testutil.Holds(func() bool { return s.Requests() >= from+n }))
 }
 
 func none[T any](xs []T) bool { return len(xs) == 0 }

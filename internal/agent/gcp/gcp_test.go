@@ -2,6 +2,7 @@ package gcp_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/gcp"
 	"github.com/vacate-dev/vacate/internal/agent/gcp/gcptest"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -48,46 +50,32 @@ func (r *recorder) history() ([][]agent.Notice, [][]agent.Problem) {
 func (r *recorder) waitNotices(t *testing.T, what string, ok func([]agent.Notice) bool) []agent.Notice {
 	t.Helper()
 	var last []agent.Notice
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(t, 5*time.Second, what, func() error {
 		ns, _ := r.history()
 		if len(ns) > 0 {
 			last = ns[len(ns)-1]
 			if ok(last) {
-				return last
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; notices reported: %+v", what, ns)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return fmt.Errorf("notices reported: %+v", ns)
+	})
+	return last
 }
 
 // waitProblems waits until the last Problems call satisfies ok.
 func (r *recorder) waitProblems(t *testing.T, what string, ok func([]agent.Problem) bool) []agent.Problem {
 	t.Helper()
 	var last []agent.Problem
-	waitFor(t, what, func() bool {
+	testutil.Eventually(t, 5*time.Second, what, testutil.Holds(func() bool {
 		_, ps := r.history()
 		if len(ps) == 0 {
 			return false
 		}
 		last = ps[len(ps)-1]
 		return ok(last)
-	})
+	}))
 	return last
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func none[T any](xs []T) bool { return len(xs) == 0 }
@@ -174,7 +162,7 @@ func TestPreemptionSeenThroughTheHangingGET(t *testing.T) {
 	r.waitNotices(t, "the first report", none)
 	// Both keys are in a hanging GET that would last 30s: the change must
 	// end it, not its timeout.
-	waitFor(t, "both hanging GETs", func() bool { return s.Waiting() == 2 })
+	testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 	began := time.Now()
 	s.SetPreempted(true)
 	got := r.waitNotices(t, "the preemption notice", func(ns []agent.Notice) bool { return len(ns) > 0 })
@@ -192,14 +180,14 @@ func setRead(t *testing.T, s *gcptest.Server, value string) {
 	t.Helper()
 	n := s.Requests()
 	s.SetMaintenanceEvent(value)
-	waitFor(t, "the source to read "+value, func() bool { return s.Requests() > n && s.Waiting() == 2 })
+	testutil.Eventually(t, 5*time.Second, "the source to read "+value, testutil.Holds(func() bool { return s.Requests() > n && s.Waiting() == 2 }))
 }
 
 func TestMaintenanceTerminate(t *testing.T) {
 	s := gcptest.NewServer(t)
 	r := start(t, s.URL(), 30*time.Second)
 	r.waitNotices(t, "the first report", none)
-	waitFor(t, "both hanging GETs", func() bool { return s.Waiting() == 2 })
+	testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 	s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
 	want := []agent.Notice{maintenance()}
 	r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
@@ -223,7 +211,7 @@ func TestMaintenanceWithoutDrain(t *testing.T) {
 			s := gcptest.NewServer(t)
 			r := start(t, s.URL(), 30*time.Second)
 			r.waitNotices(t, "the first report", none)
-			waitFor(t, "both hanging GETs", func() bool { return s.Waiting() == 2 })
+			testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 			setRead(t, s, tc.value)
 			if tc.problem {
 				p := r.waitProblems(t, gcp.ReasonUnexpectedValue, hasReason(gcp.ReasonUnexpectedValue))
@@ -342,7 +330,7 @@ func TestEveryRequestCarriesTheFlavorAndETag(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	r := start(t, proxy.URL, 2*time.Second)
 	r.waitNotices(t, "the first report", none)
-	waitFor(t, "a hanging GET per key", func() bool { return fake.Waiting() == 2 })
+	testutil.Eventually(t, 5*time.Second, "a hanging GET per key", testutil.Holds(func() bool { return fake.Waiting() == 2 }))
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -411,7 +399,7 @@ func TestGPUMaintenanceNotice(t *testing.T) {
 			s.SetMachineType(tc.machineType)
 			r := start(t, s.URL(), 30*time.Second)
 			r.waitNotices(t, "the first report", none)
-			waitFor(t, "both hanging GETs", func() bool { return s.Waiting() == 2 })
+			testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 			s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
 			r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
 			r.waitProblems(t, "no problem", none)
@@ -442,7 +430,7 @@ func TestUnreadableMachineType(t *testing.T) {
 	if !strings.Contains(p[0].Message, `"a3-highgpu-8g"`) || !strings.Contains(p[0].Message, "projects/PROJECT_NUM/machineTypes/NAME") {
 		t.Errorf("problem %q does not name the value and the form expected", p[0].Message)
 	}
-	waitFor(t, "both hanging GETs", func() bool { return s.Waiting() == 2 })
+	testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 	s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
 	want := []agent.Notice{maintenance()}
 	r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })

@@ -28,6 +28,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/schedule"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -181,21 +182,6 @@ func requestOrder(t *testing.T, cl client.Client, nodes []string) []string {
 	return out
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %s", what, state)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // killAfterFirstAdmission wraps a controller's client so that the
 // controller "dies" right after its first admission reaches the API
 // server: every later write fails, as if the process were gone.
@@ -270,9 +256,9 @@ func TestAdmissionSurvivesKillAndRestart(t *testing.T) {
 	for _, n := range first {
 		request(t, cl, n)
 	}
-	waitFor(t, "the first controller to admit one drain and die", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "the first controller to admit one drain and die", testutil.Seen(func() (bool, string) {
 		return dead.Load(), "no admission written yet"
-	})
+	}))
 	stop1()
 	admitted, _, _ := queueState(t, cl, first)
 	if len(admitted) != 1 {
@@ -288,11 +274,11 @@ func TestAdmissionSurvivesKillAndRestart(t *testing.T) {
 	stop2 := runAdmission(t, c, nil)
 	want := append([]string(nil), order[:limit]...)
 	sort.Strings(want)
-	waitFor(t, "the second controller to fill the slots", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "the second controller to fill the slots", testutil.Seen(func() (bool, string) {
 		admitted, waiting, pos := queueState(t, cl, first)
 		return len(admitted) == limit && len(waiting) == len(first)-limit && pos[waiting[0]] == 1,
 			fmt.Sprintf("admitted %v, waiting %v at %v", admitted, waiting, pos)
-	})
+	}))
 	admitted, waiting, positions := queueState(t, cl, first)
 	if strings.Join(admitted, ",") != strings.Join(want, ",") {
 		t.Errorf("admitted %v after the restart, want the first %d requested: %v", admitted, limit, want)
@@ -305,14 +291,14 @@ func TestAdmissionSurvivesKillAndRestart(t *testing.T) {
 	stop2()
 	runAdmission(t, c, nil)
 	request(t, cl, extra)
-	waitFor(t, "the seventh drain to be queued", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "the seventh drain to be queued", testutil.Seen(func() (bool, string) {
 		nd := &v1alpha1.NodeDrain{}
 		if err := cl.Get(ctx, client.ObjectKey{Name: extra}, nd); err != nil {
 			return false, err.Error()
 		}
 		cnd := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 		return cnd != nil && cnd.Reason == schedule.WaitingForSlot, fmt.Sprintf("conditions %+v", nd.Status.Conditions)
-	})
+	}))
 	again, waitingAgain, _ := queueState(t, cl, nodes)
 	if strings.Join(again, ",") != strings.Join(want, ",") {
 		t.Errorf("admitted %v after the second restart, want %v unchanged", again, want)
@@ -323,11 +309,11 @@ func TestAdmissionSurvivesKillAndRestart(t *testing.T) {
 
 	t.Logf("ending %s: the first in the queue, %s, takes its slot", order[0], order[limit])
 	withdraw(t, cl, order[0])
-	waitFor(t, order[limit]+" admitted", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, order[limit]+" admitted", testutil.Seen(func() (bool, string) {
 		admitted, waiting, pos := queueState(t, cl, nodes)
 		return len(admitted) == limit && strings.Contains(","+strings.Join(admitted, ",")+",", ","+order[limit]+","),
 			fmt.Sprintf("admitted %v, waiting %v at %v", admitted, waiting, pos)
-	})
+	}))
 	aw.stop()
 	got := aw.check(t)
 	wantOrder := order[:limit+1]

@@ -17,6 +17,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/devcluster"
 	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestAdmissionLeavesNoCordonBehind: admission cordons a drain's node only
@@ -71,13 +72,13 @@ func TestAdmissionLeavesNoCordonBehind(t *testing.T) {
 	}
 	t.Cleanup(func() { removeDrain(cl, bare) })
 	request(t, cl, later)
-	waitFor(t, later+" admitted", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, later+" admitted", testutil.Seen(func() (bool, string) {
 		nd := &v1alpha1.NodeDrain{}
 		if err := cl.Get(ctx, client.ObjectKey{Name: later}, nd); err != nil {
 			return false, err.Error()
 		}
 		return nd.Admitted(), fmt.Sprintf("conditions %+v", nd.Status.Conditions)
-	})
+	}))
 	// The pass that admitted later read bare too (same queue, room for
 	// both): had it counted, it would have been cordoned in that pass.
 	if n := node(t, c, bare); n.Spec.Unschedulable {
@@ -96,24 +97,24 @@ func TestAdmissionLeavesNoCordonBehind(t *testing.T) {
 	if err := cl.Patch(ctx, got, patch); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, bare+" cordoned once it has the finalizer", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, bare+" cordoned once it has the finalizer", testutil.Seen(func() (bool, string) {
 		n := node(t, c, bare)
 		return n.Spec.Unschedulable, fmt.Sprintf("unschedulable=%v", n.Spec.Unschedulable)
-	})
+	}))
 
 	request(t, cl, racing)
-	waitFor(t, "admission to cordon "+racing+" after its drain was cancelled", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "admission to cordon "+racing+" after its drain was cancelled", testutil.Seen(func() (bool, string) {
 		return cancelled.Load(), "no cordon of " + racing + " yet"
-	})
+	}))
 	if err := <-cancelErr; err != nil {
 		t.Fatalf("cancelling %s: %v", racing, err)
 	}
-	waitFor(t, racing+" given back", 2*time.Minute, func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, racing+" given back", testutil.Seen(func() (bool, string) {
 		n := node(t, c, racing)
 		return !n.Spec.Unschedulable && n.Annotations[v1alpha1.AnnotationCordonedBy] == "",
 			fmt.Sprintf("unschedulable=%v, %s=%q: the cordon outlived its drain", n.Spec.Unschedulable,
 				v1alpha1.AnnotationCordonedBy, n.Annotations[v1alpha1.AnnotationCordonedBy])
-	})
+	}))
 }
 
 // cancelWithNothingToUndo deletes the node's drain and releases its

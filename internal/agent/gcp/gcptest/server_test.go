@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vacate-dev/vacate/internal/agent/gcp/gcptest"
+	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // get sends a GET for path (with its query) with the given headers.
@@ -113,7 +114,7 @@ func TestWaitForChange(t *testing.T) {
 			body, err := io.ReadAll(resp.Body)
 			done <- result{string(body), resp.Header.Get("ETag"), err}
 		}()
-		waitFor(t, func() bool { return s.Waiting() == 1 })
+		testutil.Eventually(t, 5*time.Second, "the GET to hang", testutil.Holds(func() bool { return s.Waiting() == 1 }))
 		s.SetMaintenanceEvent("MIGRATE_ON_HOST_MAINTENANCE") // another key: still waiting
 		select {
 		case r := <-done:
@@ -153,16 +154,5 @@ func TestUnavailableAndStopped(t *testing.T) {
 	resp, body := get(t, s, path, flavor)
 	if resp.StatusCode != http.StatusOK || body != "NONE" {
 		t.Errorf("started again: %d %q, want 200 NONE", resp.StatusCode, body)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
