@@ -8,6 +8,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -153,16 +154,31 @@ func (r *Reconciler) queueOf(ctx context.Context, nd *v1alpha1.NodeDrain, node *
 }
 
 // queuesOfPDB are the queues with a waiting drain whose node holds a pod
-// the PDB selects: only they may see their headroom change.
+// the PDB selects: only they may see their headroom change. It looks at the
+// drains waiting for admission and their nodes' pods (by index, without
+// copies), not at the PDB's pods: a PDB changes with every eviction it
+// allows, mostly while no drain waits at all.
 func (r *Reconciler) queuesOfPDB(ctx context.Context, pdb *policyv1.PodDisruptionBudget) []reconcile.Request {
-	nodes, err := index.NodesOfPDB(ctx, r.Client, pdb)
+	drains := &v1alpha1.NodeDrainList{}
+	if err := r.Client.List(ctx, drains, client.UnsafeDisableDeepCopy); err != nil {
+		return r.allQueues(ctx, nil)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	if err != nil {
 		return r.allQueues(ctx, nil)
 	}
 	keys := map[string]bool{}
-	for _, name := range nodes {
-		nd := &v1alpha1.NodeDrain{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, nd); err != nil || !nd.Running() || nd.Admitted() {
+	for i := range drains.Items {
+		nd := &drains.Items[i]
+		if !nd.Running() || nd.Admitted() {
+			continue
+		}
+		pods := &corev1.PodList{}
+		if err := r.Client.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingFields{index.PodNodeName: nd.Spec.NodeName},
+			client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+			return r.allQueues(ctx, nil)
+		}
+		if len(pods.Items) == 0 {
 			continue
 		}
 		for _, req := range r.queueOfDrain(ctx, nd) {

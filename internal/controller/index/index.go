@@ -14,24 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/vacate-dev/vacate/internal/drain"
 )
 
 // PodNodeName indexes cached pods by spec.nodeName.
 const PodNodeName = "spec.nodeName"
 
-// PodLabel indexes cached pods by each of their labels, as "key=value"
-// (neither a label key nor a value holds "="): the pods a
-// PodDisruptionBudget selects are found among those with one of its
-// matchLabels, not among every pod of its namespace.
-const PodLabel = "vacate.dev/pod-label"
-
 // Register adds the indexes to the manager's cache.
 func Register(ctx context.Context, mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeName, NodeNameOf); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodLabel, LabelsOf); err != nil {
 		return err
 	}
 	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, EndpointPod, EndpointPodsOf)
@@ -62,22 +52,6 @@ func SlicesOfPod(ctx context.Context, c client.Reader, pod *corev1.Pod) ([]disco
 	return list.Items, nil
 }
 
-// LabelsOf is the PodLabel index's values of a pod.
-func LabelsOf(o client.Object) []string {
-	l := o.GetLabels()
-	if len(l) == 0 {
-		return nil
-	}
-	out := make([]string, 0, len(l))
-	for k, v := range l {
-		out = append(out, LabelValue(k, v))
-	}
-	return out
-}
-
-// LabelValue is the PodLabel index's value of one label.
-func LabelValue(key, value string) string { return key + "=" + value }
-
 // NodeNameOf is the PodNodeName index's value of a pod.
 func NodeNameOf(o client.Object) []string {
 	if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
@@ -101,21 +75,17 @@ func PodsOnNode(ctx context.Context, c client.Reader, node string) ([]*corev1.Po
 
 // NodesOfPDB are the nodes (sorted) of the pods the PodDisruptionBudget
 // selects: same namespace, its selector matching (nil selects nothing, {}
-// everything), read from the cache without copies. A PDB change (one per
-// eviction it allows) costs the pods that carry one of its matchLabels
-// (PodLabel), not every pod of its namespace; only a selector without
-// matchLabels reads the whole namespace.
+// everything), read from the cache without copies. It reads the pods of
+// the PDB's namespace: it serves the rare changes of what a PDB guards
+// (created, deleted, selector changed), not its status changes (one per
+// eviction), which wake only the drains waiting on its budget.
 func NodesOfPDB(ctx context.Context, c client.Reader, pdb *policyv1.PodDisruptionBudget) ([]string, error) {
 	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
 	}
-	opts := []client.ListOption{client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
-	if k, v, ok := drain.FilingLabel(pdb.Spec.Selector); ok {
-		opts = append(opts, client.MatchingFields{PodLabel: LabelValue(k, v)})
-	}
 	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, opts...); err != nil {
+	if err := c.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the pods of PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
 	}
 	nodes := map[string]bool{}

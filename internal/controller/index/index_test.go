@@ -15,10 +15,9 @@ import (
 	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
-// TestNodesOfPDB: the nodes of the pods a PDB selects, looked up through
-// the label index for a selector with matchLabels and through the
-// namespace otherwise; a pod that carries the indexed label but fails the
-// rest of the selector, or lives in another namespace, does not count.
+// TestNodesOfPDB: the nodes of the pods a PDB selects; a pod that carries
+// one of its labels but fails the rest of the selector, or lives in another
+// namespace, or is not bound, does not count.
 func TestNodesOfPDB(t *testing.T) {
 	objs := []*corev1.Pod{
 		testutil.Pod("web-1").OnNode("n1").Labels("app", "web", "tier", "front").Obj(),
@@ -29,8 +28,7 @@ func TestNodesOfPDB(t *testing.T) {
 		testutil.Pod("web-other").Namespace("other").OnNode("n5").Labels("app", "web", "tier", "front").Obj(),
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme.Scheme).
-		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).
-		WithIndex(&corev1.Pod{}, index.PodLabel, index.LabelsOf)
+		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf)
 	for _, p := range objs {
 		b = b.WithObjects(p)
 	}

@@ -16,11 +16,13 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/index"
 )
 
-// pdbHandler wakes the drains of a PodDisruptionBudget's pods (drainsOfPDB).
-// An update whose selector is unchanged (its status changes with every
-// eviction it allows) is mapped for the new object only; one that changes
-// the selector, for the old object too, so that the drains of the pods it
-// releases wake as well.
+// pdbHandler wakes the drains whose decisions a PodDisruptionBudget's
+// change can change. A status change (one or more per eviction it allows)
+// wakes only the drains with a pod waiting on its budget (pdbWaiters), and
+// only when it allows a disruption: one that allows none can let no pod go.
+// A PDB created or deleted, or whose selector changed, changes which pods
+// it guards: it wakes the drains of every node with a pod it selects (or
+// selected).
 func (r *Reconciler) pdbHandler() handler.EventHandler {
 	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []reconcile.Request) {
 		for _, req := range reqs {
@@ -32,15 +34,20 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 			add(q, r.drainsOfPDB(ctx, e.Object))
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q, r.drainsOfPDB(ctx, e.ObjectNew))
 			o, okOld := e.ObjectOld.(*policyv1.PodDisruptionBudget)
 			n, okNew := e.ObjectNew.(*policyv1.PodDisruptionBudget)
 			if !okOld || !okNew || !equality.Semantic.DeepEqual(o.Spec.Selector, n.Spec.Selector) {
 				add(q, r.drainsOfPDB(ctx, e.ObjectOld))
+				add(q, r.drainsOfPDB(ctx, e.ObjectNew))
+				return
+			}
+			if n.Status.DisruptionsAllowed > 0 {
+				add(q, r.waitingOn(n.Namespace+"/"+n.Name))
 			}
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			add(q, r.drainsOfPDB(ctx, e.Object))
+			r.waiters.gone(e.Object.GetNamespace() + "/" + e.Object.GetName())
 		},
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			add(q, r.drainsOfPDB(ctx, e.Object))
@@ -48,14 +55,25 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 	}
 }
 
+// waitingOn wakes the drains with a pod waiting on the PDB's budget.
+func (r *Reconciler) waitingOn(pdb string) []reconcile.Request {
+	drains := r.waiters.wake(pdb)
+	out := make([]reconcile.Request, 0, len(drains))
+	for _, name := range drains {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+	return out
+}
+
 // drainsOfPDB wakes the drains still in progress that have a pod on their
 // node that the PodDisruptionBudget selects (same namespace, selector
-// matching, read from the cache): only their plans, budgets and admission
-// change with it. A PDB's status changes with every eviction it allows, so
-// waking every drain would cost drains x pods per eviction. A selector that
-// cannot be read, or a cache that cannot be listed, wakes every drain in
-// progress.
+// matching, read from the cache): their plans change with it, and it
+// stamps the PDB for passes underway (pdbWaiters). It reads the PDB's
+// namespace's pods, for the rare changes of what a PDB guards. A selector
+// that cannot be read, or a cache that cannot be listed, wakes every drain
+// in progress.
 func (r *Reconciler) drainsOfPDB(ctx context.Context, o client.Object) []reconcile.Request {
+	r.waiters.wake(o.GetNamespace() + "/" + o.GetName())
 	pdb, ok := o.(*policyv1.PodDisruptionBudget)
 	if !ok {
 		return r.activeDrains(ctx, o)

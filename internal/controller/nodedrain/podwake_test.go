@@ -22,11 +22,13 @@ import (
 
 // TestEvictedPodTerminatingWakesDrainsOfItsPDBs: the drains of many nodes
 // share a PDB's budget, and an evicted pod counts against it until the cache
-// shows it terminating. That moment must wake every drain with a pod the
-// PDB selects, not only the drain of the evicted pod's node: the PDB's
-// status may not change again for seconds (it did not in `make bench`:
-// other nodes' pods waited 1.3 s with a disruption allowed). The mapping
-// is pure; a fake client holds the cache.
+// shows it terminating. That moment must wake every drain with a pod
+// waiting on that PDB's budget, not only the drain of the evicted pod's
+// node: the PDB's status may not change again for seconds (it did not in
+// `make bench`: other nodes' pods waited 1.3 s with a disruption allowed).
+// A drain with a pod of the PDB that does not wait on its budget, or that
+// waits on another PDB, is not woken. The mapping is pure; a fake client
+// holds the cache.
 func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
@@ -43,12 +45,15 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 		running, // the evicted pod is in the event, not needed in the cache
 		testutil.Pod("web-b").Namespace("apps").OnNode("node-b").Labels("app", "web").Obj(),
 		testutil.Pod("db-c").Namespace("apps").OnNode("node-c").Labels("app", "db").Obj(),
+		testutil.Pod("web-d").Namespace("apps").OnNode("node-d").Labels("app", "web").Obj(),
 		testutil.PDB("apps", "web", "web", 1, 1),
 	}
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).
-		WithIndex(&corev1.Pod{}, index.PodLabel, index.LabelsOf).Build()
+		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).Build()
 	r := &Reconciler{Client: cl}
+	r.waiters.wait("node-b", []string{"apps/web"}, 0)
+	r.waiters.wait("node-c", []string{"apps/db"}, 0)
+	// node-d has a pod of PDB web, whose eviction is underway: not a waiter.
 	ctx := context.Background()
 	woken := func(pod client.Object) []string {
 		var out []string
@@ -64,7 +69,7 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	}
 	r.claims.claim(evicted, []string{"apps/web"})
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a", "node-b"}) {
-		t.Errorf("an evicted pod now terminating woke %v, want node-a and node-b (a pod of PDB web there), not node-c or node-d", got)
+		t.Errorf("an evicted pod now terminating woke %v, want node-a and node-b (a pod waiting on PDB web there), not node-c (waits on db) or node-d (waits on nothing)", got)
 	}
 	r.claims.claim(running, []string{"apps/web"})
 	if got := woken(running); !slices.Equal(got, []string{"node-a"}) {
@@ -72,10 +77,12 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	}
 }
 
-// TestPDBUpdateWakesTheDrainsOfOldAndNewPods: a PDB status change (one per
-// eviction it allows) wakes the drains of the nodes with its pods; a
-// selector change wakes those of the pods it selected before as well, whose
-// budget it no longer holds. Pure mapping over a fake cache.
+// TestPDBUpdateWakesTheDrainsOfOldAndNewPods: a PDB status change (one or
+// more per eviction it allows) wakes the drains with a pod waiting on its
+// budget, and only when it allows a disruption; a selector change wakes the
+// drains of the nodes with a pod it selects, or selected before (whose
+// budget it no longer holds), waiting or not. Pure mapping over a fake
+// cache.
 func TestPDBUpdateWakesTheDrainsOfOldAndNewPods(t *testing.T) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
@@ -85,15 +92,16 @@ func TestPDBUpdateWakesTheDrainsOfOldAndNewPods(t *testing.T) {
 	}
 	objs := []client.Object{
 		testutil.NodeDrain("node-a", "", "cli:test"), testutil.NodeDrain("node-b", "", "cli:test"),
-		testutil.NodeDrain("node-c", "", "cli:test"),
+		testutil.NodeDrain("node-c", "", "cli:test"), testutil.NodeDrain("node-d", "", "cli:test"),
 		testutil.Pod("web-a").Namespace("apps").OnNode("node-a").Labels("app", "web").Obj(),
 		testutil.Pod("api-b").Namespace("apps").OnNode("node-b").Labels("app", "api").Obj(),
 		testutil.Pod("db-c").Namespace("apps").OnNode("node-c").Labels("app", "db").Obj(),
+		testutil.Pod("web-d").Namespace("apps").OnNode("node-d").Labels("app", "web").Obj(),
 	}
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).
-		WithIndex(&corev1.Pod{}, index.PodLabel, index.LabelsOf).Build()
+		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).Build()
 	r := &Reconciler{Client: cl}
+	r.waiters.wait("node-a", []string{"apps/guard"}, 0) // node-d's pod of the PDB does not wait
 	h := r.pdbHandler()
 	woken := func(old, cur client.Object) []string {
 		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
@@ -109,14 +117,46 @@ func TestPDBUpdateWakesTheDrainsOfOldAndNewPods(t *testing.T) {
 		return out
 	}
 	web := testutil.PDB("apps", "guard", "web", 1, 1)
-	webLess := web.DeepCopy()
-	webLess.Status.DisruptionsAllowed = 0
-	if got := woken(web, webLess); !slices.Equal(got, []string{"node-a"}) {
-		t.Errorf("a status change woke %v, want node-a only", got)
+	webNone := web.DeepCopy()
+	webNone.Status.DisruptionsAllowed = 0
+	if got := woken(web, webNone); len(got) != 0 {
+		t.Errorf("a status change that allows no disruption woke %v, want none", got)
 	}
-	api := webLess.DeepCopy()
+	if got := woken(webNone, web); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("a status change that allows a disruption woke %v, want node-a only (its pod waits on the PDB)", got)
+	}
+	api := webNone.DeepCopy()
 	api.Spec.Selector.MatchLabels = map[string]string{"app": "api"}
-	if got := woken(webLess, api); !slices.Equal(got, []string{"node-a", "node-b"}) {
-		t.Errorf("a selector change from web to api woke %v, want node-a (released) and node-b (now guarded), not node-c", got)
+	if got := woken(webNone, api); !slices.Equal(got, []string{"node-a", "node-b", "node-d"}) {
+		t.Errorf("a selector change from web to api woke %v, want node-a and node-d (released) and node-b (now guarded), not node-c", got)
+	}
+}
+
+// TestWaiterSeesEventsDuringItsPass: a pass reads the PDBs, then records
+// what it waits on. A waking event between the two finds no waiter; the
+// pass is told when it records, and runs again. An event before the pass
+// started, or for another PDB, is not a miss.
+func TestWaiterSeesEventsDuringItsPass(t *testing.T) {
+	var w pdbWaiters
+	w.wake("apps/web") // before the pass
+	since := w.now()
+	if w.wait("node-a", []string{"apps/web"}, since) {
+		t.Error("an event before the pass started counted as missed")
+	}
+	since = w.now()
+	w.wake("apps/db")
+	if w.wait("node-a", []string{"apps/web"}, since) {
+		t.Error("an event of another PDB counted as missed")
+	}
+	since = w.now()
+	if got := w.wake("apps/web"); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("woke %v, want node-a (recorded by its last pass)", got)
+	}
+	if !w.wait("node-a", []string{"apps/web"}, since) {
+		t.Error("an event of its PDB during the pass was not reported: the drain would sleep through it")
+	}
+	w.forget("node-a")
+	if got := w.wake("apps/web"); len(got) != 0 {
+		t.Errorf("a drain that stopped was woken: %v", got)
 	}
 }

@@ -80,6 +80,8 @@ type Reconciler struct {
 	// concurrent passes (budget.go).
 	claims   pdbClaims
 	budgetMu sync.Mutex
+	// waiters are the drains waiting on each PDB's budget (budget.go).
+	waiters pdbWaiters
 	blocked  reasonGauge // vacate_pods_blocked
 	// writes spaces out status writes that change only progress.
 	writes statusWrites
@@ -117,7 +119,9 @@ type scope struct {
 	node   *corev1.Node
 	policy policy.Policy
 	now    time.Time
-	log    klog.Logger
+	// since is the PDB waiters' counter when the pass started (budget.go).
+	since uint64
+	log   klog.Logger
 	// evac is what the evacuate stage learned, for evict and finalize.
 	evac evacState
 	// plan is the pass's plan of the node's pods (see Reconciler.plan).
@@ -150,7 +154,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if err := r.Client.Get(ctx, req.NamespacedName, nd); err != nil {
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
 	}
-	s := &scope{drain: nd, now: r.Clock.Now(), log: log.FromContext(ctx).WithValues("nodeDrain", klog.KObj(nd))}
+	s := &scope{drain: nd, now: r.Clock.Now(), since: r.waiters.now(), log: log.FromContext(ctx).WithValues("nodeDrain", klog.KObj(nd))}
 	before := nd.DeepCopy()
 	defer func() {
 		if p := recover(); p != nil {

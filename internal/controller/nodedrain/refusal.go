@@ -152,6 +152,7 @@ func (r *Reconciler) forgetNode(node string) int {
 	dropped := r.Evictions.ForgetNode(node)
 	r.refusals.forgetNode(node)
 	r.gates.forgetNode(node)
+	r.waiters.forget(node)
 	return dropped
 }
 

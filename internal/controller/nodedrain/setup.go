@@ -2,7 +2,6 @@ package nodedrain
 
 import (
 	"context"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -69,7 +68,7 @@ func podChanged(e event.UpdateEvent) bool {
 // drainsOfPod wakes the drain of the pod's node, if there is one. A pod
 // vacate evicted that is now terminating also gives its PDBs' budget back
 // (its eviction no longer counts as underway, budget.go): that wakes the
-// drains of every node with a pod those PDBs select, which may evict one now.
+// drains with a pod waiting on those PDBs, which may evict one now.
 func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconcile.Request {
 	pod := o.(*corev1.Pod)
 	out := r.drainNamed(ctx, pod.Spec.NodeName)
@@ -78,12 +77,7 @@ func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconci
 	}
 	seen := map[string]bool{pod.Spec.NodeName: true}
 	for _, key := range r.claims.pdbsOf(pod.UID) {
-		ns, name, _ := strings.Cut(key, "/")
-		pdb := &policyv1.PodDisruptionBudget{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pdb); err != nil {
-			continue
-		}
-		for _, req := range r.drainsOfPDB(ctx, pdb) {
+		for _, req := range r.waitingOn(key) {
 			if !seen[req.Name] {
 				seen[req.Name] = true
 				out = append(out, req)

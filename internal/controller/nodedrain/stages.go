@@ -3,6 +3,7 @@ package nodedrain
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
@@ -222,6 +224,7 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
 	budget := r.pdbBudgets(ctx, s.pdbs)
+	var waiting []string
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
 			continue
@@ -241,8 +244,31 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		if err := queue(s, d, budget); err != nil {
 			return err
 		}
+		if r.waitsOnBudget(d) {
+			waiting = append(waiting, d.PDBs...)
+		}
+	}
+	slices.Sort(waiting)
+	if r.waiters.wait(s.drain.Name, slices.Compact(waiting), s.since) {
+		r.wake(s.drain.Name) // a PDB it waits on changed during the pass
 	}
 	return nil
+}
+
+// waitsOnBudget says whether the pod's eviction, after this pass, waits for
+// a change of its PDBs: not queued for want of budget, or refused for a PDB
+// and not being tried again. A queued eviction's answer, and an evicted
+// pod's termination, wake the drain on their own.
+func (r *Reconciler) waitsOnBudget(d drain.Decision) bool {
+	uid := d.Pod.UID
+	switch {
+	case len(d.PDBs) == 0, r.Evictions.Evicted(uid), r.gates.holds(uid):
+		return false
+	case !r.Evictions.Pending(uid):
+		return true
+	}
+	ref, ok := r.refusals.get(uid)
+	return ok && !ref.retrying && ref.result == eviction.PDBBlocked
 }
 
 // report writes counts, blockers and the PodsEvicted and Blocked conditions.
