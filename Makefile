@@ -23,7 +23,7 @@ MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3 -ldflags=-w -vet=off
 # The longest packages first: go test starts them in this order, three at
 # once, so the suite's length is not one of them started last.
-PKGS       ?= ./internal/controller/nodedrain ./test/stateful ./test/e2e ./test/install ./internal/demo ./internal/image ./internal/cli ./internal/devcluster ./...
+PKGS       ?= ./internal/controller/nodedrain ./test/stateful ./test/e2e ./test/install ./internal/dev/demo ./internal/dev/image ./internal/cli ./internal/dev/devcluster ./...
 
 .PHONY: help
 help: ## List the targets
@@ -79,7 +79,7 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 test: controlplane dbus-daemon stateful-servers ## Run the whole test suite with -race (starts real local control planes)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
-# The logind source's tests run a private D-Bus daemon (internal/agent/logind/logindtest).
+# The logind source's tests run a private D-Bus daemon (internal/dev/doubles/logindtest).
 .PHONY: dbus-daemon
 dbus-daemon: ## Install dbus-daemon (Debian package) for the logind tests, unless it is there
 	@command -v dbus-daemon >/dev/null || { apt-get update && apt-get install -y --no-install-recommends dbus-daemon; }

@@ -35,6 +35,13 @@ func (nd *NodeDrain) Running() bool {
 		!nd.Ended() && nd.Status.Phase != PhaseRestoring
 }
 
+// Drained reports whether the drain finished what its current spec asks:
+// phase Drained, written for the generation the reader sees (a requester
+// or a mode that joined since is not answered by an older Drained).
+func (nd *NodeDrain) Drained() bool {
+	return nd.Status.Phase == PhaseDrained && nd.Status.ObservedGeneration == nd.Generation
+}
+
 // Evicting says whether the drain may evict its node's pods now: Running and
 // admitted. When it may not, why says so, in words for a person.
 func (nd *NodeDrain) Evicting() (ok bool, why string) {
@@ -88,7 +95,7 @@ const MessageCordoned = "vacate cordoned the node"
 // CordonState is the drain's Cordoned condition for the node as it is:
 // cordoned by this drain (ReasonCordoned), cordoned by someone else
 // (ReasonAlreadyCordoned: vacate never uncordons it), or not cordoned (ok
-// false). The admission and NodeDrain controllers both report it.
+// false). Only the NodeDrain controller writes the condition.
 func (nd *NodeDrain) CordonState(node *corev1.Node) (reason, message string, ok bool) {
 	switch {
 	case !node.Spec.Unschedulable:

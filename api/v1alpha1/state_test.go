@@ -22,8 +22,10 @@ func TestNodeDrainState(t *testing.T) {
 		phase      DrainPhase
 		conditions []metav1.Condition
 
-		requested, running, admitted, ended, evicting bool
-		why                                           string
+		requested, running, admitted, ended, evicting, drained bool
+		why                                                    string
+		// stale: the status was written for an older generation.
+		stale bool
 	}{
 		{name: "new, no finalizer yet", requesters: 1, requested: true, why: "not admitted"},
 		{name: "waiting", requesters: 1, finalizer: true, phase: PhasePending, conditions: held,
@@ -31,6 +33,8 @@ func TestNodeDrainState(t *testing.T) {
 		{name: "evicting", requesters: 1, finalizer: true, phase: PhaseEvicting, conditions: admitted,
 			requested: true, running: true, admitted: true, evicting: true},
 		{name: "drained", requesters: 1, finalizer: true, phase: PhaseDrained, conditions: admitted,
+			requested: true, admitted: true, ended: true, drained: true, why: "ended (Drained)"},
+		{name: "drained, then asked again", requesters: 2, finalizer: true, phase: PhaseDrained, conditions: admitted, stale: true,
 			requested: true, admitted: true, ended: true, why: "ended (Drained)"},
 		{name: "failed", requesters: 2, finalizer: true, phase: PhaseFailed, conditions: admitted,
 			requested: true, admitted: true, ended: true, why: "ended (Failed)"},
@@ -43,8 +47,11 @@ func TestNodeDrainState(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			nd := &NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: NodeDrainSpec{NodeName: "n1"},
-				Status: NodeDrainStatus{Phase: tc.phase, Conditions: tc.conditions}}
+			nd := &NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1", Generation: 2}, Spec: NodeDrainSpec{NodeName: "n1"},
+				Status: NodeDrainStatus{Phase: tc.phase, Conditions: tc.conditions, ObservedGeneration: 2}}
+			if tc.stale {
+				nd.Status.ObservedGeneration = 1
+			}
 			for range tc.requesters {
 				nd.Spec.Requesters = append(nd.Spec.Requesters, Requester{Name: "cli:alice"})
 			}
@@ -65,6 +72,9 @@ func TestNodeDrainState(t *testing.T) {
 			}
 			if got := nd.Ended(); got != tc.ended {
 				t.Errorf("Ended() = %t, want %t", got, tc.ended)
+			}
+			if got := nd.Drained(); got != tc.drained {
+				t.Errorf("Drained() = %t, want %t", got, tc.drained)
 			}
 			evicting, why := nd.Evicting()
 			if evicting != tc.evicting || (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {

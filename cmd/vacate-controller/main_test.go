@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // tzdataSymbol is a symbol only the time/tzdata package brings into a

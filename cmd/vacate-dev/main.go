@@ -6,8 +6,8 @@ package main
 import (
 	"os"
 
-	"github.com/vacate-dev/vacate/internal/devcli"
-	"github.com/vacate-dev/vacate/internal/traffic"
+	"github.com/vacate-dev/vacate/internal/dev/devcli"
+	"github.com/vacate-dev/vacate/internal/dev/traffic"
 )
 
 func main() {

@@ -19,7 +19,7 @@ import (
 // benchmarks, and of the other programs (the controller, the agent,
 // vacate-hook): the vacate users install must not carry them (cmd/vacate-dev
 // carries the development tools).
-var devOnly = []string{
+var devOnly = append([]string{
 	// the controller and its webhook
 	"github.com/vacate-dev/vacate/internal/controller",
 	"github.com/vacate-dev/vacate/internal/operator",
@@ -30,27 +30,25 @@ var devOnly = []string{
 	// the other programs
 	"github.com/vacate-dev/vacate/internal/agent",
 	"github.com/vacate-dev/vacate/internal/sidecar",
-	// development, tests and benchmarks
-	"github.com/vacate-dev/vacate/internal/devcluster",
-	"github.com/vacate-dev/vacate/internal/devcli",
-	"github.com/vacate-dev/vacate/internal/demo",
-	"github.com/vacate-dev/vacate/internal/traffic",
-	"github.com/vacate-dev/vacate/internal/servedrain",
-	"github.com/vacate-dev/vacate/internal/testenv",
-	"github.com/vacate-dev/vacate/internal/testutil",
-	"github.com/vacate-dev/vacate/internal/testservers",
-	"github.com/vacate-dev/vacate/internal/image",
+}, devTooling...)
+
+// maxPluginBytes bounds the kubectl plugin users download.
+const maxPluginBytes = 40 << 20
+
+// devTooling are the packages no shipped program may carry: development,
+// tests, benchmarks and examples. internal/dev holds every package that
+// only they use.
+var devTooling = []string{
+	"github.com/vacate-dev/vacate/internal/dev",
 	"github.com/vacate-dev/vacate/examples",
 	"github.com/vacate-dev/vacate/hack",
 	"github.com/vacate-dev/vacate/test",
 }
 
-// maxPluginBytes bounds the kubectl plugin users download.
-const maxPluginBytes = 40 << 20
-
 // TestUserCLIHasNoDevelopmentCode: neither vacate nor internal/cli depends
-// on a devOnly package. Each devOnly entry must exist (a renamed package
-// would otherwise drop out of the guard unnoticed).
+// on a devOnly package, and no other shipped program (the controller, the
+// agent, vacate-hook) on development tooling. Each devOnly entry must exist
+// (a renamed package would otherwise drop out of the guard unnoticed).
 func TestUserCLIHasNoDevelopmentCode(t *testing.T) {
 	out, err := exec.Command("go", "list", "-e", "-f", "{{.ImportPath}} {{if .Error}}missing{{end}}", "../../...").CombinedOutput()
 	if err != nil {
@@ -61,14 +59,23 @@ func TestUserCLIHasNoDevelopmentCode(t *testing.T) {
 			t.Errorf("devOnly names %s, which is no package of this module (nor a folder of one)", p)
 		}
 	}
-	for _, pkg := range []string{".", "../../internal/cli"} {
-		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+	for _, tc := range []struct {
+		pkg    string
+		banned []string
+	}{
+		{".", devOnly},
+		{"../../internal/cli", devOnly},
+		{"../vacate-controller", devTooling},
+		{"../vacate-agent", devTooling},
+		{"../vacate-hook", devTooling},
+	} {
+		out, err := exec.Command("go", "list", "-deps", tc.pkg).CombinedOutput()
 		if err != nil {
-			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+			t.Fatalf("go list -deps %s: %v\n%s", tc.pkg, err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			if slices.ContainsFunc(devOnly, func(p string) bool { return dep == p || strings.HasPrefix(dep, p+"/") }) {
-				t.Errorf("%s depends on %s, a development or controller package", pkg, dep)
+			if slices.ContainsFunc(tc.banned, func(p string) bool { return dep == p || strings.HasPrefix(dep, p+"/") }) {
+				t.Errorf("%s depends on %s, which it must not ship", tc.pkg, dep)
 			}
 		}
 	}

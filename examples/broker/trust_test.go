@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/requests"
-	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
 // TestBrokerFailedDrainThenNodeDeleted (issue 23): a person's Maintenance

@@ -17,7 +17,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/config/admission"
-	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 )
 
 // Issue 23: the volumes keep every replica through a Failed Maintenance

@@ -28,10 +28,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/servedrain"
+	"github.com/vacate-dev/vacate/internal/dev/traffic"
 	"github.com/vacate-dev/vacate/internal/operator"
-	"github.com/vacate-dev/vacate/internal/servedrain"
-	"github.com/vacate-dev/vacate/internal/traffic"
 )
 
 func main() {

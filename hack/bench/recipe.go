@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vacate-dev/vacate/config/rbac"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 )
 
 // Who sends the requests, so the audit log tells the drainers apart from the

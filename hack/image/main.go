@@ -1,4 +1,4 @@
-// Command image builds vacate's container images (internal/image) without a
+// Command image builds vacate's container images (internal/dev/image) without a
 // Docker engine and writes them under --out: an OCI image layout per image
 // (all platforms), a `docker load` tarball and an SPDX SBOM per platform,
 // and images.json, which lists them with their digests:
@@ -23,7 +23,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/vacate-dev/vacate/internal/image"
+	"github.com/vacate-dev/vacate/internal/dev/image"
 )
 
 func main() {

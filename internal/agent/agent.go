@@ -418,7 +418,7 @@ func drainedFor(nd *v1alpha1.NodeDrain, w *want) bool {
 		(w.mode == v1alpha1.ModeDecommission && nd.Spec.Mode != v1alpha1.ModeDecommission) {
 		return false
 	}
-	return nd.Status.ObservedGeneration == nd.Generation && nd.Status.Phase == v1alpha1.PhaseDrained
+	return nd.Drained()
 }
 
 func (a *Agent) current(source string) []Notice {

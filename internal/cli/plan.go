@@ -391,20 +391,15 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 	// The pods as the controller drains them: their own annotations only
 	// where the policy honours them.
 	labelsOf := in.labelsOf(ctx, s)
-	pods := make([]*corev1.Pod, 0, len(podList.Items))
+	onNodeNow := make([]*corev1.Pod, 0, len(podList.Items))
 	originals := map[types.UID]*corev1.Pod{}
-	ignored := map[types.UID][]string{}
 	for i := range podList.Items {
-		pod := &podList.Items[i]
-		drained, ign, err := pol.AsDrained(pod, labelsOf)
-		if err != nil {
-			return NodePlan{}, err
-		}
-		pods = append(pods, drained)
-		originals[pod.UID] = pod
-		if len(ign) > 0 {
-			ignored[pod.UID] = ign
-		}
+		onNodeNow = append(onNodeNow, &podList.Items[i])
+		originals[podList.Items[i].UID] = &podList.Items[i]
+	}
+	pods, ignored, err := pol.PodsAsDrained(onNodeNow, labelsOf)
+	if err != nil {
+		return NodePlan{}, err
 	}
 	plan := drain.New(pods, in.pdbs, pol.Rules.ForNode(node), o.clock.Now())
 	onNode := map[types.UID]*corev1.Pod{}

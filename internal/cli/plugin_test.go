@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // TestKubectlPlugin installs the binary as kubectl-vacate, as `make install`

@@ -155,7 +155,7 @@ func Run(ctx context.Context, args []string, s Streams, clk clock.WithTicker) in
 
 // SetUp gives a root command vacate's conventions: the streams, no usage
 // text or error printed by cobra (Execute prints one line), flag errors as
-// usage errors. The development command (internal/devcli) uses it too.
+// usage errors. The development command (internal/dev/devcli) uses it too.
 func SetUp(root *cobra.Command, s Streams) {
 	root.SilenceUsage, root.SilenceErrors = true, true
 	root.SetIn(s.In)

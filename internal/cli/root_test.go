@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/utils/clock"
 
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 func TestEveryCommandHasExamples(t *testing.T) {

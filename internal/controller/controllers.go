@@ -78,14 +78,17 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"),
-		func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
-			return eviction.NewQueue(cs, eviction.Options{
-				Workers: opts.EvictionWorkers, PerNode: opts.EvictionsPerNode,
-				QPS: opts.EvictionQPS, Burst: opts.EvictionBurst, CallTimeout: opts.APITimeout,
-				OnOutcome: onOutcome, MayEvict: mayEvict, Clock: opts.Clock,
-			})
-		})
+	// The eviction queue: every eviction call of every drain, its bounds
+	// and its rate, run by the manager on the leader beside the
+	// controllers.
+	evictions := eviction.NewQueue(cs, eviction.Options{
+		Workers: opts.EvictionWorkers, PerNode: opts.EvictionsPerNode,
+		QPS: opts.EvictionQPS, Burst: opts.EvictionBurst, CallTimeout: opts.APITimeout, Clock: opts.Clock,
+	})
+	if err := mgr.Add(evictions); err != nil {
+		return fmt.Errorf("adding the eviction queue: %w", err)
+	}
+	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
 	drains.APIReader = mgr.GetAPIReader()
 	if opts.WrapHookTransport != nil {
 		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)

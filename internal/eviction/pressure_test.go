@@ -10,7 +10,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // callCount is how many eviction calls the harness saw.

@@ -378,6 +378,26 @@ func (q *Queue) Pending(uid types.UID) bool {
 	return ok
 }
 
+// Handle sets the queue's OnOutcome and MayEvict (see Options), for a
+// consumer built after the queue: the NodeDrain controller, which checks
+// its holds before every call and hears every answer. Call it before Run.
+func (q *Queue) Handle(onOutcome func(Outcome), mayEvict func(Request) (bool, string)) {
+	if onOutcome != nil {
+		q.opts.OnOutcome = onOutcome
+	}
+	if mayEvict != nil {
+		q.opts.MayEvict = mayEvict
+	}
+}
+
+// Start runs the queue's workers until ctx ends: the queue is a
+// component of the manager of its own (leader only), not part of a
+// controller.
+func (q *Queue) Start(ctx context.Context) error {
+	q.Run(ctx)
+	return nil
+}
+
 // Run evicts until ctx ends.
 func (q *Queue) Run(ctx context.Context) {
 	var wg sync.WaitGroup

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/hook"
@@ -72,6 +73,27 @@ func (p Policy) AsDrained(pod *corev1.Pod, labelsOf NamespaceLabels) (drained *c
 		delete(stripped.Annotations, a)
 	}
 	return stripped, present, nil
+}
+
+// PodsAsDrained are a node's pods as a drain under the policy sees them
+// (AsDrained of each, in order), and, per pod, the holding annotations it
+// ignores. The NodeDrain controller plans with them and `vacate plan`
+// previews with them: one function, so the preview cannot disagree with
+// the drain.
+func (p Policy) PodsAsDrained(pods []*corev1.Pod, labelsOf NamespaceLabels) ([]*corev1.Pod, map[types.UID][]string, error) {
+	out := make([]*corev1.Pod, 0, len(pods))
+	ignored := map[types.UID][]string{}
+	for _, pod := range pods {
+		drained, ign, err := p.AsDrained(pod, labelsOf)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, drained)
+		if len(ign) > 0 {
+			ignored[pod.UID] = ign
+		}
+	}
+	return out, ignored, nil
 }
 
 // CallsHook reports whether a drain under the policy calls the pod's HTTP

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // The sidecar's tests run real commands (sh scripts the test writes) and

@@ -27,13 +27,13 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/config/admission"
 	agentconfig "github.com/vacate-dev/vacate/config/agent"
-	"github.com/vacate-dev/vacate/internal/agent/aws/awstest"
-	"github.com/vacate-dev/vacate/internal/agent/logind/logindtest"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/awstest"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/logindtest"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/requests"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testutil"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	rv "github.com/vacate-dev/vacate/examples/replicated-volume"
-	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 

@@ -22,9 +22,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // shBlock is a fenced ```sh block of a Markdown file: the commands a reader
@@ -76,7 +76,7 @@ func TestInstallDocCommands(t *testing.T) {
 		// The copy is no git checkout: the images are dated by this.
 		"SOURCE_DATE_EPOCH=1790000000",
 		// The image step for this machine's platform only: both platforms
-		// are internal/image's test, and each costs two links here.
+		// are internal/dev/image's test, and each costs two links here.
 		"IMAGE_PLATFORMS=linux/"+runtime.GOARCH,
 		"GOFLAGS=",
 	)

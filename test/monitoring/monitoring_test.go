@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
-	"github.com/vacate-dev/vacate/internal/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

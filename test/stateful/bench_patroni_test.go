@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testservers"
-	"github.com/vacate-dev/vacate/internal/testservers/patroni"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testservers"
+	"github.com/vacate-dev/vacate/internal/dev/testservers/patroni"
 )
 
 func init() {

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testservers"
-	"github.com/vacate-dev/vacate/internal/testservers/rabbitmq"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testservers"
+	"github.com/vacate-dev/vacate/internal/dev/testservers/rabbitmq"
 )
 
 func init() {

@@ -6,9 +6,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testservers"
-	"github.com/vacate-dev/vacate/internal/testservers/redis"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testservers"
+	"github.com/vacate-dev/vacate/internal/dev/testservers/redis"
 )
 
 func init() {

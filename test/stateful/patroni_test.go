@@ -20,11 +20,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testservers/patroni"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/hook"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testservers/patroni"
-	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestPostgreSQLPatroni drains PostgreSQL under Patroni (a primary and two

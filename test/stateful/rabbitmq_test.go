@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/devcluster"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testservers/rabbitmq"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testservers/rabbitmq"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // TestRabbitMQ drains RabbitMQ (three nodes, three quorum queues, the real

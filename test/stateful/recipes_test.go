@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/sidecar"
-	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
 // recipes are the folders of examples/ that hold a vacate-hook recipe.

@@ -33,13 +33,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testservers"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/requests"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testservers"
-	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 var binDir string

@@ -19,8 +19,8 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
-	"github.com/vacate-dev/vacate/internal/agent/aws/awstest"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/awstest"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // The mock's fixed answers: times set by flags, and its default event ID.

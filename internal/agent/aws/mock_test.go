@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/vacate-dev/vacate/internal/agent"
-	"github.com/vacate-dev/vacate/internal/agent/aws/awstest"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/awstest"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // waitTimeout bounds every wait for the source.

@@ -12,8 +12,8 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/azure"
-	"github.com/vacate-dev/vacate/internal/agent/azure/azuretest"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/azuretest"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)

@@ -14,8 +14,8 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/gcp"
-	"github.com/vacate-dev/vacate/internal/agent/gcp/gcptest"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/gcptest"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)

@@ -15,7 +15,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/logind"
-	"github.com/vacate-dev/vacate/internal/agent/logind/logindtest"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/logindtest"
 )
 
 // waitFor bounds every wait of a test.

@@ -653,11 +653,6 @@ func (r *Reconciler) record(ctx context.Context, q *queue, m *member, v verdict)
 		st.StartTime = nil
 		set(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, v.Reason, v.Message)
 	}
-	if v.gated {
-		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionCordoned)
-	} else if reason, msg, cordoned := m.drain.CordonState(m.node); cordoned {
-		set(v1alpha1.ConditionCordoned, metav1.ConditionTrue, reason, msg)
-	}
 	if equality.Semantic.DeepEqual(before.Status, nd.Status) {
 		return true, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
 // admitted lets the drain go on once the admission controller admitted it
@@ -24,6 +25,7 @@ func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, er
 		if nd.Status.Phase == "" {
 			nd.Status.Phase = v1alpha1.PhasePending
 		}
+		reportWaitingCordon(s)
 		s.stop = true
 		return reconcile.Result{}, nil
 	}
@@ -31,6 +33,23 @@ func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, er
 		nd.Status.StartTime = &metav1.Time{Time: s.now}
 	}
 	return reconcile.Result{}, nil
+}
+
+// reportWaitingCordon reports the cordon of a drain that waits: admission
+// cordons a batch before any of it starts, and gives the node back while
+// its drain waits for a maintenance window. The Cordoned condition is this
+// controller's alone to write; admission only changes the node, whose
+// update brings this pass.
+func reportWaitingCordon(s *scope) {
+	nd := s.drain
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil &&
+		(c.Reason == schedule.OutsideWindow || c.Reason == schedule.InvalidSchedule) {
+		meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionCordoned)
+		return
+	}
+	if reason, msg, cordoned := nd.CordonState(s.node); cordoned {
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, reason, msg)
+	}
 }
 
 // hold stops a drain that may not go on, or not start: its node or its

@@ -52,22 +52,21 @@ func (r *Reconciler) podsAsDrained(ctx context.Context, s *scope) ([]*corev1.Pod
 // saying why, once per run of the drain. The cache's objects are not
 // changed.
 func (r *Reconciler) ignoreUnallowedAnnotations(ctx context.Context, s *scope, pods []*corev1.Pod) ([]*corev1.Pod, error) {
-	out := make([]*corev1.Pod, 0, len(pods))
+	out, ignored, err := s.policy.PodsAsDrained(pods, r.namespaceLabels(ctx))
+	if err != nil {
+		return nil, err
+	}
 	warned := map[types.UID]bool{}
 	for _, pod := range pods {
-		drained, ignored, err := s.policy.AsDrained(pod, r.namespaceLabels(ctx))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, drained)
-		if len(ignored) == 0 {
+		ign := ignored[pod.UID]
+		if len(ign) == 0 {
 			continue
 		}
 		warned[pod.UID] = true
 		if r.annotationWarnings.first(s.drain.Spec.NodeName, runOf(s), pod.UID) {
 			r.Events.Eventf(pod, s.drain, corev1.EventTypeWarning, EventAnnotationIgnored, "Drain",
 				"annotation(s) %s ignored: namespace %s is not selected by the pods.annotationNamespaceSelector of %s; the pod is drained as if it had none",
-				strings.Join(ignored, ", "), pod.Namespace, s.policy.Describe())
+				strings.Join(ign, ", "), pod.Namespace, s.policy.Describe())
 		}
 	}
 	r.annotationWarnings.keep(s.drain.Spec.NodeName, runOf(s), warned)

@@ -9,9 +9,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
-	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // TestBudgetIsSharedByDrains: two drains, each with two pods of one

@@ -14,10 +14,10 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/eviction"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	"github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // runOwnController runs the NodeDrain controller alone and returns it, so

@@ -1,8 +1,10 @@
 package nodedrain
 
 import (
+	"fmt"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -26,3 +28,20 @@ const maxHolder = 512
 
 // truncate shortens s to at most n runes, marking the cut with "…".
 func truncate(s string, n int) string { return condition.Truncate(s, n) }
+
+// setCondition sets a condition of the drain, its message capped at
+// v1alpha1.MaxMessage runes.
+func (s *scope) setCondition(t string, status metav1.ConditionStatus, reason, msg string) {
+	condition.Set(&s.drain.Status.Conditions, metav1.Condition{
+		Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.drain.Generation,
+		LastTransitionTime: metav1.NewTime(s.now),
+	})
+}
+
+// listSome names at most n items, then how many more.
+func listSome(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
+}

@@ -21,9 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/hook"
-	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
 // hookApp is an app's evacuation hook served on its simulated pod's own

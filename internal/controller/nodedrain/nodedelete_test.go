@@ -20,10 +20,10 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/requests"
-	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
 // deletePolicy creates a DrainPolicy with onNodeDelete: Drain for the nodes

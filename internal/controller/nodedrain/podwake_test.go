@@ -17,7 +17,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
-	"github.com/vacate-dev/vacate/internal/testutil"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // TestEvictedPodTerminatingWakesDrainsOfItsPDBs: the drains of many nodes

@@ -9,9 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/operator"
-	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
 // TestEvictionRateIsBounded: a controller with --eviction-qps 2 and

@@ -82,7 +82,7 @@ type Reconciler struct {
 	budgetMu sync.Mutex
 	// waiters are the drains waiting on each PDB's budget (budget.go).
 	waiters pdbWaiters
-	blocked  reasonGauge // vacate_pods_blocked
+	blocked reasonGauge // vacate_pods_blocked
 	// writes spaces out status writes that change only progress.
 	writes statusWrites
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
@@ -92,14 +92,15 @@ type Reconciler struct {
 	annotationWarnings warnedPods
 }
 
-// NewReconciler wires a reconciler to its eviction queue: every outcome
-// updates the refusal cache and wakes the node's drain, and every attempt is
-// checked against the pod's holds right before the call (mayEvict).
-func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, newQueue func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue) *Reconciler {
-	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
+// NewReconciler wires a reconciler to the eviction queue (a component of
+// its own, run by the manager): every outcome updates the refusal cache and
+// wakes the node's drain, and every attempt is checked against the pod's
+// holds right before the call (mayEvict).
+func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, evictions *eviction.Queue) *Reconciler {
+	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024), Evictions: evictions}
 	r.refusals.m = map[types.UID]refusal{}
 	r.blocked = newReasonGauge(metrics.PodsBlocked)
-	r.Evictions = newQueue(r.onOutcome, r.mayEvict)
+	evictions.Handle(r.onOutcome, r.mayEvict)
 	r.Hooks = hook.NewProber(r.wake)
 	r.Hooks.Check = r.stillTheTarget
 	return r

@@ -25,11 +25,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	vtestutil "github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
-	"github.com/vacate-dev/vacate/internal/testenv"
-	vtestutil "github.com/vacate-dev/vacate/internal/testutil"
 )
 
 // refusedPodWatch watches a namespace's pods for the whole test and records

@@ -22,16 +22,10 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
-// SetupWithManager registers the controller, its watches, its eviction
-// queue and its HTTP hook prober (both run only on the leader, and stop when
-// leadership ends).
+// SetupWithManager registers the controller, its watches and its HTTP
+// hook prober (run only on the leader, stopped when leadership ends). The
+// eviction queue it feeds is registered beside it (controller.Setup).
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		r.Evictions.Run(ctx)
-		return nil
-	})); err != nil {
-		return err
-	}
 	if err := mgr.Add(manager.RunnableFunc(r.Hooks.Run)); err != nil {
 		return err
 	}

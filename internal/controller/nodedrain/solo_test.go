@@ -12,9 +12,9 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/admission"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
-	"github.com/vacate-dev/vacate/internal/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/eviction"
-	"github.com/vacate-dev/vacate/internal/testenv"
 )
 
 // solo configures runSolo.
@@ -26,7 +26,7 @@ type solo struct {
 	shareClient bool
 	// evict wraps the Eviction API call; nil keeps it.
 	evict func(eviction.EvictFunc) eviction.EvictFunc
-	// queue are the eviction queue's options; runSolo sets OnOutcome and
+	// queue are the eviction queue's options; NewReconciler sets OnOutcome and
 	// MayEvict.
 	queue eviction.Options
 }
@@ -55,12 +55,11 @@ func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler 
 		if s.client != nil {
 			cl = s.client(cl)
 		}
-		r = nodedrain.NewReconciler(cl, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"),
-			func(onOutcome func(eviction.Outcome), mayEvict func(eviction.Request) (bool, string)) *eviction.Queue {
-				opts := s.queue
-				opts.OnOutcome, opts.MayEvict = onOutcome, mayEvict
-				return eviction.NewQueueWithEvictor(evict, opts)
-			})
+		evictions := eviction.NewQueueWithEvictor(evict, s.queue)
+		if err := mgr.Add(evictions); err != nil {
+			return err
+		}
+		r = nodedrain.NewReconciler(cl, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"), evictions)
 		r.APIReader = mgr.GetAPIReader()
 		admClient := mgr.GetClient()
 		if s.shareClient {

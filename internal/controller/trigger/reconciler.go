@@ -251,7 +251,7 @@ func (r *Reconciler) nodeFinalizer(ctx context.Context, node *corev1.Node, nd *v
 // again.
 func drainedForDeletion(nd *v1alpha1.NodeDrain) bool {
 	return nd != nil && nd.DeletionTimestamp.IsZero() &&
-		nd.Status.Phase == v1alpha1.PhaseDrained && nd.Status.Mode == v1alpha1.ModeDecommission
+		nd.Drained() && nd.Status.Mode == v1alpha1.ModeDecommission
 }
 
 // expire releases a deleted node held by the finalizer once bound has

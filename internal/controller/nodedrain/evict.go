@@ -1,0 +1,224 @@
+package nodedrain
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+)
+
+// plan is the planner's decisions for the node's pods, made once per pass
+// (the evacuate and evict stages both need them), under the policy's rules
+// and the node's readiness: terminating pods on a node that has not been
+// Ready for timeouts.unreachablePods are no longer waited on.
+func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
+	if s.plan != nil {
+		return *s.plan, nil
+	}
+	pods, err := r.podsAsDrained(ctx, s)
+	if err != nil {
+		return drain.Plan{}, err
+	}
+	pdbs, err := index.PDBs(ctx, r.Client)
+	if err != nil {
+		return drain.Plan{}, err
+	}
+	plan := drain.New(pods, pdbs, s.policy.Rules.ForNode(s.node), s.now)
+	s.plan, s.pdbs = &plan, pdbs
+	return plan, nil
+}
+
+// evict plans the node's pods, queues the evictions, and reports progress
+// and blockers. It waits until no pod that must leave is left.
+func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	plan, err := r.plan(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if reason, why, over := overdue(s); over && !plan.Completed() {
+		return r.timeout(ctx, s, plan, reason, why)
+	}
+	if res, err := r.keepDaemonSetsOff(ctx, s); err != nil || !res.IsZero() {
+		return res, err
+	}
+	if err := r.queueEvictions(ctx, s, plan); err != nil {
+		return reconcile.Result{}, err
+	}
+	r.report(s, plan)
+	if !plan.Completed() {
+		nd.Status.Phase = v1alpha1.PhaseEvicting
+		if len(s.evac.holding) > 0 {
+			nd.Status.Phase = v1alpha1.PhaseEvacuating
+		}
+		after := min(r.waitFor(s), s.evac.recheck)
+		if s.recheck > 0 {
+			after = min(after, s.recheck)
+		}
+		if !plan.Recheck.IsZero() { // a pod stops being waited on (timeouts.unreachablePods)
+			after = min(after, max(plan.Recheck.Sub(s.now), time.Second))
+		}
+		return reconcile.Result{RequeueAfter: after}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// queueEvictions queues the plan's evictions within the PDBs' budgets.
+// Drains run their passes concurrently and share PDBs: one pass at a time
+// computes the budgets and queues what they let through.
+func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Plan) error {
+	r.budgetMu.Lock()
+	defer r.budgetMu.Unlock()
+	budget := r.pdbBudgets(ctx, s.pdbs)
+	var waiting []string
+	for _, d := range plan.Decisions {
+		if d.Action != drain.Evict {
+			continue
+		}
+		if b, held := s.evac.holding[d.Pod.UID]; held {
+			// Its evacuation is not Completed. A pod this drain took out of
+			// service meanwhile goes back in service: a hold has no bound.
+			if err := r.backInServiceWhileHeld(ctx, s, d, b); err != nil {
+				return err
+			}
+			continue
+		}
+		queue := r.queueEviction
+		if r.takesGatedPath(s, d) {
+			queue = func(s *scope, d drain.Decision, b pdbBudget) error { return r.queueGated(ctx, s, d, b) }
+		}
+		if err := queue(s, d, budget); err != nil {
+			return err
+		}
+		if r.waitsOnBudget(d) {
+			waiting = append(waiting, d.PDBs...)
+		}
+	}
+	slices.Sort(waiting)
+	if r.waiters.wait(s.drain.Name, slices.Compact(waiting), s.since) {
+		r.wake(s.drain.Name) // a PDB it waits on changed during the pass
+	}
+	return nil
+}
+
+// waitsOnBudget says whether the pod's eviction, after this pass, waits for
+// a change of its PDBs: not queued for want of budget, or refused for a PDB
+// and not being tried again. A queued eviction's answer, and an evicted
+// pod's termination, wake the drain on their own.
+func (r *Reconciler) waitsOnBudget(d drain.Decision) bool {
+	uid := d.Pod.UID
+	switch {
+	case len(d.PDBs) == 0, r.Evictions.Evicted(uid), r.gates.holds(uid):
+		return false
+	case !r.Evictions.Pending(uid):
+		return true
+	}
+	ref, ok := r.refusals.get(uid)
+	return ok && !ref.retrying && ref.result == eviction.PDBBlocked
+}
+
+// report writes counts, blockers and the PodsEvicted and Blocked conditions.
+func (r *Reconciler) report(s *scope, plan drain.Plan) {
+	st := &s.drain.Status
+	remaining := int32(plan.Remaining())
+	// Pods that arrive during the drain add to the total; evicted never
+	// goes down.
+	st.Total = max(st.Total, remaining+st.Evicted)
+	st.Remaining = remaining
+	st.Evicted = st.Total - remaining
+	st.Progress = fmt.Sprintf("%d/%d", st.Evicted, st.Total)
+
+	previous := map[string]metav1.Time{}
+	for _, b := range st.Blockers {
+		previous[b.Pod+"|"+b.Reason] = b.Since
+	}
+	var blockers []v1alpha1.Blocker
+	for _, d := range plan.Decisions {
+		b, ok := s.evac.holding[d.Pod.UID]
+		if !ok {
+			b, ok = s.gated[d.Pod.UID]
+		}
+		if !ok {
+			b, ok = r.blockerFor(d, s.now)
+		}
+		if !ok {
+			continue
+		}
+		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
+			b.Since = since
+		} else if _, refused := r.refusals.get(d.Pod.UID); refused && refusedByAPI(b.Reason) {
+			// Only a refusal the API server answered: a pod the plan holds
+			// back because its PDB allows no disruption now (most pods of a
+			// drain, at some moment) is a blocker, not an event.
+			nd, pod, msg := s.drain, d.Pod, fmt.Sprintf("eviction of %s refused: %s", b.Pod, b.Detail)
+			s.afterWrite(func() {
+				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "%s", msg)
+			})
+		}
+		blockers = append(blockers, b)
+	}
+	sort.Slice(blockers, func(i, j int) bool { return blockers[i].Pod < blockers[j].Pod })
+	st.Blocked = int32(len(blockers))
+	if len(blockers) > v1alpha1.MaxBlockers {
+		blockers = blockers[:v1alpha1.MaxBlockers]
+	}
+	st.Blockers, st.BlockersOmitted = blockers, st.Blocked-int32(len(blockers))
+	reasons := make([]string, 0, len(blockers))
+	for _, b := range blockers {
+		reasons = append(reasons, b.Reason)
+	}
+	r.blocked.set(s.drain.Name, reasons...)
+
+	if plan.Completed() {
+		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionTrue, v1alpha1.ReasonAllEvicted, plan.ConditionMessage())
+	} else {
+		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionFalse, v1alpha1.ReasonEvicting, plan.ConditionMessage())
+	}
+	if len(blockers) > 0 {
+		msg := blockedMessage(st.Blocked, blockers)
+		if d := st.Deadline; d != nil && !s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
+			msg = fmt.Sprintf("past the deadline of requester %s (%s): draining on as fast as the pods allow (onTimeout Fail never stops a drain at a deadline); %s",
+				d.Requester, d.Time.UTC().Format(time.RFC3339), msg)
+		}
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, v1alpha1.ReasonBlocked, msg)
+	} else {
+		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionFalse, v1alpha1.ReasonNotBlocked, "nothing blocks the drain")
+	}
+}
+
+func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
+	parts := make([]string, 0, 3)
+	for i, b := range blockers {
+		if i == 3 {
+			break
+		}
+		parts = append(parts, b.Pod+": "+b.Reason)
+	}
+	msg := fmt.Sprintf("%d pod(s) blocked: %s", total, strings.Join(parts, "; "))
+	if int(total) > len(parts) {
+		msg += fmt.Sprintf("; and %d more", int(total)-len(parts))
+	}
+	return msg
+}
+
+// refusedByAPI reports whether a blocker reason is an eviction the API
+// server refused (a PDB's 429, throttling, 403, 422, 500...): each new one
+// is also a Warning event on the drain.
+func refusedByAPI(reason string) bool {
+	switch reason {
+	case v1alpha1.BlockerPDB, v1alpha1.BlockerThrottled, v1alpha1.BlockerForbidden, v1alpha1.BlockerMultiplePDBs, v1alpha1.BlockerInvalid, v1alpha1.BlockerFailed:
+		return true
+	}
+	return false
+}

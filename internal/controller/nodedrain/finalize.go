@@ -1,0 +1,43 @@
+package nodedrain
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/metrics"
+)
+
+// finalize marks the drain Drained, once, when the evacuations after
+// eviction are Completed.
+func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	if reason, why, over := overdue(s); over && len(s.evac.pending) > 0 {
+		return r.timeout(ctx, s, *s.plan, reason, why)
+	}
+	if len(s.evac.pending) > 0 { // the Evacuated condition says which
+		nd.Status.Phase = v1alpha1.PhaseEvacuating
+		return reconcile.Result{RequeueAfter: s.evac.recheck}, nil
+	}
+	nd.Status.Phase = v1alpha1.PhaseDrained
+	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
+	r.forgetNode(nd.Spec.NodeName)
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	took := s.now.Sub(nd.Status.StartTime.Time)
+	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, v1alpha1.ReasonDrained,
+		fmt.Sprintf("%d pod(s) left the node in %s", nd.Status.Evicted, took.Round(time.Second)))
+	node, evicted, log := s.node, nd.Status.Evicted, s.log
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
+			nd.Spec.NodeName, evicted, took.Round(time.Second))
+		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained)).Inc()
+		metrics.DrainDuration.Observe(took.Seconds())
+		log.Info("drained node", "node", klogRef(nd.Spec.NodeName), "evicted", evicted, "took", took)
+	})
+	return reconcile.Result{}, nil
+}

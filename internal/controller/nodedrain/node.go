@@ -1,0 +1,95 @@
+package nodedrain
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
+	"github.com/vacate-dev/vacate/internal/policy"
+)
+
+// loadNode finds the node and its policy; without either, or with more than
+// one policy that selects the node, the drain waits.
+func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd := s.drain
+	node := &corev1.Node{}
+	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
+	if apierrors.IsNotFound(err) {
+		msg := fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName)
+		r.hold(s, v1alpha1.ReasonNodeNotFound, msg)
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonNodeNotFound, msg)
+		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
+	}
+	s.node = node
+	r.warnNoExecute(s, node)
+	if nd.Status.NodeUID == "" {
+		nd.Status.NodeUID = string(node.UID)
+	} else if nd.Status.NodeUID != string(node.UID) {
+		return r.nodeReplaced(ctx, s)
+	}
+	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName, node)
+	switch {
+	case policy.IsNotFound(err):
+		r.hold(s, v1alpha1.ReasonPolicyNotFound, err.Error())
+		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
+	case policy.IsAmbiguous(err):
+		r.hold(s, v1alpha1.ReasonAmbiguousPolicy, err.Error())
+		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	s.policy = p
+	return reconcile.Result{}, nil
+}
+
+// nodeReplaced starts the drain over on a node that was deleted and created
+// again under the same name: it is another machine. Nothing recorded for the
+// old one applies to it: the admission is given up (hold), the Evacuations of
+// this drain are deleted without a cancel (their node is gone, and what was
+// moved off it stays moved), HTTP hook conversations and counts are dropped.
+// The next pass records the new node's UID and admits the drain like a new one.
+func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Result, error) {
+	nd, node := s.drain, s.node
+	list := &v1alpha1.EvacuationList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing Evacuations: %w", err)
+	}
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if ev.Spec.NodeName != nd.Spec.NodeName || ev.Spec.DrainUID != string(nd.UID) ||
+			(!ev.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel)) {
+			continue
+		}
+		s.log.Info("deleting an Evacuation of the node this drain's node replaced", "evacuation", klogRef(ev.Name))
+		if err := r.letGo(ctx, ev, false); err != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting Evacuation %s of the replaced node: %w", ev.Name, err)
+		}
+	}
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	msg := fmt.Sprintf("node %s was deleted and created again (uid %s, was %s): it is another node; the drain starts over on it",
+		node.Name, node.UID, nd.Status.NodeUID)
+	r.hold(s, v1alpha1.ReasonNodeReplaced, msg)
+	st := &nd.Status
+	st.NodeUID = string(node.UID)
+	st.Hooks, st.Total, st.Evicted, st.Remaining, st.Progress, st.CompletionTime = nil, 0, 0, 0, "", nil
+	st.HooksOmitted, st.HookCalls, st.RunID = 0, nil, "" // a new run on the new node
+	for _, t := range []string{v1alpha1.ConditionCordoned, v1alpha1.ConditionEvacuated, v1alpha1.ConditionPodsEvicted, v1alpha1.ConditionDrained} {
+		meta.RemoveStatusCondition(&st.Conditions, t)
+	}
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, node, corev1.EventTypeWarning, v1alpha1.EventNodeReplaced, "Drain", "%s", msg)
+	})
+	return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
+}

@@ -1,0 +1,161 @@
+package nodedrain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/condition"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/metrics"
+)
+
+// overdue says whether the drain ran out of time: past timeouts.drain, with
+// an evacuation past timeouts.evacuation, or, under onTimeout ForceDelete,
+// past a requester's deadline (the machine goes away then: what is left is
+// deleted). reason and why say which. Under Fail a deadline never ends the
+// drain: stopping would leave the pods on a machine that goes, less than
+// the drain would do without a deadline; it drains on as fast as its
+// PodDisruptionBudgets allow, bounded by timeouts.drain.
+func overdue(s *scope) (reason, why string, over bool) {
+	if d := s.drain.Status.Deadline; d != nil && s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
+		return v1alpha1.ReasonDeadlinePassed, fmt.Sprintf("the drain did not finish by %s, the deadline of requester %s",
+			d.Time.UTC().Format(time.RFC3339), d.Requester), true
+	}
+	if st := s.drain.Status.StartTime; s.policy.DrainTimeout > 0 && st != nil && s.now.Sub(st.Time) >= s.policy.DrainTimeout {
+		return v1alpha1.ReasonDrainTimeout, fmt.Sprintf("the drain did not finish within %s (timeouts.drain)", s.policy.DrainTimeout), true
+	}
+	if len(s.evac.timedOut) > 0 {
+		return v1alpha1.ReasonEvacuationTimedOut, "evacuation(s) past timeouts.evacuation: " + strings.Join(s.evac.timedOut, "; "), true
+	}
+	return "", "", false
+}
+
+// waitFor is how long an evicting drain waits for its next pass when no
+// event comes: the resync, or the drain timeout or deadline if sooner.
+func (r *Reconciler) waitFor(s *scope) time.Duration {
+	wait := requeue.Resync
+	if s.policy.DrainTimeout > 0 && s.drain.Status.StartTime != nil {
+		if left := s.drain.Status.StartTime.Add(s.policy.DrainTimeout).Sub(s.now); left > 0 {
+			wait = min(wait, left)
+		}
+	}
+	if d := s.drain.Status.Deadline; d != nil && s.policy.ForceDelete {
+		if left := d.Time.Sub(s.now); left > 0 {
+			wait = min(wait, left)
+		}
+	}
+	return wait
+}
+
+// timeout ends a drain that ran out of time. Under onTimeout: Fail it is
+// Failed with the pods in place. Under ForceDelete, only when the policy
+// says so, it deletes the pods that must leave, except the ones it never
+// deletes: pods an unfinished evacuation or HTTP hook protects (safety
+// invariant 3) and pods annotated wait-completed; once nothing more can
+// leave, the drain is Drained if nothing was spared, else Failed naming the
+// spared pods. Either way it reaches a final phase.
+func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, reason, why string) (reconcile.Result, error) {
+	r.report(s, plan)
+	if s.policy.ForceDelete {
+		deleted, leaving, err := r.forceDelete(ctx, s, plan, why)
+		if apierrors.IsForbidden(err) {
+			// Retrying cannot help: the right is missing (or an admission
+			// policy refuses). End the drain saying what to bind.
+			r.fail(s, v1alpha1.ReasonForceDeleteForbidden, fmt.Sprintf("%s; onTimeout ForceDelete, but %v; bind the ClusterRole "+
+				"vacate-controller-force-delete to the controller ('vacate manifests force-delete | kubectl apply -f -')", why, err))
+			return reconcile.Result{}, nil
+		}
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if deleted+leaving > 0 {
+			s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason,
+				fmt.Sprintf("%s; remaining pods deleted (policy onTimeout: ForceDelete)", why))
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+		spared := sparedPods(s, plan)
+		if len(spared) == 0 && len(s.evac.pending) == 0 {
+			return reconcile.Result{}, nil // everything left: finalize
+		}
+		why += "; onTimeout ForceDelete deleted every pod it may"
+		if len(spared) > 0 {
+			why += ", and will not delete " + listSome(spared, 5)
+		}
+		if len(s.evac.pending) > 0 {
+			why += "; unfinished: " + strings.Join(s.evac.pending, "; ")
+		}
+	} else {
+		why += ": " + plan.ConditionMessage()
+	}
+	r.fail(s, reason, why)
+	return reconcile.Result{}, nil
+}
+
+// fail ends the drain Failed, with the pods that are left in place.
+func (r *Reconciler) fail(s *scope, reason, msg string) {
+	nd := s.drain
+	r.forgetNode(nd.Spec.NodeName)
+	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	nd.Status.Phase = v1alpha1.PhaseFailed
+	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
+	msg = condition.Cap(msg)
+	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason, msg)
+	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)
+		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+	})
+	s.stop = true
+}
+
+// forceDelete deletes the pods that must leave and may be deleted, and
+// reports how many it deleted and how many are still on their way out.
+func (r *Reconciler) forceDelete(ctx context.Context, s *scope, plan drain.Plan, why string) (deleted, leaving int, _ error) {
+	nd := s.drain
+	for _, d := range plan.Decisions {
+		if d.Action == drain.Wait && d.Reason == drain.ReasonTerminating {
+			leaving++
+			continue
+		}
+		if d.Action != drain.Evict && d.Action != drain.Block {
+			continue
+		}
+		if _, held := s.evac.holding[d.Pod.UID]; held {
+			continue // safety invariant 3: never before its evacuation is Completed
+		}
+		s.log.Info("deleting pod after a timeout (policy onTimeout: ForceDelete)", "pod", klogRef(d.Key()), "why", why)
+		err := r.Client.Delete(ctx, d.Pod, ctrl.Preconditions{UID: &d.Pod.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return deleted, leaving, fmt.Errorf("deleting pod %s after a timeout: %w", d.Key(), err)
+		}
+		deleted++
+		r.Events.Eventf(nd, d.Pod, corev1.EventTypeWarning, v1alpha1.EventForceDeleted, "Delete",
+			"deleted pod %s: %s (policy onTimeout: ForceDelete)", d.Key(), why)
+	}
+	return deleted, leaving, nil
+}
+
+// sparedPods are the pods that must leave but that ForceDelete never
+// deletes, each with why.
+func sparedPods(s *scope, plan drain.Plan) []string {
+	var out []string
+	for _, d := range plan.Decisions {
+		switch b, held := s.evac.holding[d.Pod.UID]; {
+		case held:
+			out = append(out, fmt.Sprintf("%s (held by %s)", d.Key(), b.Holder))
+		case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
+			out = append(out, d.Key()+" (annotated "+drain.PodAnnotation+": "+drain.AnnotationWaitCompleted+")")
+		}
+	}
+	return out
+}

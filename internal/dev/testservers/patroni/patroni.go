@@ -1,0 +1,690 @@
+// Package patroni runs a real PostgreSQL cluster under Patroni on this
+// machine: an etcd as the DCS and one Patroni process per member, each
+// managing its own PostgreSQL 15 on that member's loopback IP, the way a pod
+// would run it. test/stateful uses it to prove the recipe in
+// examples/postgresql-patroni (docs/recipes/postgresql-patroni.md) on the
+// dev cluster, with vacate-hook and the controller, under a client load.
+//
+// It needs the Debian packages postgresql (15) and patroni (3.0.2) (make
+// stateful-servers installs them) and the dev cluster's etcd binary
+// (devcluster.EnsureBinaries). PostgreSQL refuses to run as root, so when the
+// test runs as root every member runs as the user postgres.
+//
+// A test starts a cluster on the pods' IPs, runs a recipe beside a member
+// and judges what clients saw:
+//
+//	c, err := patroni.Start(ctx, patroni.Options{Dir: t.TempDir(), DCSIP: dcsIP, MemberIPs: podIPs})
+//	if err != nil { // Start has stopped what it started
+//		t.Fatal(err)
+//	}
+//	t.Cleanup(c.Stop)
+//	load, err := c.StartLoad(ctx, 0)     // commits through whichever member is the primary
+//	env := c.SidecarEnv(i)               // POD_NAME, PATRONI_URL, ... for a sidecar beside member i
+//	v, err := c.View(ctx)                // who leads; each member's role, state and lag
+//	report, err := load.Stop(ctx)        // a testservers.Report: lost, duplicated, longest outage
+package patroni
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+)
+
+// Fixed ports: each member binds them on its own IP only, as a pod would.
+const (
+	// PostgresPort is every member's PostgreSQL port.
+	PostgresPort = 5432
+	// RESTPort is every member's Patroni REST API port.
+	RESTPort = 8008
+	// etcdClientPort and etcdPeerPort are the DCS's ports on Options.DCSIP.
+	etcdClientPort = 2379
+	etcdPeerPort   = 2380
+)
+
+// Where Debian's packages put the servers.
+const (
+	patroniBin  = "/usr/bin/patroni"
+	postgresBin = "/usr/lib/postgresql/15/bin"
+)
+
+// Credentials every member is given. The cluster is a throwaway on loopback.
+const (
+	// Superuser and SuperuserPassword are what the load client and
+	// checks connect as.
+	Superuser         = "postgres"
+	SuperuserPassword = "vacate-superuser"
+	replicationUser   = "replicator"
+	replicationPass   = "vacate-replication"
+)
+
+// Options says where and how to run a cluster.
+type Options struct {
+	// Dir holds every member's files (a t.TempDir()). When the test runs
+	// as root, Dir and the directories above it up to the system's temp
+	// directory are made traversable (o+x) so that the postgres user
+	// reaches its own subdirectories.
+	Dir string
+	// DCSIP is the loopback IP the etcd listens on (ports 2379 and 2380).
+	DCSIP netip.Addr
+	// MemberIPs holds one loopback IP per member (the pods' IPs); member i
+	// is named Name(i) and listens on MemberIPs[i] (PostgreSQL on 5432,
+	// Patroni's REST API on 8008).
+	MemberIPs []netip.Addr
+	// Scope is the Patroni cluster's name (default "vacate").
+	Scope string
+	// LoopWait, TTL and RetryTimeout are Patroni's loop_wait, ttl and
+	// retry_timeout (defaults 1 s, 20 s, 5 s: faster than Patroni's own
+	// defaults, so a switchover takes seconds).
+	LoopWait, TTL, RetryTimeout time.Duration
+	// Log receives the harness's progress lines (nil: none). Each
+	// process's own output goes to a file under Dir (see Cluster.Logs).
+	Log io.Writer
+}
+
+func (o *Options) defaults() error {
+	if o.Dir == "" {
+		return errors.New("patroni: Options.Dir is required")
+	}
+	if !o.DCSIP.IsValid() || !o.DCSIP.IsLoopback() {
+		return fmt.Errorf("patroni: DCSIP %v is not a loopback address", o.DCSIP)
+	}
+	if len(o.MemberIPs) == 0 {
+		return errors.New("patroni: Options.MemberIPs is empty")
+	}
+	for _, ip := range o.MemberIPs {
+		if !ip.IsLoopback() || !ip.Is4() || ip == o.DCSIP {
+			return fmt.Errorf("patroni: member IP %v is not an IPv4 loopback address of its own", ip)
+		}
+	}
+	if o.Scope == "" {
+		o.Scope = "vacate"
+	}
+	if o.LoopWait == 0 {
+		o.LoopWait = time.Second
+	}
+	if o.TTL == 0 {
+		o.TTL = 20 * time.Second
+	}
+	if o.RetryTimeout == 0 {
+		o.RetryTimeout = 5 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return nil
+}
+
+// Cluster is a running DCS and its members. Its methods are safe for
+// concurrent use.
+type Cluster struct {
+	opts    Options
+	cred    *syscall.Credential
+	etcd    *process
+	members []*member
+	http    *http.Client
+	stopped sync.Once
+}
+
+type member struct {
+	mu   sync.Mutex
+	name string
+	ip   netip.Addr
+	dir  string
+	proc *process // nil while stopped
+}
+
+// Name is the name of member i: its Patroni name, and the pod's name a
+// sidecar beside it sees as POD_NAME.
+func Name(i int) string { return "pg-" + strconv.Itoa(i) }
+
+// Start starts the DCS and every member, and returns once one member is the
+// leader and accepts writes and every other member streams from it. On error
+// everything it started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, http: &http.Client{Timeout: 3 * time.Second}}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if err := c.prepare(); err != nil {
+		return nil, err
+	}
+	if err := c.startEtcd(ctx); err != nil {
+		return nil, err
+	}
+	for i, ip := range opts.MemberIPs {
+		m := &member{name: Name(i), ip: ip, dir: filepath.Join(opts.Dir, Name(i))}
+		c.members = append(c.members, m)
+		if err := c.writeConfig(m); err != nil {
+			return nil, err
+		}
+	}
+	// The first member bootstraps alone, so it is the first leader; the
+	// others then clone it.
+	if err := c.StartMember(0); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if _, err := c.WaitLeader(ctx, ""); err != nil {
+		return nil, fmt.Errorf("waiting for %s to bootstrap: %w", Name(0), err)
+	}
+	fmt.Fprintf(c.opts.Log, "%s bootstrapped and leads after %s\n", Name(0), time.Since(start).Round(time.Millisecond))
+	for i := 1; i < len(c.members); i++ {
+		if err := c.StartMember(i); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c.opts.Log, "every member streams after %s\n", time.Since(start).Round(time.Millisecond))
+	return c, nil
+}
+
+// prepare finds the postgres user (when running as root) and makes Dir
+// reachable by it.
+func (c *Cluster) prepare() error {
+	if err := os.MkdirAll(c.opts.Dir, 0o755); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return fmt.Errorf("finding the postgres user (is the postgresql package installed?): %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	tmp := filepath.Clean(os.TempDir())
+	for d := filepath.Clean(c.opts.Dir); strings.HasPrefix(d, tmp+string(filepath.Separator)); d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mkdirOwned creates dir owned by the user the servers run as.
+func (c *Cluster) mkdirOwned(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if c.cred != nil {
+		return os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid))
+	}
+	return nil
+}
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	bins, err := devcluster.EnsureBinaries(ctx, c.opts.Log)
+	if err != nil {
+		return fmt.Errorf("finding etcd: %w", err)
+	}
+	dir := filepath.Join(c.opts.Dir, "etcd")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	client := "http://" + netip.AddrPortFrom(c.opts.DCSIP, etcdClientPort).String()
+	peer := "http://" + netip.AddrPortFrom(c.opts.DCSIP, etcdPeerPort).String()
+	p, err := startProcess(bins[devcluster.Etcd], []string{
+		"--name=dcs",
+		"--data-dir=" + filepath.Join(dir, "data"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=dcs=" + peer,
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}, nil, nil, filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	c.etcd = p
+	err = poll(ctx, 30*time.Second, func() (bool, string) {
+		if p.exited() {
+			return false, "etcd exited: " + p.logTail()
+		}
+		body, err := c.get(ctx, client+"/health")
+		return err == nil && strings.Contains(body, `"health":"true"`), fmt.Sprint("etcd not healthy: ", err, body)
+	})
+	if err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	fmt.Fprintf(c.opts.Log, "etcd ready on %s\n", client)
+	return nil
+}
+
+// writeConfig writes member m's patroni.yml and creates its directories.
+func (c *Cluster) writeConfig(m *member) error {
+	if err := c.mkdirOwned(m.dir); err != nil {
+		return err
+	}
+	secs := func(d time.Duration) int { return int(d.Round(time.Second) / time.Second) }
+	pg := netip.AddrPortFrom(m.ip, PostgresPort).String()
+	rest := netip.AddrPortFrom(m.ip, RESTPort).String()
+	cfg := fmt.Sprintf(`scope: %[1]s
+name: %[2]s
+log:
+  level: INFO
+restapi:
+  listen: %[3]s
+  connect_address: %[3]s
+etcd3:
+  hosts: %[4]s
+bootstrap:
+  dcs:
+    ttl: %[5]d
+    loop_wait: %[6]d
+    retry_timeout: %[7]d
+    maximum_lag_on_failover: 1048576
+    postgresql:
+      use_pg_rewind: true
+      parameters:
+        wal_level: replica
+        hot_standby: "on"
+        wal_log_hints: "on"
+        max_wal_senders: 10
+        max_replication_slots: 10
+  initdb:
+  - encoding: UTF8
+  - auth-local: trust
+postgresql:
+  listen: %[8]s
+  connect_address: %[8]s
+  data_dir: %[9]s/data
+  bin_dir: %[10]s
+  pgpass: %[9]s/pgpass
+  authentication:
+    superuser:
+      username: %[11]s
+      password: %[12]s
+    replication:
+      username: %[13]s
+      password: %[14]s
+    rewind:
+      username: %[11]s
+      password: %[12]s
+  parameters:
+    unix_socket_directories: %[9]s
+    shared_buffers: 16MB
+    max_connections: 40
+    fsync: "off"
+  pg_hba:
+  - local all all trust
+  - host all all 127.0.0.0/8 md5
+  - host replication %[13]s 127.0.0.0/8 md5
+`, c.opts.Scope, m.name, rest, netip.AddrPortFrom(c.opts.DCSIP, etcdClientPort),
+		secs(c.opts.TTL), secs(c.opts.LoopWait), secs(c.opts.RetryTimeout),
+		pg, m.dir, postgresBin, Superuser, SuperuserPassword, replicationUser, replicationPass)
+	path := filepath.Join(m.dir, "patroni.yml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	if c.cred != nil {
+		return os.Chown(path, int(c.cred.Uid), int(c.cred.Gid))
+	}
+	return nil
+}
+
+// Len is the number of members.
+func (c *Cluster) Len() int { return len(c.members) }
+
+// IP is member i's IP (its pod's IP).
+func (c *Cluster) IP(i int) netip.Addr { return c.members[i].ip }
+
+// Index is the index of the member named name, or -1.
+func (c *Cluster) Index(name string) int {
+	return slices.IndexFunc(c.members, func(m *member) bool { return m.name == name })
+}
+
+// RESTURL is the base URL of member i's Patroni REST API.
+func (c *Cluster) RESTURL(i int) string {
+	return "http://" + netip.AddrPortFrom(c.members[i].ip, RESTPort).String()
+}
+
+// SidecarEnv is what a sidecar beside member i adds to its own environment
+// to reach that member, as the recipe's manifest sets it: POD_NAME and
+// POD_IP (the downward API), PATRONI_NAME (the member's Patroni name, as
+// Spilo and Crunchy's images set it) and PATRONI_URL (its REST API; in a pod
+// it is http://127.0.0.1:8008, which the recipe's script defaults to).
+func (c *Cluster) SidecarEnv(i int) []string {
+	m := c.members[i]
+	return []string{
+		"POD_NAME=" + m.name,
+		"POD_IP=" + m.ip.String(),
+		"PATRONI_NAME=" + m.name,
+		"PATRONI_URL=" + c.RESTURL(i),
+	}
+}
+
+// DSN is a connection string for the superuser over every member, that
+// picks whichever accepts writes (target_session_attrs=read-write).
+func (c *Cluster) DSN() string {
+	hosts := make([]string, len(c.members))
+	for i, m := range c.members {
+		hosts[i] = netip.AddrPortFrom(m.ip, PostgresPort).String()
+	}
+	return fmt.Sprintf("postgres://%s:%s@%s/postgres?target_session_attrs=read-write&connect_timeout=2&sslmode=disable",
+		Superuser, SuperuserPassword, strings.Join(hosts, ","))
+}
+
+// MemberDSN is a connection string for the superuser to member i alone.
+func (c *Cluster) MemberDSN(i int) string {
+	return fmt.Sprintf("postgres://%s:%s@%s/postgres?connect_timeout=2&sslmode=disable",
+		Superuser, SuperuserPassword, netip.AddrPortFrom(c.members[i].ip, PostgresPort))
+}
+
+// StartMember starts member i's Patroni (which starts its PostgreSQL, a
+// replica cloned from the leader when its data directory is empty). It
+// returns once the process runs; WaitHealthy waits for it to serve.
+func (c *Cluster) StartMember(i int) error {
+	m := c.members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil && !m.proc.exited() {
+		return fmt.Errorf("member %s is already running", m.name)
+	}
+	env := []string{
+		"HOME=" + m.dir,
+		"PATH=/usr/bin:/bin",
+		"LANG=C.UTF-8",
+		"LC_ALL=C.UTF-8",
+	}
+	p, err := startProcess(patroniBin, []string{filepath.Join(m.dir, "patroni.yml")}, env, c.cred,
+		filepath.Join(m.dir, "patroni.log"))
+	if err != nil {
+		return fmt.Errorf("starting member %s: %w", m.name, err)
+	}
+	p.postmasterPID = filepath.Join(m.dir, "data", "postmaster.pid")
+	m.proc = p
+	fmt.Fprintf(c.opts.Log, "member %s started (patroni pid %d)\n", m.name, p.cmd.Process.Pid)
+	return nil
+}
+
+// StopMember stops member i as Kubernetes stops a pod: SIGTERM to Patroni,
+// which shuts PostgreSQL down (a leader hands its lock back first), then
+// SIGKILL to whatever is left after grace.
+func (c *Cluster) StopMember(i int, grace time.Duration) {
+	m := c.members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil {
+		m.proc.stop(grace)
+		m.proc = nil
+		fmt.Fprintf(c.opts.Log, "member %s stopped\n", m.name)
+	}
+}
+
+// KillMember kills member i at once, Patroni and every PostgreSQL process
+// (SIGKILL), as a node that dies would.
+func (c *Cluster) KillMember(i int) { c.StopMember(i, 0) }
+
+// Running says whether member i's Patroni process runs.
+func (c *Cluster) Running(i int) bool {
+	m := c.members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.proc != nil && !m.proc.exited()
+}
+
+// Logs are the tails of every process's output, for a failed test.
+func (c *Cluster) Logs() string {
+	var b strings.Builder
+	if c.etcd != nil {
+		fmt.Fprintf(&b, "--- etcd\n%s\n", c.etcd.logTail())
+	}
+	for _, m := range c.members {
+		m.mu.Lock()
+		p := m.proc
+		m.mu.Unlock()
+		if p != nil {
+			fmt.Fprintf(&b, "--- %s\n%s\n", m.name, p.logTail())
+		} else if data, err := os.ReadFile(filepath.Join(m.dir, "patroni.log")); err == nil {
+			fmt.Fprintf(&b, "--- %s (stopped)\n%s\n", m.name, tail(data, 4000))
+		}
+	}
+	return b.String()
+}
+
+// Stop stops every member and the DCS, and waits for their processes
+// (PostgreSQL's too) to be gone. It is safe to call more than once.
+func (c *Cluster) Stop() {
+	c.stopped.Do(func() {
+		var wg sync.WaitGroup
+		for i := range c.members {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.StopMember(i, 10*time.Second) }()
+		}
+		wg.Wait()
+		if c.etcd != nil {
+			c.etcd.stop(5 * time.Second)
+		}
+	})
+}
+
+// View is the cluster as Patroni reports it (GET /cluster).
+type View struct {
+	// Leader names the member holding the leader lock ("" when none).
+	Leader string
+	// Members lists every member registered in the DCS, by name.
+	Members []MemberView
+	// From is the member whose REST API answered.
+	From string
+}
+
+// MemberView is one member in a View.
+type MemberView struct {
+	Name string `json:"name"`
+	// Role is leader, replica or sync_standby.
+	Role string `json:"role"`
+	// State is Patroni's state of its PostgreSQL: running, streaming,
+	// starting, stopped, ...
+	State    string `json:"state"`
+	APIURL   string `json:"api_url"`
+	Host     string `json:"host"`
+	Timeline int    `json:"timeline"`
+	// Lag is the replica's lag behind the leader in bytes (-1: unknown,
+	// 0 for the leader).
+	Lag int64 `json:"-"`
+	// RawLag is Patroni's lag field: a number of bytes or "unknown".
+	RawLag json.RawMessage `json:"lag"`
+}
+
+// Member finds the member named name.
+func (v View) Member(name string) (MemberView, bool) {
+	i := slices.IndexFunc(v.Members, func(m MemberView) bool { return m.Name == name })
+	if i < 0 {
+		return MemberView{}, false
+	}
+	return v.Members[i], true
+}
+
+func (v View) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "leader %q:", v.Leader)
+	for _, m := range v.Members {
+		fmt.Fprintf(&b, " %s(%s,%s,tl %d,lag %d)", m.Name, m.Role, m.State, m.Timeline, m.Lag)
+	}
+	return b.String()
+}
+
+// View asks the members' REST APIs, in order, for the cluster (GET
+// /cluster), and returns the first answer.
+func (c *Cluster) View(ctx context.Context) (View, error) {
+	var errs []error
+	for i, m := range c.members {
+		body, err := c.get(ctx, c.RESTURL(i)+"/cluster")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var raw struct {
+			Members []MemberView `json:"members"`
+		}
+		if err := json.Unmarshal([]byte(body), &raw); err != nil {
+			errs = append(errs, fmt.Errorf("%s: decoding /cluster: %w", m.name, err))
+			continue
+		}
+		v := View{From: m.name, Members: raw.Members}
+		for j := range v.Members {
+			mv := &v.Members[j]
+			if mv.Role == "leader" {
+				v.Leader = mv.Name
+			}
+			if n, err := strconv.ParseInt(string(mv.RawLag), 10, 64); err == nil {
+				mv.Lag = n
+			} else if len(mv.RawLag) > 0 {
+				mv.Lag = -1
+			}
+		}
+		return v, nil
+	}
+	return View{}, fmt.Errorf("no member's REST API answered: %w", errors.Join(errs...))
+}
+
+// AcceptsWrites says whether member i's Patroni reports it as the primary
+// holding the leader lock with PostgreSQL out of recovery (GET /primary
+// answering 200 with role master).
+func (c *Cluster) AcceptsWrites(ctx context.Context, i int) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.RESTURL(i)+"/primary", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Role  string `json:"role"`
+		State string `json:"state"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return false
+	}
+	return (st.Role == "master" || st.Role == "primary") && st.State == "running"
+}
+
+// WaitLeader waits until a member other than not (a name, or "") is the
+// leader and accepts writes, and returns its index.
+func (c *Cluster) WaitLeader(ctx context.Context, not string) (int, error) {
+	leader := -1
+	err := poll(ctx, 90*time.Second, func() (bool, string) {
+		v, err := c.View(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		if v.Leader == "" || v.Leader == not {
+			return false, v.String()
+		}
+		leader = c.Index(v.Leader)
+		return leader >= 0 && c.AcceptsWrites(ctx, leader), v.String()
+	})
+	return leader, err
+}
+
+// WaitHealthy waits until one member leads and accepts writes and every
+// running member is registered and streams from it with a known lag.
+func (c *Cluster) WaitHealthy(ctx context.Context) error {
+	return poll(ctx, 120*time.Second, func() (bool, string) {
+		v, err := c.View(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		leader := c.Index(v.Leader)
+		if leader < 0 || !c.AcceptsWrites(ctx, leader) {
+			return false, "no writable leader: " + v.String()
+		}
+		for i, m := range c.members {
+			if !c.Running(i) || m.name == v.Leader {
+				continue
+			}
+			mv, ok := v.Member(m.name)
+			if !ok || (mv.State != "running" && mv.State != "streaming") || mv.Lag < 0 || !c.replicaStreams(ctx, i) {
+				return false, "replica " + m.name + " not streaming: " + v.String()
+			}
+		}
+		return true, v.String()
+	})
+}
+
+// replicaStreams says whether member i's Patroni reports a running replica
+// that receives WAL (GET /replica answering 200).
+func (c *Cluster) replicaStreams(ctx context.Context, i int) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.RESTURL(i)+"/replica", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (c *Cluster) get(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}
+
+// poll calls cond until it says true, ctx ends or timeout passes; the error
+// carries cond's last word.
+func poll(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ok, why := cond()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s", ctx.Err(), why)
+		case <-t.C:
+		}
+	}
+}
