@@ -26,23 +26,41 @@ type pdbBudget struct {
 	state map[string]string
 }
 
-// pdbBudgets computes the budgets of pdbs, the PDBs the plan was made
-// with, so that plan and budgets see the same statuses, less the evictions
-// of every drain (not only this one's: drains of many nodes share PDBs)
-// already on their way: queued or in flight without a PDB refusal, tried
-// again at once and not answered yet, or succeeded while the cache does not
-// show the pod terminating yet. The caller holds r.budgetMu until it has
-// queued what the budgets let through.
-func (r *Reconciler) pdbBudgets(ctx context.Context, pdbs []*policyv1.PodDisruptionBudget) pdbBudget {
+// pdbBudgets computes the budgets of the PDBs that guard the plan's
+// evictions, from pdbs, the PDBs the plan was made with, so that plan and
+// budgets see the same statuses, less the evictions of every drain (not
+// only this one's: drains of many nodes share PDBs) already on their way:
+// queued or in flight without a PDB refusal, tried again at once and not
+// answered yet, or succeeded while the cache does not show the pod
+// terminating yet. Only the plan's PDBs are looked at: a pass costs its
+// node's pods, not the cluster's PDBs. The caller holds r.budgetMu until
+// it has queued what the budgets let through.
+func (r *Reconciler) pdbBudgets(ctx context.Context, pdbs []*policyv1.PodDisruptionBudget, plan drain.Plan) pdbBudget {
 	b := pdbBudget{left: map[string]int{}, state: map[string]string{}}
+	needed := map[string]bool{}
+	for _, d := range plan.Decisions {
+		if d.Action == drain.Evict {
+			for _, k := range d.PDBs {
+				needed[k] = true
+			}
+		}
+	}
+	if len(needed) == 0 {
+		return b
+	}
 	for _, p := range pdbs {
 		key := p.Namespace + "/" + p.Name
+		if !needed[key] {
+			continue
+		}
 		b.left[key] = int(p.Status.DisruptionsAllowed)
 		b.state[key] = pdbState(p)
 	}
 	underway := func(uid types.UID, pod types.NamespacedName) bool { return r.evictionUnderway(ctx, uid, pod) }
 	for k, n := range r.claims.underway(underway) {
-		b.left[k] -= n
+		if needed[k] {
+			b.left[k] -= n
+		}
 	}
 	return b
 }

@@ -31,7 +31,7 @@ func TestBudgetIsSharedByDrains(t *testing.T) {
 			testutil.Pod(node+"-web-1").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 			testutil.Pod(node+"-web-2").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 		}
-		s := &scope{pdbs: pdbs, now: now}
+		s := &scope{drain: testutil.NodeDrain(node, "", "cli:test"), pdbs: pdbs, now: now}
 		if err := r.queueEvictions(context.Background(), s, drain.New(pods, pdbs, drain.Rules{}, now)); err != nil {
 			t.Fatal(err)
 		}

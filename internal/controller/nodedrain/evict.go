@@ -80,7 +80,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Plan) error {
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
-	budget := r.pdbBudgets(ctx, s.pdbs)
+	budget := r.pdbBudgets(ctx, s.pdbs, plan)
 	var waiting []string
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
