@@ -139,7 +139,7 @@ bench: controlplane ## Measure vacate against kubectl drain and a tight client: 
 .PHONY: bench-scale
 bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes with SCALE_PODS pods under maxParallelNodes 10%
 	$(GO) run ./hack/bench -nodes $(SCALE_NODES) -pods $(SCALE_PODS) -daemonsets 2 -drain 10% -max-parallel 10% \
-		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 -kwok-parallelism 32 $(BENCH_FLAGS)
+		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 $(BENCH_FLAGS)
 
 .PHONY: bench-endpoints
 bench-endpoints: controlplane ## Requests a drain drops: kubectl drain, vacate without and with the readiness gate, preStop sleep (needs root: a network namespace)

@@ -20,6 +20,7 @@ import (
 )
 
 func main() {
+	operator.TuneGC()
 	opts := operator.DefaultOptions()
 	// --kubeconfig is registered by controller-runtime and read by ctrl.GetConfig.
 	fs := flag.CommandLine

@@ -61,7 +61,7 @@ func main() {
 	flag.StringVar(&rowsFlag, "rows", "engine,parallel,tight,first", "rows to run: engine, parallel, tight, first (comma separated), or driver names")
 	flag.IntVar(&firstN, "first-drains", 20, "single-node drains in the first-eviction row")
 	flag.IntVar(&kcmQPS, "kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that); 0 keeps its default (20), which paces ReplicaSets' pod creation")
-	flag.IntVar(&kwokPar, "kwok-parallelism", 0, "pods and nodes kwok handles at once (stages, leases); 0 keeps its default (4), which makes thousands of pods Running at a few a second and lets leases of hundreds of nodes lapse")
+	flag.IntVar(&kwokPar, "kwok-parallelism", 32, "pods and nodes kwok handles at once (stages, leases); 0 keeps kwok's default (4), one simulated kubelet for every node, which starts and stops the pods of all nodes four at a time: a drain of ten nodes at once then waits on it (docs/performance.md), and thousands of pods go Running at a few a second")
 	flag.StringVar(&ctrlFlags, "controller-flags", "", "more vacate-controller flags, space separated (for example --pprof-bind-address 127.0.0.1:6060 to take profiles during a run)")
 	flag.BoolVar(&keep, "keep", false, "keep every run's cluster directory (logs, audit log) for a look afterwards")
 	flag.BoolVar(&tight, "tight-client", false, "internal: run as the tight client")

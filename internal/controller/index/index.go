@@ -59,10 +59,14 @@ func NodeNameOf(o client.Object) []string {
 	return nil
 }
 
-// PodsOnNode lists the node's pods from the cache.
+// PodsOnNode lists the node's pods from the cache, without copies: they
+// are the cache's own objects, which the caller must not change (a change
+// goes to the API server, or to a DeepCopy, as policy.AsDrained does).
+// Copies of every pod of the node for every pass were a twelfth of the
+// controller's CPU at 10,000 pods, and most of what a pass allocates.
 func PodsOnNode(ctx context.Context, c client.Reader, node string) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := c.List(ctx, list, client.MatchingFields{PodNodeName: node}); err != nil {
+	if err := c.List(ctx, list, client.MatchingFields{PodNodeName: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	pods := make([]*corev1.Pod, 0, len(list.Items))

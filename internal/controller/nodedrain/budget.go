@@ -3,6 +3,7 @@ package nodedrain
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -57,10 +58,8 @@ func (r *Reconciler) pdbBudgets(ctx context.Context, pdbs []*policyv1.PodDisrupt
 		b.state[key] = pdbState(p)
 	}
 	underway := func(uid types.UID, pod types.NamespacedName) bool { return r.evictionUnderway(ctx, uid, pod) }
-	for k, n := range r.claims.underway(underway) {
-		if needed[k] {
-			b.left[k] -= n
-		}
+	for k, n := range r.claims.underway(needed, underway) {
+		b.left[k] -= n
 	}
 	return b
 }
@@ -99,19 +98,26 @@ func (c *pdbClaims) pdbsOf(uid types.UID) []string {
 	return c.byPod[uid].pdbs
 }
 
-// underway counts, per PDB, the pods whose eviction is underway, and
-// forgets the others.
-func (c *pdbClaims) underway(isUnderway func(types.UID, types.NamespacedName) bool) map[string]int {
+// underway counts, for the PDBs a pass needs, the pods whose eviction is
+// underway, and forgets the claims of those pods that no longer are. Claims
+// of other PDBs are not looked at: each check may read the pod, and a pass
+// costs its node's PDBs, not every eviction of every drain.
+func (c *pdbClaims) underway(needed map[string]bool, isUnderway func(types.UID, types.NamespacedName) bool) map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]int{}
 	for uid, cl := range c.byPod {
+		if !slices.ContainsFunc(cl.pdbs, func(k string) bool { return needed[k] }) {
+			continue
+		}
 		if !isUnderway(uid, cl.pod) {
 			delete(c.byPod, uid)
 			continue
 		}
 		for _, k := range cl.pdbs {
-			out[k]++
+			if needed[k] {
+				out[k]++
+			}
 		}
 	}
 	return out

