@@ -166,6 +166,12 @@ func TestOverlappingSelectorsAreReportedOnEveryPolicyInvolved(t *testing.T) {
 			}
 		})
 	}
+	// A default that carries a nodeSelector (one written before the API
+	// refused it) still governs only what the others leave: never an overlap.
+	withSelector := items(drainPolicy(v1alpha1.DefaultPolicyName, "pool", "gpu"), drainPolicy("gpu", "pool", "gpu"))
+	if c := meta.FindStatusCondition(reported(v1alpha1.DefaultPolicyName, withSelector, cluster).Status.Conditions, ConditionOverlapping); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("a default with a nodeSelector: Overlapping %+v, want False", c)
+	}
 	// Without the empty selector, gpu and web share no node: no overlap.
 	if c := meta.FindStatusCondition(reported("web", items(drainPolicy("gpu", "pool", "gpu"), drainPolicy("web", "pool", "web")), cluster).Status.Conditions, ConditionOverlapping); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNoOverlap {
 		t.Errorf("disjoint selectors: Overlapping %+v, want False NoOverlap", c)
@@ -192,6 +198,11 @@ func TestOverlapMessageIsBoundedAndStable(t *testing.T) {
 			name:   "five nodes shown",
 			shared: map[string][]string{"p": {"n5", "n4", "n3", "n2", "n1"}},
 			want:   "DrainPolicy p also selects 5 node(s): n1, n2, n3, n4, n5" + tail,
+		},
+		{
+			name:   "six nodes: five shown",
+			shared: map[string][]string{"p": {"n6", "n5", "n4", "n3", "n2", "n1"}},
+			want:   "DrainPolicy p also selects 6 node(s): n1, n2, n3, n4, n5 and 1 more" + tail,
 		},
 		{
 			name:   "more than five nodes",

@@ -305,7 +305,9 @@ var errForbidden = apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.G
 func TestReconcileHandlesAPIErrorsAsItsCommentsPromise(t *testing.T) {
 	gr := schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "evacuationproviders"}
 	failPatch := func(err error) interceptor.Funcs {
-		return interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error { return err }}
+		return interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return err
+		}}
 	}
 	held := provider("p", false, v1alpha1.FinalizerEvacuations)
 	free := provider("p", false)
