@@ -214,14 +214,16 @@ func TestCordonLeavesANodeAlreadyUnschedulableAlone(t *testing.T) {
 	}
 }
 
-// TestCordonAndUncordonReturnAConflictOnAStaleNode: both write under an
-// optimistic lock, so a write on a node that changed since the caller read
-// it fails, and the error is a conflict (apierrors.IsConflict) through the
-// wrapping, which is what the NodeDrain and admission controllers test to
-// read again and retry. The stored node is left as it was. Both a real
-// stale copy (the fake server checks the resourceVersion) and a conflict
-// injected by the interceptor are covered.
-func TestCordonAndUncordonReturnAConflictOnAStaleNode(t *testing.T) {
+// TestNodeWritesReturnAConflictOnAStaleNode: Cordon, Uncordon,
+// KeepDaemonSetsOff and LetDaemonSetsBack write under an optimistic lock,
+// so a write on a node that changed since the caller read it fails, and
+// the error is a conflict (apierrors.IsConflict) through the wrapping,
+// which is what the NodeDrain and admission controllers test to read again
+// and retry. They report no change, and the stored node is left as it
+// was. Both a real stale copy (the fake server checks the resourceVersion
+// a merge patch carries) and a conflict injected by the interceptor are
+// covered.
+func TestNodeWritesReturnAConflictOnAStaleNode(t *testing.T) {
 	type write func(context.Context, client.Client, *corev1.Node, *v1alpha1.NodeDrain) (bool, error)
 	for _, tc := range []struct {
 		name  string
@@ -440,6 +442,7 @@ func TestLetDaemonSetsBackRemovesOnlyThisDrainsTaint(t *testing.T) {
 	}{
 		{"this drain's taint", with(notice, own), "", true, []corev1.Taint{notice}},
 		{"this drain's taint, alone", with(own), nodeUID, true, nil},
+		{"this drain's taint next to another drain's", with(others, own, notice), "", true, []corev1.Taint{others, notice}},
 		{"another drain's taint", with(notice, others), "", false, []corev1.Taint{notice, others}},
 		{"this drain's UID on an earlier node of this name", with(own), "earlier-node-uid", false, []corev1.Taint{own}},
 		{"no taint", with(notice), "", false, []corev1.Taint{notice}},
