@@ -7,15 +7,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
@@ -30,12 +27,7 @@ import (
 // waits on another PDB, is not woken. The mapping is pure; a fake client
 // holds the cache.
 func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := testutil.Scheme(t)
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	evicted := testutil.Pod("web-a").Namespace("apps").OnNode("node-a").Labels("app", "web").Terminating(now).Obj()
 	running := testutil.Pod("web-a2").Namespace("apps").OnNode("node-a").Labels("app", "web").Obj()
@@ -84,12 +76,7 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 // budget it no longer holds), waiting or not. Pure mapping over a fake
 // cache.
 func TestPDBUpdateWakesTheDrainsOfOldAndNewPods(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := testutil.Scheme(t)
 	objs := []client.Object{
 		testutil.NodeDrain("node-a", "", "cli:test"), testutil.NodeDrain("node-b", "", "cli:test"),
 		testutil.NodeDrain("node-c", "", "cli:test"), testutil.NodeDrain("node-d", "", "cli:test"),
