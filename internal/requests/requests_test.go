@@ -225,7 +225,7 @@ func owns(t *testing.T, nd *v1alpha1.NodeDrain, requester string, path ...string
 			continue
 		}
 		var set map[string]any
-		if err := json.Unmarshal(m.FieldsV1.Raw, &set); err != nil {
+		if err := json.Unmarshal(m.FieldsV1.GetRawBytes(), &set); err != nil {
 			t.Fatal(err)
 		}
 		for i, p := range path {

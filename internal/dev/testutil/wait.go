@@ -18,9 +18,9 @@ func Eventually(t testing.TB, timeout time.Duration, what string, f func() error
 	}
 }
 
-// NotYet is the error of a condition checked by a predicate that says no
+// ErrNotYet is the error of a condition checked by a predicate that says no
 // more than no (see Holds).
-var NotYet = errors.New("not yet")
+var ErrNotYet = errors.New("not yet")
 
 // Holds adapts a predicate to Eventually.
 func Holds(cond func() bool) func() error {
@@ -28,7 +28,7 @@ func Holds(cond func() bool) func() error {
 		if cond() {
 			return nil
 		}
-		return NotYet
+		return ErrNotYet
 	}
 }
 
