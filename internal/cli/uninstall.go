@@ -67,8 +67,11 @@ no node behind:
      the Deployment's Lease (its --leader-election-id and
      --leader-election-namespace) and the one --lease-namespace and
      --lease-name name (a controller run outside the cluster).
-  3. node finalizers: vacate.dev/drain (policy triggers.onNodeDelete: Drain)
-     is removed from every node; other finalizers are kept.
+  3. finalizers: once no drain is left, vacate.dev/evacuations is removed
+     from the EvacuationProviders (the controller keeps it on every
+     provider while it runs), and vacate.dev/drain (policy
+     triggers.onNodeDelete: Drain) from every node; other finalizers are
+     kept.
   4. the DrainPolicies, the namespace, service account and RBAC objects,
      the ClusterRoles vacate-controller, vacate-controller-force-delete and
      vacate-user, the ValidatingAdmissionPolicies, and the CRDs
@@ -200,6 +203,10 @@ func (u *uninstaller) execute(ctx context.Context, plan uninstallPlan, v cluster
 			err = u.checkNoDrains(ctx)
 		case stepUndoLeft:
 			err = u.undoLeft(ctx)
+		case stepReleaseProviders:
+			if u.served {
+				err = u.releaseProviders(ctx)
+			}
 		case stepReleaseNodes:
 			err = u.releaseNodes(ctx)
 		case stepDeletePolicies:

@@ -35,6 +35,10 @@ const (
 	// stepCheckNoDrains refuses to go on if a drain was requested while the
 	// controller stopped (without --force).
 	stepCheckNoDrains
+	// stepReleaseProviders removes vacate.dev/evacuations from the
+	// EvacuationProviders once no drain is left (without --force; --force
+	// does it in stepUndoLeft).
+	stepReleaseProviders
 	// stepUndoLeft does the safe part of the controller's undo itself
 	// (--force).
 	stepUndoLeft
@@ -124,6 +128,8 @@ func planUninstall(v clusterView, inst installed, o uninstallChoices) uninstallP
 		p.add(stepUndoLeft, "--force: the controller may be gone or stuck; uninstall undoes only what provably is vacate's, and reports the rest", lines...)
 	} else {
 		p.add(stepCheckNoDrains, "a drain requested while the controller stopped would hold its node cordoned and the CRDs' deletion")
+		p.add(stepReleaseProviders, "the controller keeps "+v1alpha1.FinalizerEvacuations+" on every EvacuationProvider; with no drain left none has work, "+
+			"and once the controller is gone nothing else removes it (the providers, and vacate's CRDs, could not be deleted)", planProviders(v))
 	}
 	p.add(stepReleaseNodes, "nothing removes vacate.dev/drain once the controller is gone, and a deleted node would stay", planReleaseNodes(v))
 	p.add(stepDeletePolicies, "they configure the controller that is gone", planPolicies(v, o))
@@ -261,17 +267,7 @@ func planUndoLeft(v clusterView) ([]string, leftBehind) {
 		}
 		lines = append(lines, fmt.Sprintf("drains: would remove %s from %d: %s", v1alpha1.FinalizerRestore, len(names), strings.Join(truncated(names, 5), ", ")))
 	}
-	var held []string
-	for _, p := range v.providers {
-		if slices.Contains(p.Finalizers, v1alpha1.FinalizerEvacuations) {
-			held = append(held, p.Name)
-		}
-	}
-	if len(held) == 0 {
-		lines = append(lines, "evacuation providers: none holds "+v1alpha1.FinalizerEvacuations)
-	} else {
-		lines = append(lines, fmt.Sprintf("evacuation providers: would remove %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", ")))
-	}
+	lines = append(lines, planProviders(v))
 	var evs []string
 	for _, ev := range v.evacuations {
 		if slices.Contains(ev.Finalizers, v1alpha1.FinalizerCancel) {
@@ -282,6 +278,24 @@ func planUndoLeft(v clusterView) ([]string, leftBehind) {
 		lines = append(lines, fmt.Sprintf("evacuations: would remove %s from %d: %s", v1alpha1.FinalizerCancel, len(evs), strings.Join(truncated(evs, 5), ", ")))
 	}
 	return lines, left
+}
+
+// planProviders is the line for removing vacate.dev/evacuations from the
+// EvacuationProviders that hold it.
+func planProviders(v clusterView) string {
+	if !v.served {
+		return "evacuation providers: none (the cluster does not serve vacate's API)"
+	}
+	var held []string
+	for _, p := range v.providers {
+		if slices.Contains(p.Finalizers, v1alpha1.FinalizerEvacuations) {
+			held = append(held, p.Name)
+		}
+	}
+	if len(held) == 0 {
+		return "evacuation providers: none holds " + v1alpha1.FinalizerEvacuations
+	}
+	return fmt.Sprintf("evacuation providers: would remove %s from %d: %s", v1alpha1.FinalizerEvacuations, len(held), strings.Join(truncated(held, 5), ", "))
 }
 
 // judgeCordon is what --force does with a node carrying vacate's

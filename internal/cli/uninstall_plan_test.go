@@ -130,16 +130,17 @@ func TestPlanUninstall(t *testing.T) {
 		t.Errorf("the plan names a hook whose pod left, or a free Lease:\n%s", out)
 	}
 
-	// Without --force, --keep-crds: no undo of its own; the CRDs and
-	// policies stay; what is gone is said so.
+	// Without --force, --keep-crds: no undo of its own but the providers'
+	// finalizer; the CRDs and policies stay; what is gone is said so.
 	v.objects[objectName(inst.deployment())] = objectAbsent
 	v.objects["PodDisruptionBudget vacate-system/vacate-controller"] = objectDeleting
 	out = printed(planUninstall(v, inst, uninstallChoices{cancelDrains: true, keepCRDs: true}), false)
 	for _, line := range []string{
 		"2. controller: 1 already being deleted: PodDisruptionBudget vacate-system/vacate-controller; 1 not there; its 0 pod(s) would stop\n",
-		"3. node finalizers: would remove",
-		"4. drain policies: 1 kept (--keep-crds): default\n",
-		"6. crds: kept (--keep-crds): drainpolicies.vacate.dev, ",
+		"3. evacuation providers: would remove vacate.dev/evacuations from 1: store\n",
+		"4. node finalizers: would remove",
+		"5. drain policies: 1 kept (--keep-crds): default\n",
+		"7. crds: kept (--keep-crds): drainpolicies.vacate.dev, ",
 	} {
 		if !strings.Contains(out, line) {
 			t.Errorf("the plan without --force, with --keep-crds, lacks %q:\n%s", line, out)
@@ -155,7 +156,8 @@ func TestPlanUninstall(t *testing.T) {
 	for _, line := range []string{
 		"1. drains: none (the cluster does not serve vacate's API)\n",
 		"2. controller: no Deployment vacate-system/vacate-controller installed; nothing to delete\n",
-		"4. drain policies: none (the cluster does not serve vacate's API)\n",
+		"3. evacuation providers: none (the cluster does not serve vacate's API)\n",
+		"5. drain policies: none (the cluster does not serve vacate's API)\n",
 	} {
 		if !strings.Contains(out, line) {
 			t.Errorf("the plan for a cluster without vacate lacks %q:\n%s", line, out)

@@ -99,7 +99,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
-		&evacuationprovider.Reconciler{Client: mgr.GetClient()},
+		&evacuationprovider.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()},
 		&trigger.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock},
 	} {

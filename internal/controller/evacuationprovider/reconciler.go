@@ -1,11 +1,16 @@
 // Package evacuationprovider keeps the finalizer vacate.dev/evacuations on
-// an EvacuationProvider while any unfinished Evacuation names it, so that
-// deleting a provider mid-evacuation (an uninstall, a chart reinstall, a
-// GitOps replace) leaves it in place, visibly being deleted, until the
-// evacuations it took on are finished, cancelled, released or gone. The
-// NodeDrain controller also adds the finalizer itself before it creates an
-// Evacuation (AddFinalizer), so there is no moment when an Evacuation
-// exists for a provider that could vanish without a trace.
+// every EvacuationProvider, so that deleting a provider mid-evacuation (an
+// uninstall, a chart reinstall, a GitOps replace) leaves it in place,
+// visibly being deleted, until the evacuations it took on are finished,
+// cancelled, released or gone. It is the model of Kubernetes' own PVC
+// protection: the finalizer is on every live object, and only a deleted
+// one is examined, first in the cache, then, before the finalizer goes,
+// in a list read from the API server itself. Removing it from a live
+// provider whenever none of its evacuations was unfinished could race the
+// NodeDrain controller creating one (the cache had not yet seen it), and
+// a deletion right after would lose the provider mid-evacuation. The
+// NodeDrain controller also adds the finalizer before it creates an
+// Evacuation (AddFinalizer), for a provider registered a moment ago.
 package evacuationprovider
 
 import (
@@ -64,46 +69,65 @@ func AddFinalizer(ctx context.Context, c client.Client, p *v1alpha1.EvacuationPr
 	return true, nil
 }
 
-// Reconciler keeps the finalizer in step with the provider's Evacuations.
+// Reconciler keeps the finalizer on live providers and takes it off a
+// deleted one once no unfinished Evacuation names it.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads past the cache: the finalizer goes only when the API
+	// server itself lists no unfinished Evacuation of the provider.
+	APIReader client.Reader
 }
 
-// Reconcile adds the finalizer while an unfinished Evacuation names the
-// provider and removes it once none does.
+// Reconcile adds the finalizer to a live provider and removes it from a
+// deleted one that no unfinished Evacuation names.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p := &v1alpha1.EvacuationProvider{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	has := controllerutil.ContainsFinalizer(p, v1alpha1.FinalizerEvacuations)
+	if p.DeletionTimestamp.IsZero() {
+		_, err := AddFinalizer(ctx, r.Client, p)
+		return reconcile.Result{}, ignoreConflict(err)
+	}
+	if !has {
+		return reconcile.Result{}, nil
+	}
+	log := logf.FromContext(ctx).WithValues("evacuationProvider", p.Name)
+	// The cache first (most deleted providers with work are seen there),
+	// then the API server, so an Evacuation created a moment ago counts.
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		unfinished, err := unfinishedOf(ctx, reader, p.Name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if len(unfinished) > 0 {
+			log.Info("provider deleted while evacuating: it stays until its evacuations are finished, cancelled or released", "evacuations", unfinished)
+			return reconcile.Result{}, nil
+		}
+	}
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(p, v1alpha1.FinalizerEvacuations)
+	log.Info("releasing the deleted provider: no unfinished evacuation names it")
+	if err := r.Client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, ignoreConflict(fmt.Errorf("removing finalizer %s from EvacuationProvider %s: %w", v1alpha1.FinalizerEvacuations, p.Name, err))
+	}
+	return reconcile.Result{}, nil
+}
+
+// unfinishedOf names the unfinished Evacuations of the provider.
+func unfinishedOf(ctx context.Context, reader client.Reader, provider string) ([]string, error) {
 	list := &v1alpha1.EvacuationList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing Evacuations: %w", err)
+	if err := reader.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing Evacuations: %w", err)
 	}
 	var unfinished []string
 	for i := range list.Items {
-		if ev := &list.Items[i]; ev.Spec.Provider == p.Name && Unfinished(ev) {
+		if ev := &list.Items[i]; ev.Spec.Provider == provider && Unfinished(ev) {
 			unfinished = append(unfinished, ev.Name)
 		}
 	}
-	has := controllerutil.ContainsFinalizer(p, v1alpha1.FinalizerEvacuations)
-	log := logf.FromContext(ctx).WithValues("evacuationProvider", p.Name)
-	switch {
-	case len(unfinished) > 0 && !has:
-		log.Info("holding the provider while its evacuations are unfinished", "evacuations", unfinished)
-		_, err := AddFinalizer(ctx, r.Client, p)
-		return reconcile.Result{}, ignoreConflict(err)
-	case len(unfinished) == 0 && has:
-		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.RemoveFinalizer(p, v1alpha1.FinalizerEvacuations)
-		log.Info("releasing the provider: no unfinished evacuation names it", "deleting", !p.DeletionTimestamp.IsZero())
-		if err := r.Client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, ignoreConflict(fmt.Errorf("removing finalizer %s from EvacuationProvider %s: %w", v1alpha1.FinalizerEvacuations, p.Name, err))
-		}
-	case len(unfinished) > 0 && !p.DeletionTimestamp.IsZero():
-		log.Info("provider deleted while evacuating: it stays until its evacuations are finished, cancelled or released", "evacuations", unfinished)
-	}
-	return reconcile.Result{}, nil
+	return unfinished, nil
 }
 
 // ignoreConflict: a lost optimistic lock brings its own watch event.

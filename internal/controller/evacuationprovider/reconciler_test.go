@@ -195,13 +195,13 @@ func TestAddFinalizerFromAStaleCopyConflictsInsteadOfDroppingFinalizers(t *testi
 	}
 }
 
-// TestReconcileKeepsTheFinalizerWhileAnUnfinishedEvacuationNamesTheProvider:
-// the finalizer is added while an unfinished Evacuation names the provider
-// (only its own Evacuations count), removed once none does, and a provider
-// deleted mid-evacuation stays until its last evacuation finishes, then
-// goes (the fake client, like the API server, deletes it with its last
+// TestReconcileHoldsLiveProvidersAndReleasesDeletedOnesWithNoWork: every
+// live provider holds the finalizer, whatever its evacuations (the model of
+// Kubernetes' PVC protection); a deleted provider keeps it while one of its
+// own unfinished Evacuations exists, and goes with its last one finished
+// (the fake client, like the API server, deletes it with its last
 // finalizer). Other finalizers are never touched.
-func TestReconcileKeepsTheFinalizerWhileAnUnfinishedEvacuationNamesTheProvider(t *testing.T) {
+func TestReconcileHoldsLiveProvidersAndReleasesDeletedOnesWithNoWork(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		p        *v1alpha1.EvacuationProvider
@@ -210,19 +210,26 @@ func TestReconcileKeepsTheFinalizerWhileAnUnfinishedEvacuationNamesTheProvider(t
 		want     []string // the provider's finalizers after
 	}{
 		{
-			name: "an unfinished evacuation: the finalizer is added",
+			name: "live, an unfinished evacuation: added",
 			p:    provider("p", false),
 			evs:  []*v1alpha1.Evacuation{evacuation("e1", "p", answered(v1alpha1.EvacuationCompleted)), evacuation("e2", "p", answered(v1alpha1.EvacuationInProgress))},
 			want: []string{v1alpha1.FinalizerEvacuations},
 		},
 		{
-			name: "only another provider's evacuation is unfinished: not added",
-			p:    provider("p", false),
-			evs:  []*v1alpha1.Evacuation{evacuation("e1", "other"), evacuation("e2", "p", answered(v1alpha1.EvacuationCompleted))},
+			name: "live, no evacuation: added all the same",
+			p:    provider("p", false, otherFinalizer),
+			evs:  []*v1alpha1.Evacuation{evacuation("e1", "other")},
+			want: []string{otherFinalizer, v1alpha1.FinalizerEvacuations},
 		},
 		{
-			name: "every evacuation finished, released or cancelled: removed, other finalizers kept",
-			p:    provider("p", false, otherFinalizer, v1alpha1.FinalizerEvacuations),
+			name: "live, every evacuation finished: kept",
+			p:    provider("p", false, v1alpha1.FinalizerEvacuations),
+			evs:  []*v1alpha1.Evacuation{evacuation("done", "p", answered(v1alpha1.EvacuationCompleted))},
+			want: []string{v1alpha1.FinalizerEvacuations},
+		},
+		{
+			name: "deleted, every evacuation finished, released or cancelled: removed, other finalizers kept",
+			p:    provider("p", true, otherFinalizer, v1alpha1.FinalizerEvacuations),
 			evs: []*v1alpha1.Evacuation{
 				evacuation("done", "p", answered(v1alpha1.EvacuationCompleted)),
 				evacuation("let-go", "p", released),
@@ -232,14 +239,9 @@ func TestReconcileKeepsTheFinalizerWhileAnUnfinishedEvacuationNamesTheProvider(t
 			want: []string{otherFinalizer},
 		},
 		{
-			name: "no evacuation at all: removed",
-			p:    provider("p", false, v1alpha1.FinalizerEvacuations),
-		},
-		{
-			name: "held already: kept",
-			p:    provider("p", false, v1alpha1.FinalizerEvacuations),
-			evs:  []*v1alpha1.Evacuation{evacuation("e", "p")},
-			want: []string{v1alpha1.FinalizerEvacuations},
+			name:     "deleted, no evacuation at all: it goes",
+			p:        provider("p", true, v1alpha1.FinalizerEvacuations),
+			wantGone: true,
 		},
 		{
 			name: "deleted mid-evacuation: it stays",
@@ -266,7 +268,7 @@ func TestReconcileKeepsTheFinalizerWhileAnUnfinishedEvacuationNamesTheProvider(t
 				objs = append(objs, ev)
 			}
 			cl := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(objs...).Build()
-			r := &Reconciler{Client: cl}
+			r := &Reconciler{Client: cl, APIReader: cl}
 			ctx := context.Background()
 			res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}})
 			if err != nil || res != (reconcile.Result{}) {
@@ -290,6 +292,40 @@ func TestReconcileKeepsTheFinalizerWhileAnUnfinishedEvacuationNamesTheProvider(t
 	}
 }
 
+// TestReconcileAsksTheAPIServerBeforeTheFinalizerGoes: the race CI found.
+// The NodeDrain controller created an Evacuation a moment ago and the
+// cache has not seen it; the provider is deleted. Its finalizer stays,
+// because the API server's own list shows the Evacuation. With the cache
+// and the API server agreeing that none is unfinished, it goes.
+func TestReconcileAsksTheAPIServerBeforeTheFinalizerGoes(t *testing.T) {
+	ctx := context.Background()
+	deleted := provider("p", true, otherFinalizer, v1alpha1.FinalizerEvacuations)
+	cache := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(deleted).Build()
+	server := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(deleted.DeepCopy(), evacuation("new", "p")).Build()
+	r := &Reconciler{Client: cache, APIReader: server}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	stored := &v1alpha1.EvacuationProvider{}
+	if err := cache.Get(ctx, types.NamespacedName{Name: "p"}, stored); err != nil {
+		t.Fatal(err)
+	}
+	if !controllerutil.ContainsFinalizer(stored, v1alpha1.FinalizerEvacuations) {
+		t.Fatalf("finalizers %v: the finalizer went while the API server lists an unfinished Evacuation the cache had not seen", stored.Finalizers)
+	}
+
+	r.APIReader = cache
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Get(ctx, types.NamespacedName{Name: "p"}, stored); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(stored.Finalizers, []string{otherFinalizer}) {
+		t.Errorf("finalizers %v, want only %s once neither list shows work", stored.Finalizers, otherFinalizer)
+	}
+}
+
 var errForbidden = apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "evacuationproviders"}, "p", errors.New("no"))
 
 // TestReconcileHandlesAPIErrorsAsItsCommentsPromise: a provider that is gone
@@ -304,7 +340,7 @@ func TestReconcileHandlesAPIErrorsAsItsCommentsPromise(t *testing.T) {
 			return err
 		}}
 	}
-	held := provider("p", false, v1alpha1.FinalizerEvacuations)
+	held := provider("p", true, v1alpha1.FinalizerEvacuations)
 	free := provider("p", false)
 	unfinished := evacuation("e", "p")
 	for _, tc := range []struct {
@@ -324,7 +360,7 @@ func TestReconcileHandlesAPIErrorsAsItsCommentsPromise(t *testing.T) {
 		},
 		{
 			name: "listing the Evacuations fails: returned",
-			objs: []client.Object{free, unfinished},
+			objs: []client.Object{held},
 			funcs: interceptor.Funcs{List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
 				return apierrors.NewServiceUnavailable("etcd is away")
 			}},
@@ -338,7 +374,7 @@ func TestReconcileHandlesAPIErrorsAsItsCommentsPromise(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(tc.objs...).WithInterceptorFuncs(tc.funcs).Build()
-			r := &Reconciler{Client: cl}
+			r := &Reconciler{Client: cl, APIReader: cl}
 			res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}})
 			if res != (reconcile.Result{}) {
 				t.Errorf("Reconcile asked for %+v, want no requeue", res)

@@ -27,7 +27,7 @@ import (
 )
 
 // providerFinalizer is the design's fixed name of the finalizer that holds
-// an EvacuationProvider while an unfinished Evacuation names it.
+// a deleted EvacuationProvider while an unfinished Evacuation names it.
 const providerFinalizer = "vacate.dev/evacuations"
 
 // staysUntil fails the test if a pod of app on node starts terminating
