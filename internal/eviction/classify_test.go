@@ -15,7 +15,8 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
-// Messages the API server really sends (kube-apiserver 1.36).
+// Messages the API server really sends (kube-apiserver 1.37,
+// pkg/registry/core/pod/storage/eviction.go).
 const (
 	multiplePDBsMessage = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 	vapMessage          = `pods "web-1" is forbidden: ValidatingAdmissionPolicy 'no-evict' with binding 'no-evict' denied request: evictions are frozen`
@@ -25,6 +26,18 @@ const (
 // DisruptionBudget cause, a Retry-After.
 func throttled(retryAfter int) error {
 	return apierrors.NewTooManyRequests("Too many requests, please try again later.", retryAfter)
+}
+
+// pdbForbidden is the 403 of kube-apiserver 1.37 for a PDB with too many
+// evictions its controller has not confirmed.
+func pdbForbidden() error {
+	err := apierrors.NewForbidden(policyv1.Resource("poddisruptionbudget"), "web",
+		errors.New("DisruptedPods map too big - too many evictions not confirmed by PDB controller"))
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type:    policyv1.DisruptionBudgetCause,
+		Message: "The disruption budget web does not allow evicting pods currently: too many pending evictions not confirmed by PDB controller",
+	})
+	return err
 }
 
 func TestRefusalsAreClassifiedByTypeAndRetried(t *testing.T) {
@@ -45,6 +58,12 @@ func TestRefusalsAreClassifiedByTypeAndRetried(t *testing.T) {
 			message: "Too many requests, please try again later.", code: http.StatusTooManyRequests, is: apierrors.IsTooManyRequests},
 		{name: "403", err: &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
 			Reason: metav1.StatusReasonForbidden, Message: vapMessage}}, want: Forbidden, message: vapMessage, code: http.StatusForbidden, is: apierrors.IsForbidden},
+		// Since 1.37 the PDB's own 403s (a negative disruptionsAllowed, too
+		// many evictions the PDB controller has not confirmed) carry the
+		// DisruptionBudget cause: the budget refuses, not a policy.
+		{name: "403 with DisruptionBudget cause", err: pdbForbidden(), want: PDBBlocked,
+			message: "The disruption budget web does not allow evicting pods currently: too many pending evictions not confirmed by PDB controller",
+			code: http.StatusForbidden, is: apierrors.IsForbidden},
 		{name: "422", err: invalid, want: Invalid, message: invalid.ErrStatus.Message, code: http.StatusUnprocessableEntity, is: apierrors.IsInvalid},
 		// As the API server sends it: a 500 without a reason.
 		{name: "500", err: &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError,

@@ -610,6 +610,11 @@ func classify(err error) (Result, string) {
 		}
 		return Throttled, apiMessage(err)
 	case apierrors.IsForbidden(err):
+		// Since Kubernetes 1.37 a PDB's own 403s (disruptionsAllowed
+		// negative, too many unconfirmed evictions) carry the cause too.
+		if msg, ok := disruptionCause(err); ok {
+			return PDBBlocked, msg
+		}
 		return Forbidden, apiMessage(err)
 	case apierrors.IsInvalid(err):
 		return Invalid, apiMessage(err)
@@ -619,7 +624,8 @@ func classify(err error) (Result, string) {
 }
 
 // disruptionCause returns the message of the DisruptionBudget cause of a
-// 429, and whether it has one: only then did a PodDisruptionBudget refuse.
+// 429 or 403, and whether it has one: only then did a PodDisruptionBudget
+// refuse.
 func disruptionCause(err error) (string, bool) {
 	var se apierrors.APIStatus
 	if !errors.As(err, &se) || se.Status().Details == nil {

@@ -129,14 +129,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		RetryPeriod:                         &retryPeriod,
 		Cache:                               cache.Options{DefaultTransform: slimObjects},
 		Controller: config.Controller{SkipNameValidation: ptr.To(opts.SeveralInProcess),
-			ReconciliationTimeout: reconcileTimeout(opts.Controllers.APITimeout),
-			// controller-runtime v0.24's priority queue can deadlock at shutdown
-			// (kubernetes-sigs/controller-runtime#3538, fixed in v0.25, which needs
-			// client-go v0.37): a worker blocks in Done while the queue's goroutine
-			// holds the lock on an unbuffered send, and the manager never stops,
-			// so a leader that loses its lease cannot exit in time. Use the
-			// classic rate-limited workqueue until we move to v0.25.
-			UsePriorityQueue: ptr.To(false)},
+			ReconciliationTimeout: reconcileTimeout(opts.Controllers.APITimeout)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)

@@ -7,9 +7,9 @@ import "strings"
 const (
 	// KubernetesVersion is the version of kube-apiserver,
 	// kube-controller-manager, kube-scheduler and kubectl.
-	KubernetesVersion = "v1.36.3"
+	KubernetesVersion = "v1.37.2"
 	// EtcdVersion is the etcd server that KubernetesVersion requires.
-	EtcdVersion = "v3.6.8"
+	EtcdVersion = "v3.7.0"
 	// KwokVersion is the kwok controller that simulates nodes and pods.
 	KwokVersion = "v0.7.0"
 	// EC2MetadataMockVersion is amazon-ec2-metadata-mock, which stands in
