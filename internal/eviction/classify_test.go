@@ -63,7 +63,7 @@ func TestRefusalsAreClassifiedByTypeAndRetried(t *testing.T) {
 		// DisruptionBudget cause: the budget refuses, not a policy.
 		{name: "403 with DisruptionBudget cause", err: pdbForbidden(), want: PDBBlocked,
 			message: "The disruption budget web does not allow evicting pods currently: too many pending evictions not confirmed by PDB controller",
-			code: http.StatusForbidden, is: apierrors.IsForbidden},
+			code:    http.StatusForbidden, is: apierrors.IsForbidden},
 		{name: "422", err: invalid, want: Invalid, message: invalid.ErrStatus.Message, code: http.StatusUnprocessableEntity, is: apierrors.IsInvalid},
 		// As the API server sends it: a 500 without a reason.
 		{name: "500", err: &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError,
