@@ -16,8 +16,7 @@ const DefaultProviderTimeout = time.Minute
 // node and provider names may both hold dots, so "<node>.<provider>" alone
 // would give node a.b with provider c and node a with provider b.c the same
 // name; a hash of the pair follows it. The CLI finds Evacuations by their
-// spec, not by this name (Evacuations of older versions are named without
-// the hash).
+// spec, not by this name.
 func EvacuationName(node, provider string) string {
 	sum := sha256.Sum256([]byte(node + "/" + provider)) // "/" is in neither name
 	suffix := "-" + hex.EncodeToString(sum[:])[:10]

@@ -55,7 +55,7 @@ func RunRequestersOf(rs []Requester) []RunRequester {
 // a requester joined (RequesterAdded), or a requester's deadline is not the
 // one the run had (DeadlineChanged); "" when nothing. A requester that left
 // is no change: the others still want what the run did. A drain with no
-// record of its run (never run, or written by an older version) has no
+// record of its run (it never ran) has no
 // change to report.
 func (nd *NodeDrain) RequestChange() (reason, message string) {
 	if nd.Status.Mode != "" && nd.Status.Mode != ModeDecommission && nd.Mode() == ModeDecommission {

@@ -167,8 +167,7 @@ func (o *releaseOptions) read(ctx context.Context, s *session, node string) (*re
 	if err != nil {
 		return nil, s.explain(err, "reading NodeDrain "+node)
 	}
-	// Found by its spec, not its name: Evacuations of older versions are
-	// named otherwise.
+	// Found by its spec, not its name.
 	list := &v1alpha1.EvacuationList{}
 	if err := s.client.List(ctx, list); err != nil {
 		return nil, s.explain(err, "listing Evacuations")

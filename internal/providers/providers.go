@@ -103,10 +103,9 @@ func Protected(p *v1alpha1.EvacuationProvider, pods []*corev1.Pod, labelsOf poli
 }
 
 // AskedFor reports whether an Evacuation was asked by the drain with this
-// UID for the node with this UID (one written before spec.nodeUID existed
-// counts as the node's).
+// UID for the node with this UID.
 func AskedFor(ev *v1alpha1.Evacuation, drainUID, nodeUID types.UID) bool {
-	return ev.Spec.DrainUID == string(drainUID) && (ev.Spec.NodeUID == "" || ev.Spec.NodeUID == string(nodeUID))
+	return ev.Spec.DrainUID == string(drainUID) && ev.Spec.NodeUID == string(nodeUID)
 }
 
 // Timeout is how long the provider may stay silent on an unfinished

@@ -29,9 +29,6 @@ func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, er
 		s.stop = true
 		return reconcile.Result{}, nil
 	}
-	if nd.Status.StartTime == nil { // admitted by an earlier version that recorded no start
-		nd.Status.StartTime = &metav1.Time{Time: s.now}
-	}
 	return reconcile.Result{}, nil
 }
 

@@ -16,8 +16,7 @@ import (
 // cordon marks the node unschedulable, recording that vacate did it; a node
 // someone else cordoned is left as it is and never uncordoned by vacate.
 // The admission controller cordoned a drain of a batch before admitting it;
-// this stage cordons what nobody did (a drain admitted by an older version,
-// a node someone uncordoned meanwhile).
+// this stage cordons what nobody did: a node someone uncordoned meanwhile.
 func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, error) {
 	node, nd := s.node, s.drain
 	if reason, msg, cordoned := nd.CordonState(node); cordoned {

@@ -45,8 +45,7 @@ func (r *Reconciler) ask(ctx context.Context, s *scope, p *v1alpha1.EvacuationPr
 	return r.ensureEvacuation(ctx, s.drain, s.node, p, protected, have)
 }
 
-// ours reports whether an Evacuation was asked by this drain for this node
-// (one written before spec.nodeUID existed counts as this node's).
+// ours reports whether an Evacuation was asked by this drain for this node.
 func ours(ev *v1alpha1.Evacuation, nd *v1alpha1.NodeDrain, node *corev1.Node) bool {
 	return providers.AskedFor(ev, nd.UID, node.UID)
 }
@@ -120,7 +119,7 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 		return ev, nil
 	}
 	patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(ev, v1alpha1.FinalizerCancel) // one created by an older version has none
+	controllerutil.AddFinalizer(ev, v1alpha1.FinalizerCancel) // in case someone removed it
 	if !ours(ev, nd, node) {                                  // left by an earlier drain, or for a node of the same name before: this drain takes it over
 		ev.OwnerReferences = nil
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
