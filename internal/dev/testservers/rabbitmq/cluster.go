@@ -51,7 +51,9 @@ type Config struct {
 	// Dir holds the members' data, logs and the Erlang cookie (a
 	// t.TempDir()). Required.
 	Dir string
-	// StartTimeout bounds each member's boot; default 2 minutes.
+	// StartTimeout bounds each member's boot; default 4 minutes. A boot
+	// takes about 25 s on an idle 2-core machine, and a restart in a
+	// suite that keeps both cores busy once took over 2 minutes (CI).
 	StartTimeout time.Duration
 }
 
@@ -86,7 +88,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, errors.New("rabbitmq: Config needs IPs and Dir")
 	}
 	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 2 * time.Minute
+		cfg.StartTimeout = 4 * time.Minute
 	}
 	c := &Cluster{cfg: cfg, home: filepath.Join(cfg.Dir, "home")}
 	if err := c.prepare(); err != nil {
