@@ -85,12 +85,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	has := controllerutil.ContainsFinalizer(p, v1alpha1.FinalizerEvacuations)
 	if p.DeletionTimestamp.IsZero() {
 		_, err := AddFinalizer(ctx, r.Client, p)
 		return reconcile.Result{}, ignoreConflict(err)
 	}
-	if !has {
+	if !controllerutil.ContainsFinalizer(p, v1alpha1.FinalizerEvacuations) {
 		return reconcile.Result{}, nil
 	}
 	log := logf.FromContext(ctx).WithValues("evacuationProvider", p.Name)
