@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -314,19 +315,26 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/evp": "elsewhere"}}})
 	deleting := provider("cli-evp-deleting", "cli-evp-db", v1alpha1.EvacuationProviderSpec{})
 	ctx := testenv.Context(t)
-	if err := cl.Get(ctx, types.NamespacedName{Name: deleting.Name}, deleting); err != nil {
-		t.Fatal(err)
-	}
-	deleting.Finalizers = append(deleting.Finalizers, "test.vacate.dev/hold")
-	if err := cl.Update(ctx, deleting); err != nil {
+	// The controller adds vacate.dev/evacuations to every new provider
+	// meanwhile: read again on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cl.Get(ctx, types.NamespacedName{Name: deleting.Name}, deleting); err != nil {
+			return err
+		}
+		deleting.Finalizers = append(deleting.Finalizers, "test.vacate.dev/hold")
+		return cl.Update(ctx, deleting)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		p := &v1alpha1.EvacuationProvider{}
-		if cl.Get(context.Background(), types.NamespacedName{Name: deleting.Name}, p) == nil {
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p := &v1alpha1.EvacuationProvider{}
+			if err := cl.Get(context.Background(), types.NamespacedName{Name: deleting.Name}, p); err != nil {
+				return client.IgnoreNotFound(err)
+			}
 			p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == "test.vacate.dev/hold" })
-			_ = cl.Update(context.Background(), p)
-		}
+			return cl.Update(context.Background(), p)
+		})
 	})
 	if err := cl.Delete(ctx, deleting); err != nil {
 		t.Fatal(err)
