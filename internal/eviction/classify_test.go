@@ -133,6 +133,11 @@ func TestMayEvictHoldsAPodQueuedBeforeTheHold(t *testing.T) {
 		return true, ""
 	}}, func(ev *policyv1.Eviction, _ int) error {
 		if ev.Name == "web-1" {
+			// The hold arrives while the pod is in flight: the refusal
+			// queues it again, and its retry (after a backoff of a
+			// millisecond) must be held. Set after the refusal was seen,
+			// the retry could come first.
+			held.Store(true)
 			return pdbRefusal()
 		}
 		return nil
@@ -142,7 +147,6 @@ func TestMayEvictHoldsAPodQueuedBeforeTheHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitFor(t, PDBBlocked) // queued, asked, called, and queued again
-	held.Store(true)
 	o := h.waitFor(t, Held)
 	if o.UID != pod.UID || o.Message != "evacuation n1.volumes protects it" || o.Err != nil {
 		t.Errorf("Held outcome %+v", o)
