@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/gobuild"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
@@ -218,10 +219,12 @@ func copyCheckout(t *testing.T) string {
 func buildTools(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "helm.sh/helm/v4/cmd/helm", "github.com/google/go-containerregistry/cmd/crane")
-	cmd.Dir = filepath.Join(repoRoot(t), "hack", "tools")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building helm and crane: %v\n%s", err, out)
+	// From the go command's cache of executables once built: their
+	// versions are pinned, so a later run links neither again.
+	for name, pkg := range map[string]string{"helm": "helm.sh/helm/v4/cmd/helm", "crane": "github.com/google/go-containerregistry/cmd/crane"} {
+		if err := gobuild.Build(context.Background(), gobuild.Options{Dir: filepath.Join(repoRoot(t), "hack", "tools")}, pkg, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	bins, err := devcluster.EnsureBinaries(context.Background(), os.Stderr)
 	if err != nil {

@@ -5,8 +5,8 @@
 // writable /tmp and the licence, under an OCI image index of one image per
 // architecture.
 //
-// Builds are reproducible: the binaries are built with -trimpath and no build
-// ID or VCS stamp, every file in the layer has the same owner and the time
+// Builds are reproducible: the binaries are built with -trimpath and no VCS
+// stamp (their build ID is then a hash of the sources and flags alone), every file in the layer has the same owner and the time
 // Options.Created (the commit's time), and the configuration holds no other
 // time, so the same commit gives the same digests on any machine with the
 // same Go toolchain.
@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -30,6 +29,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/vacate-dev/vacate/internal/dev/gobuild"
 )
 
 // NonRoot is the user and group the images run as (distroless's "nonroot").
@@ -129,20 +130,17 @@ func Build(ctx context.Context, prog Program, opts Options) (*Built, error) {
 	return out, nil
 }
 
-// goBuild builds a static binary of prog for platform p at bin.
+// goBuild builds a static binary of prog for platform p at bin. It is
+// reproducible without clearing the build ID (-buildid=): with -trimpath the
+// same sources and toolchain give the same bytes in any directory, and a
+// binary with its build ID comes from the go command's cache when nothing of
+// it changed (internal/dev/gobuild).
 func goBuild(ctx context.Context, opts Options, prog Program, p v1.Platform, bin string) error {
-	gocmd := opts.Go
-	if gocmd == "" {
-		gocmd = "go"
-	}
-	cmd := exec.CommandContext(ctx, gocmd, "build", "-trimpath", "-buildvcs=false",
-		"-ldflags", "-s -w -buildid=", "-o", bin, prog.Package)
-	cmd.Dir = opts.ModuleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=")
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building %s for %s: %w\n%s", prog.Name, p, err, stderr.String())
+	err := gobuild.Build(ctx, gobuild.Options{Go: opts.Go, Dir: opts.ModuleDir,
+		Env:   append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS="),
+		Flags: []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w"}}, prog.Package, bin)
+	if err != nil {
+		return fmt.Errorf("building %s for %s: %w", prog.Name, p, err)
 	}
 	return nil
 }

@@ -1,28 +1,31 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/vacate-dev/vacate/internal/dev/gobuild"
 )
 
 // BuildProgram builds the Go program pkg (an import path, or a directory
 // relative to the test's) into the file out, and returns out. It builds as
-// releases are built (CGO_ENABLED=0, -trimpath: internal/dev/image, hack/dist):
-// the tests then run the binaries users run, and share the build cache
-// with `make images`, whose amd64 build would otherwise compile every
-// dependency once more.
+// releases are built (CGO_ENABLED=0, -trimpath, -ldflags "-s -w":
+// internal/dev/image, hack/dist): the tests then run the binaries users
+// run, and share the build cache with `make images`, whose amd64 build
+// would otherwise compile every dependency once more. The binary comes
+// from the go command's cache of executables (internal/dev/gobuild) when
+// nothing of it changed since another test process, or another run, built it.
 func BuildProgram(t testing.TB, pkg, out string) string {
 	t.Helper()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v\n%s", pkg, err, b)
+	opts := gobuild.Options{Env: append(os.Environ(), "CGO_ENABLED=0"), Flags: []string{"-trimpath", "-ldflags=-s -w"}}
+	if err := gobuild.Build(context.Background(), opts, pkg, out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
