@@ -106,6 +106,25 @@ func (nd *NodeDrain) CordonState(node *corev1.Node) (reason, message string, ok 
 	return ReasonAlreadyCordoned, "the node was already cordoned by someone else; vacate will not uncordon it", true
 }
 
+// NodeHold says why the drain may neither go on nor start on node, or ""
+// when its node allows it: no node of its name exists (node is nil,
+// ReasonNodeNotFound), or the node is not the one the drain recorded in
+// status.nodeUID but another created under the same name
+// (ReasonNodeReplaced). The admission controller holds such a drain with
+// this reason and message (Admitted=False); the NodeDrain controller says
+// the same where it reports it (its Cordoned condition, its NodeReplaced
+// event).
+func (nd *NodeDrain) NodeHold(node *corev1.Node) (reason, message string) {
+	switch {
+	case node == nil:
+		return ReasonNodeNotFound, fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName)
+	case nd.Status.NodeUID != "" && nd.Status.NodeUID != string(node.UID):
+		return ReasonNodeReplaced, fmt.Sprintf("node %s was deleted and created again (uid %s, was %s): it is another node; the drain starts over on it",
+			node.Name, node.UID, nd.Status.NodeUID)
+	}
+	return "", ""
+}
+
 // Answered reports whether the provider has answered the current request:
 // it set a phase for the Evacuation's current generation.
 func (ev *Evacuation) Answered() bool {

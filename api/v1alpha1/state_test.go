@@ -134,6 +134,37 @@ func TestCordonRecord(t *testing.T) {
 	}
 }
 
+func TestNodeHold(t *testing.T) {
+	fresh := &NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: NodeDrainSpec{NodeName: "n1"}}
+	recorded := fresh.DeepCopy()
+	recorded.Status.NodeUID = "node-a"
+	node := func(uid types.UID) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: uid}}
+	}
+	cases := []struct {
+		name    string
+		drain   *NodeDrain
+		node    *corev1.Node
+		reason  string
+		message string
+	}{
+		{name: "no node", drain: fresh, reason: ReasonNodeNotFound, message: "node n1 does not exist; the drain starts if it appears"},
+		{name: "no node, UID recorded", drain: recorded, reason: ReasonNodeNotFound, message: "node n1 does not exist; the drain starts if it appears"},
+		{name: "no UID recorded yet", drain: fresh, node: node("node-a")},
+		{name: "the node it recorded", drain: recorded, node: node("node-a")},
+		{name: "a node recreated under the name", drain: recorded, node: node("node-b"), reason: ReasonNodeReplaced,
+			message: "node n1 was deleted and created again (uid node-b, was node-a): it is another node; the drain starts over on it"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			reason, msg := tc.drain.NodeHold(tc.node)
+			if reason != tc.reason || msg != tc.message {
+				t.Errorf("NodeHold() = %q, %q; want %q, %q", reason, msg, tc.reason, tc.message)
+			}
+		})
+	}
+}
+
 func TestEvacuationState(t *testing.T) {
 	created := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	beat := metav1.NewTime(created.Add(time.Minute))

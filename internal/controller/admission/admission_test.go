@@ -248,6 +248,9 @@ func TestAdmissionSurvivesKillAndRestart(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // a later run in the same cluster (-count) creates it again
+		_ = cl.Delete(context.Background(), &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "adm"}})
+	})
 	first, extra := nodes[:6], nodes[6]
 	aw := watchAdmissions(t, cl, nodes, limit)
 

@@ -42,6 +42,9 @@ func TestAdmissionLeavesNoCordonBehind(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // a later run in the same cluster (-count) creates it again
+		_ = cl.Delete(context.Background(), &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cxl"}})
+	})
 	bare, later, racing := nodes[0], nodes[1], nodes[2]
 
 	// racing's drain is cancelled around admission's cordon of its node:

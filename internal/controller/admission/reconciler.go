@@ -5,7 +5,11 @@
 // that may start soon (all of a batch before any of them evicts), asks the
 // pure planner (internal/schedule) for verdicts and writes them to the
 // NodeDrains: Admitted=True, or False with the reason and the place in the
-// queue. The NodeDrain controller only reads Admitted.
+// queue. Drains that belong to no queue (their node is missing or was
+// replaced, their policy is missing or unclear) have a work item of their
+// own, HeldKey, whose pass holds them with the reason and gives up any
+// admission they had. This controller alone writes Admitted; the NodeDrain
+// controller only reads it.
 //
 // Nothing that decides admission lives only in memory: every pass
 // recomputes from the cluster, and an admission is written only after a
@@ -80,9 +84,12 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.Name
 	logger := log.FromContext(ctx).WithValues("queue", key)
+	if key == HeldKey {
+		return r.hold(ctx, logger)
+	}
 	pol, found, err := r.resolve(ctx, key)
 	if err != nil || !found {
-		return reconcile.Result{}, err // drains naming a missing policy are held by the NodeDrain controller
+		return reconcile.Result{}, err // drains naming a missing policy are held (HeldKey)
 	}
 	now := r.Clock.Now()
 	q, err := r.read(ctx, r.Client, key, pol, now)
@@ -148,8 +155,8 @@ func (r *Reconciler) resolve(ctx context.Context, key string) (policy.Policy, bo
 type member struct {
 	drain *v1alpha1.NodeDrain
 	// node is the drain's node; a stand-in with only its name for an
-	// admitted drain whose node is gone (it holds its slot until the
-	// NodeDrain controller gives it up).
+	// admitted drain whose node is gone (it holds its slot until the pass
+	// of HeldKey gives the admission up).
 	node     *corev1.Node
 	admitted bool
 }
@@ -225,9 +232,11 @@ func (r *Reconciler) read(ctx context.Context, reader client.Reader, key string,
 
 // member places a running drain: in this queue (its node's policy, or the
 // one it names, is key's), or not (nil). A drain whose node is missing,
-// replaced or governed by no clear policy waits where the NodeDrain
-// controller holds it; once admitted, it counts in every queue it may
-// belong to until its own pass gives the admission up, to be safe.
+// replaced or governed by no clear policy belongs to no queue: the pass of
+// HeldKey holds it. Once admitted, it counts in every queue it may belong
+// to until that pass gives the admission up, to be safe. A replaced node's
+// drain comes back as a new one once the NodeDrain controller recorded the
+// new node's UID (which waits for that).
 func (r *Reconciler) member(ctx context.Context, nd *v1alpha1.NodeDrain, key string, policies []v1alpha1.DrainPolicy) (*member, error) {
 	admitted := nd.Admitted()
 	node := &corev1.Node{}
@@ -240,7 +249,7 @@ func (r *Reconciler) member(ctx context.Context, nd *v1alpha1.NodeDrain, key str
 		return nil, fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
 	if !admitted && nd.Status.NodeUID != "" && nd.Status.NodeUID != string(node.UID) {
-		return nil, nil // replaced: the NodeDrain controller starts it over first
+		return nil, nil // replaced: held until the NodeDrain controller starts it over
 	}
 	name, err := KeyOf(nd, node.Labels, policies)
 	switch {
@@ -628,43 +637,52 @@ func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p 
 // record writes one verdict; it reports false when the drain changed
 // meanwhile (a conflict) or is gone.
 func (r *Reconciler) record(ctx context.Context, q *queue, m *member, v verdict) (bool, error) {
-	nd := m.drain.DeepCopy()
-	before := nd.DeepCopy()
-	st := &nd.Status
-	if st.RequestTime == nil {
-		st.RequestTime = &metav1.Time{Time: q.now}
-	}
-	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
-		condition.Set(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg,
-			ObservedGeneration: nd.Generation, LastTransitionTime: metav1.NewTime(q.now)})
-	}
-	switch {
-	case v.Admit:
+	return r.patch(ctx, m.drain, func(nd *v1alpha1.NodeDrain) {
+		st := &nd.Status
+		if st.RequestTime == nil {
+			st.RequestTime = &metav1.Time{Time: q.now}
+		}
+		if !v.Admit {
+			wait(nd, v.Position, v.Reason, v.Message, q.now)
+			return
+		}
 		st.QueuePosition = 0
 		if st.StartTime == nil {
 			st.StartTime = &metav1.Time{Time: q.now}
 		}
-		set(v1alpha1.ConditionAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted, v.Message)
-	default:
-		if st.Phase == "" {
-			st.Phase = v1alpha1.PhasePending
-		}
-		st.QueuePosition = int32(v.Position)
-		st.StartTime = nil
-		set(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, v.Reason, v.Message)
-	}
-	if equality.Semantic.DeepEqual(before.Status, nd.Status) {
+		setAdmitted(nd, true, v1alpha1.ReasonAdmitted, v.Message, q.now)
+	})
+}
+
+// patch writes what change does to the drain's status, under an optimistic
+// lock, and keeps it in nd (what the queue gauge counts at the end of the
+// pass). It reports false when the drain changed meanwhile (a conflict) or
+// is gone; true also when there was nothing to write.
+func (r *Reconciler) patch(ctx context.Context, nd *v1alpha1.NodeDrain, change func(*v1alpha1.NodeDrain)) (bool, error) {
+	after := nd.DeepCopy()
+	change(after)
+	if equality.Semantic.DeepEqual(nd.Status, after.Status) {
 		return true, nil
 	}
-	err := r.Client.Status().Patch(ctx, nd, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	err := r.Client.Status().Patch(ctx, after, client.MergeFromWithOptions(nd.DeepCopy(), client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("recording the admission of NodeDrain %s: %w", nd.Name, err)
 	}
-	m.drain.Status = nd.Status // what the queue gauge counts at the end of the pass
+	nd.Status = after.Status
 	return true, nil
+}
+
+// setAdmitted sets the Admitted condition, which only this controller writes.
+func setAdmitted(nd *v1alpha1.NodeDrain, admitted bool, reason, msg string, now time.Time) {
+	status := metav1.ConditionFalse
+	if admitted {
+		status = metav1.ConditionTrue
+	}
+	condition.Set(&nd.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionAdmitted, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: nd.Generation, LastTransitionTime: metav1.NewTime(now)})
 }
 
 // publishQueued sets vacate_drains_queued from the drains' status: every

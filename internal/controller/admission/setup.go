@@ -26,8 +26,9 @@ import (
 )
 
 // SetupWithManager registers the controller. Its work items are queues
-// (a DrainPolicy's name, or BuiltinKey), so every event of a burst that
-// concerns one policy's queue brings one pass of it, not one per drain.
+// (a DrainPolicy's name, or BuiltinKey), and HeldKey for the drains of no
+// queue, so every event of a burst that concerns one policy's queue brings
+// one pass of it, not one per drain.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
@@ -105,9 +106,11 @@ func (r *Reconciler) addAll(ctx context.Context, q workqueue.TypedRateLimitingIn
 	r.add(q, r.allQueues(ctx, nil)...)
 }
 
-// allQueues are every queue: built-in defaults and each DrainPolicy.
+// allQueues are every queue: built-in defaults, each DrainPolicy, and
+// HeldKey (a node created or deleted, a policy created, changed or deleted
+// may hold a drain or release it).
 func (r *Reconciler) allQueues(ctx context.Context, _ client.Object) []reconcile.Request {
-	out := []reconcile.Request{keyRequest(BuiltinKey)}
+	out := []reconcile.Request{keyRequest(BuiltinKey), keyRequest(HeldKey)}
 	policies := &v1alpha1.DrainPolicyList{}
 	if err := r.Client.List(ctx, policies); err != nil {
 		return out
@@ -118,15 +121,16 @@ func (r *Reconciler) allQueues(ctx context.Context, _ client.Object) []reconcile
 	return out
 }
 
-// queueOfDrain is the queue a drain belongs to; every queue when its node
-// is unknown (an admitted drain of a missing node counts in all).
+// queueOfDrain is the queue a drain belongs to, with HeldKey when it is
+// held (Held); when its node is unknown, HeldKey and every queue it may
+// belong to (an admitted drain of a missing node counts in all).
 func (r *Reconciler) queueOfDrain(ctx context.Context, o client.Object) []reconcile.Request {
 	nd := o.(*v1alpha1.NodeDrain)
-	if nd.Spec.PolicyName != "" {
-		return []reconcile.Request{keyRequest(nd.Spec.PolicyName)}
-	}
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node); err != nil {
+		if nd.Spec.PolicyName != "" {
+			return []reconcile.Request{keyRequest(nd.Spec.PolicyName), keyRequest(HeldKey)}
+		}
 		return r.allQueues(ctx, nil)
 	}
 	return r.queueOf(ctx, nd, node)
@@ -147,10 +151,17 @@ func (r *Reconciler) queueOf(ctx context.Context, nd *v1alpha1.NodeDrain, node *
 		return r.allQueues(ctx, nil)
 	}
 	key, err := KeyOf(nd, node.Labels, policies.Items)
-	if err != nil {
-		return nil // held by the NodeDrain controller until the policies are clear
+	switch {
+	case err != nil && nd.Admitted():
+		return r.allQueues(ctx, nil) // held, and until then it counts in every queue
+	case err != nil:
+		return []reconcile.Request{keyRequest(HeldKey)}
 	}
-	return []reconcile.Request{keyRequest(key)}
+	out := []reconcile.Request{keyRequest(key)}
+	if reason, _ := Held(nd, node, policies.Items); reason != "" {
+		out = append(out, keyRequest(HeldKey)) // a policy it names is missing, or its node was replaced
+	}
+	return out
 }
 
 // queuesOfPDB are the queues with a waiting drain whose node holds a pod

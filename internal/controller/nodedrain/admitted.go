@@ -49,18 +49,18 @@ func reportWaitingCordon(s *scope) {
 	}
 }
 
-// hold stops a drain that may not go on, or not start: its node or its
-// policy is missing or unclear. It gives up any admission (it holds no slot
-// and evicts nothing; the admission controller admits it again, like a new
-// drain, once the cause clears) and waits with the reason. The node stays
-// as it is.
-func (r *Reconciler) hold(s *scope, reason, msg string) {
+// hold stops the pass of a drain that may neither go on nor start: its
+// node is missing or was replaced, or its policy is missing or unclear.
+// The admission controller holds it for the same causes (Admitted=False
+// with the reason, and any admission given up); this controller writes no
+// Admitted and only stops its own work: the drain is Pending, reports no
+// blockers, and forgets what it knew of the node's pods and hooks. The
+// node stays as it is.
+func (r *Reconciler) hold(s *scope) {
 	nd := s.drain
 	nd.Status.Phase = v1alpha1.PhasePending
-	nd.Status.StartTime, nd.Status.QueuePosition = nil, 0
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted = nil, 0, 0
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
-	s.setCondition(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, reason, msg)
 	r.forgetNode(nd.Spec.NodeName)
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	r.blocked.set(nd.Name)

@@ -18,15 +18,16 @@ import (
 )
 
 // loadNode finds the node and its policy; without either, or with more than
-// one policy that selects the node, the drain waits.
+// one policy that selects the node, the drain waits (hold), as the admission
+// controller holds it.
 func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
 	node := &corev1.Node{}
 	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	if apierrors.IsNotFound(err) {
-		msg := fmt.Sprintf("node %s does not exist; the drain starts if it appears", nd.Spec.NodeName)
-		r.hold(s, v1alpha1.ReasonNodeNotFound, msg)
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonNodeNotFound, msg)
+		reason, msg := nd.NodeHold(nil)
+		r.hold(s)
+		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, reason, msg)
 		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
 	}
 	if err != nil {
@@ -41,11 +42,8 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	}
 	p, err := policy.Resolve(ctx, r.Client, nd.Spec.PolicyName, node)
 	switch {
-	case policy.IsNotFound(err):
-		r.hold(s, v1alpha1.ReasonPolicyNotFound, err.Error())
-		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
-	case policy.IsAmbiguous(err):
-		r.hold(s, v1alpha1.ReasonAmbiguousPolicy, err.Error())
+	case policy.IsNotFound(err), policy.IsAmbiguous(err):
+		r.hold(s)
 		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
 	case err != nil:
 		return reconcile.Result{}, err
@@ -56,10 +54,13 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 
 // nodeReplaced starts the drain over on a node that was deleted and created
 // again under the same name: it is another machine. Nothing recorded for the
-// old one applies to it: the admission is given up (hold), the Evacuations of
-// this drain are deleted without a cancel (their node is gone, and what was
-// moved off it stays moved), HTTP hook conversations and counts are dropped.
-// The next pass records the new node's UID and admits the drain like a new one.
+// old one applies to it: the Evacuations of this drain are deleted without a
+// cancel (their node is gone, and what was moved off it stays moved), HTTP
+// hook conversations and counts are dropped, and the admission is given up.
+// That is the admission controller's to do (it holds the drain with
+// NodeReplaced): while the drain is still admitted this pass records
+// nothing of the new node and comes back. Once it is not, the pass records
+// the new node's UID, and admission takes the drain like a new one.
 func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd, node := s.drain, s.node
 	list := &v1alpha1.EvacuationList{}
@@ -77,10 +78,13 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 			return reconcile.Result{}, fmt.Errorf("deleting Evacuation %s of the replaced node: %w", ev.Name, err)
 		}
 	}
-	r.Hooks.ForgetNode(nd.Spec.NodeName)
-	msg := fmt.Sprintf("node %s was deleted and created again (uid %s, was %s): it is another node; the drain starts over on it",
-		node.Name, node.UID, nd.Status.NodeUID)
-	r.hold(s, v1alpha1.ReasonNodeReplaced, msg)
+	r.hold(s)
+	if nd.Admitted() {
+		// Never under the old node's admission: wait until admission gave
+		// it up (its write of Admitted brings a pass; this one is a retry).
+		return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
+	}
+	_, msg := nd.NodeHold(node)
 	st := &nd.Status
 	st.NodeUID = string(node.UID)
 	st.Hooks, st.Total, st.Evicted, st.Remaining, st.Progress, st.CompletionTime = nil, 0, 0, 0, "", nil
