@@ -8,8 +8,11 @@
 // The go command caches the executables of `go run` (Go 1.24 and later),
 // not those of `go build -o`. Build runs `go run -exec cp PKG OUT`: the go
 // command builds PKG, or finds it in its cache, and "runs" it with cp,
-// which copies it to OUT. A build with an empty build ID (-ldflags
-// -buildid=) is never cached: the go command keys its cache by that ID.
+// which copies it to OUT. Two differences from go build follow from go run:
+// the binary has no symbol table and no DWARF unless the flags say so
+// (go run links with -s -w; -ldflags=-s=false keeps the symbol table), and
+// a build with an empty build ID (-ldflags -buildid=) is never cached: the
+// go command keys its cache by that ID.
 package gobuild
 
 import (

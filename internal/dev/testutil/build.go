@@ -15,15 +15,16 @@ import (
 
 // BuildProgram builds the Go program pkg (an import path, or a directory
 // relative to the test's) into the file out, and returns out. It builds as
-// releases are built (CGO_ENABLED=0, -trimpath, -ldflags "-s -w":
-// internal/dev/image, hack/dist): the tests then run the binaries users
-// run, and share the build cache with `make images`, whose amd64 build
-// would otherwise compile every dependency once more. The binary comes
-// from the go command's cache of executables (internal/dev/gobuild) when
-// nothing of it changed since another test process, or another run, built it.
+// releases are built (CGO_ENABLED=0, -trimpath: internal/dev/image,
+// hack/dist), with the symbol table (a test reads it): the tests then run
+// the binaries users run, and share the build cache with `make images`,
+// whose amd64 build would otherwise compile every dependency once more.
+// The binary comes from the go command's cache of executables
+// (internal/dev/gobuild) when nothing of it changed since another test
+// process, or another run, built it.
 func BuildProgram(t testing.TB, pkg, out string) string {
 	t.Helper()
-	opts := gobuild.Options{Env: append(os.Environ(), "CGO_ENABLED=0"), Flags: []string{"-trimpath", "-ldflags=-s -w"}}
+	opts := gobuild.Options{Env: append(os.Environ(), "CGO_ENABLED=0"), Flags: []string{"-trimpath", "-ldflags=-s=false"}}
 	if err := gobuild.Build(context.Background(), opts, pkg, out); err != nil {
 		t.Fatal(err)
 	}
