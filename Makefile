@@ -22,8 +22,10 @@ MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 # go test would run again costs about 40 CPU-seconds.
 TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3 -ldflags=-w -vet=off
 # The longest packages first: go test starts them in this order, three at
-# once, so the suite's length is not one of them started last.
-PKGS       ?= ./internal/controller/nodedrain ./test/stateful ./test/e2e ./test/install ./internal/dev/demo ./internal/dev/image ./internal/cli ./internal/dev/devcluster ./...
+# once, so the suite's length is not one of them started last. test/rbac
+# and test/monitoring (a dev cluster each, and little CPU) came last in
+# ./..., and the machine was 7% busy for the half minute they ran alone.
+PKGS       ?= ./internal/controller/nodedrain ./test/stateful ./test/e2e ./test/install ./internal/dev/demo ./internal/dev/image ./internal/cli ./internal/dev/devcluster ./test/rbac ./test/monitoring ./...
 
 .PHONY: help
 help: ## List the targets
