@@ -18,18 +18,20 @@ import (
 // Cordon marks the node unschedulable for the drain and records it, with an
 // optimistic lock on the node it was given (a conflict is returned as it
 // is: the caller's copy was stale). A node already unschedulable is left as
-// it is. It reports whether it changed the node; node is updated in place.
+// it is. It reports whether it changed the node; node is updated in place
+// once the write succeeded, and left as it was when it failed.
 func Cordon(ctx context.Context, c client.Client, node *corev1.Node, nd *v1alpha1.NodeDrain) (bool, error) {
 	if node.Spec.Unschedulable {
 		return false, nil
 	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	node.Spec.Unschedulable = true
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Annotations[v1alpha1.AnnotationCordonedBy] = v1alpha1.CordonedByValue(nd)
-	if err := c.Patch(ctx, node, patch); err != nil {
+	err := patch(ctx, c, node, func(n *corev1.Node) {
+		n.Spec.Unschedulable = true
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[v1alpha1.AnnotationCordonedBy] = v1alpha1.CordonedByValue(nd)
+	})
+	if err != nil {
 		return false, fmt.Errorf("cordoning node %s: %w", node.Name, err)
 	}
 	return true, nil
@@ -42,10 +44,11 @@ func Uncordon(ctx context.Context, c client.Client, node *corev1.Node, nd *v1alp
 	if !nd.Cordoned(node) {
 		return false, nil
 	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	node.Spec.Unschedulable = false
-	delete(node.Annotations, v1alpha1.AnnotationCordonedBy)
-	if err := c.Patch(ctx, node, patch); err != nil {
+	err := patch(ctx, c, node, func(n *corev1.Node) {
+		n.Spec.Unschedulable = false
+		delete(n.Annotations, v1alpha1.AnnotationCordonedBy)
+	})
+	if err != nil {
 		return false, fmt.Errorf("uncordoning node %s: %w", node.Name, err)
 	}
 	return true, nil
@@ -72,9 +75,10 @@ func KeepDaemonSetsOff(ctx context.Context, c client.Client, node *corev1.Node, 
 	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDaemonSetsOff }) {
 		return false, nil
 	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDaemonSetsOff, Value: string(nd.UID), Effect: corev1.TaintEffectNoSchedule})
-	if err := c.Patch(ctx, node, patch); err != nil {
+	err := patch(ctx, c, node, func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDaemonSetsOff, Value: string(nd.UID), Effect: corev1.TaintEffectNoSchedule})
+	})
+	if err != nil {
 		return false, fmt.Errorf("tainting node %s to keep DaemonSet pods off: %w", node.Name, err)
 	}
 	return true, nil
@@ -86,12 +90,28 @@ func LetDaemonSetsBack(ctx context.Context, c client.Client, node *corev1.Node, 
 	if !KeepsDaemonSetsOff(node, nd) {
 		return false, nil
 	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	node.Spec.Taints = slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool {
-		return t.Key == v1alpha1.TaintDaemonSetsOff && t.Value == string(nd.UID)
+	err := patch(ctx, c, node, func(n *corev1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Key == v1alpha1.TaintDaemonSetsOff && t.Value == string(nd.UID)
+		})
 	})
-	if err := c.Patch(ctx, node, patch); err != nil {
+	if err != nil {
 		return false, fmt.Errorf("removing the taint %s from node %s: %w", v1alpha1.TaintDaemonSetsOff, node.Name, err)
 	}
 	return true, nil
+}
+
+// patch applies change to a copy of node and sends the difference as a
+// merge patch, locked on node's resourceVersion. Only once the server took
+// it does node become the result: a write that failed leaves the caller's
+// copy as it was read (changed in memory, it would read as cordoned, or
+// not, when the node is not).
+func patch(ctx context.Context, c client.Client, node *corev1.Node, change func(*corev1.Node)) error {
+	updated := node.DeepCopy()
+	change(updated)
+	if err := c.Patch(ctx, updated, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	*node = *updated
+	return nil
 }

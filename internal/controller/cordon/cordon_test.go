@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -245,7 +246,7 @@ func TestNodeWritesReturnAConflictOnAStaleNode(t *testing.T) {
 			} else {
 				e.conflict = true
 			}
-			before := e.current()
+			before, given := e.current(), n.DeepCopy()
 			changed, err := tc.write(context.Background(), e.c, n, drainOf(nodeName))
 			if !apierrors.IsConflict(err) {
 				t.Fatalf("error %v, want a conflict", err)
@@ -256,6 +257,11 @@ func TestNodeWritesReturnAConflictOnAStaleNode(t *testing.T) {
 			after := e.current()
 			if after.Spec.Unschedulable != before.Spec.Unschedulable || !maps.Equal(after.Annotations, before.Annotations) || !slices.Equal(after.Spec.Taints, before.Spec.Taints) {
 				t.Errorf("the stored node changed though the write failed: %+v %v -> %+v %v", before.Spec, before.Annotations, after.Spec, after.Annotations)
+			}
+			// The caller's copy too: a node changed in memory by a write
+			// that failed would read as cordoned (or not) when it is not.
+			if !equality.Semantic.DeepEqual(n, given) {
+				t.Errorf("the caller's node changed though the write failed: %+v %v -> %+v %v", given.Spec, given.Annotations, n.Spec, n.Annotations)
 			}
 		})
 	}
