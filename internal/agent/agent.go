@@ -355,6 +355,9 @@ func sameRequester(have, want v1alpha1.Requester) bool {
 func (a *Agent) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, name string) error {
 	a.opts.Log.Info("withdrawing", "requester", name)
 	after, err := requests.Withdraw(ctx, a.opts.Client, nd.DeepCopy(), name)
+	if apierrors.IsNotFound(err) {
+		return nil // gone: nothing is left to withdraw from
+	}
 	if err != nil {
 		return fmt.Errorf("withdrawing %s from NodeDrain %s: %w", name, nd.Name, err)
 	}

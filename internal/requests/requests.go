@@ -129,6 +129,8 @@ func drain(name, uid string, spec map[string]any) *unstructured.Unstructured {
 // policy are restated, so the others keep them; see restate), else, for an
 // entry written another way, by a JSON patch that first tests the entry is
 // the one it removes. It never creates a drain: the apply names nd's UID.
+// A drain that is gone is a NotFound error (apierrors.IsNotFound): there is
+// nothing to withdraw from.
 func Withdraw(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, requester string) (*v1alpha1.NodeDrain, error) {
 	if err := restate(ctx, c, nd, requester); err != nil {
 		return nil, err
@@ -183,7 +185,9 @@ func restate(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, reque
 			return err
 		}
 		uid := nd.UID
-		if gerr := c.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); gerr != nil {
+		if gerr := c.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); apierrors.IsNotFound(gerr) {
+			return gerr // gone: the refusal was the apply's UID precondition
+		} else if gerr != nil {
 			return errors.Join(err, gerr)
 		}
 		if nd.UID != uid {

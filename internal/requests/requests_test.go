@@ -679,13 +679,14 @@ func TestRaiseReturnsConflictsItMayNotForce(t *testing.T) {
 // TestWithdrawNeverCreatesADrain: the withdraw's apply names the drain's
 // UID, so when the drain is gone the server refuses to create one (uid
 // mismatch, a conflict); Withdraw reads again, finds no drain, and
-// returns an error, and no drain exists after.
+// returns NotFound (what happened, which callers take as nothing left to
+// withdraw), and no drain exists after.
 func TestWithdrawNeverCreatesADrain(t *testing.T) {
 	e := newEnv(t)
 	nd := testutil.NodeDrain("n1", "", "cli:alice")
 	nd.UID, nd.Spec.Mode = "u-gone", v1alpha1.ModeMaintenance
-	if _, err := Withdraw(context.Background(), e.c, nd, "cli:alice"); err == nil {
-		t.Error("Withdraw from a drain that is gone returned no error")
+	if _, err := Withdraw(context.Background(), e.c, nd, "cli:alice"); !apierrors.IsNotFound(err) {
+		t.Errorf("Withdraw from a drain that is gone returned %v, want NotFound", err)
 	}
 	if len(e.applies) == 0 || e.applies[0].meta()["uid"] != "u-gone" {
 		t.Fatalf("the withdraw's apply does not name the drain's UID: %v", e.applies)

@@ -123,12 +123,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // requeueOnConflict turns a lost optimistic lock into a requeue: the cache
-// has not caught up yet, and the next pass reads again.
+// has not caught up yet, and the next pass reads again. An error joined
+// from several is a requeue only when each of them is a conflict; any other
+// is returned (and logged, and retried with backoff).
 func requeueOnConflict(res reconcile.Result, err error) (reconcile.Result, error) {
-	if apierrors.IsConflict(err) {
+	if err != nil && onlyConflicts(err) {
 		return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 	}
 	return res, err
+}
+
+// onlyConflicts reports whether err, and every error joined in it, is a
+// conflict.
+func onlyConflicts(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if !onlyConflicts(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return apierrors.IsConflict(err)
 }
 
 // getNode reads the node; nil when it is gone.
@@ -198,6 +214,9 @@ func (r *Reconciler) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, wante
 		}
 		logf.FromContext(ctx).Info("withdrawing a trigger's drain request", "node", nd.Name, "requester", have.Name)
 		after, err := requests.Withdraw(ctx, r.Client, nd.DeepCopy(), have.Name)
+		if apierrors.IsNotFound(err) {
+			return nil // gone: nothing is left to withdraw from
+		}
 		if err != nil {
 			return fmt.Errorf("withdrawing %s from NodeDrain %s: %w", have.Name, nd.Name, err)
 		}

@@ -1196,3 +1196,37 @@ func TestAPolicyChangeWakesEveryNode(t *testing.T) {
 		t.Errorf("woke %v while the nodes could not be listed, want none", reqs)
 	}
 }
+
+// TestRequeueOnConflictOnlyWhenEveryErrorIsOne: a conflict (wrapped or
+// joined with others) is a quiet requeue; a conflict joined with another
+// error returns the error, whichever comes first.
+func TestRequeueOnConflictOnlyWhenEveryErrorIsOne(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "vacate.dev", Resource: "nodedrains"}, "n1", errors.New("the object has been modified"))
+	other := errors.New("reading node n1: connection refused")
+	for _, tc := range []struct {
+		name    string
+		err     error
+		requeue bool
+	}{
+		{"no error", nil, false},
+		{"a conflict", conflict, true},
+		{"a wrapped conflict", fmt.Errorf("patching: %w", conflict), true},
+		{"two conflicts", errors.Join(conflict, fmt.Errorf("again: %w", conflict)), true},
+		{"a conflict, then another error", errors.Join(conflict, other), false},
+		{"another error, then a conflict", errors.Join(other, conflict), false},
+		{"another error", other, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := requeueOnConflict(reconcile.Result{}, tc.err)
+			if tc.requeue {
+				if err != nil || res.RequeueAfter != requeue.ConflictRetry {
+					t.Errorf("got %+v, %v; want a requeue after %s and no error", res, err, requeue.ConflictRetry)
+				}
+				return
+			}
+			if err != tc.err || res.RequeueAfter != 0 {
+				t.Errorf("got %+v, %v; want the error as it was, %v", res, err, tc.err)
+			}
+		})
+	}
+}
