@@ -53,7 +53,9 @@ func Unfinished(ev *v1alpha1.Evacuation) bool {
 
 // AddFinalizer puts the finalizer on a provider that is not being deleted
 // (the API refuses new finalizers on one that is). It reports whether the
-// provider holds it, so the caller asks nothing of a provider on its way out.
+// provider holds it, so the caller asks nothing of a provider on its way out;
+// a provider gone meanwhile holds nothing (false, no error). p becomes the
+// provider as written only once the write succeeded.
 func AddFinalizer(ctx context.Context, c client.Client, p *v1alpha1.EvacuationProvider) (bool, error) {
 	if controllerutil.ContainsFinalizer(p, v1alpha1.FinalizerEvacuations) {
 		return true, nil
@@ -61,11 +63,16 @@ func AddFinalizer(ctx context.Context, c client.Client, p *v1alpha1.EvacuationPr
 	if !p.DeletionTimestamp.IsZero() {
 		return false, nil
 	}
-	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(p, v1alpha1.FinalizerEvacuations)
-	if err := c.Patch(ctx, p, patch); err != nil {
+	updated := p.DeepCopy()
+	controllerutil.AddFinalizer(updated, v1alpha1.FinalizerEvacuations)
+	err := c.Patch(ctx, updated, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
 		return false, fmt.Errorf("adding finalizer %s to EvacuationProvider %s: %w", v1alpha1.FinalizerEvacuations, p.Name, err)
 	}
+	*p = *updated
 	return true, nil
 }
 

@@ -193,6 +193,22 @@ func TestAddFinalizerFromAStaleCopyConflictsInsteadOfDroppingFinalizers(t *testi
 	if !slices.Equal(stored.Finalizers, []string{otherFinalizer}) {
 		t.Errorf("finalizers after the conflict %v, want only %s", stored.Finalizers, otherFinalizer)
 	}
+	// The caller's copy stays as it was read: it does not hold the
+	// finalizer the write failed to add.
+	if slices.Contains(stale.Finalizers, v1alpha1.FinalizerEvacuations) {
+		t.Errorf("the caller's provider has finalizers %v after the conflict", stale.Finalizers)
+	}
+}
+
+// TestAddFinalizerToAProviderGoneMeanwhile: the provider was deleted (and
+// is gone) between the caller's read and the write: it holds nothing, and
+// that is no error.
+func TestAddFinalizerToAProviderGoneMeanwhile(t *testing.T) {
+	cl := fake.NewClientBuilder().WithScheme(newScheme(t)).Build()
+	held, err := AddFinalizer(context.Background(), cl, provider("p", false))
+	if held || err != nil {
+		t.Fatalf("AddFinalizer to a provider that is gone = %v, %v; want false and no error", held, err)
+	}
 }
 
 // TestReconcileHoldsLiveProvidersAndReleasesDeletedOnesWithNoWork: every
