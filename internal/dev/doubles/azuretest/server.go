@@ -7,15 +7,14 @@ package azuretest
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/vacate-dev/vacate/internal/dev/doubles/loopback"
 )
 
 // Paths the fake serves.
@@ -54,17 +53,16 @@ type document struct {
 // Server is a fake metadata service on a loopback port. Its methods may be
 // called from any goroutine.
 type Server struct {
-	addr   string
+	http   *loopback.Server
 	vmName string
 
 	mu          sync.Mutex
 	incarnation int
 	events      []Event
 	acks        []string
-	served      int          // requests that passed the checks
-	hold        bool         // approved events stay Scheduled
-	status      int          // when non-zero, the status every request gets
-	srv         *http.Server // nil while stopped
+	served      int  // requests that passed the checks
+	hold        bool // approved events stay Scheduled
+	status      int  // when non-zero, the status every request gets
 }
 
 // NewServer starts a fake metadata service for the VM vmName, with no
@@ -72,18 +70,16 @@ type Server struct {
 func NewServer(t testing.TB, vmName string) *Server {
 	t.Helper()
 	s := &Server{vmName: vmName, incarnation: 1}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("azuretest: listening: %v", err)
+	var err error
+	if s.http, err = loopback.Listen("azuretest", s); err != nil {
+		t.Fatal(err)
 	}
-	s.addr = ln.Addr().String()
-	s.serve(ln)
 	t.Cleanup(s.Stop)
 	return s
 }
 
 // URL is the service's base URL, the agent's Endpoint.
-func (s *Server) URL() string { return "http://" + s.addr }
+func (s *Server) URL() string { return s.http.URL() }
 
 // AddEvent adds an event, or replaces the one with its EventId, and moves
 // DocumentIncarnation on. Empty ResourceType and EventStatus are
@@ -164,44 +160,11 @@ func (s *Server) SetStatus(status int) {
 
 // Stop closes the listener and every connection: requests are refused
 // until Start. Stopping a stopped server does nothing.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
-	s.mu.Unlock()
-	if srv != nil {
-		_ = srv.Close()
-	}
-}
+func (s *Server) Stop() { s.http.Stop() }
 
 // Start listens again on the same address after Stop. Starting a running
 // server does nothing.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	running := s.srv != nil
-	s.mu.Unlock()
-	if running {
-		return nil
-	}
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("azuretest: listening again on %s: %w", s.addr, err)
-	}
-	s.serve(ln)
-	return nil
-}
-
-func (s *Server) serve(ln net.Listener) {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	s.mu.Lock()
-	s.srv = srv
-	s.mu.Unlock()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			panic(fmt.Sprintf("azuretest: serving: %v", err))
-		}
-	}()
-}
+func (s *Server) Start() error { return s.http.Start() }
 
 func (s *Server) indexLocked(id string) int {
 	return slices.IndexFunc(s.events, func(e Event) bool { return e.EventID == id })

@@ -9,16 +9,16 @@ package gcptest
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"html"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vacate-dev/vacate/internal/dev/doubles/loopback"
 )
 
 // Keys the server holds from the start, with the values a VM that is not
@@ -45,7 +45,7 @@ const pathPrefix = "/computeMetadata/v1/"
 // Server is a fake metadata server on a loopback port. Its methods may be
 // called from any goroutine.
 type Server struct {
-	addr string
+	http *loopback.Server
 
 	mu      sync.Mutex
 	values  map[string]string
@@ -53,7 +53,6 @@ type Server struct {
 	status  int           // when non-zero, the status every request gets
 	waiting int           // requests hanging in wait_for_change
 	served  int           // requests that passed the header checks
-	srv     *http.Server  // nil while stopped
 }
 
 // NewServer starts a fake metadata server with preempted "FALSE",
@@ -80,17 +79,15 @@ func Listen() (*Server, error) {
 		},
 		changed: make(chan struct{}),
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("gcptest: listening: %w", err)
+	var err error
+	if s.http, err = loopback.Listen("gcptest", s); err != nil {
+		return nil, err
 	}
-	s.addr = ln.Addr().String()
-	s.serve(ln)
 	return s, nil
 }
 
 // URL is the server's base URL, the agent's Endpoint.
-func (s *Server) URL() string { return "http://" + s.addr }
+func (s *Server) URL() string { return s.http.URL() }
 
 // Set sets a key (such as KeyPreempted) to value, waking the requests that
 // wait for it to change.
@@ -151,46 +148,18 @@ func (s *Server) Requests() int {
 }
 
 // Stop closes the listener and every connection: requests are refused
-// until Start. Stopping a stopped server does nothing.
+// until Start, and the requests waiting for a change are answered. Stopping
+// a stopped server does nothing.
 func (s *Server) Stop() {
+	s.http.Stop()
 	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
 	s.wakeLocked()
 	s.mu.Unlock()
-	if srv != nil {
-		_ = srv.Close()
-	}
 }
 
 // Start listens again on the same address after Stop. Starting a running
 // server does nothing.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	running := s.srv != nil
-	s.mu.Unlock()
-	if running {
-		return nil
-	}
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("gcptest: listening again on %s: %w", s.addr, err)
-	}
-	s.serve(ln)
-	return nil
-}
-
-func (s *Server) serve(ln net.Listener) {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	s.mu.Lock()
-	s.srv = srv
-	s.mu.Unlock()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			panic(fmt.Sprintf("gcptest: serving: %v", err))
-		}
-	}()
-}
+func (s *Server) Start() error { return s.http.Start() }
 
 func (s *Server) wakeLocked() {
 	close(s.changed)
@@ -296,7 +265,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // lookupLocked reads a key: its value, the status that overrides it (the
 // server is unavailable or stopped), and whether it exists.
 func (s *Server) lookupLocked(key string) (value string, status int, found bool) {
-	if s.srv == nil {
+	if !s.http.Running() {
 		status = http.StatusServiceUnavailable
 	} else {
 		status = s.status
