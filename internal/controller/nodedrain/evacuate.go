@@ -3,7 +3,6 @@ package nodedrain
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -28,9 +27,9 @@ import (
 
 // evacState is what a pass learned about the drain's evacuations.
 type evacState struct {
-	// holding: protected pods (by UID) that wait for a BeforeEviction
-	// evacuation or their HTTP hook, with the blocker that says why.
-	holding map[types.UID]v1alpha1.Blocker
+	// holds says which pods wait for a BeforeEviction evacuation or their
+	// HTTP hook, with the blocker that says why.
+	holds *holds
 	// pending describes the evacuations not Completed: the node is not
 	// Drained while any is (a protected pod may leave by other means).
 	pending []string
@@ -56,23 +55,21 @@ func providerStage(p *v1alpha1.EvacuationProvider) v1alpha1.EvacuationStage {
 	return providers.Stage(p)
 }
 
-// takesPart reports whether a provider takes part in drains of this mode
-// (providers.TakesPart).
-func takesPart(p *v1alpha1.EvacuationProvider, mode v1alpha1.DrainMode) bool {
-	return providers.TakesPart(p, mode)
-}
-
 // evacuate asks every provider whose pods leave the node (in Decommission:
 // every provider that takes part in it) to evacuate them: one Evacuation
 // each, for this drain, recording the pods it protects. Holds come from the
 // Evacuations, not from the providers as they are now: a pod an Evacuation
 // protects waits until it is Completed for the current generation (or
-// released), whatever happens to the provider or the pod's labels. The node
-// is not Drained until the AfterEviction ones are Completed (finalize).
-// Unknown, stale or failed answers are never taken as done.
+// released), whatever happens to the provider or the pod's labels; so does
+// a pod a provider selects before its Evacuation records it (one being
+// deleted is asked again once it is gone). It then calls the pods' HTTP
+// hooks, and holds computes which pods wait and why (holds.go), as the
+// guard before every eviction call does. The node is not Drained until the
+// AfterEviction ones are Completed (finalize). Unknown, stale or failed
+// answers are never taken as done.
 func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	s.evac = evacState{holding: map[types.UID]v1alpha1.Blocker{}, recheck: requeue.Resync}
+	s.evac = evacState{recheck: requeue.Resync}
 	registered := &v1alpha1.EvacuationProviderList{}
 	if err := r.Client.List(ctx, registered); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing EvacuationProviders: %w", err)
@@ -93,10 +90,8 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	byName := map[string]*v1alpha1.EvacuationProvider{}
 	for i := range registered.Items {
 		p := &registered.Items[i]
-		byName[p.Name] = p
 		if have := evacs[p.Name]; have != nil && !have.DeletionTimestamp.IsZero() {
 			continue // cancelled below; asked again once it is gone
 		}
@@ -121,60 +116,25 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 			}
 		}
 	}
-	var hooks []v1alpha1.HookStatus
-	before, completed, after := 0, 0, 0
-	for _, name := range slices.Sorted(maps.Keys(evacs)) {
-		ev := evacs[name]
-		if !ours(ev, nd, s.node) {
-			continue // another drain's or another node's, left behind; not this drain's to judge
-		}
-		held := providers.ProtectedOnNode(ev, onNode)
-		done, why, staleIn := r.judgeFor(s, ev, byName[ev.Spec.Provider], len(held))
-		if !ev.DeletionTimestamp.IsZero() && ev.Spec.Release == nil {
-			done, why, staleIn = false, fmt.Sprintf("Evacuation %s is being deleted: vacate asks provider %s to cancel it, then asks again; "+
-				"its pods stay until then", ev.Name, ev.Spec.Provider), min(staleIn, 2*time.Second)
-		}
-		s.evac.recheck = min(s.evac.recheck, staleIn)
-		phase := string(ev.CurrentPhase())
-		switch {
-		case ev.Spec.Release != nil:
-			phase = v1alpha1.PhaseReleased
-		case !done && r.evacuationTimedOut(s, ev.Name, ev.CreationTimestamp.Time):
-			phase = v1alpha1.PhaseTimedOut
-		}
-		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phase, Message: truncate(why, maxDetail)})
-		if !done {
-			s.evac.pending = append(s.evac.pending, ev.Name+": "+why)
-		}
-		if stageOf(ev) == v1alpha1.StageAfterEviction {
-			after++
-			continue
-		}
-		before++
-		if done {
-			completed++
-			continue
-		}
-		for _, pod := range held {
-			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: v1alpha1.BlockerEvacuation,
-				Holder: "Evacuation " + ev.Name, Detail: truncate(why, maxDetail), Since: ev.CreationTimestamp}
-		}
-	}
-	r.noteReleases(s, hooks)
-	httpHooks, withHook, hooksDone, err := r.callHooks(ctx, s, leaving, onNode)
+	httpHooks, hookStates, err := r.callHooks(ctx, s, leaving, onNode)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	hooks = append(hooks, httpHooks...)
-	before, completed = before+withHook, completed+hooksDone
-	if withHook > hooksDone {
-		s.evac.recheck = min(s.evac.recheck, 2*time.Second) // answers arrive in the background; Changed wakes us too
+	h, err := holdsOf(holdInput{drain: nd, node: s.node, onNode: onNode, leaving: leaving, evacuations: evacs,
+		providers: itemsOf(registered), selects: r.selector(ctx), hooks: hookStates, now: s.now})
+	if err != nil {
+		return reconcile.Result{}, err
 	}
+	s.evac.holds = h
+	hooks := r.reportEvacuations(s, h)
+	r.noteReleases(s, hooks)
+	hooks = append(hooks, r.reportHooks(s, httpHooks)...)
 	nd.Status.Hooks, nd.Status.HooksOmitted = boundHooks(hooks)
 	// Pods that became held since they were queued are taken out of the queue.
-	for uid := range s.evac.holding {
+	for _, uid := range h.Held() {
 		r.Evictions.Forget(uid)
 	}
+	completed, before := h.BeforeEviction()
 	switch {
 	case len(hooks) == 0:
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, v1alpha1.ReasonNoEvacuations, "no evacuation protects pods on this node")
@@ -187,29 +147,50 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 			"waiting for the evacuations after eviction: "+strings.Join(s.evac.pending, "; "))
 	default:
 		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, v1alpha1.ReasonEvacuated,
-			fmt.Sprintf("%d evacuation(s) Completed", before+after))
+			fmt.Sprintf("%d evacuation(s) Completed", len(hooks)))
 	}
 	return reconcile.Result{}, nil
 }
 
-// judgeFor judges one of the drain's Evacuations: released counts as done;
-// a provider deleted (or being deleted) while its evacuation is unfinished
-// is said so, with the way out.
-func (r *Reconciler) judgeFor(s *scope, ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, held int) (bool, string, time.Duration) {
-	if rel := ev.Spec.Release; rel != nil {
-		msg := fmt.Sprintf("released by %s at %s", rel.By, rel.Time.UTC().Format(time.RFC3339))
-		if rel.Reason != "" {
-			msg += ": " + rel.Reason
+// reportEvacuations describes the drain's Evacuations for status.hooks,
+// records those not Completed (pending) and those past
+// timeouts.evacuation, and notes when to look again.
+func (r *Reconciler) reportEvacuations(s *scope, h *holds) []v1alpha1.HookStatus {
+	var hooks []v1alpha1.HookStatus
+	for _, v := range h.evacuations {
+		ev := v.ev
+		s.evac.recheck = min(s.evac.recheck, v.staleIn)
+		phase := string(ev.CurrentPhase())
+		switch {
+		case ev.Spec.Release != nil:
+			phase = v1alpha1.PhaseReleased
+		case !v.done && r.evacuationTimedOut(s, ev.Name, ev.CreationTimestamp.Time):
+			phase = v1alpha1.PhaseTimedOut
 		}
-		return true, msg, requeue.Resync
+		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phase, Message: truncate(v.why, maxDetail)})
+		if !v.done {
+			s.evac.pending = append(s.evac.pending, ev.Name+": "+v.why)
+		}
 	}
-	done, why, staleIn := judge(ev, p, s.now)
-	if !done && (p == nil || !p.DeletionTimestamp.IsZero()) {
-		why = fmt.Sprintf("provider %s deleted while evacuating %d pod(s) on node %s; they stay until it finishes, "+
-			"or until someone runs 'vacate release %s --provider %s' (last word: %s)", ev.Spec.Provider, held, ev.Spec.NodeName,
-			ev.Spec.NodeName, ev.Spec.Provider, why)
+	return hooks
+}
+
+// reportHooks marks the HTTP hooks past timeouts.evacuation (counted from
+// the drain's first pass after admission, when hooks are first called),
+// and looks again soon while any is unfinished: answers arrive in the
+// background (the prober's Changed wakes the drain too).
+func (r *Reconciler) reportHooks(s *scope, hooks []v1alpha1.HookStatus) []v1alpha1.HookStatus {
+	start := s.drain.Status.StartTime
+	for i := range hooks {
+		if hooks[i].Phase == string(v1alpha1.EvacuationCompleted) {
+			continue
+		}
+		s.evac.recheck = min(s.evac.recheck, 2*time.Second)
+		if start != nil && r.evacuationTimedOut(s, hooks[i].Name, start.Time) {
+			hooks[i].Phase = v1alpha1.PhaseTimedOut
+		}
 	}
-	return done, why, staleIn
+	return hooks
 }
 
 // noteReleases records, once, each evacuation released since the last pass.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
-	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/providers"
 )
 
@@ -74,10 +72,22 @@ func (r *Reconciler) protectedBy(ctx context.Context, p *v1alpha1.EvacuationProv
 	return providers.Protected(p, pods, r.namespaceLabels(ctx))
 }
 
-// selects reports whether the provider's selectors pick the pod
+// selector reports whether a provider's selectors pick a pod
 // (providers.Selects).
-func (r *Reconciler) selects(ctx context.Context, p *v1alpha1.EvacuationProvider, pod *corev1.Pod) (bool, error) {
-	return providers.Selects(p, pod, r.namespaceLabels(ctx))
+func (r *Reconciler) selector(ctx context.Context) func(*v1alpha1.EvacuationProvider, *corev1.Pod) (bool, error) {
+	labelsOf := r.namespaceLabels(ctx)
+	return func(p *v1alpha1.EvacuationProvider, pod *corev1.Pod) (bool, error) {
+		return providers.Selects(p, pod, labelsOf)
+	}
+}
+
+// itemsOf are the providers of a list.
+func itemsOf(list *v1alpha1.EvacuationProviderList) []*v1alpha1.EvacuationProvider {
+	out := make([]*v1alpha1.EvacuationProvider, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out
 }
 
 // ensureEvacuation creates the drain's Evacuation for the provider, or
@@ -131,34 +141,4 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 		return nil, err // a conflict is retried by the caller
 	}
 	return ev, nil
-}
-
-// judge says whether an evacuation counts as done, why not, and how soon
-// it turns stale if nothing changes. Only Completed for the current spec
-// is done; silence past the provider's timeout is reported as such.
-func judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Time) (done bool, why string, staleIn time.Duration) {
-	timeout := providers.Timeout(p)
-	st := ev.Status
-	if ev.CurrentPhase() == v1alpha1.EvacuationCompleted {
-		return true, "Completed: " + st.Message, requeue.Resync
-	}
-	silent := now.Sub(ev.LastHeard())
-	if !ev.Answered() {
-		if silent >= timeout {
-			return false, fmt.Sprintf("provider %s has not taken up the request for %s (timeout %s): is it running?", ev.Spec.Provider, silent.Round(time.Second), timeout), requeue.Resync
-		}
-		return false, fmt.Sprintf("waiting for provider %s to take up the request", ev.Spec.Provider), timeout - silent
-	}
-	if silent >= timeout {
-		return false, fmt.Sprintf("provider %s is stale: no heartbeat for %s (timeout %s); its last word: %s %s", ev.Spec.Provider,
-			silent.Round(time.Second), timeout, st.Phase, st.Message), requeue.Resync
-	}
-	if st.Phase == v1alpha1.EvacuationFailed {
-		return false, fmt.Sprintf("provider %s failed: %s", ev.Spec.Provider, st.Message), timeout - silent
-	}
-	msg := fmt.Sprintf("%s: %s", st.Phase, st.Message)
-	if st.Remaining > 0 {
-		msg += fmt.Sprintf(" (%d remaining)", st.Remaining)
-	}
-	return false, msg, timeout - silent
 }

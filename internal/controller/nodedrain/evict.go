@@ -59,7 +59,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	r.report(s, plan)
 	if !plan.Completed() {
 		nd.Status.Phase = v1alpha1.PhaseEvicting
-		if len(s.evac.holding) > 0 {
+		if s.evac.holds.Any() {
 			nd.Status.Phase = v1alpha1.PhaseEvacuating
 		}
 		after := min(r.waitFor(s), s.evac.recheck)
@@ -86,7 +86,7 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		if d.Action != drain.Evict {
 			continue
 		}
-		if b, held := s.evac.holding[d.Pod.UID]; held {
+		if b, held := s.evac.holds.Of(d.Pod); held {
 			// Its evacuation is not Completed. A pod this drain took out of
 			// service meanwhile goes back in service: a hold has no bound.
 			if err := r.backInServiceWhileHeld(ctx, s, d, b); err != nil {
@@ -145,7 +145,7 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	}
 	var blockers []v1alpha1.Blocker
 	for _, d := range plan.Decisions {
-		b, ok := s.evac.holding[d.Pod.UID]
+		b, ok := s.evac.holds.Of(d.Pod)
 		if !ok {
 			b, ok = s.gated[d.Pod.UID]
 		}

@@ -6,12 +6,12 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/hook"
+	"github.com/vacate-dev/vacate/internal/policy"
 )
 
 // hookRun is the drain's current run, as the hook protocol names it.
@@ -19,19 +19,19 @@ func hookRun(nd *v1alpha1.NodeDrain) hook.Run {
 	return hook.Run{Drain: string(nd.UID), ID: nd.Status.RunID, Node: nd.Spec.NodeName, Mode: string(modeOf(nd))}
 }
 
-// hookTargets are the leaving pods whose HTTP hooks the policy allows, with
-// their targets (or why the annotations cannot be used, or why the address
-// is never called).
-func (r *Reconciler) hookTargets(ctx context.Context, s *scope, pods []*corev1.Pod) ([]*corev1.Pod, []hook.Target, []error, error) {
+// hookTargets are the pods, of those given, whose HTTP hooks the policy
+// calls, with their targets for the drain's run (or why the annotations
+// cannot be used, or why the address is never called).
+func (r *Reconciler) hookTargets(ctx context.Context, pol policy.Policy, nd *v1alpha1.NodeDrain, pods []*corev1.Pod) ([]*corev1.Pod, []hook.Target, []error, error) {
 	var outPods []*corev1.Pod
 	var targets []hook.Target
 	var errs []error
-	if !s.policy.HTTPHooks {
+	if !pol.HTTPHooks {
 		return nil, nil, nil, nil
 	}
-	run := hookRun(s.drain)
+	run := hookRun(nd)
 	for _, pod := range pods {
-		if ok, err := r.hookAllowed(ctx, s.policy, pod); err != nil || !ok {
+		if ok, err := r.hookAllowed(ctx, pol, pod); err != nil || !ok {
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -41,6 +41,23 @@ func (r *Reconciler) hookTargets(ctx context.Context, s *scope, pods []*corev1.P
 		outPods, targets, errs = append(outPods, pod), append(targets, t), append(errs, err)
 	}
 	return outPods, targets, errs, nil
+}
+
+// hookAllowed reports whether the policy calls the pod's HTTP hook (see
+// policy.CallsHook, which vacate plan shares).
+func (r *Reconciler) hookAllowed(ctx context.Context, p policy.Policy, pod *corev1.Pod) (bool, error) {
+	ok, _, err := p.CallsHook(pod, r.namespaceLabels(ctx))
+	return ok, err
+}
+
+// hookTargetDetail says why a pod's hook cannot be called (its target's
+// error), and what holds the pod meanwhile.
+func hookTargetDetail(terr error) string {
+	if hook.IsRefused(terr) {
+		return truncate(terr.Error()+"; the pod stays, as its data may not have moved: fix the pod (or its annotation "+hook.AnnotationPort+
+			"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain", maxDetail)
+	}
+	return truncate(terr.Error()+"; the pod stays until it is fixed", maxDetail)
 }
 
 // hookCalls is what a pass knows of the pods whose hooks the run calls.
@@ -86,16 +103,16 @@ func (hc *hookCalls) completed(uid types.UID) {
 	}
 }
 
-// callHooks runs the HTTP hooks of the leaving pods: each pod is held until
-// its own hook answers Completed for this run. A pod is called only once
-// status.hookCalls, as written, records it, so a cancel reaches every hook
-// that may have accepted a POST, whatever happens to the controller. A pod
-// whose hook address is refused is held with a blocker saying why and the
-// way out. Conversations of pods no longer called are dropped.
-func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.Pod, onNode map[types.UID]*corev1.Pod) ([]v1alpha1.HookStatus, int, int, error) {
-	pods, targets, errs, err := r.hookTargets(ctx, s, leaving)
+// callHooks runs the HTTP hooks of the leaving pods whose hooks the
+// policy calls, and says where each stands: its status, and its state for
+// holds (a pod is held until its own hook answers Completed for this run).
+// A pod is called only once status.hookCalls, as written, records it, so a
+// cancel reaches every hook that may have accepted a POST, whatever happens
+// to the controller. Conversations of pods no longer called are dropped.
+func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.Pod, onNode map[types.UID]*corev1.Pod) ([]v1alpha1.HookStatus, map[types.UID]hookState, error) {
+	pods, targets, errs, err := r.hookTargets(ctx, s.policy, s.drain, leaving)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, nil, err
 	}
 	st := &s.drain.Status
 	if len(pods) > 0 && st.RunID == "" {
@@ -104,48 +121,32 @@ func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.
 	calls := newHookCalls(st, onNode)
 	talking := map[types.UID]bool{}
 	var hooks []v1alpha1.HookStatus
-	done := 0
+	states := map[types.UID]hookState{}
 	for i, pod := range pods {
-		name := "pod/" + pod.Namespace + "/" + pod.Name
-		h, reason := r.callHook(s, pod, targets[i], errs[i], calls, talking)
-		h.Name = name
-		if h.Phase == string(v1alpha1.EvacuationCompleted) {
-			done++
-			hooks = append(hooks, h)
-			continue
-		}
-		// A hook is called from the drain's first pass after admission.
-		if st.StartTime != nil && r.evacuationTimedOut(s, name, st.StartTime.Time) {
-			h.Phase = v1alpha1.PhaseTimedOut
-		}
+		h := r.callHook(s, pod, targets[i], errs[i], calls, talking)
+		h.Name = "pod/" + pod.Namespace + "/" + pod.Name
 		hooks = append(hooks, h)
-		if _, held := s.evac.holding[pod.UID]; !held { // a provider's hold is shown first; both must finish
-			s.evac.holding[pod.UID] = v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: reason,
-				Holder: "HTTP hook of pod " + pod.Namespace + "/" + pod.Name, Detail: h.Message, Since: metav1.NewTime(s.now)}
-		}
+		states[pod.UID] = hookState{err: errs[i], done: h.Phase == string(v1alpha1.EvacuationCompleted), detail: h.Message}
 	}
 	st.HookCalls = calls.next
 	r.Hooks.Retain(s.drain.Spec.NodeName, talking)
-	return hooks, len(pods), done, nil
+	return hooks, states, nil
 }
 
-// callHook is one pod's hook in this pass: its status and, when it holds
-// the pod, the blocker's reason.
-func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr error, calls *hookCalls, talking map[types.UID]bool) (v1alpha1.HookStatus, string) {
+// callHook is one pod's hook in this pass: its status.
+func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr error, calls *hookCalls, talking map[types.UID]bool) v1alpha1.HookStatus {
 	pending := string(v1alpha1.EvacuationPending)
 	switch {
 	case hook.IsRefused(terr):
-		return v1alpha1.HookStatus{Phase: string(v1alpha1.EvacuationFailed), Message: truncate(terr.Error()+
-			"; the pod stays, as its data may not have moved: fix the pod (or its annotation "+hook.AnnotationPort+
-			"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain", maxDetail)}, v1alpha1.BlockerHTTPHookRefused
+		return v1alpha1.HookStatus{Phase: string(v1alpha1.EvacuationFailed), Message: hookTargetDetail(terr)}
 	case terr != nil:
-		return v1alpha1.HookStatus{Phase: pending, Message: truncate(terr.Error()+"; the pod stays until it is fixed", maxDetail)}, v1alpha1.BlockerHTTPHook
+		return v1alpha1.HookStatus{Phase: pending, Message: hookTargetDetail(terr)}
 	case !calls.written[string(pod.UID)]:
 		why := "recording the call before the first POST"
 		if !calls.record(pod.UID) {
 			why = fmt.Sprintf("waiting: %d hooks are being called (at most %d at once)", len(calls.next), v1alpha1.MaxHookCalls)
 		}
-		return v1alpha1.HookStatus{Phase: pending, Message: "HTTP hook " + t.URL() + ": " + why}, v1alpha1.BlockerHTTPHook
+		return v1alpha1.HookStatus{Phase: pending, Message: "HTTP hook " + t.URL() + ": " + why}
 	}
 	talking[pod.UID] = true
 	res := r.Hooks.Evacuate(t)
@@ -163,7 +164,7 @@ func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr err
 	default:
 		h.Phase = string(v1alpha1.EvacuationInProgress)
 	}
-	return h, v1alpha1.BlockerHTTPHook
+	return h
 }
 
 // stillTheTarget is the prober's check before every call, against the

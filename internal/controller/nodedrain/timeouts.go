@@ -130,7 +130,7 @@ func (r *Reconciler) forceDelete(ctx context.Context, s *scope, plan drain.Plan,
 		if d.Action != drain.Evict && d.Action != drain.Block {
 			continue
 		}
-		if _, held := s.evac.holding[d.Pod.UID]; held {
+		if _, held := s.evac.holds.Of(d.Pod); held {
 			continue // safety invariant 3: never before its evacuation is Completed
 		}
 		s.log.Info("deleting pod after a timeout (policy onTimeout: ForceDelete)", "pod", klogRef(d.Key()), "why", why)
@@ -150,7 +150,7 @@ func (r *Reconciler) forceDelete(ctx context.Context, s *scope, plan drain.Plan,
 func sparedPods(s *scope, plan drain.Plan) []string {
 	var out []string
 	for _, d := range plan.Decisions {
-		switch b, held := s.evac.holding[d.Pod.UID]; {
+		switch b, held := s.evac.holds.Of(d.Pod); {
 		case held:
 			out = append(out, fmt.Sprintf("%s (held by %s)", d.Key(), b.Holder))
 		case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
