@@ -20,6 +20,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/dev/doubles/awstest"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/reports"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
@@ -52,13 +53,13 @@ func lastIs(want []agent.Notice) func([][]agent.Notice, [][]agent.Problem) bool 
 // and never a problem.
 func checkHistory(t *testing.T, rec *recorder, want ...[]agent.Notice) {
 	t.Helper()
-	notices, problems := rec.history()
+	notices, problems := rec.History()
 	if len(notices) != len(want) {
-		t.Fatalf("the source reported notices %d times, want %d (only on changes):%s", len(notices), len(want), describe(notices))
+		t.Fatalf("the source reported notices %d times, want %d (only on changes):%s", len(notices), len(want), reports.Describe(notices))
 	}
 	for i := range want {
 		if !agent.SameNotices(notices[i], want[i]) {
-			t.Errorf("report %d = %s, want %s", i, describe(notices[i:i+1]), describe(want[i:i+1]))
+			t.Errorf("report %d = %s, want %s", i, reports.Describe(notices[i:i+1]), reports.Describe(want[i:i+1]))
 		}
 	}
 	for _, p := range problems {
@@ -90,7 +91,7 @@ func TestSpotInterruption(t *testing.T) {
 				Source: SourceSpot, Mode: tc.mode, Deadline: mustTime(t, spotTime),
 				Reason: "AWS spot interruption: " + tc.action + " at " + spotTime,
 			}}
-			rec.waitFor(t, "the spot notice", lastIs(want))
+			rec.WaitFor(t, "the spot notice", lastIs(want))
 			ct.waitRequests(t, 12) // three more polls
 			checkHistory(t, rec, []agent.Notice{}, want)
 		})
@@ -111,7 +112,7 @@ func TestRebalanceRecommendation(t *testing.T) {
 				Source: SourceRebalance, CordonOnly: !drain, Mode: v1alpha1.ModeDecommission,
 				Reason: "AWS rebalance recommendation at " + rebalanceTime + ": the spot instance is at elevated risk of interruption",
 			}}
-			rec.waitFor(t, "the rebalance notice", lastIs(want))
+			rec.WaitFor(t, "the rebalance notice", lastIs(want))
 			ct.waitRequests(t, 8)
 			checkHistory(t, rec, want)
 		})
@@ -143,7 +144,7 @@ func TestScheduledMaintenance(t *testing.T) {
 						": The instance is scheduled for " + tc.code,
 				}}
 			}
-			rec.waitFor(t, "the maintenance notices", lastIs(want))
+			rec.WaitFor(t, "the maintenance notices", lastIs(want))
 			ct.waitRequests(t, 8)
 			checkHistory(t, rec, want)
 		})
@@ -158,7 +159,7 @@ func TestAutoScalingTermination(t *testing.T) {
 	m := startMock(t, "asglifecycle", "--asg-termination-delay-sec", "3")
 	rec, ct := runSource(t, m.URL(), Options{})
 	want := []agent.Notice{{Source: SourceASG, Mode: v1alpha1.ModeDecommission, Reason: "Auto Scaling is terminating the instance"}}
-	rec.waitFor(t, "the Auto Scaling notice", lastIs(want))
+	rec.WaitFor(t, "the Auto Scaling notice", lastIs(want))
 	ct.waitRequests(t, 8)
 	checkHistory(t, rec, []agent.Notice{}, want)
 }
@@ -289,15 +290,15 @@ func TestMetadataDown(t *testing.T) {
 		Source: SourceSpot, Mode: v1alpha1.ModeDecommission, Deadline: mustTime(t, spotTime),
 		Reason: "AWS spot interruption: terminate at " + spotTime,
 	}}
-	rec.waitFor(t, "the spot notice", lastIs(want))
+	rec.WaitFor(t, "the spot notice", lastIs(want))
 
 	t.Log("stopping the metadata mock")
 	m.Stop()
-	rec.waitFor(t, "a MetadataUnavailable problem", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
+	rec.WaitFor(t, "a MetadataUnavailable problem", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(p) > 0 && len(p[len(p)-1]) == 1
 	})
 	ct.waitRequests(t, 5)
-	_, problems := rec.history()
+	_, problems := rec.History()
 	p := problems[len(problems)-1][0]
 	if p.Source != Name || p.Reason != ReasonMetadataUnavailable || !strings.Contains(p.Message, m.URL()) {
 		t.Errorf("problem = %+v, want source %q, reason %q and a message naming %s", p, Name, ReasonMetadataUnavailable, m.URL())
@@ -305,14 +306,14 @@ func TestMetadataDown(t *testing.T) {
 
 	t.Log("starting the metadata mock again on the same port")
 	m.Start()
-	rec.waitFor(t, "the problem to clear", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
+	rec.WaitFor(t, "the problem to clear", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(p[len(p)-1]) == 0
 	})
 	ct.waitRequests(t, 8)
 
-	notices, problems := rec.history()
+	notices, problems := rec.History()
 	if len(notices) != 1 || !agent.SameNotices(notices[0], want) {
-		t.Errorf("notices reported:%s\nwant only the spot notice, once", describe(notices))
+		t.Errorf("notices reported:%s\nwant only the spot notice, once", reports.Describe(notices))
 	}
 	if len(problems[0]) != 0 || len(problems[len(problems)-1]) != 0 {
 		t.Errorf("problems reported %+v, want none at first and none at last", problems)
@@ -331,17 +332,17 @@ func TestStartsWithoutMetadata(t *testing.T) {
 	t.Parallel()
 	m := awstest.NewMock(t, "asglifecycle")
 	rec, ct := runSource(t, m.URL(), Options{})
-	rec.waitFor(t, "a MetadataUnavailable problem", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
+	rec.WaitFor(t, "a MetadataUnavailable problem", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(p) == 1 && len(p[0]) == 1 && p[0][0].Reason == ReasonMetadataUnavailable
 	})
 	ct.waitRequests(t, 5)
-	if notices, _ := rec.history(); len(notices) != 0 {
-		t.Fatalf("notices reported before the service answered:%s", describe(notices))
+	if notices, _ := rec.History(); len(notices) != 0 {
+		t.Fatalf("notices reported before the service answered:%s", reports.Describe(notices))
 	}
 
 	m.Start()
 	want := []agent.Notice{{Source: SourceASG, Mode: v1alpha1.ModeDecommission, Reason: "Auto Scaling is terminating the instance"}}
-	rec.waitFor(t, "the Auto Scaling notice and no problem", func(n [][]agent.Notice, p [][]agent.Problem) bool {
+	rec.WaitFor(t, "the Auto Scaling notice and no problem", func(n [][]agent.Notice, p [][]agent.Problem) bool {
 		return len(n) == 1 && agent.SameNotices(n[0], want) && len(p[len(p)-1]) == 0
 	})
 }
@@ -395,7 +396,7 @@ func TestErrorAnswersKeepNotices(t *testing.T) {
 		Source: SourceSpot, Mode: v1alpha1.ModeDecommission, Deadline: mustTime(t, spotTime),
 		Reason: "AWS spot interruption: terminate at " + spotTime,
 	}}
-	rec.waitFor(t, "the spot notice", lastIs(want))
+	rec.WaitFor(t, "the spot notice", lastIs(want))
 
 	for _, tc := range []struct{ fault, inMessage string }{
 		{"5xx", "unexpected status 500"},
@@ -403,19 +404,19 @@ func TestErrorAnswersKeepNotices(t *testing.T) {
 	} {
 		t.Logf("answering with %s", tc.fault)
 		f.set(tc.fault)
-		rec.waitFor(t, "a problem about "+tc.fault, func(_ [][]agent.Notice, p [][]agent.Problem) bool {
+		rec.WaitFor(t, "a problem about "+tc.fault, func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 			last := p[len(p)-1]
 			return len(last) == 1 && last[0].Reason == ReasonMetadataUnavailable && strings.Contains(last[0].Message, tc.inMessage)
 		})
 		ct.waitRequests(t, 8)
 		f.set("")
-		rec.waitFor(t, "the problem to clear", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
+		rec.WaitFor(t, "the problem to clear", func(_ [][]agent.Notice, p [][]agent.Problem) bool {
 			return len(p[len(p)-1]) == 0
 		})
 	}
 	ct.waitRequests(t, 8)
-	if notices, _ := rec.history(); len(notices) != 1 {
-		t.Errorf("notices reported:%s\nwant only the spot notice, once", describe(notices))
+	if notices, _ := rec.History(); len(notices) != 1 {
+		t.Errorf("notices reported:%s\nwant only the spot notice, once", reports.Describe(notices))
 	}
 }
 
@@ -517,7 +518,7 @@ func TestScheduledEventAlreadyDue(t *testing.T) {
 			want := []agent.Notice{{
 				Source: SourceMaintenance, ID: mockEventID, Mode: tc.mode, Deadline: tc.deadline, Reason: tc.reason,
 			}}
-			rec.waitFor(t, "the notice of the due event", lastIs(want))
+			rec.WaitFor(t, "the notice of the due event", lastIs(want))
 			for range 5 { // five more polls, the clock moving on each
 				waitPollDone(t, clk)
 				clk.Step(interval)

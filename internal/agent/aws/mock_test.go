@@ -6,13 +6,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/dev/doubles/awstest"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/reports"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
@@ -38,55 +37,8 @@ func send(req *http.Request) (int, string, error) {
 	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }
 
-// recorder is an agent.Reporter that keeps every report.
-type recorder struct {
-	mu       sync.Mutex
-	notices  [][]agent.Notice
-	problems [][]agent.Problem
-}
-
-func (r *recorder) Notices(n []agent.Notice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.notices = append(r.notices, append([]agent.Notice{}, n...))
-}
-
-func (r *recorder) Problems(p []agent.Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.problems = append(r.problems, append([]agent.Problem{}, p...))
-}
-
-// history returns copies of the reports so far.
-func (r *recorder) history() ([][]agent.Notice, [][]agent.Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([][]agent.Notice{}, r.notices...), append([][]agent.Problem{}, r.problems...)
-}
-
-// waitFor waits until cond holds for the reports so far.
-func (r *recorder) waitFor(t *testing.T, what string, cond func(notices [][]agent.Notice, problems [][]agent.Problem) bool) {
-	t.Helper()
-	testutil.Eventually(t, waitTimeout, what, func() error {
-		n, p := r.history()
-		if cond(n, p) {
-			return nil
-		}
-		return fmt.Errorf("\nnotices reported: %s\nproblems reported: %+v", describe(n), p)
-	})
-}
-
-func describe(reports [][]agent.Notice) string {
-	var b strings.Builder
-	for _, ns := range reports {
-		b.WriteString("\n  [")
-		for _, n := range ns {
-			fmt.Fprintf(&b, " %+v", n)
-		}
-		b.WriteString(" ]")
-	}
-	return b.String()
-}
+// recorder keeps what the source reports.
+type recorder = reports.Recorder
 
 // countingTransport counts the source's requests, so a test can wait for
 // more polls without sleeping a guessed time.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/reports"
 )
 
 // maintenanceNotices maps a scheduled events answer read at now, as a
@@ -42,7 +43,7 @@ func TestMaintenanceNoticesPicksEarliestActive(t *testing.T) {
 		Reason:   "AWS scheduled event instance-reboot (e-first) not before 2030-01-10T08:30:00Z: first",
 	}}
 	if !agent.SameNotices(got, want) {
-		t.Errorf("notices = %s, want %s", describe([][]agent.Notice{got}), describe([][]agent.Notice{want}))
+		t.Errorf("notices = %s, want %s", reports.Describe([][]agent.Notice{got}), reports.Describe([][]agent.Notice{want}))
 	}
 
 	if got, err := maintenanceNotices([]byte(`[]`), beforeEvents); err != nil || len(got) != 0 {
@@ -68,7 +69,7 @@ func TestMaintenanceNoticesPicksEarliestActive(t *testing.T) {
 		Reason: "AWS scheduled event instance-retirement (e-due) was due at 2030-01-10T08:45:00Z and may happen at any moment: due",
 	}}
 	if !agent.SameNotices(got, want) {
-		t.Errorf("notices = %s, want %s", describe([][]agent.Notice{got}), describe([][]agent.Notice{want}))
+		t.Errorf("notices = %s, want %s", reports.Describe([][]agent.Notice{got}), reports.Describe([][]agent.Notice{want}))
 	}
 }
 
@@ -86,7 +87,7 @@ func TestDueEventKeepsItsDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(got) != 1 || !got[0].Deadline.Equal(seen.Add(OverdueMargin)) {
-			t.Errorf("read %d at %s: notices %s, want the deadline %s", i, now, describe([][]agent.Notice{got}), seen.Add(OverdueMargin))
+			t.Errorf("read %d at %s: notices %s, want the deadline %s", i, now, reports.Describe([][]agent.Notice{got}), seen.Add(OverdueMargin))
 		}
 	}
 	if got, err := s.notices([]byte(`[]`), seen.Add(2*time.Hour)); err != nil || len(got) != 0 {

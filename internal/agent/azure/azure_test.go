@@ -13,6 +13,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/azure"
 	"github.com/vacate-dev/vacate/internal/dev/doubles/azuretest"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/reports"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
@@ -22,60 +23,8 @@ var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 // 18:29:47 GMT".
 func notBefore(d time.Duration) string { return t0.Add(d).Format(http.TimeFormat) }
 
-// recorder is an agent.Reporter that keeps every call.
-type recorder struct {
-	mu       sync.Mutex
-	notices  [][]agent.Notice
-	problems [][]agent.Problem
-}
-
-func (r *recorder) Notices(ns []agent.Notice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.notices = append(r.notices, slices.Clone(ns))
-}
-
-func (r *recorder) Problems(ps []agent.Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.problems = append(r.problems, slices.Clone(ps))
-}
-
-func (r *recorder) history() ([][]agent.Notice, [][]agent.Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.notices), slices.Clone(r.problems)
-}
-
-// waitNotices waits until the last Notices call satisfies ok.
-func (r *recorder) waitNotices(t *testing.T, what string, ok func([]agent.Notice) bool) []agent.Notice {
-	t.Helper()
-	var last []agent.Notice
-	testutil.Eventually(t, 5*time.Second, what, testutil.Holds(func() bool {
-		ns, _ := r.history()
-		if len(ns) == 0 {
-			return false
-		}
-		last = ns[len(ns)-1]
-		return ok(last)
-	}))
-	return last
-}
-
-// waitProblems waits until the last Problems call satisfies ok.
-func (r *recorder) waitProblems(t *testing.T, what string, ok func([]agent.Problem) bool) []agent.Problem {
-	t.Helper()
-	var last []agent.Problem
-	testutil.Eventually(t, 5*time.Second, what, testutil.Holds(func() bool {
-		_, ps := r.history()
-		if len(ps) == 0 {
-			return false
-		}
-		last = ps[len(ps)-1]
-		return ok(last)
-	}))
-	return last
-}
+// recorder keeps what the source reports.
+type recorder = reports.Recorder
 
 // polls waits until the source has polled n more times.
 func polls(t *testing.T, s *azuretest.Server, n int) {
@@ -154,14 +103,14 @@ func TestNoticePerEventType(t *testing.T) {
 			s.AddEvent(azuretest.Event{EventID: "other", EventType: tc.eventType, Resources: []string{"vm-2"}, NotBefore: notBefore(time.Minute)})
 			s.AddEvent(azuretest.Event{EventID: "not-a-vm", EventType: tc.eventType, ResourceType: "Disk", Resources: []string{"vm-1"}, NotBefore: notBefore(time.Minute)})
 			_, r := start(t, s, azure.Options{FreezeDrain: tc.freezeDrain})
-			r.waitNotices(t, "the first report", none)
-			r.waitProblems(t, "no problem", none)
+			r.WaitNotices(t, "the first report", none)
+			r.WaitProblems(t, "no problem", none)
 
 			s.AddEvent(azuretest.Event{
 				EventID: "e1", EventType: tc.eventType, Resources: []string{"VM-1", "vm-2"},
 				NotBefore: notBefore(15 * time.Minute), Description: "Host server is undergoing maintenance.", EventSource: "Platform", DurationInSeconds: 9,
 			})
-			got := r.waitNotices(t, "the notice", count(1))
+			got := r.WaitNotices(t, "the notice", count(1))
 			want := tc.want
 			want.Deadline, want.ID = t0.Add(15*time.Minute), "e1"
 			if !equal(got, []agent.Notice{want}) {
@@ -172,7 +121,7 @@ func TestNoticePerEventType(t *testing.T) {
 			}
 
 			s.RemoveEvent("e1")
-			r.waitNotices(t, "the notice to go", none)
+			r.WaitNotices(t, "the notice to go", none)
 		})
 	}
 }
@@ -183,11 +132,11 @@ func TestEventsSortedAndUnknownTypes(t *testing.T) {
 	s.AddEvent(azuretest.Event{EventID: "late", EventType: "Reboot", Resources: []string{"vm-1"}, NotBefore: notBefore(15 * time.Minute)})
 	s.AddEvent(azuretest.Event{EventID: "soon", EventType: "Preempt", Resources: []string{"vm-1"}, NotBefore: notBefore(30 * time.Second)})
 	s.AddEvent(azuretest.Event{EventID: "new", EventType: "Hibernate", Resources: []string{"vm-1"}, NotBefore: notBefore(time.Minute)})
-	got := r.waitNotices(t, "two notices", count(2))
+	got := r.WaitNotices(t, "two notices", count(2))
 	if got[0].ID != "soon" || got[1].ID != "late" {
 		t.Errorf("notices %+v, want the soonest first", got)
 	}
-	p := r.waitProblems(t, azure.ReasonUnknownEvent, hasReason(azure.ReasonUnknownEvent))
+	p := r.WaitProblems(t, azure.ReasonUnknownEvent, hasReason(azure.ReasonUnknownEvent))
 	if !strings.Contains(p[0].Message, `"Hibernate"`) {
 		t.Errorf("problem %q does not name the type", p[0].Message)
 	}
@@ -199,16 +148,16 @@ func TestStartedEvent(t *testing.T) {
 	// deadline stays NotBefore.
 	s := azuretest.NewServer(t, "vm-1")
 	_, r := start(t, s, azure.Options{VMName: "vm-1"})
-	r.waitNotices(t, "the first report", none)
+	r.WaitNotices(t, "the first report", none)
 	s.AddEvent(azuretest.Event{EventID: "failed", EventType: "Reboot", EventStatus: "Started", Resources: []string{"vm-1"}})
 	s.AddEvent(azuretest.Event{EventID: "planned", EventType: "Redeploy", Resources: []string{"vm-1"}, NotBefore: notBefore(10 * time.Minute)})
-	got := r.waitNotices(t, "two notices", count(2))
+	got := r.WaitNotices(t, "two notices", count(2))
 	if got[0].ID != "failed" || !got[0].Deadline.Equal(t0) || !got[1].Deadline.Equal(t0.Add(10*time.Minute)) {
 		t.Fatalf("notices %+v", got)
 	}
 	s.AddEvent(azuretest.Event{EventID: "planned", EventType: "Redeploy", EventStatus: "Started", Resources: []string{"vm-1"}})
 	polls(t, s, 3)
-	ns, _ := r.history()
+	ns, _ := r.History()
 	if last := ns[len(ns)-1]; !equal(last, got) {
 		t.Errorf("after the event started: %+v, want %+v", last, got)
 	}
@@ -218,7 +167,7 @@ func TestFinishAcknowledgesOnceAndNotBefore(t *testing.T) {
 	s := azuretest.NewServer(t, "vm-1")
 	src, r := start(t, s, azure.Options{})
 	s.AddEvent(azuretest.Event{EventID: "e1", EventType: "Reboot", Resources: []string{"vm-1"}, NotBefore: notBefore(15 * time.Minute)})
-	got := r.waitNotices(t, "the notice", count(1))
+	got := r.WaitNotices(t, "the notice", count(1))
 
 	polls(t, s, 10)
 	if acks := s.Acknowledgements(); len(acks) != 0 {
@@ -236,7 +185,7 @@ func TestFinishAcknowledgesOnceAndNotBefore(t *testing.T) {
 	}
 	// The started event keeps its notice, deadline included.
 	polls(t, s, 3)
-	ns, _ := r.history()
+	ns, _ := r.History()
 	if last := ns[len(ns)-1]; !equal(last, got) {
 		t.Errorf("after the acknowledgement: %+v, want %+v", last, got)
 	}
@@ -255,7 +204,7 @@ func TestFinishOnceWhileAzureHoldsTheEvent(t *testing.T) {
 	s.HoldApprovals(true)
 	src, r := start(t, s, azure.Options{VMName: "vm-1"})
 	s.AddEvent(azuretest.Event{EventID: "e1", EventType: "Reboot", Resources: []string{"vm-1"}, NotBefore: notBefore(15 * time.Minute)})
-	n := r.waitNotices(t, "the notice", count(1))[0]
+	n := r.WaitNotices(t, "the notice", count(1))[0]
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -282,7 +231,7 @@ func TestFinishLeavesEventsItMustNotAcknowledge(t *testing.T) {
 	s.AddEvent(azuretest.Event{EventID: "shared", EventType: "Freeze", Resources: []string{"vm-1", "vm-2"}, NotBefore: notBefore(15 * time.Minute)})
 	s.AddEvent(azuretest.Event{EventID: "gone", EventType: "Reboot", Resources: []string{"vm-1"}, NotBefore: notBefore(15 * time.Minute)})
 	s.AddEvent(azuretest.Event{EventID: "started", EventType: "Reboot", EventStatus: "Started", Resources: []string{"vm-1"}})
-	ns := r.waitNotices(t, "three notices", count(3))
+	ns := r.WaitNotices(t, "three notices", count(3))
 	s.RemoveEvent("gone")
 	for _, n := range ns {
 		if err := src.Finish(context.Background(), n, true); err != nil {
@@ -301,7 +250,7 @@ func TestFinishFailsWhileIMDSIsDown(t *testing.T) {
 	s := azuretest.NewServer(t, "vm-1")
 	src, r := start(t, s, azure.Options{VMName: "vm-1"})
 	s.AddEvent(azuretest.Event{EventID: "e1", EventType: "Preempt", Resources: []string{"vm-1"}, NotBefore: notBefore(30 * time.Second)})
-	n := r.waitNotices(t, "the notice", count(1))[0]
+	n := r.WaitNotices(t, "the notice", count(1))[0]
 	s.Stop()
 	if err := src.Finish(context.Background(), n, false); err == nil {
 		t.Fatal("Finish with IMDS down: no error")
@@ -321,27 +270,27 @@ func TestOutageKeepsNotices(t *testing.T) {
 	s := azuretest.NewServer(t, "vm-1")
 	s.AddEvent(azuretest.Event{EventID: "e1", EventType: "Reboot", Resources: []string{"vm-1"}, NotBefore: notBefore(15 * time.Minute)})
 	_, r := start(t, s, azure.Options{})
-	want := r.waitNotices(t, "the notice", count(1))
-	r.waitProblems(t, "no problem", none)
+	want := r.WaitNotices(t, "the notice", count(1))
+	r.WaitProblems(t, "no problem", none)
 
 	s.Stop() // connection refused
-	p := r.waitProblems(t, "MetadataUnavailable", hasReason(azure.ReasonMetadataUnavailable))
+	p := r.WaitProblems(t, "MetadataUnavailable", hasReason(azure.ReasonMetadataUnavailable))
 	if p[0].Source != "azure" || !strings.Contains(p[0].Message, s.URL()) {
 		t.Errorf("problem %+v does not name the source and the endpoint", p[0])
 	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r.waitProblems(t, "the problem to clear", none)
+	r.WaitProblems(t, "the problem to clear", none)
 
 	s.SetStatus(500)
-	r.waitProblems(t, "MetadataUnavailable on 500", hasReason(azure.ReasonMetadataUnavailable))
+	r.WaitProblems(t, "MetadataUnavailable on 500", hasReason(azure.ReasonMetadataUnavailable))
 	s.AddEvent(azuretest.Event{EventID: "e2", EventType: "Preempt", Resources: []string{"vm-1"}, NotBefore: notBefore(30 * time.Second)})
 	s.SetStatus(0)
-	both := r.waitNotices(t, "both notices", count(2))
-	r.waitProblems(t, "the problem to clear", none)
+	both := r.WaitNotices(t, "both notices", count(2))
+	r.WaitProblems(t, "the problem to clear", none)
 
-	ns, _ := r.history()
+	ns, _ := r.History()
 	for i, got := range ns {
 		if !equal(got, want) && !equal(got, both) {
 			t.Errorf("report %d: notices %+v", i, got)
@@ -353,14 +302,14 @@ func TestVMNameUnavailable(t *testing.T) {
 	s := azuretest.NewServer(t, "vm-1")
 	s.SetStatus(410)
 	_, r := start(t, s, azure.Options{})
-	p := r.waitProblems(t, "MetadataUnavailable", hasReason(azure.ReasonMetadataUnavailable))
+	p := r.WaitProblems(t, "MetadataUnavailable", hasReason(azure.ReasonMetadataUnavailable))
 	if !strings.Contains(p[0].Message, "VM's name") {
 		t.Errorf("problem %q does not say what failed", p[0].Message)
 	}
 	s.AddEvent(azuretest.Event{EventID: "e1", EventType: "Reboot", Resources: []string{"vm-1"}, NotBefore: notBefore(15 * time.Minute)})
 	s.SetStatus(0)
-	r.waitNotices(t, "the notice", count(1))
-	r.waitProblems(t, "the problem to clear", none)
+	r.WaitNotices(t, "the notice", count(1))
+	r.WaitProblems(t, "the problem to clear", none)
 }
 
 func TestBadEndpoint(t *testing.T) {

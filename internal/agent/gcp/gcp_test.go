@@ -2,7 +2,6 @@ package gcp_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,68 +14,14 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/gcp"
 	"github.com/vacate-dev/vacate/internal/dev/doubles/gcptest"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/reports"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
-// recorder is an agent.Reporter that keeps every call.
-type recorder struct {
-	mu       sync.Mutex
-	notices  [][]agent.Notice
-	problems [][]agent.Problem
-}
-
-func (r *recorder) Notices(ns []agent.Notice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.notices = append(r.notices, slices.Clone(ns))
-}
-
-func (r *recorder) Problems(ps []agent.Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.problems = append(r.problems, slices.Clone(ps))
-}
-
-// history returns the calls so far.
-func (r *recorder) history() ([][]agent.Notice, [][]agent.Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.notices), slices.Clone(r.problems)
-}
-
-// waitNotices waits until the last Notices call satisfies ok.
-func (r *recorder) waitNotices(t *testing.T, what string, ok func([]agent.Notice) bool) []agent.Notice {
-	t.Helper()
-	var last []agent.Notice
-	testutil.Eventually(t, 5*time.Second, what, func() error {
-		ns, _ := r.history()
-		if len(ns) > 0 {
-			last = ns[len(ns)-1]
-			if ok(last) {
-				return nil
-			}
-		}
-		return fmt.Errorf("notices reported: %+v", ns)
-	})
-	return last
-}
-
-// waitProblems waits until the last Problems call satisfies ok.
-func (r *recorder) waitProblems(t *testing.T, what string, ok func([]agent.Problem) bool) []agent.Problem {
-	t.Helper()
-	var last []agent.Problem
-	testutil.Eventually(t, 5*time.Second, what, testutil.Holds(func() bool {
-		_, ps := r.history()
-		if len(ps) == 0 {
-			return false
-		}
-		last = ps[len(ps)-1]
-		return ok(last)
-	}))
-	return last
-}
+// recorder keeps what the source reports.
+type recorder = reports.Recorder
 
 func none[T any](xs []T) bool { return len(xs) == 0 }
 
@@ -152,20 +97,20 @@ func equal(a, b []agent.Notice) bool {
 func TestReportsQuietStateAtOnce(t *testing.T) {
 	s := gcptest.NewServer(t)
 	r := start(t, s.URL(), 30*time.Second)
-	r.waitNotices(t, "an empty notice list", none)
-	r.waitProblems(t, "an empty problem list", none)
+	r.WaitNotices(t, "an empty notice list", none)
+	r.WaitProblems(t, "an empty problem list", none)
 }
 
 func TestPreemptionSeenThroughTheHangingGET(t *testing.T) {
 	s := gcptest.NewServer(t)
 	r := start(t, s.URL(), 30*time.Second)
-	r.waitNotices(t, "the first report", none)
+	r.WaitNotices(t, "the first report", none)
 	// Both keys are in a hanging GET that would last 30s: the change must
 	// end it, not its timeout.
 	testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 	began := time.Now()
 	s.SetPreempted(true)
-	got := r.waitNotices(t, "the preemption notice", func(ns []agent.Notice) bool { return len(ns) > 0 })
+	got := r.WaitNotices(t, "the preemption notice", func(ns []agent.Notice) bool { return len(ns) > 0 })
 	if took := time.Since(began); took > 2*time.Second {
 		t.Errorf("the notice came %v after the change", took)
 	}
@@ -186,13 +131,13 @@ func setRead(t *testing.T, s *gcptest.Server, value string) {
 func TestMaintenanceTerminate(t *testing.T) {
 	s := gcptest.NewServer(t)
 	r := start(t, s.URL(), 30*time.Second)
-	r.waitNotices(t, "the first report", none)
+	r.WaitNotices(t, "the first report", none)
 	testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 	s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
 	want := []agent.Notice{maintenance()}
-	r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
+	r.WaitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
 	s.SetMaintenanceEvent(gcp.MaintenanceNone)
-	r.waitNotices(t, "the notice to go", none)
+	r.WaitNotices(t, "the notice to go", none)
 }
 
 func TestMaintenanceWithoutDrain(t *testing.T) {
@@ -210,22 +155,22 @@ func TestMaintenanceWithoutDrain(t *testing.T) {
 		t.Run(tc.value, func(t *testing.T) {
 			s := gcptest.NewServer(t)
 			r := start(t, s.URL(), 30*time.Second)
-			r.waitNotices(t, "the first report", none)
+			r.WaitNotices(t, "the first report", none)
 			testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 			setRead(t, s, tc.value)
 			if tc.problem {
-				p := r.waitProblems(t, gcp.ReasonUnexpectedValue, hasReason(gcp.ReasonUnexpectedValue))
+				p := r.WaitProblems(t, gcp.ReasonUnexpectedValue, hasReason(gcp.ReasonUnexpectedValue))
 				if !strings.Contains(p[0].Message, tc.value) {
 					t.Errorf("problem %q does not name the value", p[0].Message)
 				}
 			}
 			s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
 			want := []agent.Notice{maintenance()}
-			r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
-			if ns, _ := r.history(); len(ns) != 2 || len(ns[0]) != 0 {
+			r.WaitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
+			if ns, _ := r.History(); len(ns) != 2 || len(ns[0]) != 0 {
 				t.Errorf("notices reported %+v, want none then the terminating event's", ns)
 			}
-			r.waitProblems(t, "no problem", none)
+			r.WaitProblems(t, "no problem", none)
 		})
 	}
 }
@@ -243,35 +188,35 @@ func TestOutageKeepsNotices(t *testing.T) {
 		now = now.Add(time.Second)
 		return now
 	})
-	want := r.waitNotices(t, "the preemption notice", func(ns []agent.Notice) bool { return len(ns) == 1 })
+	want := r.WaitNotices(t, "the preemption notice", func(ns []agent.Notice) bool { return len(ns) == 1 })
 	// The keys answer in either order: the clock was read once or twice.
 	if d := want[0].Deadline; want[0].Source != gcp.SourcePreempted || !d.Equal(t0.Add(31*time.Second)) && !d.Equal(t0.Add(32*time.Second)) {
 		t.Fatalf("notices %+v, want the preemption's, deadline 30s after it was read", want)
 	}
 
 	s.Stop() // connection refused
-	p := r.waitProblems(t, "MetadataUnavailable", hasReason(gcp.ReasonMetadataUnavailable))
+	p := r.WaitProblems(t, "MetadataUnavailable", hasReason(gcp.ReasonMetadataUnavailable))
 	if !strings.Contains(p[0].Message, s.URL()) || p[0].Source != "gcp" {
 		t.Errorf("problem %+v does not name the endpoint and the source", p[0])
 	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r.waitProblems(t, "the problem to clear", none)
+	r.WaitProblems(t, "the problem to clear", none)
 
 	s.SetUnavailable(true) // 503, as during a live migration
-	r.waitProblems(t, "MetadataUnavailable on 503", hasReason(gcp.ReasonMetadataUnavailable))
+	r.WaitProblems(t, "MetadataUnavailable on 503", hasReason(gcp.ReasonMetadataUnavailable))
 	s.SetMaintenanceEvent("TERMINATE_ON_HOST_MAINTENANCE") // changes while it is unavailable
 	s.SetUnavailable(false)
-	r.waitProblems(t, "the problem to clear", none)
-	both := r.waitNotices(t, "both notices", func(ns []agent.Notice) bool { return len(ns) == 2 })
+	r.WaitProblems(t, "the problem to clear", none)
+	both := r.WaitNotices(t, "both notices", func(ns []agent.Notice) bool { return len(ns) == 2 })
 	if both[1].Source != gcp.SourceMaintenance {
 		t.Errorf("notices %+v, want the preemption's then the maintenance's", both)
 	}
 
 	// Through it all the preemption notice never left, never changed, and
 	// nothing else was reported.
-	ns, _ := r.history()
+	ns, _ := r.History()
 	for i, got := range ns {
 		if !equal(got, want) && !equal(got, both) {
 			t.Errorf("report %d: notices %+v", i, got)
@@ -291,13 +236,13 @@ func TestAnswerNotFromTheMetadataServer(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	r := start(t, srv.URL, 30*time.Second)
-	p := r.waitProblems(t, "MetadataUnavailable", hasReason(gcp.ReasonMetadataUnavailable))
+	p := r.WaitProblems(t, "MetadataUnavailable", hasReason(gcp.ReasonMetadataUnavailable))
 	if !strings.Contains(p[0].Message, "Metadata-Flavor") {
 		t.Errorf("problem %q does not say why", p[0].Message)
 	}
 	// Not an answer: no notice list at all, not even an empty one (an
 	// agent restarted now must not take it for "no notice").
-	if ns, _ := r.history(); len(ns) > 0 {
+	if ns, _ := r.History(); len(ns) > 0 {
 		t.Errorf("reported notices %+v from a server that is not the metadata server", ns)
 	}
 }
@@ -329,7 +274,7 @@ func TestEveryRequestCarriesTheFlavorAndETag(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 	r := start(t, proxy.URL, 2*time.Second)
-	r.waitNotices(t, "the first report", none)
+	r.WaitNotices(t, "the first report", none)
 	testutil.Eventually(t, 5*time.Second, "a hanging GET per key", testutil.Holds(func() bool { return fake.Waiting() == 2 }))
 
 	mu.Lock()
@@ -398,11 +343,11 @@ func TestGPUMaintenanceNotice(t *testing.T) {
 			s := gcptest.NewServer(t)
 			s.SetMachineType(tc.machineType)
 			r := start(t, s.URL(), 30*time.Second)
-			r.waitNotices(t, "the first report", none)
+			r.WaitNotices(t, "the first report", none)
 			testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 			s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
-			r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
-			r.waitProblems(t, "no problem", none)
+			r.WaitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
+			r.WaitProblems(t, "no problem", none)
 		})
 	}
 	t.Run("metadata server down at start", func(t *testing.T) {
@@ -411,11 +356,11 @@ func TestGPUMaintenanceNotice(t *testing.T) {
 		s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
 		s.SetUnavailable(true)
 		r := start(t, s.URL(), 30*time.Second)
-		r.waitProblems(t, "MetadataUnavailable", hasReason(gcp.ReasonMetadataUnavailable))
+		r.WaitProblems(t, "MetadataUnavailable", hasReason(gcp.ReasonMetadataUnavailable))
 		s.SetUnavailable(false)
 		want := []agent.Notice{gpuMaintenance("a3-highgpu-8g")}
-		r.waitNotices(t, "the maintenance notice with the GPU VM's hour", func(ns []agent.Notice) bool { return equal(ns, want) })
-		r.waitProblems(t, "no problem", none)
+		r.WaitNotices(t, "the maintenance notice with the GPU VM's hour", func(ns []agent.Notice) bool { return equal(ns, want) })
+		r.WaitProblems(t, "no problem", none)
 	})
 }
 
@@ -426,12 +371,12 @@ func TestUnreadableMachineType(t *testing.T) {
 	s := gcptest.NewServer(t)
 	s.Set(gcptest.KeyMachineType, "a3-highgpu-8g")
 	r := start(t, s.URL(), 30*time.Second)
-	p := r.waitProblems(t, gcp.ReasonUnexpectedValue, hasReason(gcp.ReasonUnexpectedValue))
+	p := r.WaitProblems(t, gcp.ReasonUnexpectedValue, hasReason(gcp.ReasonUnexpectedValue))
 	if !strings.Contains(p[0].Message, `"a3-highgpu-8g"`) || !strings.Contains(p[0].Message, "projects/PROJECT_NUM/machineTypes/NAME") {
 		t.Errorf("problem %q does not name the value and the form expected", p[0].Message)
 	}
 	testutil.Eventually(t, 5*time.Second, "both hanging GETs", testutil.Holds(func() bool { return s.Waiting() == 2 }))
 	s.SetMaintenanceEvent(gcp.MaintenanceTerminate)
 	want := []agent.Notice{maintenance()}
-	r.waitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
+	r.WaitNotices(t, "the maintenance notice", func(ns []agent.Notice) bool { return equal(ns, want) })
 }
