@@ -1,7 +1,6 @@
 package aws
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -79,15 +78,6 @@ func runSource(t *testing.T, endpoint string, opts Options) (*recorder, *countin
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, rec) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run returned %v when its context ended, want nil", err)
-		}
-	})
+	rec := reports.Run(t, src)
 	return rec, ct
 }

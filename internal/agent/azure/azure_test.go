@@ -54,21 +54,7 @@ func start(t *testing.T, s *azuretest.Server, o azure.Options) (*azure.Source, *
 	o.RetryMax = 20 * time.Millisecond
 	o.Now = func() time.Time { return t0 }
 	src := azure.New(o)
-	r := &recorder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, r) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v when its context ended, want nil", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("Run did not return when its context ended")
-		}
-	})
+	r := reports.Run(t, src)
 	return src, r
 }
 

@@ -51,21 +51,7 @@ func startClock(t *testing.T, endpoint string, wait time.Duration, now func() ti
 	if src.Name() != "gcp" {
 		t.Errorf("Name() = %q, want gcp", src.Name())
 	}
-	r := &recorder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, r) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v when its context ended, want nil", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("Run did not return when its context ended")
-		}
-	})
+	r := reports.Run(t, src)
 	return r
 }
 

@@ -3,6 +3,7 @@
 package reports
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +18,29 @@ import (
 // waitTimeout bounds every wait: generous, so a busy machine makes a test
 // slower, never wrong.
 const waitTimeout = 30 * time.Second
+
+// Run runs src until the test ends, reporting to a new Recorder, which it
+// returns. When the test ends Run cancels the source's context and fails
+// the test unless the source returns nil within five seconds.
+func Run(t testing.TB, src agent.Source) *Recorder {
+	t.Helper()
+	r := &Recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, r) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s: Run returned %v when its context ended, want nil", src.Name(), err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: Run did not return when its context ended", src.Name())
+		}
+	})
+	return r
+}
 
 // Recorder keeps every call of a source. Its zero value is ready; its
 // methods may be called from any goroutine.
