@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -135,7 +136,18 @@ func kubeletlessNode(t *testing.T, e *env, name string) string {
 	if _, err := e.c.Client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		// No kubelet ever confirms its pods gone: they would stay
+		// Terminating, bound to this name, into the next run of the test
+		// (-count). Force them out, as a person does for a dead node.
+		ctx, pods := context.Background(), e.c.Client.CoreV1().Pods("")
+		if list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name}); err == nil {
+			for _, p := range list.Items {
+				_ = e.c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			}
+		}
+		_ = e.c.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	})
 	setNodeReady(t, e, name, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status")
 	return name
 }
