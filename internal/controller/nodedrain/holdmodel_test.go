@@ -72,11 +72,11 @@ func TestHoldsOf(t *testing.T) {
 	}{
 		{name: "nothing asks: nothing holds"},
 		{name: "BeforeEviction not Completed holds its pods", evs: []*v1alpha1.Evacuation{evacuation()}, providers: []*v1alpha1.EvacuationProvider{provider("vol")},
-			db: want{v1alpha1.BlockerEvacuation, "Evacuation "+evName, "InProgress"}},
+			db: want{v1alpha1.BlockerEvacuation, "Evacuation " + evName, "InProgress"}},
 		{name: "Completed for the current generation frees them", evs: []*v1alpha1.Evacuation{evacuation(completed)}, providers: []*v1alpha1.EvacuationProvider{provider("vol")}},
 		{name: "Completed for an older generation holds", evs: []*v1alpha1.Evacuation{evacuation(completed, func(ev *v1alpha1.Evacuation) { ev.Generation = 2 })},
 			providers: []*v1alpha1.EvacuationProvider{provider("vol")},
-			db:        want{v1alpha1.BlockerEvacuation, "Evacuation "+evName, "waiting for provider vol to take up the request"}},
+			db:        want{v1alpha1.BlockerEvacuation, "Evacuation " + evName, "waiting for provider vol to take up the request"}},
 		{name: "released frees them", evs: []*v1alpha1.Evacuation{evacuation(func(ev *v1alpha1.Evacuation) {
 			ev.Spec.Release = &v1alpha1.EvacuationRelease{By: "alice", Time: metav1.NewTime(now)}
 		})}, providers: []*v1alpha1.EvacuationProvider{provider("vol")}},
@@ -84,9 +84,9 @@ func TestHoldsOf(t *testing.T) {
 			ev.Spec.Release, ev.DeletionTimestamp = &v1alpha1.EvacuationRelease{By: "alice", Time: metav1.NewTime(now)}, &deleted
 		})}},
 		{name: "being deleted holds, even Completed", evs: []*v1alpha1.Evacuation{evacuation(completed, func(ev *v1alpha1.Evacuation) { ev.DeletionTimestamp = &deleted })},
-			db: want{v1alpha1.BlockerEvacuation, "Evacuation "+evName, "is being deleted: vacate asks provider vol to cancel it"}},
+			db: want{v1alpha1.BlockerEvacuation, "Evacuation " + evName, "is being deleted: vacate asks provider vol to cancel it"}},
 		{name: "its provider deleted: holds, with the way out", evs: []*v1alpha1.Evacuation{evacuation()},
-			db: want{v1alpha1.BlockerEvacuation, "Evacuation "+evName, "provider vol deleted while evacuating 1 pod(s) on node n1"}},
+			db: want{v1alpha1.BlockerEvacuation, "Evacuation " + evName, "provider vol deleted while evacuating 1 pod(s) on node n1"}},
 		{name: "AfterEviction does not hold", evs: []*v1alpha1.Evacuation{evacuation(func(ev *v1alpha1.Evacuation) { ev.Spec.Stage = v1alpha1.StageAfterEviction })},
 			providers: []*v1alpha1.EvacuationProvider{provider("vol", func(p *v1alpha1.EvacuationProvider) { p.Spec.Stage = v1alpha1.StageAfterEviction })}},
 		{name: "another drain's Evacuation is ignored", evs: []*v1alpha1.Evacuation{evacuation(func(ev *v1alpha1.Evacuation) { ev.Spec.DrainUID = "drain-0" })}},
@@ -119,7 +119,7 @@ func TestHoldsOf(t *testing.T) {
 			db: want{v1alpha1.BlockerHTTPHookRefused, "HTTP hook of pod default/db-0", "link-local"}},
 		{name: "an Evacuation and a hook: the Evacuation is shown first", evs: []*v1alpha1.Evacuation{evacuation()}, providers: []*v1alpha1.EvacuationProvider{provider("vol")},
 			hooks: map[types.UID]hookState{db.UID: {detail: "HTTP hook http://10.0.0.1:8080: InProgress"}},
-			db:    want{v1alpha1.BlockerEvacuation, "Evacuation "+evName, "InProgress"}},
+			db:    want{v1alpha1.BlockerEvacuation, "Evacuation " + evName, "InProgress"}},
 		{name: "a drain being undone holds every pod", drain: func(nd *v1alpha1.NodeDrain) { nd.Spec.Requesters = nil },
 			evs: []*v1alpha1.Evacuation{evacuation(completed)},
 			db:  want{blockerUndoing, "NodeDrain n1", "being undone"}, web: want{blockerUndoing, "NodeDrain n1", "being undone"}},
