@@ -377,10 +377,33 @@ func waitCalls(t *testing.T, app *runApp, method string, pods []corev1.Pod, what
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d hooks never got %s: %v", len(missing), len(pods), what, missing[:min(5, len(missing))])
+			t.Fatalf("%d of %d hooks never got %s: %v; %s", len(missing), len(pods), what, missing[:min(5, len(missing))], seenAt(app, pods, got))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// seenAt says, for the first pods whose address got no call of the kind
+// waited for, what their address got instead (another method: the
+// conversation went wrong; nothing: the calls went to another address than
+// the one the test read), and how many addresses the test's pods share.
+func seenAt(app *runApp, pods []corev1.Pod, got map[string]bool) string {
+	byAddr := map[string][]string{}
+	for _, c := range app.called("") {
+		byAddr[c.local] = append(byAddr[c.local], c.method)
+	}
+	var b strings.Builder
+	shown, ips := 0, map[string]int{}
+	for _, p := range pods {
+		ips[p.Status.PodIP]++
+		if got[p.Status.PodIP] || shown == 5 {
+			continue
+		}
+		shown++
+		fmt.Fprintf(&b, "%s at %s got %v; ", p.Name, p.Status.PodIP, byAddr[p.Status.PodIP])
+	}
+	fmt.Fprintf(&b, "%d pods on %d addresses, %d addresses called in all", len(pods), len(ips), len(byAddr))
+	return b.String()
 }
 
 // TestThousandHookedPods drains one node with 1,000 pods that each have an
