@@ -447,7 +447,12 @@ maintenance:
 		f.touch("slow")
 		f.start()
 		f.post("d7", "r7", Maintenance)
-		f.waitFor("d7", "to run evacuate", func(int, Answer) bool { return f.count("evacuate_Maintenance_r7") == 1 })
+		// Up to its sleep: a cancel before the script wrote its pid would
+		// leave nothing to check.
+		f.waitFor("d7", "to run evacuate up to its sleep", func(int, Answer) bool {
+			pid, _ := os.ReadFile(filepath.Join(f.dir, "pid"))
+			return f.count("evacuate_Maintenance_r7") == 1 && len(bytes.TrimSpace(pid)) > 0
+		})
 		if code, _, body := f.do(http.MethodDelete, "d7", "r7", nil); code != http.StatusAccepted {
 			t.Fatalf("DELETE: HTTP %d %s", code, body)
 		}

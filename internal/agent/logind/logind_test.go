@@ -16,6 +16,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent"
 	"github.com/vacate-dev/vacate/internal/agent/logind"
 	"github.com/vacate-dev/vacate/internal/dev/doubles/logindtest"
+	"github.com/vacate-dev/vacate/internal/dev/doubles/reports"
 )
 
 // waitFor bounds every wait of a test.
@@ -24,93 +25,27 @@ const waitFor = 20 * time.Second
 // now is the fake clock's time.
 var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
-// recorder is an agent.Reporter that keeps every report.
-type recorder struct {
-	mu       sync.Mutex
-	notices  [][]agent.Notice
-	problems [][]agent.Problem
-	changed  chan struct{}
-}
+// recorder keeps what the source reports.
+type recorder = reports.Recorder
 
-func newRecorder() *recorder { return &recorder{changed: make(chan struct{})} }
+func newRecorder() *recorder { return &reports.Recorder{} }
 
-func (r *recorder) Notices(ns []agent.Notice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.notices = append(r.notices, slices.Clone(ns))
-	r.wake()
-}
-
-func (r *recorder) Problems(ps []agent.Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.problems = append(r.problems, slices.Clone(ps))
-	r.wake()
-}
-
-func (r *recorder) wake() {
-	close(r.changed)
-	r.changed = make(chan struct{})
-}
-
-// history is every Notices report so far.
-func (r *recorder) history() [][]agent.Notice {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.notices)
-}
-
-// wait waits until ok holds for the reports so far.
-func (r *recorder) wait(t *testing.T, what string, ok func(notices [][]agent.Notice, problems [][]agent.Problem) bool) {
-	t.Helper()
-	timeout := time.After(waitFor)
-	for {
-		r.mu.Lock()
-		done, changed := ok(r.notices, r.problems), r.changed
-		notices, problems := r.notices, r.problems
-		r.mu.Unlock()
-		if done {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("waiting %s for %s; notices reported: %+v; problems reported: %+v", waitFor, what, notices, problems)
-		}
-	}
-}
-
-// waitNotices waits until the last notices reported satisfy ok, and
-// returns them.
-func (r *recorder) waitNotices(t *testing.T, what string, ok func([]agent.Notice) bool) []agent.Notice {
-	t.Helper()
-	var last []agent.Notice
-	r.wait(t, what, func(ns [][]agent.Notice, _ [][]agent.Problem) bool {
-		if len(ns) == 0 {
-			return false
-		}
-		last = ns[len(ns)-1]
-		return ok(last)
-	})
-	return last
+// notices is every Notices report so far.
+func notices(r *recorder) [][]agent.Notice {
+	ns, _ := r.History()
+	return ns
 }
 
 // waitProblems waits until the last problems reported have these reasons.
-func (r *recorder) waitProblems(t *testing.T, reasons ...string) []agent.Problem {
+func waitProblems(t *testing.T, r *recorder, reasons ...string) []agent.Problem {
 	t.Helper()
-	var last []agent.Problem
-	r.wait(t, fmt.Sprintf("problems %v", reasons), func(_ [][]agent.Notice, ps [][]agent.Problem) bool {
-		if len(ps) == 0 {
-			return false
-		}
-		last = ps[len(ps)-1]
+	return r.WaitProblems(t, fmt.Sprintf("problems %v", reasons), func(last []agent.Problem) bool {
 		got := []string{}
 		for _, p := range last {
 			got = append(got, p.Reason)
 		}
 		return slices.Equal(got, reasons)
 	})
-	return last
 }
 
 func none(ns []agent.Notice) bool { return len(ns) == 0 }
@@ -185,8 +120,8 @@ func TestLockHeldAfterStart(t *testing.T) {
 	if len(in) != 1 || in[0].What != "shutdown" || in[0].Mode != "delay" || in[0].Who != "vacate" || in[0].Why == "" {
 		t.Errorf("inhibitors %+v, want one delay lock on shutdown by vacate, with a reason", in)
 	}
-	f.rec.waitNotices(t, "no notice", none)
-	f.rec.waitProblems(t)
+	f.rec.WaitNotices(t, "no notice", none)
+	waitProblems(t, f.rec)
 	if got := f.src.Name(); got != "logind" {
 		t.Errorf("Name() = %q, want logind", got)
 	}
@@ -214,10 +149,10 @@ func TestInhibitDelay(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !tc.problem {
-				f.rec.waitProblems(t)
+				waitProblems(t, f.rec)
 				return
 			}
-			p := f.rec.waitProblems(t, logind.ReasonInhibitDelayTooShort)[0]
+			p := waitProblems(t, f.rec, logind.ReasonInhibitDelayTooShort)[0]
 			for _, s := range []string{tc.delay.String(), tc.want.String(), "InhibitDelayMaxSec=", "/etc/systemd/logind.conf", "/etc/systemd/logind.conf.d/", "never changes"} {
 				if !strings.Contains(p.Message, s) {
 					t.Errorf("message %q does not say %q", p.Message, s)
@@ -263,10 +198,10 @@ func TestPrepareForShutdown(t *testing.T) {
 			if err := f.l.WaitHeld(waitCtx(t), 1); err != nil {
 				t.Fatal(err)
 			}
-			f.rec.waitNotices(t, "no notice", none)
+			f.rec.WaitNotices(t, "no notice", none)
 
 			f.l.EmitPrepareForShutdown(true, tc.kind)
-			n := f.rec.waitNotices(t, "a notice", one)[0]
+			n := f.rec.WaitNotices(t, "a notice", one)[0]
 			want := agent.Notice{Source: "shutdown", Mode: tc.mode, Deadline: now.Add(55 * time.Second), Reason: n.Reason}
 			if n != want {
 				t.Errorf("notice %+v, want %+v", n, want)
@@ -280,8 +215,8 @@ func TestPrepareForShutdown(t *testing.T) {
 			// Both signals of one shutdown make one report: cancel it, and
 			// look at what came between.
 			f.l.EmitPrepareForShutdown(false, tc.kind)
-			f.rec.waitNotices(t, "no notice after the cancel", none)
-			h := f.rec.history()
+			f.rec.WaitNotices(t, "no notice after the cancel", none)
+			h := notices(f.rec)
 			if len(h) != 3 || len(h[0]) != 0 || len(h[1]) != 1 || len(h[2]) != 0 {
 				t.Errorf("notices reported %+v, want none, the notice once, none", h)
 			}
@@ -298,7 +233,7 @@ func TestSignalsFromOthersIgnored(t *testing.T) {
 	if err := f.l.WaitHeld(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	f.rec.waitNotices(t, "no notice", none)
+	f.rec.WaitNotices(t, "no notice", none)
 
 	rogue, err := dbus.Connect(f.bus.Address)
 	if err != nil {
@@ -349,8 +284,8 @@ func TestSignalsFromOthersIgnored(t *testing.T) {
 		t.Fatalf("pinging the bus: %v", err)
 	}
 	f.l.EmitPrepareForShutdown(true, "reboot")
-	n := f.rec.waitNotices(t, "a notice", one)[0]
-	if h := f.rec.history(); len(h) != 2 || n.Mode != v1alpha1.ModeMaintenance {
+	n := f.rec.WaitNotices(t, "a notice", one)[0]
+	if h := notices(f.rec); len(h) != 2 || n.Mode != v1alpha1.ModeMaintenance {
 		t.Errorf("notices reported %+v, want none, then logind's reboot only", h)
 	}
 }
@@ -366,7 +301,7 @@ func TestLockHeldUntilFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.l.EmitPrepareForShutdown(true, "reboot")
-	n := f.rec.waitNotices(t, "a notice", one)[0]
+	n := f.rec.WaitNotices(t, "a notice", one)[0]
 	time.Sleep(100 * time.Millisecond) // time enough to release it wrongly
 	if got := f.l.Held(); got != 1 {
 		t.Fatalf("%d locks held before Finish, want 1", got)
@@ -382,7 +317,7 @@ func TestLockHeldUntilFinish(t *testing.T) {
 	}
 
 	f.l.EmitPrepareForShutdown(false, "reboot")
-	f.rec.waitNotices(t, "no notice after the cancel", none)
+	f.rec.WaitNotices(t, "no notice after the cancel", none)
 	if err := f.l.WaitHeld(ctx, 1); err != nil {
 		t.Fatalf("the lock was not taken again after the cancel: %v", err)
 	}
@@ -398,9 +333,9 @@ func TestCancelledBeforeFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.l.EmitPrepareForShutdown(true, "poweroff")
-	n := f.rec.waitNotices(t, "a notice", one)[0]
+	n := f.rec.WaitNotices(t, "a notice", one)[0]
 	f.l.EmitPrepareForShutdown(false, "poweroff")
-	f.rec.waitNotices(t, "no notice", none)
+	f.rec.WaitNotices(t, "no notice", none)
 
 	if err := f.src.Finish(ctx, n, false); err != nil {
 		t.Fatalf("Finish: %v", err)
@@ -419,8 +354,8 @@ func TestStartedDuringShutdown(t *testing.T) {
 	f.l.EmitPrepareForShutdown(true, "reboot")
 	run(t, f.src, f.rec)
 
-	n := f.rec.waitNotices(t, "a notice", one)[0]
-	if h := f.rec.history(); len(h[0]) != 1 {
+	n := f.rec.WaitNotices(t, "a notice", one)[0]
+	if h := notices(f.rec); len(h[0]) != 1 {
 		t.Errorf("first notices reported %+v, want the notice at once", h[0])
 	}
 	if n.Mode != v1alpha1.ModeMaintenance || !n.Deadline.Equal(now.Add(55*time.Second)) || !strings.Contains(n.Reason, "held no inhibitor lock") {
@@ -431,7 +366,7 @@ func TestStartedDuringShutdown(t *testing.T) {
 	}
 
 	f.l.EmitPrepareForShutdown(false, "reboot")
-	f.rec.waitNotices(t, "no notice", none)
+	f.rec.WaitNotices(t, "no notice", none)
 	if err := f.l.WaitHeld(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -445,11 +380,11 @@ func TestLogindMissingAtStart(t *testing.T) {
 	rec := newRecorder()
 	run(t, logind.New(logind.Options{Address: address, RetryMin: time.Hour}), rec)
 
-	p := rec.waitProblems(t, logind.ReasonLogindUnavailable)[0]
+	p := waitProblems(t, rec, logind.ReasonLogindUnavailable)[0]
 	if !strings.Contains(p.Message, "systemd-logind") {
 		t.Errorf("message %q does not name systemd-logind", p.Message)
 	}
-	if h := rec.history(); len(h) != 0 {
+	if h := notices(rec); len(h) != 0 {
 		t.Errorf("notices reported %+v before logind was read, want none", h)
 	}
 
@@ -458,8 +393,8 @@ func TestLogindMissingAtStart(t *testing.T) {
 	if err := l.WaitHeld(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	rec.waitProblems(t)
-	rec.waitNotices(t, "no notice", none)
+	waitProblems(t, rec)
+	rec.WaitNotices(t, "no notice", none)
 }
 
 // TestLogindRestart: when logind leaves the bus the source reports it, and
@@ -471,15 +406,15 @@ func TestLogindRestart(t *testing.T) {
 	if err := f.l.WaitHeld(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	f.rec.waitProblems(t)
+	waitProblems(t, f.rec)
 
 	f.l.Stop()
-	f.rec.waitProblems(t, logind.ReasonLogindUnavailable)
+	waitProblems(t, f.rec, logind.ReasonLogindUnavailable)
 	l2 := logindtest.StartConfig(t, f.bus.Address, logindtest.Config{InhibitDelayMax: time.Minute})
 	if err := l2.WaitHeld(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	f.rec.waitProblems(t)
+	waitProblems(t, f.rec)
 }
 
 // TestBusRestart: when the bus goes the source reports BusUnavailable,
@@ -494,10 +429,10 @@ func TestBusRestart(t *testing.T) {
 	}
 	// The stand-in counts the lock once it sent it; the source has it once
 	// it reported.
-	f.rec.waitNotices(t, "no notice", none)
+	f.rec.WaitNotices(t, "no notice", none)
 
 	f.bus.Stop()
-	p := f.rec.waitProblems(t, logind.ReasonBusUnavailable)[0]
+	p := waitProblems(t, f.rec, logind.ReasonBusUnavailable)[0]
 	if !strings.Contains(p.Message, f.bus.Address) {
 		t.Errorf("message %q does not name the bus %s", p.Message, f.bus.Address)
 	}
@@ -513,10 +448,10 @@ func TestBusRestart(t *testing.T) {
 	if err := f.l.WaitReleased(ctx); err != nil {
 		t.Fatalf("the lock from before the restart was kept: %v", err)
 	}
-	f.rec.waitProblems(t)
+	waitProblems(t, f.rec)
 
 	l2.EmitPrepareForShutdown(true, "reboot")
-	f.rec.waitNotices(t, "a notice from logind on the new bus", one)
+	f.rec.WaitNotices(t, "a notice from logind on the new bus", one)
 }
 
 // TestRunReleasesOnReturn: the lock goes when Run's context ends.

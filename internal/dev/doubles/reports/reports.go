@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vacate-dev/vacate/internal/agent"
-	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // waitTimeout bounds every wait: generous, so a busy machine makes a test
@@ -48,6 +47,7 @@ type Recorder struct {
 	mu       sync.Mutex
 	notices  [][]agent.Notice
 	problems [][]agent.Problem
+	changed  chan struct{} // closed at the next report; nil until a wait
 }
 
 // Notices records one report of the notices.
@@ -55,6 +55,7 @@ func (r *Recorder) Notices(ns []agent.Notice) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.notices = append(r.notices, slices.Clone(ns))
+	r.wakeLocked()
 }
 
 // Problems records one report of the problems.
@@ -62,6 +63,15 @@ func (r *Recorder) Problems(ps []agent.Problem) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.problems = append(r.problems, slices.Clone(ps))
+	r.wakeLocked()
+}
+
+// wakeLocked wakes the waits: a report came.
+func (r *Recorder) wakeLocked() {
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 }
 
 // History returns copies of the reports so far, oldest first.
@@ -71,17 +81,28 @@ func (r *Recorder) History() ([][]agent.Notice, [][]agent.Problem) {
 	return slices.Clone(r.notices), slices.Clone(r.problems)
 }
 
-// WaitFor waits until cond holds for the reports so far; a timeout says
-// what was reported.
+// WaitFor waits until cond holds for the reports so far, looking again at
+// each report (no polling); a timeout says what was reported.
 func (r *Recorder) WaitFor(t testing.TB, what string, cond func(notices [][]agent.Notice, problems [][]agent.Problem) bool) {
 	t.Helper()
-	testutil.Eventually(t, waitTimeout, what, func() error {
-		n, p := r.History()
-		if cond(n, p) {
-			return nil
+	timeout := time.After(waitTimeout)
+	for {
+		r.mu.Lock()
+		notices, problems := slices.Clone(r.notices), slices.Clone(r.problems)
+		if r.changed == nil {
+			r.changed = make(chan struct{})
 		}
-		return fmt.Errorf("\nnotices reported: %s\nproblems reported: %+v", Describe(n), p)
-	})
+		changed := r.changed
+		r.mu.Unlock()
+		if cond(notices, problems) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("waiting %s for %s:\nnotices reported: %s\nproblems reported: %+v", waitTimeout, what, Describe(notices), problems)
+		}
+	}
 }
 
 // WaitNotices waits until the last Notices call satisfies ok, and returns it.
