@@ -401,7 +401,7 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 	if err != nil {
 		return NodePlan{}, err
 	}
-	plan := drain.New(pods, in.pdbs, pol.Rules.ForNode(node), o.clock.Now())
+	plan := drain.New(pods, drain.GuardsOf(in.pdbs...), pol.Rules.ForNode(node), o.clock.Now())
 	onNode := map[types.UID]*corev1.Pod{}
 	var leaving []*corev1.Pod // the pods the drain moves: the ones an evacuation can protect
 	for _, d := range plan.Decisions {
@@ -436,13 +436,9 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 		np.Counts[string(d.Action)]++
 		np.Pods = append(np.Pods, pp)
 	}
-	f := drain.NewForecast(plan, in.pdbs, pol.Grace, pol.PerNode)
-	byName := map[string]*policyv1.PodDisruptionBudget{}
-	for _, p := range in.pdbs {
-		byName[p.Namespace+"/"+p.Name] = p
-	}
+	f := drain.NewForecast(plan, pol.Grace, pol.PerNode)
 	for _, pf := range f.PDBs {
-		np.PDBs = append(np.PDBs, PDBPlan{Name: pf.Name, Budget: explain.Budget(byName[pf.Name]), Allowed: pf.Allowed,
+		np.PDBs = append(np.PDBs, PDBPlan{Name: pf.Name, Budget: explain.Budget(plan.PDBs[pf.Name]), Allowed: pf.Allowed,
 			CurrentHealthy: pf.CurrentHealthy, DesiredHealthy: pf.DesiredHealthy, ExpectedPods: pf.ExpectedPods,
 			OnNode: pf.OnNode, BlocksNow: pf.Blocks, Rounds: pf.Rounds})
 	}

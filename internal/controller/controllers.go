@@ -74,6 +74,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if err := index.Register(ctx, mgr); err != nil {
 		return fmt.Errorf("indexing pods by node: %w", err)
 	}
+	nodePods, err := index.CachedNodePods(ctx, mgr.GetCache())
+	if err != nil {
+		return err
+	}
 	cs, err := kubeClient(mgr)
 	if err != nil {
 		return err
@@ -89,14 +93,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		return fmt.Errorf("adding the eviction queue: %w", err)
 	}
 	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
-	drains.APIReader = mgr.GetAPIReader()
+	drains.APIReader, drains.Pods = mgr.GetAPIReader(), nodePods
 	if opts.WrapHookTransport != nil {
 		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)
 	}
 	drains.AllowLoopbackHooks = opts.AllowLoopbackHooks
 	drains.Workers = cmp.Or(opts.DrainWorkers, DefaultDrainWorkers)
 	for _, c := range []controllerSetup{
-		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
+		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: nodePods, Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
 		&evacuationprovider.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()},

@@ -3,8 +3,6 @@ package drain
 import (
 	"sort"
 	"time"
-
-	policyv1 "k8s.io/api/policy/v1"
 )
 
 // ReplacementReady is the time a forecast assumes a replacement pod takes
@@ -48,12 +46,8 @@ type Forecast struct {
 // NewForecast predicts the drain of a plan: the PDBs it meets and the time
 // its evictions take. grace overrides the pods' grace period when set;
 // perNode bounds the evictions in flight.
-func NewForecast(plan Plan, pdbs []*policyv1.PodDisruptionBudget, grace *int64, perNode int) Forecast {
+func NewForecast(plan Plan, grace *int64, perNode int) Forecast {
 	var f Forecast
-	byName := map[string]*policyv1.PodDisruptionBudget{}
-	for _, p := range pdbs {
-		byName[p.Namespace+"/"+p.Name] = p
-	}
 	onNode := map[string][]string{}
 	evictions := 0
 	for _, d := range plan.Decisions {
@@ -82,7 +76,7 @@ func NewForecast(plan Plan, pdbs []*policyv1.PodDisruptionBudget, grace *int64, 
 	perNode = max(perNode, 1)
 	f.Rounds = (evictions + perNode - 1) / perNode
 	for name, pods := range onNode {
-		p := byName[name]
+		p := plan.PDBs[name]
 		pf := PDBForecast{Name: name, OnNode: pods, Allowed: p.Status.DisruptionsAllowed,
 			CurrentHealthy: p.Status.CurrentHealthy, DesiredHealthy: p.Status.DesiredHealthy, ExpectedPods: p.Status.ExpectedPods}
 		if pf.Allowed <= 0 {

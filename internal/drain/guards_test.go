@@ -32,11 +32,13 @@ func evictionAPIGuards(p *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []st
 	return out
 }
 
-// TestGuardsFindWhatTheEvictionAPIFinds: the planner matches a pod only
-// against the PDBs indexed by one of its labels (and those without
-// matchLabels); over random pods and PDBs of every selector shape (none,
-// empty, matchLabels, matchExpressions of each operator, both, unreadable),
-// it finds exactly the PDBs the Eviction API's pod-by-PDB rule finds.
+// TestGuardsFindWhatTheEvictionAPIFinds: Guards match a pod only against
+// the PDBs filed under one of its labels (and those without matchLabels);
+// over random pods and PDBs of every selector shape (none, empty,
+// matchLabels, matchExpressions of each operator, both, unreadable), set,
+// set again with another selector or status, and deleted in random order,
+// they find exactly the PDBs the Eviction API's pod-by-PDB rule finds among
+// the PDBs that exist, with their latest status.
 func TestGuardsFindWhatTheEvictionAPIFinds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 13))
 	namespaces := []string{"a", "b"}
@@ -80,21 +82,64 @@ func TestGuardsFindWhatTheEvictionAPIFinds(t *testing.T) {
 	}
 	matched := 0
 	for round := range 200 {
-		var pdbs []*policyv1.PodDisruptionBudget
-		for i := range rng.IntN(12) {
-			pdbs = append(pdbs, &policyv1.PodDisruptionBudget{
-				ObjectMeta: metav1.ObjectMeta{Namespace: pick(namespaces), Name: fmt.Sprintf("pdb-%d", i)},
+		// The PDBs that exist, by key; Guards see every change of them.
+		current := map[string]*policyv1.PodDisruptionBudget{}
+		g := GuardsOf()
+		if round%2 == 0 {
+			g = nil // nil Guards know none; built fresh below
+		}
+		for range rng.IntN(24) {
+			ns, name := pick(namespaces), fmt.Sprintf("pdb-%d", rng.IntN(12))
+			key := ns + "/" + name
+			if old, ok := current[key]; ok && rng.IntN(4) == 0 {
+				delete(current, key)
+				if g != nil {
+					g.Delete(ns, name)
+				}
+				continue
+			} else if ok && rng.IntN(2) == 0 { // the same selector, another status
+				next := old.DeepCopy()
+				next.Status.DisruptionsAllowed = 1 - old.Status.DisruptionsAllowed
+				current[key] = next
+				if g != nil {
+					g.Set(next)
+				}
+				continue
+			}
+			pdb := &policyv1.PodDisruptionBudget{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 				Spec:       policyv1.PodDisruptionBudgetSpec{Selector: randomSelector()},
 				Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: int32(rng.IntN(2))},
-			})
+			}
+			current[key] = pdb
+			if g != nil {
+				g.Set(pdb)
+			}
 		}
-		g := guards{pdbs: pdbs}
+		var pdbs []*policyv1.PodDisruptionBudget
+		for _, p := range current {
+			pdbs = append(pdbs, p)
+		}
+		if g == nil {
+			g = GuardsOf(pdbs...)
+		}
+		if g.Len() != len(pdbs) {
+			t.Fatalf("round %d: Guards know %d PDBs, %d exist", round, g.Len(), len(pdbs))
+		}
 		for i := range 10 {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pick(namespaces), Name: fmt.Sprintf("pod-%d", i), Labels: randomLabels()}}
 			want := evictionAPIGuards(p, pdbs)
-			got, blocked, blocking := g.of(p)
+			var d Decision
+			var plan Plan
+			plan.guard(&d, g.Of(p))
+			got, blocked, blocking := d.PDBs, d.PDBBlocked, d.BlockingPDBs
 			if !slices.Equal(got, want) {
 				t.Fatalf("round %d: pod %s/%s labels %v: guards %v, the Eviction API's rule %v", round, p.Namespace, p.Name, p.Labels, got, want)
+			}
+			for _, k := range got {
+				if plan.PDBs[k] != current[k] {
+					t.Fatalf("round %d: the plan keeps %s as %v, its latest is %v", round, k, plan.PDBs[k], current[k])
+				}
 			}
 			var wantBlocking []string
 			for _, pdb := range pdbs {

@@ -6,8 +6,6 @@ package drain
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -167,6 +165,10 @@ type Plan struct {
 	// terminating pod on a node that is not Ready stops being waited on);
 	// zero when none does.
 	Recheck time.Time
+	// PDBs are the PodDisruptionBudgets that guard the plan's evictions,
+	// by namespace/name, as the plan saw them: budgets computed from them
+	// agree with the decisions.
+	PDBs map[string]*policyv1.PodDisruptionBudget
 }
 
 // filter decides a pod's fate or passes (returns false) to the next one.
@@ -186,8 +188,8 @@ var filters = []filter{
 }
 
 // New plans the drain of a node with these pods (all bound to it), given the
-// PDBs of the cluster and the policy's rules.
-func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now time.Time) Plan {
+// PDBs of the cluster (as Guards; nil: none) and the policy's rules.
+func New(pods []*corev1.Pod, g *Guards, r Rules, now time.Time) Plan {
 	sorted := append([]*corev1.Pod(nil), pods...)
 	sort.Slice(sorted, func(i, j int) bool {
 		if sorted[i].Namespace != sorted[j].Namespace {
@@ -196,11 +198,10 @@ func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now 
 		return sorted[i].Name < sorted[j].Name
 	})
 	plan := Plan{Decisions: make([]Decision, 0, len(sorted))}
-	g := guards{pdbs: pdbs}
 	for _, p := range sorted {
 		d := decide(p, r, now)
 		if d.Action == Evict {
-			d.PDBs, d.PDBBlocked, d.BlockingPDBs = g.of(p)
+			plan.guard(&d, g.Of(p))
 			if d.PDBBlocked {
 				d.Detail = "PodDisruptionBudget " + strings.Join(d.BlockingPDBs, ", ") + " allows no disruption now"
 			}
@@ -213,6 +214,23 @@ func New(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, r Rules, now 
 	}
 	plan.vacateLast()
 	return plan
+}
+
+// guard records the PDBs that select the decision's pod, and which of them
+// allow no disruption now.
+func (p *Plan) guard(d *Decision, pdbs []*policyv1.PodDisruptionBudget) {
+	for _, pdb := range pdbs {
+		key := pdb.Namespace + "/" + pdb.Name
+		if p.PDBs == nil {
+			p.PDBs = map[string]*policyv1.PodDisruptionBudget{}
+		}
+		p.PDBs[key] = pdb
+		d.PDBs = append(d.PDBs, key)
+		if pdb.Status.DisruptionsAllowed <= 0 {
+			d.PDBBlocked = true
+			d.BlockingPDBs = append(d.BlockingPDBs, key)
+		}
+	}
 }
 
 // vacateLast holds vacate's own pods back while any other pod must still
@@ -390,108 +408,6 @@ func localStoragePods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 	}
 	return Decision{Action: Block, Reason: ReasonLocalStorage,
 		Detail: "emptyDir " + strings.Join(vols, ", ") + " would be lost; set the policy's pods.localStorage to Evict"}, true
-}
-
-// guards finds the PDBs that select a pod, as the eviction API decides it
-// (same namespace, a non-empty selector matching its labels). A pod is
-// matched only against its candidates: the PDBs of its namespace with one
-// of its labels among their matchLabels, and those whose selector has no
-// matchLabels; a plan costs pods x labels, not pods x PDBs of the cluster.
-// A selector is parsed once per plan, when a pod first needs it.
-type guards struct {
-	pdbs []*policyv1.PodDisruptionBudget
-	// byLabel are PDB indexes by namespace and one of their matchLabels
-	// (the least key); byNamespace, those without matchLabels. Built on
-	// first use.
-	byLabel     map[nsLabel][]int
-	byNamespace map[string][]int
-	// sels are the parsed selectors by PDB index; nil: does not select
-	// (no selector, an empty or unreadable one).
-	sels   map[int]labels.Selector
-	parsed map[int]bool
-}
-
-type nsLabel struct{ namespace, key, value string }
-
-// FilingLabel is the label a selector is looked up by: its least
-// matchLabels key, and that key's value; false when it has no matchLabels.
-// Every pod the selector matches carries that label.
-func FilingLabel(sel *metav1.LabelSelector) (key, value string, ok bool) {
-	if sel == nil || len(sel.MatchLabels) == 0 {
-		return "", "", false
-	}
-	key = slices.Min(slices.Collect(maps.Keys(sel.MatchLabels)))
-	return key, sel.MatchLabels[key], true
-}
-
-// of returns the PDBs that select the pod (namespace/name, sorted),
-// whether any of them allows no disruption now, and those that allow none.
-func (g *guards) of(p *corev1.Pod) (names []string, blocked bool, blocking []string) {
-	g.index()
-	check := func(i int) {
-		pdb := g.pdbs[i]
-		if !g.selector(i).Matches(labels.Set(p.Labels)) {
-			return
-		}
-		name := pdb.Namespace + "/" + pdb.Name
-		names = append(names, name)
-		if pdb.Status.DisruptionsAllowed <= 0 {
-			blocked = true
-			blocking = append(blocking, name)
-		}
-	}
-	for k, v := range p.Labels {
-		for _, i := range g.byLabel[nsLabel{p.Namespace, k, v}] {
-			check(i)
-		}
-	}
-	for _, i := range g.byNamespace[p.Namespace] {
-		check(i)
-	}
-	sort.Strings(names)
-	sort.Strings(blocking)
-	return names, blocked, blocking
-}
-
-// index files every PDB that may select a pod under byLabel or
-// byNamespace; a PDB without a selector selects none and is left out.
-func (g *guards) index() {
-	if g.byLabel != nil {
-		return
-	}
-	g.byLabel, g.byNamespace = map[nsLabel][]int{}, map[string][]int{}
-	for i, pdb := range g.pdbs {
-		sel := pdb.Spec.Selector
-		k, v, filed := FilingLabel(sel)
-		switch {
-		case sel == nil:
-		case filed:
-			key := nsLabel{pdb.Namespace, k, v}
-			g.byLabel[key] = append(g.byLabel[key], i)
-		default:
-			g.byNamespace[pdb.Namespace] = append(g.byNamespace[pdb.Namespace], i)
-		}
-	}
-}
-
-// selector is the i-th PDB's parsed selector; labels.Nothing() for one
-// that selects no pod.
-func (g *guards) selector(i int) labels.Selector {
-	if g.parsed == nil {
-		g.sels, g.parsed = map[int]labels.Selector{}, map[int]bool{}
-	}
-	if !g.parsed[i] {
-		g.parsed[i] = true
-		if sel := g.pdbs[i].Spec.Selector; sel != nil {
-			if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && !s.Empty() {
-				g.sels[i] = s
-			}
-		}
-	}
-	if s := g.sels[i]; s != nil {
-		return s
-	}
-	return labels.Nothing()
 }
 
 // Count returns how many decisions have the action.

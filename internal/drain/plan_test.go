@@ -75,7 +75,7 @@ func TestPlanNamesBlockingPDBs(t *testing.T) {
 		testutil.PDB("default", "web", "web", 0, 0),
 		testutil.PDB("default", "api", "api", 1, 1),
 	}
-	p := New(pods, pdbs, Rules{}, now)
+	p := New(pods, GuardsOf(pdbs...), Rules{}, now)
 	byName := map[string]Decision{}
 	for _, d := range p.Decisions {
 		byName[d.Key()] = d
@@ -193,7 +193,7 @@ func TestForecastRoundsAndStuck(t *testing.T) {
 	web := testutil.PDB("shop", "web", "web", 1, 2)
 	db := testutil.PDB("shop", "db", "db", 0, 0)
 
-	f := NewForecast(New(pods, []*policyv1.PodDisruptionBudget{web, db}, Rules{}, now), []*policyv1.PodDisruptionBudget{web, db}, nil, 10)
+	f := NewForecast(New(pods, GuardsOf(web, db), Rules{}, now), nil, 10)
 	if len(f.PDBs) != 2 || f.PDBs[0].Name != "shop/db" || !f.PDBs[0].Blocks || f.PDBs[1].Name != "shop/web" || f.PDBs[1].Blocks {
 		t.Fatalf("PDB forecasts: %+v", f.PDBs)
 	}
@@ -206,12 +206,12 @@ func TestForecastRoundsAndStuck(t *testing.T) {
 
 	// Without the blocking PDB and with a grace override: 2 rounds, not stuck.
 	override := int64(5)
-	f = NewForecast(New(pods[:3], []*policyv1.PodDisruptionBudget{web}, Rules{}, now), []*policyv1.PodDisruptionBudget{web}, &override, 10)
+	f = NewForecast(New(pods[:3], GuardsOf(web), Rules{}, now), &override, 10)
 	if f.Stuck || f.Rounds != 2 || f.Low != ReplacementReady || f.High != ReplacementReady+2*5*time.Second {
 		t.Fatalf("forecast %+v", f)
 	}
 	// The evictions in flight per node bound the rounds too.
-	if f := NewForecast(New(pods[:3], nil, Rules{}, now), nil, nil, 1); f.Rounds != 3 {
+	if f := NewForecast(New(pods[:3], nil, Rules{}, now), nil, 1); f.Rounds != 3 {
 		t.Errorf("rounds with 1 eviction in flight = %d, want 3", f.Rounds)
 	}
 }

@@ -192,7 +192,7 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 		{name: "node not ready", rules: drain.Rules{UnreachablePods: time.Minute}.ForNode(notReady)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			want, got := drain.New(full, pdbs, tc.rules, now), drain.New(slim, pdbs, tc.rules, now)
+			want, got := drain.New(full, drain.GuardsOf(pdbs...), tc.rules, now), drain.New(slim, drain.GuardsOf(pdbs...), tc.rules, now)
 			if w, g := describePlan(want), describePlan(got); !slices.Equal(w, g) {
 				t.Errorf("the planner decides differently on slim pods:\nfrom the API server:\n%s\nfrom the cache:\n%s", lines(w), lines(g))
 			}

@@ -76,8 +76,11 @@ type Reconciler struct {
 	// APIReader reads the drains around the cache before any admission is
 	// written; nil uses Client (tests only).
 	APIReader client.Reader
-	Clock     clock.PassiveClock
-	Events    events.EventRecorder
+	// Pods reads a node's pods from the cache (index.CachedNodePods); nil
+	// lists them from Client.
+	Pods   index.NodePods
+	Clock  clock.PassiveClock
+	Events events.EventRecorder
 }
 
 // Reconcile computes the queue of one policy and carries its verdicts out.
@@ -222,8 +225,9 @@ func (r *Reconciler) read(ctx context.Context, reader client.Reader, key string,
 	if q.pdbs, err = index.PDBs(ctx, r.Client); err != nil {
 		return nil, err
 	}
+	guards := drain.GuardsOf(q.pdbs...)
 	for _, m := range append(append([]*member(nil), q.admitted...), q.waiting...) {
-		if q.needs[m.node.Name], err = r.needs(ctx, m.node, pol, q.pdbs, now); err != nil {
+		if q.needs[m.node.Name], err = r.needs(ctx, m.node, pol, guards, now); err != nil {
 			return nil, err
 		}
 	}
@@ -311,13 +315,17 @@ type need struct {
 
 // needs are what the node's pods that the planner would evict need: per
 // PDB, the pods it guards, and how many no PDB guards.
-func (r *Reconciler) needs(ctx context.Context, node *corev1.Node, pol policy.Policy, pdbs []*policyv1.PodDisruptionBudget, now time.Time) (need, error) {
-	pods, err := index.PodsOnNode(ctx, r.Client, node.Name)
+func (r *Reconciler) needs(ctx context.Context, node *corev1.Node, pol policy.Policy, guards *drain.Guards, now time.Time) (need, error) {
+	read := r.Pods
+	if read == nil {
+		read = index.ListedNodePods(r.Client)
+	}
+	pods, err := read(ctx, node.Name)
 	if err != nil {
 		return need{}, fmt.Errorf("listing pods on node %s: %w", node.Name, err)
 	}
 	out := need{pdbs: map[string]int{}}
-	for _, dec := range drain.New(pods, pdbs, pol.Rules.ForNode(node), now).Decisions {
+	for _, dec := range drain.New(pods, guards, pol.Rules.ForNode(node), now).Decisions {
 		if dec.Action != drain.Evict {
 			continue
 		}

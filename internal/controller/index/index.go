@@ -11,6 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
@@ -57,6 +59,58 @@ func NodeNameOf(o client.Object) []string {
 		return []string{n}
 	}
 	return nil
+}
+
+// NodePods reads the pods bound to a node. They are the cache's own
+// objects, which the caller must not change.
+type NodePods func(ctx context.Context, node string) ([]*corev1.Pod, error)
+
+// podsByNode is the name of the index CachedNodePods adds to the pod
+// informer.
+const podsByNode = "vacate.dev/pods-by-node"
+
+// CachedNodePods reads a node's pods straight from the pod informer's own
+// index: no list is built, no pod copied. (A List from the cache copies
+// every pod it returns into the list, even with UnsafeDisableDeepCopy: at
+// 10,000 pods, a quarter of what the controller allocated during a drain,
+// for a pass of each drain at every event.)
+func CachedNodePods(ctx context.Context, informers cache.Informers) (NodePods, error) {
+	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("getting the pod informer: %w", err)
+	}
+	withIndexer, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return nil, fmt.Errorf("the pod informer (%T) does not expose its indexer", inf)
+	}
+	if err := inf.AddIndexers(toolscache.Indexers{podsByNode: func(o any) ([]string, error) {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("indexing the pod informer by node: %w", err)
+	}
+	indexer := withIndexer.GetIndexer()
+	return func(_ context.Context, node string) ([]*corev1.Pod, error) {
+		objs, err := indexer.ByIndex(podsByNode, node)
+		if err != nil {
+			return nil, err
+		}
+		pods := make([]*corev1.Pod, 0, len(objs))
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				pods = append(pods, p)
+			}
+		}
+		return pods, nil
+	}, nil
+}
+
+// ListedNodePods reads a node's pods with List, by the PodNodeName index,
+// from any reader (a fake client in tests).
+func ListedNodePods(c client.Reader) NodePods {
+	return func(ctx context.Context, node string) ([]*corev1.Pod, error) { return PodsOnNode(ctx, c, node) }
 }
 
 // PodsOnNode lists the node's pods from the cache, without copies: they

@@ -3,7 +3,6 @@ package nodedrain
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 
@@ -28,15 +27,15 @@ type pdbBudget struct {
 }
 
 // pdbBudgets computes the budgets of the PDBs that guard the plan's
-// evictions, from pdbs, the PDBs the plan was made with, so that plan and
-// budgets see the same statuses, less the evictions of every drain (not
+// evictions, from the PDBs as the plan saw them, so that plan and budgets
+// see the same statuses, less the evictions of every drain (not
 // only this one's: drains of many nodes share PDBs) already on their way:
 // queued or in flight without a PDB refusal, tried again at once and not
 // answered yet, or succeeded while the cache does not show the pod
 // terminating yet. Only the plan's PDBs are looked at: a pass costs its
 // node's pods, not the cluster's PDBs. The caller holds r.budgetMu until
 // it has queued what the budgets let through.
-func (r *Reconciler) pdbBudgets(ctx context.Context, pdbs []*policyv1.PodDisruptionBudget, plan drain.Plan) pdbBudget {
+func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) pdbBudget {
 	b := pdbBudget{left: map[string]int{}, state: map[string]string{}}
 	needed := map[string]bool{}
 	for _, d := range plan.Decisions {
@@ -49,11 +48,8 @@ func (r *Reconciler) pdbBudgets(ctx context.Context, pdbs []*policyv1.PodDisrupt
 	if len(needed) == 0 {
 		return b
 	}
-	for _, p := range pdbs {
-		key := p.Namespace + "/" + p.Name
-		if !needed[key] {
-			continue
-		}
+	for key := range needed {
+		p := plan.PDBs[key]
 		b.left[key] = int(p.Status.DisruptionsAllowed)
 		b.state[key] = pdbState(p)
 	}
@@ -70,6 +66,9 @@ func (r *Reconciler) pdbBudgets(ctx context.Context, pdbs []*policyv1.PodDisrupt
 type pdbClaims struct {
 	mu    sync.Mutex
 	byPod map[types.UID]claim
+	// byPDB are the claiming pods of each PDB: a pass looks only at the
+	// claims of its PDBs.
+	byPDB map[string]map[types.UID]bool
 }
 
 type claim struct {
@@ -82,13 +81,30 @@ func (c *pdbClaims) claim(pod *corev1.Pod, pdbs []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byPod == nil {
-		c.byPod = map[types.UID]claim{}
+		c.byPod, c.byPDB = map[types.UID]claim{}, map[string]map[types.UID]bool{}
 	}
+	c.dropLocked(pod.UID)
 	if len(pdbs) == 0 {
-		delete(c.byPod, pod.UID)
 		return
 	}
 	c.byPod[pod.UID] = claim{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, pdbs: pdbs}
+	for _, k := range pdbs {
+		if c.byPDB[k] == nil {
+			c.byPDB[k] = map[types.UID]bool{}
+		}
+		c.byPDB[k][pod.UID] = true
+	}
+}
+
+// dropLocked forgets the pod's claim.
+func (c *pdbClaims) dropLocked(uid types.UID) {
+	for _, k := range c.byPod[uid].pdbs {
+		delete(c.byPDB[k], uid)
+		if len(c.byPDB[k]) == 0 {
+			delete(c.byPDB, k)
+		}
+	}
+	delete(c.byPod, uid)
 }
 
 // pdbsOf are the PDBs claimed by the pod's eviction, if any.
@@ -106,17 +122,22 @@ func (c *pdbClaims) underway(needed map[string]bool, isUnderway func(types.UID, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]int{}
-	for uid, cl := range c.byPod {
-		if !slices.ContainsFunc(cl.pdbs, func(k string) bool { return needed[k] }) {
-			continue
-		}
-		if !isUnderway(uid, cl.pod) {
-			delete(c.byPod, uid)
-			continue
-		}
-		for _, k := range cl.pdbs {
-			if needed[k] {
-				out[k]++
+	checked := map[types.UID]bool{}
+	for k := range needed {
+		for uid := range c.byPDB[k] {
+			if checked[uid] {
+				continue
+			}
+			checked[uid] = true
+			cl := c.byPod[uid]
+			if !isUnderway(uid, cl.pod) {
+				c.dropLocked(uid)
+				continue
+			}
+			for _, p := range cl.pdbs {
+				if needed[p] {
+					out[p]++
+				}
 			}
 		}
 	}

@@ -23,7 +23,7 @@ func TestBudgetIsSharedByDrains(t *testing.T) {
 	r := &Reconciler{}
 	r.refusals.m = map[types.UID]refusal{}
 	r.Evictions = eviction.NewQueueWithEvictor(func(context.Context, *policyv1.Eviction) error { return nil }, eviction.Options{})
-	pdbs := []*policyv1.PodDisruptionBudget{testutil.PDB("shop", "web", "web", 1, 1)}
+	r.guards.Set(testutil.PDB("shop", "web", "web", 1, 1))
 	now := time.Now()
 	queued := 0
 	for _, node := range []string{"n1", "n2"} {
@@ -31,8 +31,8 @@ func TestBudgetIsSharedByDrains(t *testing.T) {
 			testutil.Pod(node+"-web-1").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 			testutil.Pod(node+"-web-2").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 		}
-		s := &scope{drain: testutil.NodeDrain(node, "", "cli:test"), pdbs: pdbs, now: now}
-		if err := r.queueEvictions(context.Background(), s, drain.New(pods, pdbs, drain.Rules{}, now)); err != nil {
+		s := &scope{drain: testutil.NodeDrain(node, "", "cli:test"), now: now}
+		if err := r.queueEvictions(context.Background(), s, drain.New(pods, &r.guards, drain.Rules{}, now)); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range pods {

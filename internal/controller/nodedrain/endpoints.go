@@ -230,14 +230,10 @@ func (r *Reconciler) takesGatedPath(s *scope, d drain.Decision) bool {
 // is no other ready endpoint to move its traffic to anyway.
 func (r *Reconciler) gateWouldStick(s *scope, d drain.Decision) bool {
 	for _, key := range d.PDBs {
-		for _, p := range s.pdbs {
-			if p.Namespace+"/"+p.Name != key {
-				continue
-			}
-			always := p.Spec.UnhealthyPodEvictionPolicy != nil && *p.Spec.UnhealthyPodEvictionPolicy == policyv1.AlwaysAllow
-			if !always && p.Status.DesiredHealthy == 0 && p.Status.CurrentHealthy <= 1 {
-				return true
-			}
+		p := s.plan.PDBs[key]
+		always := p.Spec.UnhealthyPodEvictionPolicy != nil && *p.Spec.UnhealthyPodEvictionPolicy == policyv1.AlwaysAllow
+		if !always && p.Status.DesiredHealthy == 0 && p.Status.CurrentHealthy <= 1 {
+			return true
 		}
 	}
 	return false

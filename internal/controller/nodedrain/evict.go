@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 )
@@ -30,12 +29,8 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	if err != nil {
 		return drain.Plan{}, err
 	}
-	pdbs, err := index.PDBs(ctx, r.Client)
-	if err != nil {
-		return drain.Plan{}, err
-	}
-	plan := drain.New(pods, pdbs, s.policy.Rules.ForNode(s.node), s.now)
-	s.plan, s.pdbs = &plan, pdbs
+	plan := drain.New(pods, &r.guards, s.policy.Rules.ForNode(s.node), s.now)
+	s.plan = &plan
 	return plan, nil
 }
 
@@ -80,7 +75,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Plan) error {
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
-	budget := r.pdbBudgets(ctx, s.pdbs, plan)
+	budget := r.pdbBudgets(ctx, plan)
 	var waiting []string
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {

@@ -16,8 +16,10 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/index"
 )
 
-// pdbHandler wakes the drains whose decisions a PodDisruptionBudget's
-// change can change. A status change (one or more per eviction it allows)
+// pdbHandler keeps the drains' view of the PodDisruptionBudgets (r.guards)
+// and wakes the drains whose decisions a PodDisruptionBudget's change can
+// change. The view changes before any drain wakes, in the same handler: a
+// pass woken by a change plans with it. A status change (one or more per eviction it allows)
 // wakes only the drains with a pod waiting on its budget (pdbWaiters), and
 // only when it allows a disruption: one that allows none can let no pod go.
 // A PDB created or deleted, or whose selector changed, changes which pods
@@ -33,6 +35,9 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 	}
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if pdb, ok := e.Object.(*policyv1.PodDisruptionBudget); ok {
+				r.guards.Set(pdb)
+			}
 			if e.IsInInitialList {
 				return // the cache's first list: every drain has a pass of its own then
 			}
@@ -41,6 +46,9 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			o, okOld := e.ObjectOld.(*policyv1.PodDisruptionBudget)
 			n, okNew := e.ObjectNew.(*policyv1.PodDisruptionBudget)
+			if okNew {
+				r.guards.Set(n)
+			}
 			if !okOld || !okNew || !equality.Semantic.DeepEqual(o.Spec.Selector, n.Spec.Selector) {
 				add(q, r.drainsOfPDB(ctx, e.ObjectOld))
 				add(q, r.drainsOfPDB(ctx, e.ObjectNew))
@@ -51,6 +59,7 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 			}
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.guards.Delete(e.Object.GetNamespace(), e.Object.GetName())
 			add(q, r.drainsOfPDB(ctx, e.Object))
 			r.waiters.gone(e.Object.GetNamespace() + "/" + e.Object.GetName())
 		},

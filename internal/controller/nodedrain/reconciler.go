@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -88,6 +87,14 @@ type Reconciler struct {
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
 	Wake chan event.GenericEvent
 
+	// Pods reads a node's pods from the cache (index.CachedNodePods); unset,
+	// they are listed from Client.
+	Pods index.NodePods
+	// guards are the cluster's PodDisruptionBudgets as the PDB watch last
+	// saw them (pdbHandler keeps them): a pass plans with them instead of
+	// listing and indexing every PDB of the cluster.
+	guards drain.Guards
+
 	// annotationWarnings: pods already warned that their annotations are ignored.
 	annotationWarnings warnedPods
 }
@@ -127,8 +134,6 @@ type scope struct {
 	evac evacState
 	// plan is the pass's plan of the node's pods (see Reconciler.plan).
 	plan *drain.Plan
-	// pdbs are the PodDisruptionBudgets the plan was made with.
-	pdbs []*policyv1.PodDisruptionBudget
 	// gated are the blockers of endpoint-aware pods out of service that
 	// wait for their endpoints (endpoints.go).
 	gated map[types.UID]v1alpha1.Blocker
@@ -359,9 +364,14 @@ func (r *Reconciler) wake(name string) {
 	}
 }
 
-// podsOnNode lists the node's pods from the informer cache.
+// podsOnNode reads the node's pods from the informer cache (r.Pods, or a
+// List of r.Client when unset).
 func (r *Reconciler) podsOnNode(ctx context.Context, node string) ([]*corev1.Pod, error) {
-	pods, err := index.PodsOnNode(ctx, r.Client, node)
+	read := r.Pods
+	if read == nil {
+		read = index.ListedNodePods(r.Client)
+	}
+	pods, err := read(ctx, node)
 	if err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}

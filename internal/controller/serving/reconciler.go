@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -104,8 +105,23 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Named("serving").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, 4)}).
 		For(&corev1.Pod{}, builder.WithPredicates(gated)).
-		Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(r.podsOutOfService)).
+		Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(r.podsOutOfService),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: evictingChanged})).
 		Complete(r)
+}
+
+// evictingChanged says whether a drain's update changed whether it may
+// evict: only then can a pod it took out of service be due back. (Its
+// status changes with every eviction; each listed the node's pods.)
+func evictingChanged(e event.UpdateEvent) bool {
+	o, okOld := e.ObjectOld.(*v1alpha1.NodeDrain)
+	n, okNew := e.ObjectNew.(*v1alpha1.NodeDrain)
+	if !okOld || !okNew {
+		return true
+	}
+	before, _ := o.Evicting()
+	after, _ := n.Evicting()
+	return before != after
 }
 
 // podsOutOfService are the node's pods a drain took out of service.

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -329,5 +330,34 @@ func TestDrainChangeWakesOnlyItsNodesPodsOutOfService(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"default/web-1", "default/web-2"}; !slices.Equal(got, want) {
 		t.Errorf("a drain of n1 woke %v, want %v", got, want)
+	}
+}
+
+// TestOnlyAChangeOfEvictingWakesPods: a drain's update lists its node's
+// pods only when it changes whether the drain may evict (cancelled, ended,
+// admission given up, being deleted); its progress, written with every
+// eviction, does not.
+func TestOnlyAChangeOfEvictingWakesPods(t *testing.T) {
+	running := evictingDrain()
+	progressed := running.DeepCopy()
+	progressed.Status.Evicted, progressed.Status.Remaining, progressed.Status.Progress = 3, 1, "3/4"
+	cancelled := running.DeepCopy()
+	cancelled.Spec.Requesters = nil
+	ended := running.DeepCopy()
+	ended.Status.Phase = v1alpha1.PhaseFailed
+	for _, tc := range []struct {
+		name     string
+		old, new *v1alpha1.NodeDrain
+		want     bool
+	}{
+		{"progress", running, progressed, false},
+		{"cancelled", running, cancelled, true},
+		{"failed", progressed, ended, true},
+		{"still failed", ended, ended.DeepCopy(), false},
+		{"back to evicting", cancelled, running, true},
+	} {
+		if got := evictingChanged(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: wakes the node's pods %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }
