@@ -22,6 +22,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // adminUser is the harness's identity (the dev cluster's admin kubeconfig);
@@ -68,6 +71,9 @@ func main() {
 	flag.StringVar(&tightKC, "tight-kubeconfig", "", "internal: the tight client's kubeconfig")
 	flag.StringVar(&tightNodes, "tight-nodes", "", "internal: the nodes the tight client drains")
 	flag.Parse()
+	// The bench reads the cluster through controller-runtime's client; it
+	// has nothing to log, and would warn that no logger was set.
+	ctrllog.SetLogger(logr.Discard())
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
+	"github.com/vacate-dev/vacate/internal/eviction"
 )
 
 // TestEvictedPodTerminatingWakesDrainsOfItsPDBs: the drains of many nodes
@@ -145,5 +147,34 @@ func TestWaiterSeesEventsDuringItsPass(t *testing.T) {
 	w.forget("node-a")
 	if got := w.wake("apps/web"); len(got) != 0 {
 		t.Errorf("a drain that stopped was woken: %v", got)
+	}
+}
+
+// TestEvictedOutcomeWakesOnlyIfItsEventCameFirst: an Evicted outcome wakes
+// the drain only when the cache already shows the pod terminating or gone
+// (or a new pod under its name): that watch event woke a pass that may have
+// missed the outcome. A pod the cache still shows running has its event to
+// come, which wakes the drain.
+func TestEvictedOutcomeWakesOnlyIfItsEventCameFirst(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	running := testutil.Pod("web-1").Namespace("apps").OnNode("n1").Obj()
+	leaving := testutil.Pod("web-2").Namespace("apps").OnNode("n1").Terminating(now).Obj()
+	renamed := testutil.Pod("web-3").Namespace("apps").OnNode("n1").Obj()
+	cl := fake.NewClientBuilder().WithScheme(testutil.Scheme(t)).WithObjects(running, leaving, renamed).Build()
+	r := &Reconciler{Client: cl}
+	for _, tc := range []struct {
+		name string
+		pod  types.NamespacedName
+		uid  types.UID
+		want bool
+	}{
+		{"running in the cache", client.ObjectKeyFromObject(running), running.UID, false},
+		{"terminating in the cache", client.ObjectKeyFromObject(leaving), leaving.UID, true},
+		{"gone from the cache", types.NamespacedName{Namespace: "apps", Name: "web-9"}, "uid-web-9", true},
+		{"another pod under its name", client.ObjectKeyFromObject(renamed), "uid-an-older-web-3", true},
+	} {
+		if got := r.seenLeaving(eviction.Outcome{Pod: tc.pod, UID: tc.uid, Node: "n1", Result: eviction.Evicted}); got != tc.want {
+			t.Errorf("%s: wakes the drain %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }

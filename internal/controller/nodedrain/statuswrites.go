@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
@@ -27,6 +28,37 @@ const progressInterval = time.Second
 type statusWrites struct {
 	mu   sync.Mutex
 	last map[types.UID]time.Time
+	// own is, per drain, the resourceVersion of its last progress-only
+	// status write (ownProgress).
+	own map[string]string
+}
+
+// wroteProgress records that a progress-only write of the drain's status
+// produced this resourceVersion.
+func (w *statusWrites) wroteProgress(name, resourceVersion string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.own == nil {
+		w.own = map[string]string{}
+	}
+	w.own[name] = resourceVersion
+}
+
+// ownProgress says whether the drain's update is this process's own
+// progress-only write, and nothing else: the drain's pass needs no pass
+// after it (nothing it plans with changed; a change of anything else has
+// another resourceVersion, and every input has its own watch). Progress is
+// written up to once a second per drain, so a long drain would otherwise
+// run an extra pass a second for nothing (at 10,000 pods, 0.7 per eviction).
+func (w *statusWrites) ownProgress(o client.Object) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rv, ok := w.own[o.GetName()]
+	if !ok || rv != o.GetResourceVersion() {
+		return false
+	}
+	delete(w.own, o.GetName())
+	return true
 }
 
 // wait is how long the drain's progress-only change must wait (0: write).

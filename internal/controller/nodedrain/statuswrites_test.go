@@ -96,3 +96,31 @@ func TestStatusWritesSpaceOutProgress(t *testing.T) {
 		t.Error("a write that holds nothing back any more is still remembered")
 	}
 }
+
+// TestOwnProgressWriteWakesNoPass: the update event of the drain's own
+// progress-only write (its exact resourceVersion) is dropped once; any
+// other version of the drain, or of another drain, passes.
+func TestOwnProgressWriteWakesNoPass(t *testing.T) {
+	var w statusWrites
+	drain := func(name, rv string) *v1alpha1.NodeDrain {
+		return &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv}}
+	}
+	if w.ownProgress(drain("n1", "5")) {
+		t.Fatal("an update was taken for an own write before any write")
+	}
+	w.wroteProgress("n1", "5")
+	for _, tc := range []struct {
+		name string
+		nd   *v1alpha1.NodeDrain
+		own  bool
+	}{
+		{"another drain", drain("n2", "5"), false},
+		{"a later version (someone else's write)", drain("n1", "6"), false},
+		{"the own write", drain("n1", "5"), true},
+		{"the own write seen again", drain("n1", "5"), false},
+	} {
+		if got := w.ownProgress(tc.nd); got != tc.own {
+			t.Errorf("%s: own progress %t, want %t", tc.name, got, tc.own)
+		}
+	}
+}
