@@ -159,6 +159,7 @@ func TestEvictedOutcomeWakesOnlyIfItsEventCameFirst(t *testing.T) {
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	running := testutil.Pod("web-1").Namespace("apps").OnNode("n1").Obj()
 	leaving := testutil.Pod("web-2").Namespace("apps").OnNode("n1").Terminating(now).Obj()
+	leaving.Finalizers = []string{"example.com/hold"} // the fake client keeps a terminating object only with one
 	renamed := testutil.Pod("web-3").Namespace("apps").OnNode("n1").Obj()
 	cl := fake.NewClientBuilder().WithScheme(testutil.Scheme(t)).WithObjects(running, leaving, renamed).Build()
 	r := &Reconciler{Client: cl}
