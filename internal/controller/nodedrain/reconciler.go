@@ -170,9 +170,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		progress := !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status)
 		if progress {
 			if wait := r.writes.wait(nd.UID, now); wait > 0 {
-				if res.RequeueAfter == 0 || wait < res.RequeueAfter {
-					res.RequeueAfter = wait // the progress is written then
-				}
+				name := nd.Name
+				r.writes.holdBack(nd.UID, wait, func() { r.wake(name) }) // the progress is written then
 				return
 			}
 		}

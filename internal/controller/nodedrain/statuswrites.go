@@ -19,7 +19,7 @@ import (
 // (each eviction, each pod terminating, each pod gone). Any other change
 // (a phase, a condition's status or reason, a blocker, an admission) is
 // written at once; progress held back is written by a pass no later than
-// the interval after the last write.
+// the interval after the last write (holdBack).
 const progressInterval = time.Second
 
 // statusWrites remembers when each drain's status was last written, by
@@ -31,6 +31,35 @@ type statusWrites struct {
 	// own is, per drain, the resourceVersion of its last progress-only
 	// status write (ownProgress).
 	own map[string]string
+	// flush are, per drain, the timers that wake a pass to write progress
+	// held back (holdBack).
+	flush map[types.UID]*time.Timer
+}
+
+// holdBack arranges a pass of the drain after wait, to write the progress
+// held back now, unless one is arranged already; a write before then
+// cancels it. (A RequeueAfter could not be cancelled: the pass it queued
+// came even when an event's pass had written the progress meanwhile, about
+// one pass a second per running drain.)
+func (w *statusWrites) holdBack(uid types.UID, wait time.Duration, wake func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.flush == nil {
+		w.flush = map[types.UID]*time.Timer{}
+	}
+	if _, ok := w.flush[uid]; ok {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(wait, func() {
+		w.mu.Lock()
+		if w.flush[uid] == t {
+			delete(w.flush, uid)
+		}
+		w.mu.Unlock()
+		wake()
+	})
+	w.flush[uid] = t
 }
 
 // wroteProgress records that a progress-only write of the drain's status
@@ -85,6 +114,10 @@ func (w *statusWrites) wrote(uid types.UID, now time.Time) {
 		}
 	}
 	w.last[uid] = now
+	if t, ok := w.flush[uid]; ok {
+		t.Stop()
+		delete(w.flush, uid)
+	}
 }
 
 // progressOnly reports whether after differs from before only in the

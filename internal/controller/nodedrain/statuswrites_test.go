@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
@@ -122,5 +123,39 @@ func TestOwnProgressWriteWakesNoPass(t *testing.T) {
 		if got := w.ownProgress(tc.nd); got != tc.own {
 			t.Errorf("%s: own progress %t, want %t", tc.name, got, tc.own)
 		}
+	}
+}
+
+// TestHoldBackWakesOnceUnlessWritten: progress held back wakes one pass of
+// the drain after the wait, however often it is held back meanwhile; a
+// write before then cancels the wake-up.
+func TestHoldBackWakesOnceUnlessWritten(t *testing.T) {
+	var w statusWrites
+	wakes := make(chan types.UID, 10)
+	wake := func(uid types.UID) func() { return func() { wakes <- uid } }
+	const wait = 20 * time.Millisecond
+	w.holdBack("a", wait, wake("a"))
+	w.holdBack("a", wait, wake("a")) // already arranged
+	w.holdBack("b", wait, wake("b"))
+	w.wrote("b", time.Now()) // b's progress was written by another pass
+	select {
+	case uid := <-wakes:
+		if uid != "a" {
+			t.Fatalf("drain %s was woken, want a", uid)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the held-back progress of drain a never woke a pass")
+	}
+	// Well past the wait: nothing else comes (a's second hold-back joined
+	// the first; b's write cancelled its wake-up).
+	time.Sleep(10 * wait)
+	if n := len(wakes); n != 0 {
+		t.Errorf("%d more wake-ups, want none", n)
+	}
+	w.holdBack("a", wait, wake("a")) // after the wake-up, a new hold-back arranges a new one
+	select {
+	case <-wakes:
+	case <-time.After(time.Minute):
+		t.Fatal("a second hold-back after the first wake-up never woke a pass")
 	}
 }
