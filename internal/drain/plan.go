@@ -348,7 +348,7 @@ func skipSelected(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 }
 
 func daemonSetPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
-	ref := metav1.GetControllerOf(p)
+	ref := controllerOf(p)
 	if ref == nil || ref.Kind != "DaemonSet" {
 		return Decision{}, false
 	}
@@ -382,8 +382,20 @@ func toleratesKeepOff(p *corev1.Pod) bool {
 	return false
 }
 
+// controllerOf is the pod's controller reference, or nil; unlike
+// metav1.GetControllerOf it does not copy it (a plan asks for every pod of
+// the node, every pass).
+func controllerOf(p *corev1.Pod) *metav1.OwnerReference {
+	for i := range p.OwnerReferences {
+		if ref := &p.OwnerReferences[i]; ref.Controller != nil && *ref.Controller {
+			return ref
+		}
+	}
+	return nil
+}
+
 func unmanagedPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
-	if metav1.GetControllerOf(p) != nil {
+	if controllerOf(p) != nil {
 		return Decision{}, false
 	}
 	if r.DeleteUnmanaged {

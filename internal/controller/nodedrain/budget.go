@@ -21,9 +21,9 @@ import (
 // frees up: the extra tries could only be refused (429).
 type pdbBudget struct {
 	left map[string]int
-	// state is each PDB's status as a fingerprint, to tell whether it
-	// changed since a pod was last tried at once.
-	state map[string]string
+	// pdbs are the PDBs as the plan saw them, for their fingerprints
+	// (whether one changed since a pod was last tried at once).
+	pdbs map[string]*policyv1.PodDisruptionBudget
 }
 
 // pdbBudgets computes the budgets of the PDBs that guard the plan's
@@ -36,27 +36,16 @@ type pdbBudget struct {
 // node's pods, not the cluster's PDBs. The caller holds r.budgetMu until
 // it has queued what the budgets let through.
 func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) pdbBudget {
-	b := pdbBudget{left: map[string]int{}, state: map[string]string{}}
-	needed := map[string]bool{}
-	for _, d := range plan.Decisions {
-		if d.Action == drain.Evict {
-			for _, k := range d.PDBs {
-				needed[k] = true
-			}
-		}
-	}
-	if len(needed) == 0 {
+	// The plan's PDBs are those of its evictions.
+	b := pdbBudget{left: make(map[string]int, len(plan.PDBs)), pdbs: plan.PDBs}
+	if len(plan.PDBs) == 0 {
 		return b
 	}
-	for key := range needed {
-		p := plan.PDBs[key]
+	for key, p := range plan.PDBs {
 		b.left[key] = int(p.Status.DisruptionsAllowed)
-		b.state[key] = pdbState(p)
 	}
 	underway := func(uid types.UID, pod types.NamespacedName) bool { return r.evictionUnderway(ctx, uid, pod) }
-	for k, n := range r.claims.underway(needed, underway) {
-		b.left[k] -= n
-	}
+	r.claims.underway(b.left, underway)
 	return b
 }
 
@@ -114,34 +103,38 @@ func (c *pdbClaims) pdbsOf(uid types.UID) []string {
 	return c.byPod[uid].pdbs
 }
 
-// underway counts, for the PDBs a pass needs, the pods whose eviction is
-// underway, and forgets the claims of those pods that no longer are. Claims
-// of other PDBs are not looked at: each check may read the pod, and a pass
-// costs its node's PDBs, not every eviction of every drain.
-func (c *pdbClaims) underway(needed map[string]bool, isUnderway func(types.UID, types.NamespacedName) bool) map[string]int {
+// underway takes from left (budgets by PDB: the PDBs a pass needs) one for
+// each pod whose eviction is underway, and forgets the claims of those pods
+// that no longer are. Claims of other PDBs are not looked at: each check may
+// read the pod, and a pass costs its node's PDBs, not every eviction of
+// every drain.
+func (c *pdbClaims) underway(left map[string]int, isUnderway func(types.UID, types.NamespacedName) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]int{}
-	checked := map[types.UID]bool{}
-	for k := range needed {
+	var checked map[types.UID]bool // pods claiming more than one needed PDB
+	for k := range left {
 		for uid := range c.byPDB[k] {
-			if checked[uid] {
-				continue
-			}
-			checked[uid] = true
 			cl := c.byPod[uid]
+			if len(cl.pdbs) > 1 {
+				if checked[uid] {
+					continue
+				}
+				if checked == nil {
+					checked = map[types.UID]bool{}
+				}
+				checked[uid] = true
+			}
 			if !isUnderway(uid, cl.pod) {
 				c.dropLocked(uid)
 				continue
 			}
 			for _, p := range cl.pdbs {
-				if needed[p] {
-					out[p]++
+				if _, needed := left[p]; needed {
+					left[p]--
 				}
 			}
 		}
 	}
-	return out
 }
 
 // evictionUnderway says whether the pod's eviction counts against its
@@ -188,7 +181,11 @@ func (b pdbBudget) take(pdbs []string) bool {
 func (b pdbBudget) fingerprint(pdbs []string) string {
 	parts := make([]string, 0, len(pdbs))
 	for _, k := range pdbs {
-		parts = append(parts, k+"="+b.state[k])
+		state := "unknown"
+		if p := b.pdbs[k]; p != nil {
+			state = pdbState(p)
+		}
+		parts = append(parts, k+"="+state)
 	}
 	return strings.Join(parts, ",")
 }
