@@ -158,3 +158,23 @@ func TestGuardsFindWhatTheEvictionAPIFinds(t *testing.T) {
 		t.Fatalf("only %d pod-PDB matches over every round: the random cases do not exercise matching", matched)
 	}
 }
+
+// TestPlanSeesAPDBAtOneVersion: Guards may change between two pods of one
+// plan; the plan keeps the version it saw first, for every decision and
+// for the budgets read from Plan.PDBs.
+func TestPlanSeesAPDBAtOneVersion(t *testing.T) {
+	v1 := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "web", ResourceVersion: "1"},
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}
+	v2 := v1.DeepCopy()
+	v2.ResourceVersion, v2.Status.DisruptionsAllowed = "2", 1
+	var plan Plan
+	var first, second Decision
+	plan.guard(&first, []*policyv1.PodDisruptionBudget{v1})
+	plan.guard(&second, []*policyv1.PodDisruptionBudget{v2})
+	if plan.PDBs["a/web"] != v1 {
+		t.Errorf("the plan keeps version %s, want the first it saw (1)", plan.PDBs["a/web"].ResourceVersion)
+	}
+	if !first.PDBBlocked || !second.PDBBlocked {
+		t.Errorf("blocked: first pod %t, second %t; want both by the version the plan keeps (no disruption allowed)", first.PDBBlocked, second.PDBBlocked)
+	}
+}

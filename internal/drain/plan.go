@@ -218,11 +218,16 @@ func New(pods []*corev1.Pod, g *Guards, r Rules, now time.Time) Plan {
 
 // guard records the PDBs that select the decision's pod, and which of them
 // allow no disruption now.
+// A PDB is seen at one version for the whole plan: the first (Guards may
+// change between two pods).
 func (p *Plan) guard(d *Decision, pdbs []*policyv1.PodDisruptionBudget) {
 	for _, pdb := range pdbs {
 		key := pdb.Namespace + "/" + pdb.Name
 		if p.PDBs == nil {
 			p.PDBs = map[string]*policyv1.PodDisruptionBudget{}
+		}
+		if seen, ok := p.PDBs[key]; ok {
+			pdb = seen
 		}
 		p.PDBs[key] = pdb
 		d.PDBs = append(d.PDBs, key)

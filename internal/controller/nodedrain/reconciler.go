@@ -31,6 +31,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/condition"
 	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/hook"
@@ -176,6 +177,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			}
 		}
 		written, perr := r.patchStatus(ctx, before, nd)
+		if errors.Is(perr, errStatusConflict) {
+			// The pass read an older version than the server's: it runs
+			// again. Its watch event may not bring it: the newer version
+			// may be this controller's own progress write, whose event
+			// wakes no pass (ownProgress).
+			res.RequeueAfter, perr = requeue.ConflictRetry, nil
+		}
 		if perr != nil {
 			err = errors.Join(err, perr)
 		}
@@ -334,8 +342,12 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, nd *v1alpha1.NodeDrain,
 	return nil
 }
 
+// errStatusConflict: the status was not written, the drain changed since
+// the pass read it; the pass must run again.
+var errStatusConflict = errors.New("the NodeDrain changed since it was read")
+
 // patchStatus writes the status once, only if it changed, with an
-// optimistic lock; a conflict means another pass will follow. It reports
+// optimistic lock; on a conflict it returns errStatusConflict. It reports
 // whether it wrote.
 func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.NodeDrain) (bool, error) {
 	if !after.DeletionTimestamp.IsZero() && len(after.Finalizers) == 0 {
@@ -349,8 +361,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, after *v1alpha1.No
 	before = before.DeepCopy()
 	before.ResourceVersion = after.ResourceVersion
 	err := r.Client.Status().Patch(ctx, after, ctrl.MergeFromWithOptions(before, ctrl.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return false, nil // the object changed; its watch event brings another pass
+	if apierrors.IsNotFound(err) {
+		return false, nil // gone: nothing more to record
+	}
+	if apierrors.IsConflict(err) {
+		return false, errStatusConflict
 	}
 	if err != nil {
 		return false, fmt.Errorf("patching status of NodeDrain %s: %w", after.Name, err)
