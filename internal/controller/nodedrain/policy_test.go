@@ -97,7 +97,29 @@ func create(t *testing.T, e *env, obj client.Object) {
 	if err := e.cl.Create(context.Background(), obj); err != nil {
 		t.Fatalf("creating %s: %v", obj.GetName(), err)
 	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), obj) })
+	t.Cleanup(func() { deleteAndForget(e, obj) })
+}
+
+// deleteAndForget deletes a test's object and waits until it is gone, so
+// that the next test (or the same one under -count) can create it again
+// under its name; a finalizer nobody removes any more (its controller
+// stopped with the test) is dropped after a while.
+func deleteAndForget(e *env, obj client.Object) {
+	ctx := context.Background()
+	if err := e.cl.Delete(ctx, obj); err != nil {
+		return
+	}
+	key := client.ObjectKeyFromObject(obj)
+	gone := func(timeout time.Duration) bool {
+		return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(e.cl.Get(ctx, key, obj.DeepCopyObject().(client.Object))), nil
+		}) == nil
+	}
+	if gone(2 * time.Second) {
+		return
+	}
+	_ = e.cl.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	gone(10 * time.Second)
 }
 
 func waitPolicy(t *testing.T, e *env, name, what string, cond func(*v1alpha1.DrainPolicy) bool) {
