@@ -316,11 +316,7 @@ type need struct {
 // needs are what the node's pods that the planner would evict need: per
 // PDB, the pods it guards, and how many no PDB guards.
 func (r *Reconciler) needs(ctx context.Context, node *corev1.Node, pol policy.Policy, guards *drain.Guards, now time.Time) (need, error) {
-	read := r.Pods
-	if read == nil {
-		read = index.ListedNodePods(r.Client)
-	}
-	pods, err := read(ctx, node.Name)
+	pods, err := r.Pods.Or(r.Client)(ctx, node.Name)
 	if err != nil {
 		return need{}, fmt.Errorf("listing pods on node %s: %w", node.Name, err)
 	}

@@ -107,6 +107,14 @@ func CachedNodePods(ctx context.Context, informers cache.Informers) (NodePods, e
 	}, nil
 }
 
+// Or is n, or, when n is unset, ListedNodePods of c.
+func (n NodePods) Or(c client.Reader) NodePods {
+	if n != nil {
+		return n
+	}
+	return ListedNodePods(c)
+}
+
 // ListedNodePods reads a node's pods with List, by the PodNodeName index,
 // from any reader (a fake client in tests).
 func ListedNodePods(c client.Reader) NodePods {

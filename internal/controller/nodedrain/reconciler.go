@@ -385,11 +385,7 @@ func (r *Reconciler) wake(name string) {
 // podsOnNode reads the node's pods from the informer cache (r.Pods, or a
 // List of r.Client when unset).
 func (r *Reconciler) podsOnNode(ctx context.Context, node string) ([]*corev1.Pod, error) {
-	read := r.Pods
-	if read == nil {
-		read = index.ListedNodePods(r.Client)
-	}
-	pods, err := read(ctx, node)
+	pods, err := r.Pods.Or(r.Client)(ctx, node)
 	if err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
