@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -28,6 +28,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/explain"
+	"github.com/vacate-dev/vacate/internal/hold"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/progress"
@@ -410,18 +411,31 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 			leaving = append(leaving, d.Pod)
 		}
 	}
-	heldBy := map[types.UID][]string{}
-	before, after, err := planEvacuations(&np, existing, node, mode, leaving, onNode, in, labelsOf, heldBy)
+	// The drain as its next pass would run it: the node's Evacuations as
+	// that pass writes them, and the pods' hooks, judged by the model the
+	// controller holds pods with (internal/hold).
+	next := plannedDrain(existing, node, mode)
+	evs, err := askProviders(&np, next, node, leaving, in, labelsOf)
 	if err != nil {
 		return NodePlan{}, err
 	}
-	hooks, hookBlocked, err := o.planHooks(&np, existing, pol, mode, plan, originals, labelsOf, heldBy)
+	hookStates, hooks, hookBlocked, err := o.planHooks(&np, existing, pol, mode, plan, originals, labelsOf)
 	if err != nil {
 		return NodePlan{}, err
 	}
+	h, err := hold.Compute(hold.Input{Drain: next, Node: node, OnNode: onNode, Leaving: leaving, Evacuations: evs, Providers: in.providers,
+		Selects: func(p *v1alpha1.EvacuationProvider, pod *corev1.Pod) (bool, error) {
+			return providers.Selects(p, pod, labelsOf)
+		},
+		Hooks: hookStates, Now: o.clock.Now()})
+	if err != nil {
+		return NodePlan{}, err
+	}
+	before, after := planHolds(&np, h, existing, node, leaving, onNode, in)
+	heldBy := func(uid types.UID) []string { return h.Holders(uid) }
 	for _, d := range plan.Decisions {
 		pp := PodPlan{Pod: d.Key(), Action: string(d.Action), Reason: string(d.Reason), Detail: d.Detail, PDBs: d.PDBs,
-			HeldBy: heldBy[d.Pod.UID], IgnoredAnnotations: ignored[d.Pod.UID]}
+			HeldBy: heldBy(d.Pod.UID), IgnoredAnnotations: ignored[d.Pod.UID]}
 		pp.BlockedNow = d.Action == drain.Block || (d.Action == drain.Evict && d.PDBBlocked) ||
 			(d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion) || hookBlocked[d.Pod.UID]
 		switch {
@@ -452,32 +466,36 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 	return np, nil
 }
 
-// planEvacuations lists the EvacuationProviders, asked or not and why, as
-// the controller decides (internal/providers), and the node's Evacuations;
-// it records in heldBy the pods each evacuation before eviction holds, and
-// counts the evacuations the drain waits for before and after eviction.
-// An Evacuation of the node's current drain counts as it is now: its
-// recorded pods stay held until it is Completed (or released), and pods a
-// provider newly protects are added to it, which asks it again.
-func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.Node, mode v1alpha1.DrainMode, leaving []*corev1.Pod,
-	onNode map[types.UID]*corev1.Pod, in *planInput, labelsOf policy.NamespaceLabels, heldBy map[types.UID][]string) (before, after int, _ error) {
+// plannedDrain is the drain a plan previews: the node's NodeDrain if there
+// is one, else a new one, requested, in the planned mode.
+func plannedDrain(existing *v1alpha1.NodeDrain, node *corev1.Node, mode v1alpha1.DrainMode) *v1alpha1.NodeDrain {
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node.Name, UID: "planned"}}
+	if existing != nil {
+		nd = existing.DeepCopy()
+		nd.DeletionTimestamp = nil
+	}
+	nd.Spec.NodeName, nd.Spec.Mode = node.Name, mode
+	if len(nd.Spec.Requesters) == 0 {
+		nd.Spec.Requesters = []v1alpha1.Requester{{Name: "plan"}}
+	}
+	return nd
+}
+
+// askProviders lists the EvacuationProviders, asked or not and why, as
+// the controller decides (internal/providers), and returns the node's
+// Evacuations, by provider, as the drain's next pass leaves them: each
+// provider it asks has the spec that pass writes (providers.Request; a
+// changed spec is a new generation, not answered yet); one being deleted
+// stays as it is until it is gone, and is asked again after.
+func askProviders(np *NodePlan, nd *v1alpha1.NodeDrain, node *corev1.Node, leaving []*corev1.Pod, in *planInput,
+	labelsOf policy.NamespaceLabels) (map[string]*v1alpha1.Evacuation, error) {
 	evs := map[string]*v1alpha1.Evacuation{} // the node's, by provider, as the controller reads them (those being deleted too)
 	for i := range in.evacuations {
-		ev := &in.evacuations[i]
-		if ev.Spec.NodeName == node.Name {
+		if ev := &in.evacuations[i]; ev.Spec.NodeName == node.Name {
 			evs[ev.Spec.Provider] = ev
 		}
 	}
-	current := func(ev *v1alpha1.Evacuation) bool {
-		return ev != nil && existing != nil && providers.AskedFor(ev, existing.UID, node.UID)
-	}
-	hold := func(evacuation string, pods []*corev1.Pod) {
-		for _, pod := range pods {
-			heldBy[pod.UID] = append(heldBy[pod.UID], "Evacuation "+evacuation)
-		}
-	}
-	judged := map[string]bool{} // providers whose current Evacuation is judged below, with what the drain asks now
-	holds := map[string]bool{}
+	mode := nd.Mode()
 	for _, p := range in.providers {
 		pp := ProviderPlan{Name: p.Name, Stage: string(providers.Stage(p)), HeartbeatTimeoutSeconds: providers.Timeout(p).Seconds(), Pods: []string{}}
 		for _, m := range p.Spec.Modes {
@@ -495,104 +513,118 @@ func planEvacuations(np *NodePlan, existing *v1alpha1.NodeDrain, node *corev1.No
 		}
 		protected, err := providers.Protected(p, leaving, labelsOf)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		pp.Pods = podKeys(protected)
 		have := evs[p.Name]
-		var why []string
-		reask := have != nil && !have.DeletionTimestamp.IsZero() // counted with the node's Evacuations below
-		if reask {
-			// The controller has the provider cancel it, lets it go, then
-			// asks again; what it recorded holds until then (below).
-			why = append(why, fmt.Sprintf("its Evacuation %s is being deleted: the provider is asked to cancel it, then asked again", have.Name))
-			have = nil
-		}
-		if !current(have) {
-			have = nil // another drain's, or none: the drain writes the record anew
-		}
-		pp.Asked = providers.Asks(p, mode, len(protected), have != nil)
-		if !pp.Asked {
-			pp.Why = strings.Join(append(why, "protects none of the pods that leave the node"), "; ")
-			np.Providers = append(np.Providers, pp)
-			continue
-		}
-		pp.Evacuation = v1alpha1.EvacuationName(node.Name, p.Name)
+		deleting := have != nil && !have.DeletionTimestamp.IsZero()
+		pp.Asked = providers.Asks(p, mode, len(protected), have != nil && !deleting && providers.AskedFor(have, nd.UID, node.UID))
 		switch {
+		case !pp.Asked:
+			pp.Why = "protects none of the pods that leave the node"
 		case len(protected) > 0:
-			why = append(why, fmt.Sprintf("protects %d pod(s) that leave the node", len(protected)))
+			pp.Why = fmt.Sprintf("protects %d pod(s) that leave the node", len(protected))
 		case mode == v1alpha1.ModeDecommission:
-			why = append(why, "Decommission asks every provider that takes part, whether or not its pods are on the node")
+			pp.Why = "Decommission asks every provider that takes part, whether or not its pods are on the node"
 		default:
-			why = append(why, "asked already by this drain")
+			pp.Why = "asked already by this drain"
 		}
-		stage, held, done := providers.Stage(p), protected, false
-		if have != nil {
-			judged[p.Name] = true
-			pp.Evacuation = have.Name
-			if providers.StageOf(have) == v1alpha1.StageBeforeEviction {
-				stage = v1alpha1.StageBeforeEviction // a recorded stage only moves toward BeforeEviction
-			}
-			recorded := providers.ProtectedOnNode(have, onNode)
-			added := false
-			for _, pod := range protected {
-				if !slices.ContainsFunc(recorded, func(r *corev1.Pod) bool { return r.UID == pod.UID }) {
-					recorded, added = append(recorded, pod), true
-				}
-			}
-			held = recorded
-			done = have.Spec.Release != nil || (have.CurrentPhase() == v1alpha1.EvacuationCompleted && !added && have.Spec.Mode == mode)
+		if deleting {
+			// The controller has the provider cancel it, lets it go, then
+			// asks again; what it recorded holds until then.
+			pp.Why = fmt.Sprintf("its Evacuation %s is being deleted: the provider is asked to cancel it, then asked again; %s", have.Name, pp.Why)
 		}
-		switch {
-		case done:
-			why = append(why, "its Evacuation "+have.Name+" is already Completed or released")
-		case stage == v1alpha1.StageAfterEviction:
-			if !reask {
-				after++
-			}
-			why = append(why, "AfterEviction: its pods are evicted first, and the node is Drained only once its Evacuation Completed")
-		default:
-			if !reask {
-				before++
-			}
-			pp.Holds = len(held) > 0
-			holds[p.Name] = pp.Holds
-			hold(pp.Evacuation, held)
-			if pp.Holds {
-				pp.Pods = podKeys(held)
-				why = append(why, fmt.Sprintf("BeforeEviction: %d pod(s) are evicted only once its Evacuation Completed", len(held)))
-			} else {
-				why = append(why, "BeforeEviction: it holds no pod, and the node is Drained only once its Evacuation Completed")
+		if pp.Asked {
+			pp.Evacuation = v1alpha1.EvacuationName(node.Name, p.Name)
+			if !deleting {
+				evs[p.Name] = nextEvacuation(nd, node, p, protected, have)
 			}
 		}
-		pp.Why = strings.Join(why, "; ")
 		np.Providers = append(np.Providers, pp)
 	}
-	for _, provider := range slices.Sorted(maps.Keys(evs)) {
-		ev := evs[provider]
-		ep := EvacuationPlan{Name: ev.Name, Provider: provider, Stage: string(providers.StageOf(ev)), Mode: string(ev.Spec.Mode),
-			Phase: string(ev.CurrentPhase()), Message: ev.Status.Message, CurrentDrain: current(ev), PodsOnNode: podKeys(providers.ProtectedOnNode(ev, onNode)),
-			Deleting: !ev.DeletionTimestamp.IsZero()}
+	return evs, nil
+}
+
+// nextEvacuation is the provider's Evacuation once the drain's next pass
+// asked it: have with the spec that pass writes, a new generation if the
+// spec changed, or a new one, not answered yet.
+func nextEvacuation(nd *v1alpha1.NodeDrain, node *corev1.Node, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, have *v1alpha1.Evacuation) *v1alpha1.Evacuation {
+	spec := providers.Request(nd, node, p, protected, have)
+	if have == nil {
+		return &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.EvacuationName(node.Name, p.Name), Generation: 1,
+			CreationTimestamp: metav1.Now()}, Spec: spec}
+	}
+	next := have.DeepCopy()
+	if !equality.Semantic.DeepEqual(have.Spec, spec) {
+		next.Spec, next.Generation = spec, have.Generation+1
+	}
+	return next
+}
+
+// planHolds says which pods each provider and each of the node's
+// Evacuations holds, from the model, and counts the evacuations the drain
+// waits for before and after eviction (those of its Evacuations not done).
+func planHolds(np *NodePlan, h *hold.Model, existing *v1alpha1.NodeDrain, node *corev1.Node, leaving []*corev1.Pod,
+	onNode map[types.UID]*corev1.Pod, in *planInput) (before, after int) {
+	heldBy := func(holders ...string) []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, pod := range leaving {
+			if slices.ContainsFunc(h.Holders(pod.UID), func(x string) bool { return slices.Contains(holders, x) }) {
+				out = append(out, pod)
+			}
+		}
+		return out
+	}
+	verdicts := map[string]hold.Verdict{} // by provider
+	for _, v := range h.Evacuations() {
+		verdicts[v.Evacuation.Spec.Provider] = v
+		switch {
+		case v.Done:
+		case providers.StageOf(v.Evacuation) == v1alpha1.StageBeforeEviction:
+			before++
+		default:
+			after++
+		}
+	}
+	for i := range np.Providers {
+		pp := &np.Providers[i]
+		if !pp.Asked {
+			continue
+		}
+		v, judged := verdicts[pp.Name]
+		deleting := judged && !v.Evacuation.DeletionTimestamp.IsZero()
+		held := heldBy("Evacuation "+pp.Evacuation, "EvacuationProvider "+pp.Name)
+		pp.Holds = len(held) > 0
+		if pp.Holds {
+			pp.Pods = podKeys(held)
+		}
+		switch {
+		case judged && !deleting && v.Done:
+			pp.Why += "; its Evacuation " + v.Evacuation.Name + " is already Completed or released"
+		case judged && !deleting && providers.StageOf(v.Evacuation) == v1alpha1.StageAfterEviction,
+			(!judged || deleting) && pp.Stage == string(v1alpha1.StageAfterEviction):
+			pp.Why += "; AfterEviction: its pods are evicted first, and the node is Drained only once its Evacuation Completed"
+		case pp.Holds:
+			pp.Why += fmt.Sprintf("; BeforeEviction: %d pod(s) are evicted only once its Evacuation Completed", len(held))
+		default:
+			pp.Why += "; BeforeEviction: it holds no pod, and the node is Drained only once its Evacuation Completed"
+		}
+	}
+	for i := range in.evacuations {
+		ev := &in.evacuations[i]
+		if ev.Spec.NodeName != node.Name {
+			continue
+		}
+		ep := EvacuationPlan{Name: ev.Name, Provider: ev.Spec.Provider, Stage: string(providers.StageOf(ev)), Mode: string(ev.Spec.Mode),
+			Phase: string(ev.CurrentPhase()), Message: ev.Status.Message, CurrentDrain: existing != nil && providers.AskedFor(ev, existing.UID, node.UID),
+			PodsOnNode: podKeys(providers.ProtectedOnNode(ev, onNode)), Deleting: !ev.DeletionTimestamp.IsZero(), Holds: len(heldBy("Evacuation "+ev.Name)) > 0}
 		if rel := ev.Spec.Release; rel != nil {
 			ep.Phase, ep.ReleasedBy = v1alpha1.PhaseReleased, rel.By
 		}
-		// One being deleted is cancelled first: it counts as unfinished
-		// until it is gone, unless released.
-		finished := ev.Spec.Release != nil || (ep.Phase == string(v1alpha1.EvacuationCompleted) && ev.DeletionTimestamp.IsZero())
-		switch {
-		case judged[provider]:
-			ep.Holds = holds[provider]
-		case !ep.CurrentDrain || finished:
-		case providers.StageOf(ev) == v1alpha1.StageAfterEviction:
-			after++ // its provider is not asked anymore; what it was asked stands
-		default:
-			before++
-			held := providers.ProtectedOnNode(ev, onNode)
-			ep.Holds = len(held) > 0
-			hold(ev.Name, held)
-		}
 		np.Evacuations = append(np.Evacuations, ep)
 	}
-	return before, after, nil
+	slices.SortFunc(np.Evacuations, func(a, b EvacuationPlan) int { return strings.Compare(a.Provider, b.Provider) })
+	return before, after
 }
 
 func podKeys(pods []*corev1.Pod) []string {
@@ -606,12 +638,12 @@ func podKeys(pods []*corev1.Pod) []string {
 
 // planHooks says, for each pod with the annotation vacate.dev/evacuate-port,
 // whether the controller calls its HTTP hook before evicting it and where
-// (policy.CallsHook, hook.TargetFor), or why not. It records in heldBy the
-// pods a hook holds, and returns how many hooks the drain waits for (to
-// answer Completed) and the pods held until something changes instead (an
-// address vacate never calls, bad annotations).
+// (policy.CallsHook, hook.TargetFor), or why not. It returns the hooks the
+// drain calls as the model of holds sees them, how many the drain waits for
+// (to answer Completed), and the pods held until something changes instead
+// (an address vacate never calls, bad annotations).
 func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol policy.Policy, mode v1alpha1.DrainMode, plan drain.Plan,
-	originals map[types.UID]*corev1.Pod, labelsOf policy.NamespaceLabels, heldBy map[types.UID][]string) (int, map[types.UID]bool, error) {
+	originals map[types.UID]*corev1.Pod, labelsOf policy.NamespaceLabels) (map[types.UID]hold.HookState, int, map[types.UID]bool, error) {
 	completed := map[string]string{} // the hooks this drain's run saw Completed, by pod
 	if existing != nil {
 		for _, h := range existing.Status.Hooks {
@@ -621,6 +653,7 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 		}
 	}
 	run := hook.Run{Node: np.Node, Mode: string(mode)}
+	states := map[types.UID]hold.HookState{}
 	blocked := map[types.UID]bool{}
 	waits := 0
 	for _, d := range plan.Decisions {
@@ -631,7 +664,7 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 		hp := HookPlan{Pod: d.Key()}
 		calls, whyNot, err := pol.CallsHook(pod, labelsOf)
 		if err != nil {
-			return 0, nil, err
+			return nil, 0, nil, err
 		}
 		t, terr := hook.TargetFor(pod, run, o.allowLoopback)
 		msg, done := completed[hp.Pod]
@@ -640,23 +673,22 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 			hp.Why = fmt.Sprintf("not called: the pod stays (%s)", d.Reason)
 		case !calls:
 			hp.Why = "not called: " + whyNot
+		case terr != nil:
+			hp.Holds = true
+			// Without an IP yet, it is called once it has one.
+			blocked[pod.UID] = hook.IsRefused(terr) || pod.Status.PodIP != ""
+			hp.Why = hold.HookErrorDetail(terr)
 		case done:
 			hp.Called, hp.URL = true, t.URL()
 			hp.Why = "called at " + t.URL() + "; it answered Completed in this drain's run (" + msg + ")"
-		case hook.IsRefused(terr):
-			hp.Holds, blocked[pod.UID] = true, true
-			hp.Why = terr.Error() + "; the pod stays, as its data may not have moved: fix the pod (or its annotation " + hook.AnnotationPort +
-				"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain"
-		case terr != nil:
-			hp.Holds = true
-			blocked[pod.UID] = pod.Status.PodIP != "" // without an IP yet, it is called once it has one
-			hp.Why = terr.Error() + "; the pod stays until it is fixed"
 		default:
 			hp.Called, hp.URL, hp.Holds = true, t.URL(), true
 			hp.Why = "called at " + t.URL() + " before the pod's eviction (POST, then GET until it answers); the pod is evicted only once it answers Completed"
 		}
+		if d.Action != drain.Skip && calls {
+			states[pod.UID] = hold.HookState{Err: terr, Done: done && terr == nil, Detail: hp.Why}
+		}
 		if hp.Holds {
-			heldBy[pod.UID] = append(heldBy[pod.UID], "HTTP hook of pod "+hp.Pod)
 			if !blocked[pod.UID] {
 				waits++ // a blocked one is no evacuation under way: the plan says it would not finish
 			}
@@ -664,7 +696,7 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 		np.HTTPHooks = append(np.HTTPHooks, hp)
 		np.Hooks = append(np.Hooks, "HTTP hook of "+hp.Pod+": "+hp.Why)
 	}
-	return waits, blocked, nil
+	return states, waits, blocked, nil
 }
 
 func writePlan(w io.Writer, p NodePlan) error {

@@ -457,9 +457,26 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 		t.Errorf("the drain's Evacuations protect %v; plan said %v", got, asked)
 	}
 
-	// Planned again, the node's Evacuations are listed, and the ones before
-	// eviction hold their pods.
+	// Planned again, the node's Evacuations are listed, the ones before
+	// eviction hold their pods, and each pod the drain reports held is held
+	// in the plan by the same holder first (one model of holds).
+	nd := testenv.WaitForDrain(t, cl, node, "reporting its held pods", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		n := 0
+		for _, b := range nd.Status.Blockers {
+			if b.Reason == v1alpha1.BlockerEvacuation {
+				n++
+			}
+		}
+		return n == len(dbKeys)
+	}, testenv.DescribeDrain)
 	again := planOf(t, alice, node)
+	for _, b := range nd.Status.Blockers {
+		for _, pp := range again.Pods {
+			if pp.Pod == b.Pod && (len(pp.HeldBy) == 0 || pp.HeldBy[0] != b.Holder) {
+				t.Errorf("pod %s: the drain reports it held by %q, the plan by %q", b.Pod, b.Holder, pp.HeldBy)
+			}
+		}
+	}
 	evacs := map[string]bool{}
 	for _, ev := range again.Evacuations {
 		evacs[ev.Provider] = true

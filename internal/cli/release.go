@@ -26,6 +26,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/progress"
+	"github.com/vacate-dev/vacate/internal/providers"
 )
 
 type releaseOptions struct {
@@ -291,7 +292,7 @@ func releaser(ctx context.Context, s *session, flags *genericclioptions.ConfigFl
 func (o *releaseOptions) show(t *releaseTarget, by string) {
 	ev, w, now := t.ev, o.streams.Out, o.clock.Now()
 	fmt.Fprintf(w, "Evacuation %s: node %s, provider %s, drain %s (mode %s, stage %s)\n", ev.Name, ev.Spec.NodeName, ev.Spec.Provider,
-		ev.Spec.DrainUID, ev.Spec.Mode, stageOf(ev))
+		ev.Spec.DrainUID, ev.Spec.Mode, providers.StageOf(ev))
 	fmt.Fprintf(w, "  provider:  %s\n", providerState(t.provider, ev, now))
 	fmt.Fprintf(w, "  status:    %s\n", evacuationState(ev, now))
 	for _, h := range t.drain.Status.Hooks {
@@ -309,18 +310,11 @@ func (o *releaseOptions) show(t *releaseTarget, by string) {
 		fmt.Fprintf(w, "  protects:  none of its %d pod(s) is still on the node\n", len(ev.Spec.ProtectedPods))
 	}
 	then := "vacate evicts them without waiting for it"
-	if stageOf(ev) == v1alpha1.StageAfterEviction {
+	if providers.StageOf(ev) == v1alpha1.StageAfterEviction {
 		then = "vacate counts the node Drained without waiting for it"
 	}
 	fmt.Fprintf(w, "WARNING: their data may not have moved: provider %s never reported this evacuation Completed. Once released, %s. "+
 		"The release is recorded with your name (%s) and reason, and cannot be withdrawn.\n", ev.Spec.Provider, then, by)
-}
-
-func stageOf(ev *v1alpha1.Evacuation) v1alpha1.EvacuationStage {
-	if ev.Spec.Stage == "" {
-		return v1alpha1.StageBeforeEviction
-	}
-	return ev.Spec.Stage
 }
 
 // providerState says whether the provider is gone, being deleted, silent
@@ -464,7 +458,7 @@ func (o *releaseOptions) showReleased(ctx context.Context, s *session, t *releas
 	}
 	fmt.Fprintf(o.streams.Out, "nodedrain/%s: %s %s: %s\n", node, name, entry.Phase, entry.Message)
 	next := "the pods it protected are evicted now"
-	if stageOf(t.ev) == v1alpha1.StageAfterEviction {
+	if providers.StageOf(t.ev) == v1alpha1.StageAfterEviction {
 		next = "the drain no longer waits for it"
 	}
 	fmt.Fprintf(o.streams.Out, "%s; follow with 'vacate status %s --watch'\n", next, node)

@@ -108,6 +108,30 @@ func AskedFor(ev *v1alpha1.Evacuation, drainUID, nodeUID types.UID) bool {
 	return ev.Spec.DrainUID == string(drainUID) && ev.Spec.NodeUID == string(nodeUID)
 }
 
+// Request is the spec of the Evacuation a drain asks of a provider,
+// recording the leaving pods it protects: an earlier drain's Evacuation
+// (have) is taken over, its spec replaced; this drain's gets the drain's
+// mode and Evacuate, and any newly protected pods added (never removed), and
+// its stage only moves toward BeforeEviction (holding more, never less). Its
+// reporter follows the provider's: only that identity may write its status.
+func Request(nd *v1alpha1.NodeDrain, node *corev1.Node, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, have *v1alpha1.Evacuation) v1alpha1.EvacuationSpec {
+	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, NodeUID: string(node.UID), Provider: p.Name, Mode: nd.Mode(),
+		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID), Stage: Stage(p), Reporter: p.Spec.Reporter.UserName()}
+	if have != nil && AskedFor(have, nd.UID, node.UID) {
+		want.ProtectedPods = slices.Clone(have.Spec.ProtectedPods)
+		want.Release = have.Spec.Release
+		if StageOf(have) == v1alpha1.StageBeforeEviction {
+			want.Stage = v1alpha1.StageBeforeEviction
+		}
+	}
+	for _, pod := range protected {
+		if !slices.ContainsFunc(want.ProtectedPods, func(pp v1alpha1.ProtectedPod) bool { return pp.UID == string(pod.UID) }) {
+			want.ProtectedPods = append(want.ProtectedPods, v1alpha1.ProtectedPod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)})
+		}
+	}
+	return want
+}
+
 // Timeout is how long the provider may stay silent on an unfinished
 // evacuation before the drain reports it stale (spec.timeout; default
 // v1alpha1.DefaultProviderTimeout, also for a provider that is gone).

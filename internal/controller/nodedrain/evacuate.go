@@ -17,7 +17,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/drain"
-	"github.com/vacate-dev/vacate/internal/providers"
+	"github.com/vacate-dev/vacate/internal/hold"
 )
 
 // RBAC for evacuations.
@@ -29,7 +29,7 @@ import (
 type evacState struct {
 	// holds says which pods wait for a BeforeEviction evacuation or their
 	// HTTP hook, with the blocker that says why.
-	holds *holds
+	holds *hold.Model
 	// pending describes the evacuations not Completed: the node is not
 	// Drained while any is (a protected pod may leave by other means).
 	pending []string
@@ -37,22 +37,6 @@ type evacState struct {
 	timedOut []string
 	// recheck is when a waiting evacuation may turn stale or time out.
 	recheck time.Duration
-}
-
-// modeOf is the drain's mode, Maintenance when unset.
-func modeOf(nd *v1alpha1.NodeDrain) v1alpha1.DrainMode {
-	if nd.Spec.Mode == "" {
-		return v1alpha1.ModeMaintenance
-	}
-	return nd.Spec.Mode
-}
-
-// stageOf is an Evacuation's recorded stage (providers.StageOf).
-func stageOf(ev *v1alpha1.Evacuation) v1alpha1.EvacuationStage { return providers.StageOf(ev) }
-
-// providerStage is a provider's stage (providers.Stage).
-func providerStage(p *v1alpha1.EvacuationProvider) v1alpha1.EvacuationStage {
-	return providers.Stage(p)
 }
 
 // evacuate asks every provider whose pods leave the node (in Decommission:
@@ -63,7 +47,7 @@ func providerStage(p *v1alpha1.EvacuationProvider) v1alpha1.EvacuationStage {
 // released), whatever happens to the provider or the pod's labels; so does
 // a pod a provider selects before its Evacuation records it (one being
 // deleted is asked again once it is gone). It then calls the pods' HTTP
-// hooks, and holds computes which pods wait and why (holds.go), as the
+// hooks, and holds computes which pods wait and why (internal/hold), as the
 // guard before every eviction call does. The node is not Drained until the
 // AfterEviction ones are Completed (finalize). Unknown, stale or failed
 // answers are never taken as done.
@@ -120,8 +104,8 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	h, err := holdsOf(holdInput{drain: nd, node: s.node, onNode: onNode, leaving: leaving, evacuations: evacs,
-		providers: itemsOf(registered), selects: r.selector(ctx), hooks: hookStates, now: s.now})
+	h, err := hold.Compute(hold.Input{Drain: nd, Node: s.node, OnNode: onNode, Leaving: leaving, Evacuations: evacs,
+		Providers: itemsOf(registered), Selects: r.selector(ctx), Hooks: hookStates, Now: s.now})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -155,21 +139,21 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 // reportEvacuations describes the drain's Evacuations for status.hooks,
 // records those not Completed (pending) and those past
 // timeouts.evacuation, and notes when to look again.
-func (r *Reconciler) reportEvacuations(s *scope, h *holds) []v1alpha1.HookStatus {
+func (r *Reconciler) reportEvacuations(s *scope, h *hold.Model) []v1alpha1.HookStatus {
 	var hooks []v1alpha1.HookStatus
-	for _, v := range h.evacuations {
-		ev := v.ev
-		s.evac.recheck = min(s.evac.recheck, v.staleIn)
+	for _, v := range h.Evacuations() {
+		ev := v.Evacuation
+		s.evac.recheck = min(s.evac.recheck, v.StaleIn)
 		phase := string(ev.CurrentPhase())
 		switch {
 		case ev.Spec.Release != nil:
 			phase = v1alpha1.PhaseReleased
-		case !v.done && r.evacuationTimedOut(s, ev.Name, ev.CreationTimestamp.Time):
+		case !v.Done && r.evacuationTimedOut(s, ev.Name, ev.CreationTimestamp.Time):
 			phase = v1alpha1.PhaseTimedOut
 		}
-		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phase, Message: truncate(v.why, maxDetail)})
-		if !v.done {
-			s.evac.pending = append(s.evac.pending, ev.Name+": "+v.why)
+		hooks = append(hooks, v1alpha1.HookStatus{Name: ev.Name, Phase: phase, Message: truncate(v.Why, maxDetail)})
+		if !v.Done {
+			s.evac.pending = append(s.evac.pending, ev.Name+": "+v.Why)
 		}
 	}
 	return hooks

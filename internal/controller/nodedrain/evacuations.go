@@ -3,7 +3,6 @@ package nodedrain
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -24,7 +23,7 @@ import (
 // being deleted is asked nothing new, but what it was asked still holds.
 // It returns the Evacuation, or nil when the provider is not asked.
 func (r *Reconciler) ask(ctx context.Context, s *scope, p *v1alpha1.EvacuationProvider, leaving []*corev1.Pod, have *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
-	mode := modeOf(s.drain)
+	mode := s.drain.Mode()
 	if !providers.Eligible(p, mode) {
 		return nil, nil
 	}
@@ -91,30 +90,13 @@ func itemsOf(list *v1alpha1.EvacuationProviderList) []*v1alpha1.EvacuationProvid
 }
 
 // ensureEvacuation creates the drain's Evacuation for the provider, or
-// brings the one there up to date: an earlier drain's is taken over (its
-// spec replaced); this drain's gets the drain's mode, Evacuate, and any
-// newly protected pods added (never removed), and its stage only moves
-// toward BeforeEviction (holding more, never less). Its reporter follows
-// the provider's (only that identity may write its status), and it carries
-// the finalizer vacate.dev/cancel, which only vacate removes, once the
+// brings the one there up to date (providers.Request: what 'vacate plan'
+// forecasts too). It carries the finalizer vacate.dev/cancel, which only vacate removes, once the
 // provider was asked to cancel or its work is kept: deleting the drain in
 // the foreground, or the Evacuation itself, never skips the cancel.
 func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, p *v1alpha1.EvacuationProvider, protected []*corev1.Pod, ev *v1alpha1.Evacuation) (*v1alpha1.Evacuation, error) {
 	name := v1alpha1.EvacuationName(nd.Spec.NodeName, p.Name)
-	want := v1alpha1.EvacuationSpec{NodeName: nd.Spec.NodeName, NodeUID: string(node.UID), Provider: p.Name, Mode: modeOf(nd),
-		Desired: v1alpha1.DesiredEvacuate, DrainUID: string(nd.UID), Stage: providerStage(p), Reporter: p.Spec.Reporter.UserName()}
-	if ev != nil && ours(ev, nd, node) {
-		want.ProtectedPods = slices.Clone(ev.Spec.ProtectedPods)
-		want.Release = ev.Spec.Release
-		if stageOf(ev) == v1alpha1.StageBeforeEviction {
-			want.Stage = v1alpha1.StageBeforeEviction
-		}
-	}
-	for _, pod := range protected {
-		if !slices.ContainsFunc(want.ProtectedPods, func(pp v1alpha1.ProtectedPod) bool { return pp.UID == string(pod.UID) }) {
-			want.ProtectedPods = append(want.ProtectedPods, v1alpha1.ProtectedPod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)})
-		}
-	}
+	want := providers.Request(nd, node, p, protected, ev)
 	if ev == nil {
 		ev = &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{v1alpha1.FinalizerCancel}}, Spec: want}
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/hold"
 )
 
 // undoing is what an undo pass knows beyond the drain.
@@ -137,7 +138,7 @@ func (r *Reconciler) cancelOne(ctx context.Context, s *scope, ev *v1alpha1.Evacu
 	if perr != nil {
 		provider = nil
 	}
-	_, why, _ := judge(ev, provider, s.now)
+	_, why, _ := hold.Judge(ev, provider, s.now)
 	waiting.Phase, waiting.Message = string(ev.CurrentPhase()), truncate("cancelling: "+why, maxDetail)
 	return waiting, nil
 }

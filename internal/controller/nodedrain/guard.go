@@ -11,6 +11,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/hold"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
@@ -48,13 +49,13 @@ func (r *Reconciler) heldNow(ctx context.Context, req eviction.Request) (string,
 		}
 		pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.UID}}
 	}
-	in := holdInput{drain: nd, onNode: map[types.UID]*corev1.Pod{pod.UID: pod}, leaving: []*corev1.Pod{pod}, now: r.Clock.Now()}
+	in := hold.Input{Drain: nd, OnNode: map[types.UID]*corev1.Pod{pod.UID: pod}, Leaving: []*corev1.Pod{pod}, Now: r.Clock.Now()}
 	if nd.Requested() { // one being undone holds every pod: nothing more to read
 		if err := r.readHoldInput(ctx, &in, pod); err != nil {
 			return "", err
 		}
 	}
-	h, err := holdsOf(in)
+	h, err := hold.Compute(in)
 	if err != nil {
 		return "", err
 	}
@@ -66,10 +67,10 @@ func (r *Reconciler) heldNow(ctx context.Context, req eviction.Request) (string,
 
 // readHoldInput reads from the cache what holds need to judge one pod of
 // the drain: its node, Evacuations, the providers, and its HTTP hook.
-func (r *Reconciler) readHoldInput(ctx context.Context, in *holdInput, pod *corev1.Pod) error {
-	nd := in.drain
-	in.node = &corev1.Node{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, in.node); err != nil {
+func (r *Reconciler) readHoldInput(ctx context.Context, in *hold.Input, pod *corev1.Pod) error {
+	nd := in.Drain
+	in.Node = &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, in.Node); err != nil {
 		return fmt.Errorf("reading node %s: %w", nd.Spec.NodeName, err)
 	}
 	evacs, err := r.evacuationsOf(ctx, nd)
@@ -80,15 +81,15 @@ func (r *Reconciler) readHoldInput(ctx context.Context, in *holdInput, pod *core
 	if err := r.Client.List(ctx, list); err != nil {
 		return fmt.Errorf("listing EvacuationProviders: %w", err)
 	}
-	in.evacuations, in.providers, in.selects = evacs, itemsOf(list), r.selector(ctx)
-	in.hooks, err = r.hookStateNow(ctx, nd, in.node, pod)
+	in.Evacuations, in.Providers, in.Selects = evacs, itemsOf(list), r.selector(ctx)
+	in.Hooks, err = r.hookStateNow(ctx, nd, in.Node, pod)
 	return err
 }
 
 // hookStateNow is the pod's HTTP hook as the prober knows it, if the
 // drain's policy calls it: refused, unusable, or Completed for this run or
 // not.
-func (r *Reconciler) hookStateNow(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, pod *corev1.Pod) (map[types.UID]hookState, error) {
+func (r *Reconciler) hookStateNow(ctx context.Context, nd *v1alpha1.NodeDrain, node *corev1.Node, pod *corev1.Pod) (map[types.UID]hold.HookState, error) {
 	if !hook.Wants(pod) {
 		return nil, nil
 	}
@@ -100,14 +101,14 @@ func (r *Reconciler) hookStateNow(ctx context.Context, nd *v1alpha1.NodeDrain, n
 	if err != nil || len(pods) == 0 {
 		return nil, err
 	}
-	st := hookState{err: errs[0]}
+	st := hold.HookState{Err: errs[0]}
 	switch {
-	case st.err != nil:
-		st.detail = hookTargetDetail(st.err)
+	case st.Err != nil:
+		st.Detail = hold.HookErrorDetail(st.Err)
 	case r.Hooks.Done(targets[0]):
-		st.done = true
+		st.Done = true
 	default:
-		st.detail = "HTTP hook " + targets[0].URL() + ": it has not answered Completed for this run"
+		st.Detail = "HTTP hook " + targets[0].URL() + ": it has not answered Completed for this run"
 	}
-	return map[types.UID]hookState{pod.UID: st}, nil
+	return map[types.UID]hold.HookState{pod.UID: st}, nil
 }

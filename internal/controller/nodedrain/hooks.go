@@ -10,13 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/hold"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
 
 // hookRun is the drain's current run, as the hook protocol names it.
 func hookRun(nd *v1alpha1.NodeDrain) hook.Run {
-	return hook.Run{Drain: string(nd.UID), ID: nd.Status.RunID, Node: nd.Spec.NodeName, Mode: string(modeOf(nd))}
+	return hook.Run{Drain: string(nd.UID), ID: nd.Status.RunID, Node: nd.Spec.NodeName, Mode: string(nd.Mode())}
 }
 
 // hookTargets are the pods, of those given, whose HTTP hooks the policy
@@ -48,16 +49,6 @@ func (r *Reconciler) hookTargets(ctx context.Context, pol policy.Policy, nd *v1a
 func (r *Reconciler) hookAllowed(ctx context.Context, p policy.Policy, pod *corev1.Pod) (bool, error) {
 	ok, _, err := p.CallsHook(pod, r.namespaceLabels(ctx))
 	return ok, err
-}
-
-// hookTargetDetail says why a pod's hook cannot be called (its target's
-// error), and what holds the pod meanwhile.
-func hookTargetDetail(terr error) string {
-	if hook.IsRefused(terr) {
-		return truncate(terr.Error()+"; the pod stays, as its data may not have moved: fix the pod (or its annotation "+hook.AnnotationPort+
-			"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain", maxDetail)
-	}
-	return truncate(terr.Error()+"; the pod stays until it is fixed", maxDetail)
 }
 
 // hookCalls is what a pass knows of the pods whose hooks the run calls.
@@ -109,7 +100,7 @@ func (hc *hookCalls) completed(uid types.UID) {
 // A pod is called only once status.hookCalls, as written, records it, so a
 // cancel reaches every hook that may have accepted a POST, whatever happens
 // to the controller. Conversations of pods no longer called are dropped.
-func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.Pod, onNode map[types.UID]*corev1.Pod) ([]v1alpha1.HookStatus, map[types.UID]hookState, error) {
+func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.Pod, onNode map[types.UID]*corev1.Pod) ([]v1alpha1.HookStatus, map[types.UID]hold.HookState, error) {
 	pods, targets, errs, err := r.hookTargets(ctx, s.policy, s.drain, leaving)
 	if err != nil {
 		return nil, nil, err
@@ -121,12 +112,12 @@ func (r *Reconciler) callHooks(ctx context.Context, s *scope, leaving []*corev1.
 	calls := newHookCalls(st, onNode)
 	talking := map[types.UID]bool{}
 	var hooks []v1alpha1.HookStatus
-	states := map[types.UID]hookState{}
+	states := map[types.UID]hold.HookState{}
 	for i, pod := range pods {
 		h := r.callHook(s, pod, targets[i], errs[i], calls, talking)
 		h.Name = "pod/" + pod.Namespace + "/" + pod.Name
 		hooks = append(hooks, h)
-		states[pod.UID] = hookState{err: errs[i], done: h.Phase == string(v1alpha1.EvacuationCompleted), detail: h.Message}
+		states[pod.UID] = hold.HookState{Err: errs[i], Done: h.Phase == string(v1alpha1.EvacuationCompleted), Detail: h.Message}
 	}
 	st.HookCalls = calls.next
 	r.Hooks.Retain(s.drain.Spec.NodeName, talking)
@@ -138,9 +129,9 @@ func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr err
 	pending := string(v1alpha1.EvacuationPending)
 	switch {
 	case hook.IsRefused(terr):
-		return v1alpha1.HookStatus{Phase: string(v1alpha1.EvacuationFailed), Message: hookTargetDetail(terr)}
+		return v1alpha1.HookStatus{Phase: string(v1alpha1.EvacuationFailed), Message: hold.HookErrorDetail(terr)}
 	case terr != nil:
-		return v1alpha1.HookStatus{Phase: pending, Message: hookTargetDetail(terr)}
+		return v1alpha1.HookStatus{Phase: pending, Message: hold.HookErrorDetail(terr)}
 	case !calls.written[string(pod.UID)]:
 		why := "recording the call before the first POST"
 		if !calls.record(pod.UID) {
@@ -154,7 +145,7 @@ func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr err
 	switch {
 	case res.Done():
 		h.Phase = string(v1alpha1.EvacuationCompleted)
-		if modeOf(s.drain) == v1alpha1.ModeDecommission {
+		if s.drain.Mode() == v1alpha1.ModeDecommission {
 			calls.completed(pod.UID)
 		}
 	case res.State == hook.Failed:

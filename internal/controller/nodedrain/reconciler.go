@@ -211,7 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if ended, err := r.ended(ctx, s); ended || err != nil {
 		return reconcile.Result{}, err // undo when the requesters leave
 	}
-	nd.Status.Mode, nd.Status.UndoStartTime = modeOf(nd), nil
+	nd.Status.Mode, nd.Status.UndoStartTime = nd.Mode(), nil
 	recordRun(nd)
 	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.evict, r.finalize} {
 		res, err := st(ctx, s)

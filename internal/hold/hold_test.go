@@ -1,7 +1,8 @@
-package nodedrain
+package hold
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +68,10 @@ func TestHoldsOf(t *testing.T) {
 		drain     func(*v1alpha1.NodeDrain)
 		evs       []*v1alpha1.Evacuation
 		providers []*v1alpha1.EvacuationProvider
-		hooks     map[types.UID]hookState
+		hooks     map[types.UID]HookState
 		db, web   want
+		// dbAlso are db-0's holders after its blocker's.
+		dbAlso []string
 	}{
 		{name: "nothing asks: nothing holds"},
 		{name: "BeforeEviction not Completed holds its pods", evs: []*v1alpha1.Evacuation{evacuation()}, providers: []*v1alpha1.EvacuationProvider{provider("vol")},
@@ -110,21 +113,21 @@ func TestHoldsOf(t *testing.T) {
 			db:        want{v1alpha1.BlockerEvacuation, "EvacuationProvider vol", "has not been asked for it yet"}},
 		{name: "an AfterEviction provider holds nothing",
 			providers: []*v1alpha1.EvacuationProvider{provider("vol", func(p *v1alpha1.EvacuationProvider) { p.Spec.Stage = v1alpha1.StageAfterEviction })}},
-		{name: "a hook not Completed holds", hooks: map[types.UID]hookState{web.UID: {detail: "HTTP hook http://10.0.0.2:8080: InProgress"}},
+		{name: "a hook not Completed holds", hooks: map[types.UID]HookState{web.UID: {Detail: "HTTP hook http://10.0.0.2:8080: InProgress"}},
 			web: want{v1alpha1.BlockerHTTPHook, "HTTP hook of pod default/web-0", "InProgress"}},
-		{name: "a hook Completed frees", hooks: map[types.UID]hookState{web.UID: {done: true, detail: "HTTP hook http://10.0.0.2:8080: Completed"}}},
-		{name: "a hook whose annotations are unusable holds", hooks: map[types.UID]hookState{web.UID: {err: errors.New("bad port"), detail: "bad port; the pod stays until it is fixed"}},
+		{name: "a hook Completed frees", hooks: map[types.UID]HookState{web.UID: {Done: true, Detail: "HTTP hook http://10.0.0.2:8080: Completed"}}},
+		{name: "a hook whose annotations are unusable holds", hooks: map[types.UID]HookState{web.UID: {Err: errors.New("bad port"), Detail: "bad port; the pod stays until it is fixed"}},
 			web: want{v1alpha1.BlockerHTTPHook, "HTTP hook of pod default/web-0", "bad port"}},
-		{name: "a hook at a refused address holds", hooks: map[types.UID]hookState{db.UID: {err: refused, detail: hookTargetDetail(refused)}},
+		{name: "a hook at a refused address holds", hooks: map[types.UID]HookState{db.UID: {Err: refused, Detail: HookErrorDetail(refused)}},
 			db: want{v1alpha1.BlockerHTTPHookRefused, "HTTP hook of pod default/db-0", "link-local"}},
 		{name: "an Evacuation and a hook: the Evacuation is shown first", evs: []*v1alpha1.Evacuation{evacuation()}, providers: []*v1alpha1.EvacuationProvider{provider("vol")},
-			hooks: map[types.UID]hookState{db.UID: {detail: "HTTP hook http://10.0.0.1:8080: InProgress"}},
-			db:    want{v1alpha1.BlockerEvacuation, "Evacuation " + evName, "InProgress"}},
+			hooks: map[types.UID]HookState{db.UID: {Detail: "HTTP hook http://10.0.0.1:8080: InProgress"}},
+			db:    want{v1alpha1.BlockerEvacuation, "Evacuation " + evName, "InProgress"}, dbAlso: []string{"HTTP hook of pod default/db-0"}},
 		{name: "a drain being undone holds every pod", drain: func(nd *v1alpha1.NodeDrain) { nd.Spec.Requesters = nil },
 			evs: []*v1alpha1.Evacuation{evacuation(completed)},
-			db:  want{blockerUndoing, "NodeDrain n1", "being undone"}, web: want{blockerUndoing, "NodeDrain n1", "being undone"}},
+			db:  want{BlockerUndoing, "NodeDrain n1", "being undone"}, web: want{BlockerUndoing, "NodeDrain n1", "being undone"}},
 		{name: "a drain being deleted holds every pod", drain: func(nd *v1alpha1.NodeDrain) { nd.DeletionTimestamp = &deleted },
-			db: want{blockerUndoing, "NodeDrain n1", "being undone"}, web: want{blockerUndoing, "NodeDrain n1", "being undone"}},
+			db: want{BlockerUndoing, "NodeDrain n1", "being undone"}, web: want{BlockerUndoing, "NodeDrain n1", "being undone"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nd := drainOf()
@@ -135,16 +138,20 @@ func TestHoldsOf(t *testing.T) {
 			for _, ev := range tc.evs {
 				evs[ev.Spec.Provider] = ev
 			}
-			h, err := holdsOf(holdInput{drain: nd, node: node, onNode: map[types.UID]*corev1.Pod{db.UID: db, web.UID: web},
-				leaving: []*corev1.Pod{db, web}, evacuations: evs, providers: tc.providers, selects: selectsNoNamespace, hooks: tc.hooks, now: now})
+			h, err := Compute(Input{Drain: nd, Node: node, OnNode: map[types.UID]*corev1.Pod{db.UID: db, web.UID: web},
+				Leaving: []*corev1.Pod{db, web}, Evacuations: evs, Providers: tc.providers, Selects: selectsNoNamespace, Hooks: tc.hooks, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, c := range []struct {
 				pod  *corev1.Pod
 				want want
-			}{{db, tc.db}, {web, tc.web}} {
+				also []string
+			}{{db, tc.db, tc.dbAlso}, {web, tc.web, nil}} {
 				b, held := h.Of(c.pod)
+				if want := append([]string{c.want.holder}, c.also...); held && !slices.Equal(h.Holders(c.pod.UID), want) || !held && h.Holders(c.pod.UID) != nil {
+					t.Errorf("%s: holders %q, want %q", c.pod.Name, h.Holders(c.pod.UID), want)
+				}
 				switch {
 				case held != (c.want.reason != ""):
 					t.Errorf("%s: held = %t (%+v), want %t", c.pod.Name, held, b, !held)
@@ -183,17 +190,17 @@ func TestHoldsCountsAndSince(t *testing.T) {
 		"b": ev("b", v1alpha1.StageBeforeEviction, v1alpha1.EvacuationCompleted),
 		"c": ev("c", v1alpha1.StageAfterEviction, v1alpha1.EvacuationPending),
 	}
-	hooks := map[types.UID]hookState{db.UID: {done: true}}
-	h, err := holdsOf(holdInput{drain: nd, node: node, onNode: map[types.UID]*corev1.Pod{db.UID: db}, leaving: []*corev1.Pod{db},
-		evacuations: evs, hooks: hooks, selects: selectsNoNamespace, now: now})
+	hooks := map[types.UID]HookState{db.UID: {Done: true}}
+	h, err := Compute(Input{Drain: nd, Node: node, OnNode: map[types.UID]*corev1.Pod{db.UID: db}, Leaving: []*corev1.Pod{db},
+		Evacuations: evs, Hooks: hooks, Selects: selectsNoNamespace, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if done, total := h.BeforeEviction(); done != 2 || total != 3 {
 		t.Errorf("BeforeEviction() = %d of %d, want 2 of 3 (b and the hook of 3: a, b, the hook)", done, total)
 	}
-	if len(h.evacuations) != 3 || h.evacuations[0].ev.Name != "n1.a" || len(h.evacuations[0].protects) != 1 {
-		t.Errorf("evacuations = %+v, want a, b, c in order, a protecting db-0 alone", h.evacuations)
+	if len(h.Evacuations()) != 3 || h.Evacuations()[0].Evacuation.Name != "n1.a" || len(h.Evacuations()[0].Protects) != 1 {
+		t.Errorf("evacuations = %+v, want a, b, c in order, a protecting db-0 alone", h.Evacuations())
 	}
 	if b, held := h.Of(db); !held || b.Holder != "Evacuation n1.a" || !b.Since.Equal(&asked) {
 		t.Errorf("db-0: %+v, %t; want held by Evacuation n1.a since its creation", b, held)
@@ -208,8 +215,8 @@ func TestHoldsCountsAndSince(t *testing.T) {
 	broken := func(p *v1alpha1.EvacuationProvider, pod *corev1.Pod) (bool, error) {
 		return providers.Selects(p, pod, func(string) (labels.Set, error) { return nil, errors.New("cache down") })
 	}
-	if _, err := holdsOf(holdInput{drain: nd, node: node, onNode: map[types.UID]*corev1.Pod{db.UID: db}, leaving: []*corev1.Pod{db},
-		providers: []*v1alpha1.EvacuationProvider{p}, selects: broken, now: now}); err == nil {
+	if _, err := Compute(Input{Drain: nd, Node: node, OnNode: map[types.UID]*corev1.Pod{db.UID: db}, Leaving: []*corev1.Pod{db},
+		Providers: []*v1alpha1.EvacuationProvider{p}, Selects: broken, Now: now}); err == nil {
 		t.Error("a namespace that cannot be read: no error")
 	}
 }
