@@ -181,3 +181,50 @@ func TestPDBChangeWakesOnlyItsDrains(t *testing.T) {
 	}
 	guard.Check(t)
 }
+
+// TestEvictionEventsSettleIntoFewPasses: twenty pods evicted together send
+// forty events (each pod terminating, then gone) milliseconds apart, and
+// their PDB's status changes after each. They wake the drain together, a
+// pass for a burst, not one each: the drain, from its first pass to
+// Drained, has at most two passes per eviction (86 to 98 passes when each
+// event woke one at once; 24 to 26 settled).
+func TestEvictionEventsSettleIntoFewPasses(t *testing.T) {
+	c := testenv.Start(t)
+	e := &env{c: c, cl: testenv.DrainClient(t, c)}
+	counter := &passCounter{passes: map[types.UID]string{}}
+	runSolo(t, c, solo{client: func(cl client.Client) client.Client { counter.Client = cl; return counter }})
+	ctx := testenv.Context(t)
+	cs := c.Client
+	pool := map[string]string{"settle": "true"}
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "settle", Count: 2, Labels: pool})
+	target, spare := nodes[0], nodes[1]
+	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	ns := testenv.Namespace(t, c)
+	const pods = 20
+	dep := devcluster.Deployment(ns, "settle", pods)
+	dep.Spec.Template.Spec.NodeSelector = pool
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "settle", "settle", "", "100%"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "settle"}), pods, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "settle", pods, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+
+	create(t, e, testutil.NodeDrain(target, "", "cli:test"))
+	nd := e.waitDrain(t, target, "Drained", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
+	passes := counter.of(target)
+	t.Logf("%d evictions, %d passes", nd.Status.Evicted, passes)
+	if nd.Status.Evicted != pods {
+		t.Errorf("evicted %d, want %d", nd.Status.Evicted, pods)
+	}
+	if passes > 2*pods {
+		t.Errorf("%d passes for %d evictions made together: their events wake a pass each", passes, pods)
+	}
+}

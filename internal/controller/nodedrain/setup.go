@@ -2,12 +2,14 @@ package nodedrain
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,10 +37,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		For(&v1alpha1.NodeDrain{}, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool { return !r.writes.ownProgress(e.ObjectNew) },
 		})).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.drainsOfPod),
+		Watches(&corev1.Pod{}, settle(handler.EnqueueRequestsFromMapFunc(r.drainsOfPod), podSettle),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
-		Watches(&policyv1.PodDisruptionBudget{}, r.pdbHandler()).
+		Watches(&policyv1.PodDisruptionBudget{}, settle(r.pdbHandler(), podSettle)).
 		Watches(&discoveryv1.EndpointSlice{}, r.slicesHandler()).
 		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.drainNamed(ctx, o.(*v1alpha1.Evacuation).Spec.NodeName)
@@ -113,3 +115,39 @@ func (r *Reconciler) activeDrains(ctx context.Context, _ client.Object) []reconc
 	}
 	return out
 }
+
+// podSettle is how long the wake-up of a pod's or a PDB's event waits
+// before its drain's pass runs. One eviction's events (the pod terminating,
+// then gone, and its PDB's status after each) and those of the pods evicted
+// together arrive milliseconds apart: they wake one pass, not one each.
+const podSettle = 200 * time.Millisecond
+
+// settle has the handler's wake-ups wait, each drain's together:
+// the queue keeps one wake-up per drain, due at the earliest.
+func settle(h handler.EventHandler, after time.Duration) handler.EventHandler {
+	wrap := func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		return settling{TypedRateLimitingInterface: q, after: after}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Create(ctx, e, wrap(q))
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Update(ctx, e, wrap(q))
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Delete(ctx, e, wrap(q))
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Generic(ctx, e, wrap(q))
+		},
+	}
+}
+
+// settling is a queue whose Add waits.
+type settling struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	after time.Duration
+}
+
+func (q settling) Add(req reconcile.Request) { q.AddAfter(req, q.after) }
