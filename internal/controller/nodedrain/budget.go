@@ -44,117 +44,12 @@ func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) pdbBudget 
 	for key, p := range plan.PDBs {
 		b.left[key] = int(p.Status.DisruptionsAllowed)
 	}
-	underway := func(uid types.UID, pod types.NamespacedName) bool { return r.evictionUnderway(ctx, uid, pod) }
-	r.claims.underway(b.left, underway)
-	return b
-}
-
-// pdbClaims are the PDBs of every pod whose eviction vacate queued, across
-// all drains, so that a budget counts the evictions of other drains too.
-// An entry is dropped once its pod's eviction is no longer underway.
-type pdbClaims struct {
-	mu    sync.Mutex
-	byPod map[types.UID]claim
-	// byPDB are the claiming pods of each PDB: a pass looks only at the
-	// claims of its PDBs.
-	byPDB map[string]map[types.UID]bool
-}
-
-type claim struct {
-	pod  types.NamespacedName
-	pdbs []string
-}
-
-// claim records the PDBs of a pod whose eviction is queued or tried again.
-func (c *pdbClaims) claim(pod *corev1.Pod, pdbs []string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byPod == nil {
-		c.byPod, c.byPDB = map[types.UID]claim{}, map[string]map[types.UID]bool{}
-	}
-	c.dropLocked(pod.UID)
-	if len(pdbs) == 0 {
-		return
-	}
-	c.byPod[pod.UID] = claim{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, pdbs: pdbs}
-	for _, k := range pdbs {
-		if c.byPDB[k] == nil {
-			c.byPDB[k] = map[types.UID]bool{}
-		}
-		c.byPDB[k][pod.UID] = true
-	}
-}
-
-// dropLocked forgets the pod's claim.
-func (c *pdbClaims) dropLocked(uid types.UID) {
-	for _, k := range c.byPod[uid].pdbs {
-		delete(c.byPDB[k], uid)
-		if len(c.byPDB[k]) == 0 {
-			delete(c.byPDB, k)
-		}
-	}
-	delete(c.byPod, uid)
-}
-
-// pdbsOf are the PDBs claimed by the pod's eviction, if any.
-func (c *pdbClaims) pdbsOf(uid types.UID) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.byPod[uid].pdbs
-}
-
-// underway takes from left (budgets by PDB: the PDBs a pass needs) one for
-// each pod whose eviction is underway, and forgets the claims of those pods
-// that no longer are. Claims of other PDBs are not looked at: each check may
-// read the pod, and a pass costs its node's PDBs, not every eviction of
-// every drain.
-func (c *pdbClaims) underway(left map[string]int, isUnderway func(types.UID, types.NamespacedName) bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var checked map[types.UID]bool // pods claiming more than one needed PDB
-	for k := range left {
-		for uid := range c.byPDB[k] {
-			cl := c.byPod[uid]
-			if len(cl.pdbs) > 1 {
-				if checked[uid] {
-					continue
-				}
-				if checked == nil {
-					checked = map[types.UID]bool{}
-				}
-				checked[uid] = true
-			}
-			if !isUnderway(uid, cl.pod) {
-				c.dropLocked(uid)
-				continue
-			}
-			for _, p := range cl.pdbs {
-				if _, needed := left[p]; needed {
-					left[p]--
-				}
-			}
-		}
-	}
-}
-
-// evictionUnderway says whether the pod's eviction counts against its
-// PDBs' budget: taken out of service for it (an endpoint-aware pod), evicted while the cache still shows the pod, not
-// terminating (the PDB's status does not count it yet), or queued and not
-// waiting on a PDB refusal.
-func (r *Reconciler) evictionUnderway(ctx context.Context, uid types.UID, key types.NamespacedName) bool {
-	if r.gates.holds(uid) {
-		return true // out of service, its eviction to come (endpoints.go)
-	}
-	if r.Evictions.Evicted(uid) {
+	r.ledger.underway(b.left, r.Evictions, func(uid types.UID, key types.NamespacedName) bool {
 		pod := &corev1.Pod{}
 		err := r.Client.Get(ctx, key, pod)
 		return err == nil && pod.UID == uid && pod.DeletionTimestamp.IsZero()
-	}
-	if !r.Evictions.Pending(uid) {
-		return false
-	}
-	ref, ok := r.refusals.get(uid)
-	return !ok || ref.result != eviction.PDBBlocked || ref.retrying
+	})
+	return b
 }
 
 // pdbState fingerprints the parts of a PDB's status that a retry depends
@@ -204,15 +99,15 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 		if !budget.take(d.PDBs) {
 			return nil
 		}
-		r.claims.claim(d.Pod, d.PDBs)
+		r.ledger.claim(d.Pod, d.PDBs)
 		req := eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)
 		req.PDBs = d.PDBs
 		return r.Evictions.Add(req)
 	}
 	state := budget.fingerprint(d.PDBs)
-	if r.refusals.resolved(d, state) && budget.take(d.PDBs) {
-		r.refusals.retrying(uid, state)
-		r.claims.claim(d.Pod, d.PDBs)
+	if r.ledger.resolved(d, state) && budget.take(d.PDBs) {
+		r.ledger.retrying(uid, state)
+		r.ledger.claim(d.Pod, d.PDBs)
 		r.Evictions.RetryNow(uid)
 	}
 	return nil

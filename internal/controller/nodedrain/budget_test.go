@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/drain"
@@ -21,7 +20,6 @@ import (
 // the passes hand to it.)
 func TestBudgetIsSharedByDrains(t *testing.T) {
 	r := &Reconciler{}
-	r.refusals.m = map[types.UID]refusal{}
 	r.Evictions = eviction.NewQueueWithEvictor(func(context.Context, *policyv1.Eviction) error { return nil }, eviction.Options{})
 	r.guards.Set(testutil.PDB("shop", "web", "web", 1, 1))
 	now := time.Now()

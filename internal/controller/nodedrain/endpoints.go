@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +47,7 @@ import (
 //     starts again from 1.
 //
 // The condition is the state a restarted controller reads back; the gates
-// below only add what a pass cannot see on the pod.
+// in the ledger only add what a pass cannot see on the pod.
 
 // gateRetry is how soon a gated pod whose dry-run eviction was refused, or
 // could not be made (rate limit), is tried again when nothing it depends
@@ -59,9 +58,9 @@ const gateRetry = 5 * time.Second
 // out of service while the cache does not show it yet.
 const cacheGrace = 10 * time.Second
 
-// gate is what the controller knows of a gated pod beyond its condition.
+// gate is what the controller knows of a gated pod beyond its condition
+// (kept in the ledger).
 type gate struct {
-	node string
 	// since is when the pod went out of service.
 	since time.Time
 	// updated is when its EndpointSlices were first seen not showing it
@@ -74,108 +73,6 @@ type gate struct {
 	refused string
 }
 
-// gates are the gated pods the controller took out of service, and when
-// each pod's dry run was last tried.
-type gates struct {
-	mu    sync.Mutex
-	m     map[types.UID]*gate
-	tried map[types.UID]time.Time
-}
-
-func (g *gates) get(uid types.UID) (gate, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if e, ok := g.m[uid]; ok {
-		return *e, true
-	}
-	return gate{}, false
-}
-
-func (g *gates) update(uid types.UID, f func(*gate)) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = map[types.UID]*gate{}
-	}
-	e, ok := g.m[uid]
-	if !ok {
-		e = &gate{}
-		g.m[uid] = e
-	}
-	f(e)
-}
-
-func (g *gates) drop(uid types.UID) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.m, uid)
-	delete(g.tried, uid)
-}
-
-// triedAt records a dry run of the pod, and returns the previous one.
-func (g *gates) triedAt(uid types.UID, now time.Time) time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.tried == nil {
-		g.tried = map[types.UID]time.Time{}
-	}
-	prev := g.tried[uid]
-	g.tried[uid] = now
-	return prev
-}
-
-func (g *gates) lastTry(uid types.UID) time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.tried[uid]
-}
-
-// holds says whether the pod is out of service for its eviction and not
-// queued yet: its PDBs' budget counts it (budget.go).
-func (g *gates) holds(uid types.UID) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	e, ok := g.m[uid]
-	return ok && !e.queued
-}
-
-// refuse records that the queued eviction of a pod out of service was
-// refused or held, and reports whether the pod is one.
-func (g *gates) refuse(o eviction.Outcome) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	e, ok := g.m[o.UID]
-	if !ok || !e.queued {
-		return false
-	}
-	e.queued, e.refused = false, fmt.Sprintf("%s: %s", o.Result, o.Message)
-	return true
-}
-
-// done drops the gate of a pod whose eviction succeeded (or that is gone),
-// and reports whether it had one.
-func (g *gates) done(uid types.UID) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	_, ok := g.m[uid]
-	delete(g.m, uid)
-	delete(g.tried, uid)
-	return ok
-}
-
-// forgetNode drops the gates of the node's pods: its drain stopped. The
-// serving controller puts its pods back in service.
-func (g *gates) forgetNode(node string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for uid, e := range g.m {
-		if e.node == node {
-			delete(g.m, uid)
-			delete(g.tried, uid)
-		}
-	}
-}
-
 // queueGated is queueEviction for a pod with the readiness gate: it takes
 // the pod out of service, waits for its endpoints, and then queues its
 // eviction.
@@ -185,24 +82,24 @@ func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision,
 		return nil
 	}
 	since, out := serving.OutOfService(pod)
-	g, known := r.gates.get(uid)
+	g, known := r.ledger.gate(uid)
 	switch {
 	case known && g.refused != "" && out:
 		return r.backInService(ctx, s, pod, "its eviction was refused after it was taken out of service ("+g.refused+")")
 	case known && g.refused != "":
-		r.gates.drop(uid) // back in service; it starts again
+		r.ledger.dropGate(uid) // back in service; it starts again
 		return nil
 	case !out && known && s.now.Sub(g.since) < cacheGrace:
 		s.recheckIn(time.Second) // taken out; the cache does not show it yet
 		return nil
 	case !out:
-		r.gates.drop(uid)
+		r.ledger.dropGate(uid)
 		return r.takeOutOfService(ctx, s, d, budget)
 	}
 	if !known { // taken out before a restart, or by the previous leader
-		r.gates.update(uid, func(e *gate) { e.node, e.since = pod.Spec.NodeName, since })
-		r.claims.claim(pod, d.PDBs)
-		g, _ = r.gates.get(uid)
+		r.ledger.updateGate(pod, func(e *gate) { e.since = since })
+		r.ledger.claim(pod, d.PDBs)
+		g, _ = r.ledger.gate(uid)
 	}
 	return r.awaitEndpoints(ctx, s, d, g)
 }
@@ -215,7 +112,7 @@ func (r *Reconciler) takesGatedPath(s *scope, d drain.Decision) bool {
 		return false
 	}
 	_, out := serving.OutOfService(d.Pod)
-	_, known := r.gates.get(d.Pod.UID)
+	_, known := r.ledger.gate(d.Pod.UID)
 	return out || known || !r.gateWouldStick(s, d)
 }
 
@@ -243,8 +140,8 @@ func (r *Reconciler) gateWouldStick(s *scope, d drain.Decision) bool {
 // says its PDBs allow the eviction now, within the pass's budget.
 func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Decision, budget pdbBudget) error {
 	pod, uid := d.Pod, d.Pod.UID
-	if _, refused := r.refusals.get(uid); refused && !r.refusals.resolved(d, budget.fingerprint(d.PDBs)) {
-		if left := gateRetry - s.now.Sub(r.gates.lastTry(uid)); left > 0 {
+	if _, refused := r.ledger.refusal(uid); refused && !r.ledger.resolved(d, budget.fingerprint(d.PDBs)) {
+		if left := gateRetry - s.now.Sub(r.ledger.lastTry(uid)); left > 0 {
 			s.recheckIn(left)
 			return nil
 		}
@@ -259,23 +156,23 @@ func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Dec
 		s.recheckIn(time.Second)
 		return nil
 	}
-	r.gates.triedAt(uid, s.now)
+	r.ledger.triedAt(pod, s.now)
 	switch o.Result {
 	case eviction.Gone:
 		return nil
 	case eviction.Evicted: // it would be allowed
 	default:
 		o.Message = "dry run: " + o.Message
-		r.refusals.record(o)
+		r.ledger.record(o)
 		s.recheckIn(gateRetry)
 		return nil
 	}
-	r.refusals.record(o) // clears an earlier refusal
-	r.claims.claim(pod, d.PDBs)
-	r.gates.update(uid, func(e *gate) { *e = gate{node: pod.Spec.NodeName, since: s.now} })
+	r.ledger.record(o) // clears an earlier refusal
+	r.ledger.claim(pod, d.PDBs)
+	r.ledger.updateGate(pod, func(e *gate) { *e = gate{since: s.now} })
 	msg := fmt.Sprintf("drain %s takes the pod out of service before evicting it", s.drain.Name)
 	if err := serving.Set(ctx, r.Client, pod, corev1.ConditionFalse, serving.ReasonDraining, msg, s.now); err != nil {
-		r.gates.drop(uid)
+		r.ledger.dropGate(uid)
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil // gone, or another pod now
 		}
@@ -316,15 +213,15 @@ func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decis
 			s.recheckIn(s.policy.EndpointsTimeout - waited)
 			return nil
 		}
-		r.gates.update(uid, func(e *gate) { e.updated = g.updated })
+		r.ledger.updateGate(pod, func(e *gate) { e.updated = g.updated })
 	}
 	if left := g.updated.Add(s.policy.EndpointsSettle).Sub(s.now); left > 0 {
 		s.gateBlocker(d, g.since, fmt.Sprintf("out of its endpoints; evicted once endpoints.settleTime (%s) has passed", s.policy.EndpointsSettle))
 		s.recheckIn(left)
 		return nil
 	}
-	r.gates.update(uid, func(e *gate) { e.queued = true })
-	r.claims.claim(pod, d.PDBs)
+	r.ledger.updateGate(pod, func(e *gate) { e.queued = true })
+	r.ledger.claim(pod, d.PDBs)
 	req := eviction.PodRequest(pod, s.policy.Grace, s.policy.PerNode)
 	req.PDBs = d.PDBs
 	return r.Evictions.Add(req)
@@ -337,8 +234,8 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 	if err := serving.Set(ctx, r.Client, pod, corev1.ConditionTrue, serving.ReasonRestored, why, s.now); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return err
 	}
-	r.gates.drop(pod.UID)
-	r.gates.triedAt(pod.UID, s.now)
+	r.ledger.dropGate(pod.UID)
+	r.ledger.triedAt(pod, s.now)
 	metrics.OutOfService.WithLabelValues(metrics.ResultRestored).Inc()
 	nd, key := s.drain, pod.Namespace+"/"+pod.Name
 	s.afterWrite(func() {
@@ -355,7 +252,7 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 // starts again from its dry run.
 func (r *Reconciler) backInServiceWhileHeld(ctx context.Context, s *scope, d drain.Decision, b v1alpha1.Blocker) error {
 	if _, out := serving.OutOfService(d.Pod); !out {
-		r.gates.drop(d.Pod.UID)
+		r.ledger.dropGate(d.Pod.UID)
 		return nil
 	}
 	r.Evictions.Forget(d.Pod.UID)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
-	"github.com/vacate-dev/vacate/internal/eviction"
 )
 
 // plan is the planner's decisions for the node's pods, made once per pass
@@ -96,7 +95,7 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		if err := queue(s, d, budget); err != nil {
 			return err
 		}
-		if r.waitsOnBudget(d) {
+		if r.ledger.waitsOnBudget(d, r.Evictions) {
 			waiting = append(waiting, d.PDBs...)
 		}
 	}
@@ -105,22 +104,6 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		r.wake(s.drain.Name) // a PDB it waits on changed during the pass
 	}
 	return nil
-}
-
-// waitsOnBudget says whether the pod's eviction, after this pass, waits for
-// a change of its PDBs: not queued for want of budget, or refused for a PDB
-// and not being tried again. A queued eviction's answer, and an evicted
-// pod's termination, wake the drain on their own.
-func (r *Reconciler) waitsOnBudget(d drain.Decision) bool {
-	uid := d.Pod.UID
-	switch {
-	case len(d.PDBs) == 0, r.Evictions.Evicted(uid), r.gates.holds(uid):
-		return false
-	case !r.Evictions.Pending(uid):
-		return true
-	}
-	ref, ok := r.refusals.get(uid)
-	return ok && !ref.retrying && ref.result == eviction.PDBBlocked
 }
 
 // report writes counts, blockers and the PodsEvicted and Blocked conditions.
@@ -152,7 +135,7 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		}
 		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
 			b.Since = since
-		} else if _, refused := r.refusals.get(d.Pod.UID); refused && refusedByAPI(b.Reason) {
+		} else if _, refused := r.ledger.refusal(d.Pod.UID); refused && refusedByAPI(b.Reason) {
 			// Only a refusal the API server answered: a pod the plan holds
 			// back because its PDB allows no disruption now (most pods of a
 			// drain, at some moment) is a blocker, not an event.

@@ -4,5 +4,5 @@ package nodedrain
 // state for: refusals of their evictions, and the eviction queue's state
 // (queued, in flight, evicted lately).
 func (r *Reconciler) RememberedPods(node string) int {
-	return r.refusals.count(node) + r.Evictions.Remembered(node)
+	return r.ledger.refusals(node) + r.Evictions.Remembered(node)
 }

@@ -61,11 +61,11 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a terminating pod vacate did not evict woke %v, want only its node's drain", got)
 	}
-	r.claims.claim(evicted, []string{"apps/web"})
+	r.ledger.claim(evicted, []string{"apps/web"})
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("an evicted pod now terminating woke %v, want node-a and node-b (a pod waiting on PDB web there), not node-c (waits on db) or node-d (waits on nothing)", got)
 	}
-	r.claims.claim(running, []string{"apps/web"})
+	r.ledger.claim(running, []string{"apps/web"})
 	if got := woken(running); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a claimed pod not yet terminating woke %v, want only its node's drain (its budget is still used)", got)
 	}

@@ -54,8 +54,8 @@ import (
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create,namespace=vacate-system
 
 // Reconciler reconciles NodeDrains. It keeps no request state: every pass
-// recomputes from the cluster; the eviction queue and the refusal cache are
-// caches that passes refill.
+// recomputes from the cluster; the eviction queue and the ledger are caches
+// that passes refill.
 type Reconciler struct {
 	Client ctrl.Client
 	// APIReader reads around the cache, for decisions that must not act on
@@ -73,12 +73,11 @@ type Reconciler struct {
 	// 0 means one. A drain's passes never run concurrently with each other.
 	Workers int
 
-	refusals refusalCache
-	// gates are the endpoint-aware pods taken out of service (endpoints.go).
-	gates gates
-	// claims and budgetMu share the PDBs' budgets between the drains'
-	// concurrent passes (budget.go).
-	claims   pdbClaims
+	// ledger is what is remembered of each pod whose eviction vacate
+	// started: the PDBs it counts against, its latest refusal, whether it
+	// was taken out of service (ledger.go). With budgetMu it shares the
+	// PDBs' budgets between the drains' concurrent passes (budget.go).
+	ledger   ledger
 	budgetMu sync.Mutex
 	// waiters are the drains waiting on each PDB's budget (budget.go).
 	waiters pdbWaiters
@@ -101,12 +100,11 @@ type Reconciler struct {
 }
 
 // NewReconciler wires a reconciler to the eviction queue (a component of
-// its own, run by the manager): every outcome updates the refusal cache and
+// its own, run by the manager): every outcome updates the ledger and
 // wakes the node's drain, and every attempt is checked against the pod's
 // holds right before the call (mayEvict).
 func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, evictions *eviction.Queue) *Reconciler {
 	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024), Evictions: evictions}
-	r.refusals.m = map[types.UID]refusal{}
 	r.blocked = newReasonGauge(metrics.PodsBlocked)
 	evictions.Handle(r.onOutcome, r.mayEvict)
 	r.Hooks = hook.NewProber(r.wake)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
@@ -17,11 +15,10 @@ import (
 	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
-// refusal is the latest refusal of a pod's eviction.
+// refusal is the latest refusal of a pod's eviction (kept in the ledger).
 type refusal struct {
 	// since is when the API server first answered this way.
 	since   time.Time
-	node    string
 	result  eviction.Result
 	code    int32
 	message string
@@ -33,82 +30,16 @@ type refusal struct {
 	retrying bool
 }
 
-// refusalCache keeps the latest refusal of each pod's eviction, until the
-// pod is evicted, gone or taken out of the queue (Held).
-type refusalCache struct {
-	mu sync.Mutex
-	m  map[types.UID]refusal
-}
-
-func (c *refusalCache) get(uid types.UID) (refusal, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.m[uid]
-	return r, ok
-}
-
-// forgetNode drops the refusals of the node's pods.
-func (c *refusalCache) forgetNode(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for uid, r := range c.m {
-		if r.node == node {
-			delete(c.m, uid)
-		}
-	}
-}
-
-// count is how many pods of the node have a refusal.
-func (c *refusalCache) count(node string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, r := range c.m {
-		if r.node == node {
-			n++
-		}
-	}
-	return n
-}
-
-func (c *refusalCache) record(o eviction.Outcome) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch o.Result {
-	case eviction.Evicted, eviction.Gone, eviction.Held:
-		delete(c.m, o.UID)
-	default:
-		prev, ok := c.m[o.UID]
-		if !ok || prev.result != o.Result || prev.code != o.Code {
-			prev = refusal{since: o.At, result: o.Result, code: o.Code, node: o.Node}
-		}
-		prev.message, prev.retrying = o.Message, false
-		c.m[o.UID] = prev
-	}
-}
-
-// retrying records that the pod is tried again at once, with its PDBs in
-// the given state.
-func (c *refusalCache) retrying(uid types.UID, pdbState string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ref, ok := c.m[uid]; ok {
-		ref.retriedAt, ref.retrying = pdbState, true
-		c.m[uid] = ref
-	}
-}
-
-// resolved says whether what refused the pod's eviction has since changed
+// resolvedBy says whether what refused the pod's eviction has since changed
 // in a way the plan shows, so the eviction is worth trying at once rather
 // than at the end of its backoff: a PodDisruptionBudget that allows a
 // disruption now, or a pod that more than one PDB no longer selects. A pod
 // already tried at once is not tried at once again until its PDBs' status
 // (pdbState) changes, nor while that try is unanswered. Other refusals
 // (throttling, denials, failures) wait for their backoff.
-func (c *refusalCache) resolved(d drain.Decision, pdbState string) bool {
-	ref, ok := c.get(d.Pod.UID)
+func (ref refusal) resolvedBy(d drain.Decision, pdbState string) bool {
 	switch {
-	case !ok, ref.retrying, ref.retriedAt != "" && ref.retriedAt == pdbState:
+	case ref.retrying, ref.retriedAt != "" && ref.retriedAt == pdbState:
 		return false
 	case ref.result == eviction.PDBBlocked:
 		return !d.PDBBlocked
@@ -134,14 +65,14 @@ func (r *Reconciler) onOutcome(o eviction.Outcome) {
 	// An answer that arrives after the pod left the queue (the drain
 	// stopped meanwhile) is not remembered: nothing would ever drop it.
 	if r.Evictions.Pending(o.UID) || o.Result == eviction.Evicted || o.Result == eviction.Gone || o.Result == eviction.Held {
-		r.refusals.record(o)
+		r.ledger.record(o)
 	}
 	switch {
 	case o.Result == eviction.Evicted || o.Result == eviction.Gone:
-		if r.gates.done(o.UID) && o.Result == eviction.Evicted {
+		if r.ledger.gateDone(o.UID) && o.Result == eviction.Evicted {
 			metrics.OutOfService.WithLabelValues(string(eviction.Evicted)).Inc()
 		}
-	case r.gates.refuse(o):
+	case r.ledger.gateRefused(o):
 		r.Evictions.Forget(o.UID) // it goes back in service first (endpoints.go)
 	}
 	if o.Result == eviction.Evicted && !r.seenLeaving(o) {
@@ -164,13 +95,13 @@ func (r *Reconciler) seenLeaving(o eviction.Outcome) bool {
 	return pod.UID != o.UID || !pod.DeletionTimestamp.IsZero()
 }
 
-// forgetNode drops the node's queued evictions and everything remembered
-// of its pods (refusals, the queue's state): the drain ended, failed, was
-// held or cancelled. It returns how many queued evictions it dropped.
+// forgetNode drops the node's queued evictions and what is remembered of
+// its pods (the queue's state; refusals and gates in the ledger): the drain
+// ended, failed, was held or cancelled. It returns how many queued
+// evictions it dropped.
 func (r *Reconciler) forgetNode(node string) int {
 	dropped := r.Evictions.ForgetNode(node)
-	r.refusals.forgetNode(node)
-	r.gates.forgetNode(node)
+	r.ledger.forgetNode(node)
 	r.waiters.forget(node)
 	return dropped
 }
@@ -184,7 +115,7 @@ func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Block
 	case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
 		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
 	case d.Action == drain.Evict:
-		ref, refused := r.refusals.get(d.Pod.UID)
+		ref, refused := r.ledger.refusal(d.Pod.UID)
 		switch {
 		case r.Evictions.Evicted(d.Pod.UID):
 			// Evicted, and the cache does not show it terminating yet: the

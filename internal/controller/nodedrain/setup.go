@@ -74,7 +74,7 @@ func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconci
 		return out
 	}
 	seen := map[string]bool{pod.Spec.NodeName: true}
-	for _, key := range r.claims.pdbsOf(pod.UID) {
+	for _, key := range r.ledger.pdbsOf(pod.UID) {
 		for _, req := range r.waitingOn(key) {
 			if !seen[req.Name] {
 				seen[req.Name] = true
