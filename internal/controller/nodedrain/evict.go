@@ -100,9 +100,11 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		}
 	}
 	slices.Sort(waiting)
-	if r.waiters.wait(s.drain.Name, slices.Compact(waiting), s.since) {
+	missed, passOn := r.waiters.wait(s.drain.Name, slices.Compact(waiting), s.since)
+	if missed {
 		r.wake(s.drain.Name) // a PDB it waits on changed during the pass
 	}
+	r.passOn(passOn)
 	return nil
 }
 
