@@ -100,11 +100,9 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		}
 	}
 	slices.Sort(waiting)
-	missed, passOn := r.waiters.wait(s.drain.Name, slices.Compact(waiting), s.since)
-	if missed {
+	if r.waiters.wait(s.drain.Name, slices.Compact(waiting), s.since) {
 		r.wake(s.drain.Name) // a PDB it waits on changed during the pass
 	}
-	r.passOn(passOn)
 	return nil
 }
 

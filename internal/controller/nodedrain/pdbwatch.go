@@ -55,7 +55,7 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 				return
 			}
 			if n.Status.DisruptionsAllowed > 0 {
-				add(q, r.waitingOn(n.Namespace+"/"+n.Name, int(n.Status.DisruptionsAllowed)))
+				add(q, r.waitingOn(n.Namespace+"/"+n.Name))
 			}
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -69,20 +69,9 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 	}
 }
 
-// passOn wakes the next drain waiting on each PDB, for a drain woken for
-// them that no longer waits on them.
-func (r *Reconciler) passOn(pdbs []string) {
-	for _, p := range pdbs {
-		for _, d := range r.waiters.wake(p, 1) {
-			r.wake(d)
-		}
-	}
-}
-
-// waitingOn wakes up to n of the drains with a pod waiting on the PDB's
-// budget, those waiting longest first: n disruptions are free.
-func (r *Reconciler) waitingOn(pdb string, n int) []reconcile.Request {
-	drains := r.waiters.wake(pdb, n)
+// waitingOn wakes the drains with a pod waiting on the PDB's budget.
+func (r *Reconciler) waitingOn(pdb string) []reconcile.Request {
+	drains := r.waiters.wake(pdb)
 	out := make([]reconcile.Request, 0, len(drains))
 	for _, name := range drains {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
@@ -98,7 +87,7 @@ func (r *Reconciler) waitingOn(pdb string, n int) []reconcile.Request {
 // that cannot be read, or a cache that cannot be listed, wakes every drain
 // in progress.
 func (r *Reconciler) drainsOfPDB(ctx context.Context, o client.Object) []reconcile.Request {
-	r.waiters.wake(o.GetNamespace()+"/"+o.GetName(), 0)
+	r.waiters.wake(o.GetNamespace() + "/" + o.GetName())
 	pdb, ok := o.(*policyv1.PodDisruptionBudget)
 	if !ok {
 		return r.activeDrains(ctx, o)

@@ -127,61 +127,26 @@ func TestPDBUpdateWakesTheDrainsOfOldAndNewPods(t *testing.T) {
 // started, or for another PDB, is not a miss.
 func TestWaiterSeesEventsDuringItsPass(t *testing.T) {
 	var w pdbWaiters
-	w.wake("apps/web", -1) // before the pass
+	w.wake("apps/web") // before the pass
 	since := w.now()
-	if missed, _ := w.wait("node-a", []string{"apps/web"}, since); missed {
+	if w.wait("node-a", []string{"apps/web"}, since) {
 		t.Error("an event before the pass started counted as missed")
 	}
 	since = w.now()
-	w.wake("apps/db", -1)
-	if missed, _ := w.wait("node-a", []string{"apps/web"}, since); missed {
+	w.wake("apps/db")
+	if w.wait("node-a", []string{"apps/web"}, since) {
 		t.Error("an event of another PDB counted as missed")
 	}
 	since = w.now()
-	if got := w.wake("apps/web", -1); !slices.Equal(got, []string{"node-a"}) {
+	if got := w.wake("apps/web"); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("woke %v, want node-a (recorded by its last pass)", got)
 	}
-	if missed, _ := w.wait("node-a", []string{"apps/web"}, since); !missed {
+	if !w.wait("node-a", []string{"apps/web"}, since) {
 		t.Error("an event of its PDB during the pass was not reported: the drain would sleep through it")
 	}
 	w.forget("node-a")
-	if got := w.wake("apps/web", -1); len(got) != 0 {
+	if got := w.wake("apps/web"); len(got) != 0 {
 		t.Errorf("a drain that stopped was woken: %v", got)
-	}
-}
-
-// TestAFreedDisruptionWakesTheLongestWaiter: drains waiting on one PDB are
-// woken no more than the disruptions an event frees, those waiting longest
-// first (a drain keeps its place while it still waits). A woken drain whose
-// pass still waits found the budget taken: nothing passes on. One that no
-// longer waits on the PDB, or stopped, passes its wake-up on, and the next
-// in line is woken.
-func TestAFreedDisruptionWakesTheLongestWaiter(t *testing.T) {
-	var w pdbWaiters
-	for _, d := range []string{"node-c", "node-a", "node-b"} { // in this order
-		w.wait(d, []string{"apps/web"}, w.now())
-		w.wake("apps/other", 0) // the clock moves on
-	}
-	if got := w.wake("apps/web", 1); !slices.Equal(got, []string{"node-c"}) {
-		t.Errorf("one free disruption woke %v, want node-c, waiting longest", got)
-	}
-	if _, passOn := w.wait("node-c", []string{"apps/web"}, w.now()); len(passOn) != 0 {
-		t.Errorf("a woken drain that still waits passed on %v, want nothing", passOn)
-	}
-	if got := w.wake("apps/web", 2); !slices.Equal(got, []string{"node-c", "node-a"}) {
-		t.Errorf("two free disruptions woke %v, want node-c (still first in line) and node-a", got)
-	}
-	if _, passOn := w.wait("node-c", nil, w.now()); !slices.Equal(passOn, []string{"apps/web"}) {
-		t.Errorf("a woken drain that no longer waits passed on %v, want apps/web", passOn)
-	}
-	if passOn := w.forget("node-a"); !slices.Equal(passOn, []string{"apps/web"}) {
-		t.Errorf("a woken drain that stopped passed on %v, want apps/web", passOn)
-	}
-	if got := w.wake("apps/web", 1); !slices.Equal(got, []string{"node-b"}) {
-		t.Errorf("the wake-up passed on woke %v, want node-b, the last in line", got)
-	}
-	if passOn := w.forget("node-x"); len(passOn) != 0 {
-		t.Errorf("a drain never woken passed on %v", passOn)
 	}
 }
 

@@ -102,7 +102,7 @@ func (r *Reconciler) seenLeaving(o eviction.Outcome) bool {
 func (r *Reconciler) forgetNode(node string) int {
 	dropped := r.Evictions.ForgetNode(node)
 	r.ledger.forgetNode(node)
-	r.passOn(r.waiters.forget(node))
+	r.waiters.forget(node)
 	return dropped
 }
 

@@ -75,7 +75,7 @@ func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconci
 	}
 	seen := map[string]bool{pod.Spec.NodeName: true}
 	for _, key := range r.ledger.pdbsOf(pod.UID) {
-		for _, req := range r.waitingOn(key, 1) { // its eviction's disruption is free again
+		for _, req := range r.waitingOn(key) {
 			if !seen[req.Name] {
 				seen[req.Name] = true
 				out = append(out, req)
