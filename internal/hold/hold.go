@@ -18,11 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/condition"
-	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/providers"
 )
+
+// noSooner is the StaleIn of a verdict that nothing but a change turns
+// stale: the caller's own period applies.
+const noSooner = time.Duration(1<<63 - 1)
 
 // BlockerUndoing is the reason of the hold of a drain being undone. Only
 // the guard meets it (an undone drain's pass runs undo, which writes no
@@ -98,10 +100,10 @@ type HookState struct {
 // called: the error, and the way out.
 func HookErrorDetail(err error) string {
 	if hook.IsRefused(err) {
-		return condition.Truncate(err.Error()+"; the pod stays, as its data may not have moved: fix the pod (or its annotation "+hook.AnnotationPort+
+		return v1alpha1.Truncate(err.Error()+"; the pod stays, as its data may not have moved: fix the pod (or its annotation "+hook.AnnotationPort+
 			"), or leave its namespace out of the policy's httpHooks, or let timeouts.evacuation end the drain", v1alpha1.MaxMessage)
 	}
-	return condition.Truncate(err.Error()+"; the pod stays until it is fixed", v1alpha1.MaxMessage)
+	return v1alpha1.Truncate(err.Error()+"; the pod stays until it is fixed", v1alpha1.MaxMessage)
 }
 
 // Verdict is one of the drain's Evacuations as the model judges it.
@@ -150,7 +152,7 @@ func Compute(in Input) (*Model, error) {
 			continue
 		}
 		for _, pod := range v.Protects {
-			h.holdSince(pod, v1alpha1.BlockerEvacuation, "Evacuation "+ev.Name, condition.Truncate(v.Why, v1alpha1.MaxMessage), ev.CreationTimestamp)
+			h.holdSince(pod, v1alpha1.BlockerEvacuation, "Evacuation "+ev.Name, v1alpha1.Truncate(v.Why, v1alpha1.MaxMessage), ev.CreationTimestamp)
 		}
 	}
 	if err := h.notAskedYet(in, recorded); err != nil {
@@ -280,7 +282,7 @@ func (h *Model) BeforeEviction() (done, total int) {
 func judgeEvacuation(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, onNode map[types.UID]*corev1.Pod, now time.Time) Verdict {
 	v := Verdict{Evacuation: ev, Protects: providers.ProtectedOnNode(ev, onNode)}
 	if rel := ev.Spec.Release; rel != nil {
-		v.Done, v.Why, v.StaleIn = true, fmt.Sprintf("released by %s at %s", rel.By, rel.Time.UTC().Format(time.RFC3339)), requeue.Resync
+		v.Done, v.Why, v.StaleIn = true, fmt.Sprintf("released by %s at %s", rel.By, rel.Time.UTC().Format(time.RFC3339)), noSooner
 		if rel.Reason != "" {
 			v.Why += ": " + rel.Reason
 		}
@@ -306,18 +308,18 @@ func Judge(ev *v1alpha1.Evacuation, p *v1alpha1.EvacuationProvider, now time.Tim
 	timeout := providers.Timeout(p)
 	st := ev.Status
 	if ev.CurrentPhase() == v1alpha1.EvacuationCompleted {
-		return true, "Completed: " + st.Message, requeue.Resync
+		return true, "Completed: " + st.Message, noSooner
 	}
 	silent := now.Sub(ev.LastHeard())
 	if !ev.Answered() {
 		if silent >= timeout {
-			return false, fmt.Sprintf("provider %s has not taken up the request for %s (timeout %s): is it running?", ev.Spec.Provider, silent.Round(time.Second), timeout), requeue.Resync
+			return false, fmt.Sprintf("provider %s has not taken up the request for %s (timeout %s): is it running?", ev.Spec.Provider, silent.Round(time.Second), timeout), noSooner
 		}
 		return false, fmt.Sprintf("waiting for provider %s to take up the request", ev.Spec.Provider), timeout - silent
 	}
 	if silent >= timeout {
 		return false, fmt.Sprintf("provider %s is stale: no heartbeat for %s (timeout %s); its last word: %s %s", ev.Spec.Provider,
-			silent.Round(time.Second), timeout, st.Phase, st.Message), requeue.Resync
+			silent.Round(time.Second), timeout, st.Phase, st.Message), noSooner
 	}
 	if st.Phase == v1alpha1.EvacuationFailed {
 		return false, fmt.Sprintf("provider %s failed: %s", ev.Spec.Provider, st.Message), timeout - silent

@@ -4,16 +4,11 @@
 package condition
 
 import (
-	"unicode/utf8"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
-
-// Mark ends a text that was cut.
-const Mark = "…"
 
 // Set sets the condition in conds (meta.SetStatusCondition: the transition
 // time changes only with the status), its message capped by Cap.
@@ -23,23 +18,4 @@ func Set(conds *[]metav1.Condition, c metav1.Condition) {
 }
 
 // Cap cuts a condition message to v1alpha1.MaxMessage runes.
-func Cap(msg string) string { return Truncate(msg, v1alpha1.MaxMessage) }
-
-// Truncate cuts s to at most n runes (as the API server counts a
-// maxLength), the last one Mark when it cut.
-func Truncate(s string, n int) string {
-	if n <= 0 {
-		return ""
-	}
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	kept := 0
-	for i := range s {
-		if kept == n-1 {
-			return s[:i] + Mark
-		}
-		kept++
-	}
-	return s
-}
+func Cap(msg string) string { return v1alpha1.Truncate(msg, v1alpha1.MaxMessage) }

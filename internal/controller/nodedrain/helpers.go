@@ -27,7 +27,7 @@ const maxDetail = v1alpha1.MaxMessage
 const maxHolder = 512
 
 // truncate shortens s to at most n runes, marking the cut with "…".
-func truncate(s string, n int) string { return condition.Truncate(s, n) }
+func truncate(s string, n int) string { return v1alpha1.Truncate(s, n) }
 
 // setCondition sets a condition of the drain, its message capped at
 // v1alpha1.MaxMessage runes.
