@@ -432,10 +432,9 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 		return NodePlan{}, err
 	}
 	before, after := planHolds(&np, h, existing, node, leaving, onNode, in)
-	heldBy := func(uid types.UID) []string { return h.Holders(uid) }
 	for _, d := range plan.Decisions {
 		pp := PodPlan{Pod: d.Key(), Action: string(d.Action), Reason: string(d.Reason), Detail: d.Detail, PDBs: d.PDBs,
-			HeldBy: heldBy(d.Pod.UID), IgnoredAnnotations: ignored[d.Pod.UID]}
+			HeldBy: h.Holders(d.Pod.UID), IgnoredAnnotations: ignored[d.Pod.UID]}
 		pp.BlockedNow = d.Action == drain.Block || (d.Action == drain.Evict && d.PDBBlocked) ||
 			(d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion) || hookBlocked[d.Pod.UID]
 		switch {

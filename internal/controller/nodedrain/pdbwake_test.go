@@ -44,6 +44,15 @@ func (c *passCounter) Get(ctx context.Context, key client.ObjectKey, obj client.
 	return c.Client.Get(ctx, key, obj, opts...)
 }
 
+// countingPasses runs a controller of its own on the package's dev
+// cluster, its passes counted.
+func countingPasses(t *testing.T) (*env, *passCounter) {
+	c := testenv.Start(t)
+	counter := &passCounter{passes: map[types.UID]string{}}
+	runSolo(t, c, solo{client: func(cl client.Client) client.Client { counter.Client = cl; return counter }})
+	return &env{c: c, cl: testenv.DrainClient(t, c)}, counter
+}
+
 // of is how many passes the drain has had.
 func (c *passCounter) of(name string) int {
 	c.mu.Lock()
@@ -65,10 +74,8 @@ func (c *passCounter) of(name string) int {
 // drain b notices and finishes, and drains a and c, which wait on other
 // PDBs, sleep through PDB b's changes.
 func TestPDBChangeWakesOnlyItsDrains(t *testing.T) {
-	c := testenv.Start(t)
-	e := &env{c: c, cl: testenv.DrainClient(t, c)}
-	counter := &passCounter{passes: map[types.UID]string{}}
-	runSolo(t, c, solo{client: func(cl client.Client) client.Client { counter.Client = cl; return counter }})
+	e, counter := countingPasses(t)
+	c := e.c
 	ctx := testenv.Context(t)
 	cs := c.Client
 
@@ -190,10 +197,8 @@ func TestPDBChangeWakesOnlyItsDrains(t *testing.T) {
 // event woke one at once; 17 to 27 settled on a quiet machine, 42 in a
 // suite run, when the evictions came further apart).
 func TestEvictionEventsSettleIntoFewPasses(t *testing.T) {
-	c := testenv.Start(t)
-	e := &env{c: c, cl: testenv.DrainClient(t, c)}
-	counter := &passCounter{passes: map[types.UID]string{}}
-	runSolo(t, c, solo{client: func(cl client.Client) client.Client { counter.Client = cl; return counter }})
+	e, counter := countingPasses(t)
+	c := e.c
 	ctx := testenv.Context(t)
 	cs := c.Client
 	pool := map[string]string{"settle": "true"}
