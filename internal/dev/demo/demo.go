@@ -461,13 +461,7 @@ func (d *demo) keep(ctx context.Context) error {
 		return fmt.Errorf("recording the vacate controller with the cluster: %w", err)
 	}
 	drained := d.drained(ctx)
-	idle := "node-0"
-	for i := 0; i < d.opts.Nodes; i++ {
-		if n := fmt.Sprintf("node-%d", i); !slices.Contains(drained, n) {
-			idle = n
-			break
-		}
-	}
+	idle := d.idleNode(ctx, drained)
 	fmt.Fprintf(d.out, `
 The cluster keeps running, with a vacate controller (pid %d, log %s).
 Try the CLI on it:
@@ -484,6 +478,37 @@ Stop it all with:
 }
 
 // drained names the nodes the demo drained.
+// idleNode is the node the kept cluster's hint drains: the first the demo
+// did not drain, and one without a pod of the StatefulSet db if there is
+// one. A StatefulSet's pod comes back under the name of the pod evicted,
+// and the PDB's controller may count the new pod as disrupted (the old
+// one's entry in status.disruptedPods) for up to two minutes: a drain of
+// another db pod's node would wait that long for the PDB.
+func (d *demo) idleNode(ctx context.Context, drained []string) string {
+	pods := &corev1.PodList{}
+	hasDB := map[string]bool{}
+	if err := d.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{devcluster.AppLabel: "db"}); err == nil {
+		for _, p := range pods.Items {
+			hasDB[p.Spec.NodeName] = true
+		}
+	}
+	idle := ""
+	for i := 0; i < d.opts.Nodes; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		switch {
+		case slices.Contains(drained, n):
+		case !hasDB[n]:
+			return n
+		case idle == "":
+			idle = n
+		}
+	}
+	if idle == "" {
+		idle = "node-0"
+	}
+	return idle
+}
+
 func (d *demo) drained(ctx context.Context) []string {
 	list := &v1alpha1.NodeDrainList{}
 	if err := d.cl.List(ctx, list); err != nil {
