@@ -45,8 +45,9 @@ type binaries struct {
 
 // usage is what a drainer's processes used during the drain.
 type usage struct {
-	cpu float64 // CPU seconds
-	rss float64 // peak RSS, MiB
+	cpu     float64 // CPU seconds
+	rss     float64 // peak RSS, MiB
+	seconds float64 // the wall time the CPU was measured over (0: not known)
 }
 
 // driver drains the targets one way.
@@ -155,6 +156,26 @@ func (c *controller) stop() {
 	}
 }
 
+// idleCPU is the controller's CPU, in cores, while it has nothing to do:
+// measured over window after a settle (the caches' first lists, and the
+// collections after them, are done). What the controller spends in a
+// drain's time beside its evictions (the cluster's other events, the
+// collector, leader election) is this rate times the drain's length, so a
+// longer drain costs more per eviction at the same work.
+func idleCPU(c *controller, settle, window time.Duration) (float64, error) {
+	time.Sleep(settle)
+	cpu0, err := cpuSeconds(c.pid())
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(window)
+	cpu1, err := cpuSeconds(c.pid())
+	if err != nil {
+		return 0, err
+	}
+	return (cpu1 - cpu0) / window.Seconds(), nil
+}
+
 // controllerUsage reads the controller's CPU time and peak RSS.
 func controllerUsage(c *controller) (cpu float64, rssKB int64, err error) {
 	cpu, err = cpuSeconds(c.pid())
@@ -172,6 +193,7 @@ func drainWithVacate(ctx context.Context, e *env) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
+	began := time.Now()
 	for _, n := range e.targets {
 		if err := e.cl.Create(ctx, testutil.NodeDrain(n, "", "bench")); err != nil {
 			return usage{}, fmt.Errorf("creating NodeDrain %s: %w", n, err)
@@ -184,7 +206,7 @@ func drainWithVacate(ctx context.Context, e *env) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	return usage{cpu: cpu1 - cpu0, rss: float64(rss) / 1024}, nil
+	return usage{cpu: cpu1 - cpu0, rss: float64(rss) / 1024, seconds: time.Since(began).Seconds()}, nil
 }
 
 // waitDrained polls until every named NodeDrain is Drained.

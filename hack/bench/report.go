@@ -38,6 +38,8 @@ var raceFigures = []figure{
 	{"accepted eviction call p95", "ms", func(f figures) float64 { return f.callP95 }, 0},
 	{"drainer CPU", "s", func(f figures) float64 { return f.cpu }, 2},
 	{"drainer CPU per eviction", "ms", func(f figures) float64 { return f.cpuPerEviction }, 1},
+	{"controller CPU idle before the drain", "cores", func(f figures) float64 { return f.idleCPU }, 3},
+	{"controller CPU per eviction above idle", "ms", func(f figures) float64 { return f.cpuAboveIdle }, 1},
 	{"drainer peak RSS", "MiB", func(f figures) float64 { return f.rss }, 1},
 }
 

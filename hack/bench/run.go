@@ -31,6 +31,8 @@ type figures struct {
 	topRequests     string
 	cpu             float64 // the drainer's CPU seconds in the drain's time
 	cpuPerEviction  float64 // ms
+	idleCPU         float64 // cores: the controller's CPU before the drain, with nothing to do
+	cpuAboveIdle    float64 // ms per eviction, less the idle rate over the drain's time
 	rss             float64 // MiB
 	idleMean        float64 // % of wall time, mean over PDBs with waiting pods
 	idleMax         float64 // % of wall time, worst PDB
@@ -88,6 +90,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 		return figures{}, err
 	}
 	fmt.Fprintf(b.out, "[%s] cluster and workload ready in %s; draining %d nodes\n", d.name, time.Since(began).Round(time.Second), len(e.targets))
+	idle := math.NaN()
 	if d.policy != nil {
 		p, err := d.policy(e)
 		if err != nil {
@@ -100,6 +103,9 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 			return figures{}, err
 		}
 		defer e.ctrl.stop()
+		if idle, err = idleCPU(e.ctrl, 5*time.Second, 10*time.Second); err != nil {
+			return figures{}, err
+		}
 	}
 	rec, err := record(ctx, c.Client, e.targets)
 	if err != nil {
@@ -127,6 +133,12 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 		return figures{}, err
 	}
 	f := measureRun(d, rec, waiters, reqs, u, start, end)
+	f.idleCPU, f.cpuAboveIdle = idle, math.NaN()
+	if !d.first {
+		if u.seconds > 0 && f.evictions > 0 && !math.IsNaN(idle) {
+			f.cpuAboveIdle = (u.cpu - idle*u.seconds) * 1000 / float64(f.evictions)
+		}
+	}
 	if b.keep {
 		dumpTimeline(filepath.Join(dir, "timeline.json"), rec, waiters, start, end)
 		dumpEvents(ctx, filepath.Join(dir, "events.txt"), c.Client)
