@@ -103,8 +103,10 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 			return figures{}, err
 		}
 		defer e.ctrl.stop()
-		if idle, err = idleCPU(e.ctrl, 5*time.Second, 10*time.Second); err != nil {
-			return figures{}, err
+		if !d.first { // the first-eviction row reports no CPU per eviction
+			if idle, err = idleCPU(e.ctrl, 5*time.Second, 10*time.Second); err != nil {
+				return figures{}, err
+			}
 		}
 	}
 	rec, err := record(ctx, c.Client, e.targets)
@@ -134,10 +136,8 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 	}
 	f := measureRun(d, rec, waiters, reqs, u, start, end)
 	f.idleCPU, f.cpuAboveIdle = idle, math.NaN()
-	if !d.first {
-		if u.seconds > 0 && f.evictions > 0 && !math.IsNaN(idle) {
-			f.cpuAboveIdle = (u.cpu - idle*u.seconds) * 1000 / float64(f.evictions)
-		}
+	if u.seconds > 0 && f.evictions > 0 && !math.IsNaN(idle) {
+		f.cpuAboveIdle = (u.cpu - idle*u.seconds) * 1000 / float64(f.evictions)
 	}
 	if b.keep {
 		dumpTimeline(filepath.Join(dir, "timeline.json"), rec, waiters, start, end)
