@@ -158,6 +158,20 @@ func (g *Guards) Len() int {
 	return len(g.byKey)
 }
 
+// Get is the PDB of that namespace/name as last set; nil if Guards do not
+// know it.
+func (g *Guards) Get(key string) *policyv1.PodDisruptionBudget {
+	if g == nil {
+		return nil
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if gd := g.byKey[key]; gd != nil {
+		return gd.pdb
+	}
+	return nil
+}
+
 // Of returns the PDBs that select the pod, sorted by namespace/name, as
 // last set. Nil Guards know no PDB.
 func (g *Guards) Of(p *corev1.Pod) []*policyv1.PodDisruptionBudget {

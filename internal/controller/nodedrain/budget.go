@@ -44,7 +44,7 @@ func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) pdbBudget 
 	for key, p := range plan.PDBs {
 		b.left[key] = int(p.Status.DisruptionsAllowed)
 	}
-	r.ledger.underway(b.left, r.Evictions, func(uid types.UID, key types.NamespacedName) bool {
+	r.ledger.underway(b.left, plan.PDBs, r.Evictions, func(uid types.UID, key types.NamespacedName) bool {
 		pod := &corev1.Pod{}
 		err := r.Client.Get(ctx, key, pod)
 		return err == nil && pod.UID == uid && pod.DeletionTimestamp.IsZero()
@@ -99,7 +99,7 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 		if !budget.take(d.PDBs) {
 			return nil
 		}
-		r.ledger.claim(d.Pod, d.PDBs)
+		r.ledger.claim(d.Pod, d.PDBs, &r.guards)
 		req := eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)
 		req.PDBs = d.PDBs
 		return r.Evictions.Add(req)
@@ -107,7 +107,7 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 	state := budget.fingerprint(d.PDBs)
 	if r.ledger.resolved(d, state) && budget.take(d.PDBs) {
 		r.ledger.retrying(uid, state)
-		r.ledger.claim(d.Pod, d.PDBs)
+		r.ledger.claim(d.Pod, d.PDBs, &r.guards)
 		r.Evictions.RetryNow(uid)
 	}
 	return nil

@@ -98,7 +98,7 @@ func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision,
 	}
 	if !known { // taken out before a restart, or by the previous leader
 		r.ledger.updateGate(pod, func(e *gate) { e.since = since })
-		r.ledger.claim(pod, d.PDBs)
+		r.ledger.claim(pod, d.PDBs, &r.guards)
 		g, _ = r.ledger.gate(uid)
 	}
 	return r.awaitEndpoints(ctx, s, d, g)
@@ -168,7 +168,7 @@ func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Dec
 		return nil
 	}
 	r.ledger.record(o) // clears an earlier refusal
-	r.ledger.claim(pod, d.PDBs)
+	r.ledger.claim(pod, d.PDBs, &r.guards)
 	r.ledger.updateGate(pod, func(e *gate) { *e = gate{since: s.now} })
 	msg := fmt.Sprintf("drain %s takes the pod out of service before evicting it", s.drain.Name)
 	if err := serving.Set(ctx, r.Client, pod, corev1.ConditionFalse, serving.ReasonDraining, msg, s.now); err != nil {
@@ -221,7 +221,7 @@ func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decis
 		return nil
 	}
 	r.ledger.updateGate(pod, func(e *gate) { e.queued = true })
-	r.ledger.claim(pod, d.PDBs)
+	r.ledger.claim(pod, d.PDBs, &r.guards)
 	req := eviction.PodRequest(pod, s.policy.Grace, s.policy.PerNode)
 	req.PDBs = d.PDBs
 	return r.Evictions.Add(req)

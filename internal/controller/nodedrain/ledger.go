@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/internal/drain"
@@ -42,6 +44,10 @@ type entry struct {
 	// so that a budget counts the evictions of every drain (budget.go).
 	pod  types.NamespacedName
 	pdbs []string
+	// marks are the pod's entries in each PDB's status.disruptedPods when
+	// it was claimed (zero if none), by the index of pdbs: a newer entry
+	// says the PDB counts the eviction (countedBy).
+	marks []metav1.Time
 	// refusal is the latest refusal of the pod's eviction, if refused.
 	refusal refusal
 	refused bool
@@ -87,21 +93,22 @@ func (l *ledger) waitsOnBudget(d drain.Decision, q *eviction.Queue) bool {
 	return len(d.PDBs) > 0 && l.get(d.Pod.UID).waitsOnBudget(d.Pod.UID, q)
 }
 
-// underway takes from left (budgets by PDB: the PDBs a pass needs) one for
-// each pod whose eviction is underway, and drops the claims of those pods
-// that no longer are. Claims of other PDBs are not looked at: each check may
-// read the pod, and a pass costs its node's PDBs, not every eviction of
-// every drain. Claims change only under r.budgetMu, which the caller holds,
-// so a claim dropped here is the one that was checked.
-func (l *ledger) underway(left map[string]int, q *eviction.Queue, running func(types.UID, types.NamespacedName) bool) {
+// underway takes from left (budgets by PDB: the PDBs a pass needs, as
+// pdbs shows them) one for each pod whose eviction is underway and that
+// PDB's status does not count yet, and drops the claims of those pods that
+// are no longer underway. Claims of other PDBs are not looked at: each
+// check may read the pod, and a pass costs its node's PDBs, not every
+// eviction of every drain. Claims change only under r.budgetMu, which the
+// caller holds, so a claim dropped here is the one that was checked.
+func (l *ledger) underway(left map[string]int, pdbs map[string]*policyv1.PodDisruptionBudget, q *eviction.Queue, running func(types.UID, types.NamespacedName) bool) {
 	var over []types.UID
 	for _, c := range l.claimsOf(left) {
 		if !c.underway(q, running) {
 			over = append(over, c.uid)
 			continue
 		}
-		for _, p := range c.pdbs {
-			if _, needed := left[p]; needed {
+		for i, p := range c.pdbs {
+			if _, needed := left[p]; needed && !countedBy(pdbs[p], c.pod.Name, c.marks[i]) {
 				left[p]--
 			}
 		}
@@ -125,7 +132,8 @@ func (l *ledger) underway(left map[string]int, q *eviction.Queue, running func(t
 type claimed struct {
 	uid          types.UID
 	pod          types.NamespacedName
-	pdbs         []string // the entry's own slice: claim replaces it, never changes it
+	pdbs         []string // the entry's own slices: claim replaces them, never changes them
+	marks        []metav1.Time
 	outOfService bool
 	pdbRefused   bool
 }
@@ -163,7 +171,7 @@ func (l *ledger) claimsOf(pdbs map[string]int) []claimed {
 				}
 				twice[uid] = true
 			}
-			out = append(out, claimed{uid: uid, pod: e.pod, pdbs: e.pdbs, outOfService: e.outOfService(), pdbRefused: e.pdbRefused()})
+			out = append(out, claimed{uid: uid, pod: e.pod, pdbs: e.pdbs, marks: e.marks, outOfService: e.outOfService(), pdbRefused: e.pdbRefused()})
 		}
 	}
 	return out
@@ -207,14 +215,22 @@ func (l *ledger) get(uid types.UID) entry {
 }
 
 // claim records the PDBs of a pod whose eviction is queued, tried again or
-// that is taken out of service for it; no PDBs drop its claim.
-func (l *ledger) claim(pod *corev1.Pod, pdbs []string) {
+// that is taken out of service for it, with the pod's entries in their
+// status.disruptedPods as the cache shows them now; no PDBs drop its
+// claim.
+func (l *ledger) claim(pod *corev1.Pod, pdbs []string, guards *drain.Guards) {
+	marks := make([]metav1.Time, len(pdbs))
+	for i, k := range pdbs {
+		if p := guards.Get(k); p != nil {
+			marks[i] = p.Status.DisruptedPods[pod.Name]
+		}
+	}
 	l.update(pod.UID, pod.Spec.NodeName, func(e *entry) {
 		l.unclaimLocked(pod.UID, e)
 		if len(pdbs) == 0 {
 			return
 		}
-		e.pod, e.pdbs = types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, pdbs
+		e.pod, e.pdbs, e.marks = types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, pdbs, marks
 		if l.byPDB == nil {
 			l.byPDB = map[string]map[types.UID]bool{}
 		}
@@ -235,7 +251,39 @@ func (l *ledger) unclaimLocked(uid types.UID, e *entry) {
 			delete(l.byPDB, k)
 		}
 	}
-	e.pod, e.pdbs = types.NamespacedName{}, nil
+	e.pod, e.pdbs, e.marks = types.NamespacedName{}, nil, nil
+}
+
+// countedBy says whether the PDB's status already counts the eviction of
+// the pod claimed with mark: the eviction API takes one from
+// disruptionsAllowed and records the pod in disruptedPods in the same
+// write, and the disruption controller keeps the pod out of the healthy
+// count from then on. An entry newer than the one the PDB had when the pod
+// was claimed is that write: a budget that also counted the claim would
+// count the eviction twice, and hold a pod back for a disruption the PDB
+// allows. A nil PDB counts nothing.
+func countedBy(pdb *policyv1.PodDisruptionBudget, pod string, mark metav1.Time) bool {
+	if pdb == nil {
+		return false
+	}
+	at, ok := pdb.Status.DisruptedPods[pod]
+	return ok && !at.Equal(&mark)
+}
+
+// countedByAll says whether every PDB the pod's eviction claimed already
+// counts it (countedBy), as guards show them now: its claim takes nothing
+// from any budget, so its end gives nothing back.
+func (l *ledger) countedByAll(uid types.UID, guards *drain.Guards) bool {
+	e := l.get(uid)
+	if len(e.pdbs) == 0 {
+		return false
+	}
+	for i, k := range e.pdbs {
+		if !countedBy(guards.Get(k), e.pod.Name, e.marks[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // pdbsOf are the PDBs claimed by the pod's eviction, if any.

@@ -19,9 +19,9 @@ import (
 // pdbHandler keeps the drains' view of the PodDisruptionBudgets (r.guards)
 // and wakes the drains whose decisions a PodDisruptionBudget's change can
 // change. The view changes before any drain wakes, in the same handler: a
-// pass woken by a change plans with it. A status change (one or more per eviction it allows)
-// wakes only the drains with a pod waiting on its budget (pdbWaiters), and
-// only when it allows a disruption: one that allows none can let no pod go.
+// pass woken by a change plans with it. A status change (two or more per
+// eviction it allows) wakes only the drains with a pod waiting on its
+// budget (pdbWaiters), and only when it can free one (mayFree).
 // A PDB created or deleted, or whose selector changed, changes which pods
 // it guards: it wakes the drains of every node with a pod it selects (or
 // selected). The PDBs of the cache's first list wake nothing: every drain
@@ -54,7 +54,7 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 				add(q, r.drainsOfPDB(ctx, e.ObjectNew))
 				return
 			}
-			if n.Status.DisruptionsAllowed > 0 {
+			if mayFree(o, n) {
 				add(q, r.waitingOn(n.Namespace+"/"+n.Name))
 			}
 		},
@@ -67,6 +67,24 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 			add(q, r.drainsOfPDB(ctx, e.Object))
 		},
 	}
+}
+
+// mayFree says whether a PDB's status change can let a pod that waits on
+// its budget go: it allows a disruption, and allows more than before, or
+// is of another generation (a refusal is tried again when that changes,
+// refusal.go). The changes an eviction brings allow no more than before:
+// the eviction API takes one from disruptionsAllowed, and the disruption
+// controller's recounts of the pod leaving take nothing back (the claims a
+// pass counts against the budget leave out the evictions the status
+// counts, countedBy). Only the replacement turning Ready gives one back.
+func mayFree(o, n *policyv1.PodDisruptionBudget) bool {
+	switch {
+	case n.Status.DisruptionsAllowed <= 0:
+		return false
+	case n.Status.DisruptionsAllowed > o.Status.DisruptionsAllowed:
+		return true
+	}
+	return n.Generation != o.Generation || n.Status.ObservedGeneration != o.Status.ObservedGeneration
 }
 
 // waitingOn wakes the drains with a pod waiting on the PDB's budget.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,13 +22,15 @@ import (
 
 // TestEvictedPodTerminatingWakesDrainsOfItsPDBs: the drains of many nodes
 // share a PDB's budget, and an evicted pod counts against it until the cache
-// shows it terminating. That moment must wake every drain with a pod
-// waiting on that PDB's budget, not only the drain of the evicted pod's
-// node: the PDB's status may not change again for seconds (it did not in
-// `make bench`: other nodes' pods waited 1.3 s with a disruption allowed).
-// A drain with a pod of the PDB that does not wait on its budget, or that
-// waits on another PDB, is not woken. The mapping is pure; a fake client
-// holds the cache.
+// shows it terminating or the PDB's status counts it. When the pod's
+// terminating comes first, it must wake every drain with a pod waiting on
+// that PDB's budget, not only the drain of the evicted pod's node: the PDB's
+// status may not change again for seconds (it did not in `make bench`:
+// other nodes' pods waited 1.3 s with a disruption allowed). When the
+// status counted it first, the claim took nothing and its end wakes no
+// other drain. A drain with a pod of the PDB that does not wait on its
+// budget, or that waits on another PDB, is not woken. The mapping is pure;
+// a fake client holds the cache.
 func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	scheme := testutil.Scheme(t)
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
@@ -61,19 +64,27 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a terminating pod vacate did not evict woke %v, want only its node's drain", got)
 	}
-	r.ledger.claim(evicted, []string{"apps/web"})
+	r.ledger.claim(evicted, []string{"apps/web"}, &r.guards)
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("an evicted pod now terminating woke %v, want node-a and node-b (a pod waiting on PDB web there), not node-c (waits on db) or node-d (waits on nothing)", got)
 	}
-	r.ledger.claim(running, []string{"apps/web"})
+	counting := testutil.PDB("apps", "web", "web", 1, 0)
+	counting.Status.DisruptedPods = map[string]metav1.Time{evicted.GetName(): metav1.Now()}
+	r.guards.Set(counting)
+	if got := woken(evicted); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("an evicted pod that its PDB's status already counts woke %v, want only its node's drain (its claim took nothing from the budget)", got)
+	}
+	r.ledger.claim(running, []string{"apps/web"}, &r.guards)
 	if got := woken(running); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a claimed pod not yet terminating woke %v, want only its node's drain (its budget is still used)", got)
 	}
 }
 
-// TestPDBUpdateWakesTheDrainsOfOldAndNewPods: a PDB status change (one or
-// more per eviction it allows) wakes the drains with a pod waiting on its
-// budget, and only when it allows a disruption; a selector change wakes the
+// TestPDBUpdateWakesTheDrainsOfOldAndNewPods: a PDB status change wakes the
+// drains with a pod waiting on its budget, and only when it can free one:
+// it allows a disruption, more than before or at a new generation (not the
+// eviction's own decrement, nor a recount that allows as many); a selector
+// change wakes the
 // drains of the nodes with a pod it selects, or selected before (whose
 // budget it no longer holds), waiting or not. Pure mapping over a fake
 // cache.
@@ -113,6 +124,21 @@ func TestPDBUpdateWakesTheDrainsOfOldAndNewPods(t *testing.T) {
 	}
 	if got := woken(webNone, web); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a status change that allows a disruption woke %v, want node-a only (its pod waits on the PDB)", got)
+	}
+	webTwo := web.DeepCopy()
+	webTwo.Status.DisruptionsAllowed = 2
+	if got := woken(webTwo, web); len(got) != 0 {
+		t.Errorf("an eviction's status change (allows 1, down from 2) woke %v, want none: it frees nothing", got)
+	}
+	recount := web.DeepCopy()
+	recount.Status.DisruptedPods = map[string]metav1.Time{"web-x": metav1.Now()}
+	if got := woken(recount, web); len(got) != 0 {
+		t.Errorf("a recount that allows as many as before woke %v, want none", got)
+	}
+	observed := web.DeepCopy()
+	observed.Status.ObservedGeneration++
+	if got := woken(web, observed); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("a status of a new generation that allows a disruption woke %v, want node-a (a refusal is tried again then)", got)
 	}
 	api := webNone.DeepCopy()
 	api.Spec.Selector.MatchLabels = map[string]string{"app": "api"}

@@ -69,11 +69,16 @@ func podChanged(e event.UpdateEvent) bool {
 // drainsOfPod wakes the drain of the pod's node, if there is one. A pod
 // vacate evicted that is now terminating also gives its PDBs' budget back
 // (its eviction no longer counts as underway, budget.go): that wakes the
-// drains with a pod waiting on those PDBs, which may evict one now.
+// drains with a pod waiting on those PDBs, which may evict one now; not
+// when the PDBs' statuses already count its eviction (countedBy), as they
+// mostly do by then: its claim took nothing from their budgets.
 func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconcile.Request {
 	pod := o.(*corev1.Pod)
 	out := r.drainNamed(ctx, pod.Spec.NodeName)
 	if pod.DeletionTimestamp.IsZero() {
+		return out
+	}
+	if r.ledger.countedByAll(pod.UID, &r.guards) {
 		return out
 	}
 	seen := map[string]bool{pod.Spec.NodeName: true}
