@@ -125,6 +125,9 @@ func allRows(drained, firstN int) []row {
 		}},
 		{"tight", []driver{
 			{name: tightClient, user: tightUser, drain: drainTight},
+			// vacate without the batch window, which the tight client does
+			// not have: the same recipe, what is left between them.
+			{name: vacateNoBatch, user: controllerUser, policy: policyWith(allTargets, &zero), drain: drainWithVacate},
 		}},
 		{"first", []driver{
 			{name: firstDefault, user: controllerUser, policy: policyWith(one, nil), drain: firstEvictions(firstN), first: true},

@@ -115,6 +115,7 @@ const (
 	kubectlOne     = "kubectl drain n1 ... nN"
 	kubectlMany    = "N kubectl drain at once"
 	tightClient    = "tight client"
+	vacateNoBatch  = "vacate maxParallelNodes=N, batchWindow 0s"
 	firstDefault   = "first eviction, default batch window"
 	firstZero      = "first eviction, batchWindow 0s"
 )
@@ -153,6 +154,9 @@ func checkTargets(out io.Writer, results []driverResult) {
 		if !math.IsNaN(o) {
 			line(fmt.Sprintf("%s wall <= %s wall (%.1f s)", vacateParallel, other, o), v, "%.1f s", v <= o)
 		}
+	}
+	if nb, o := med(vacateNoBatch, wall), med(tightClient, wall); !math.IsNaN(o) {
+		line(fmt.Sprintf("%s wall <= %s wall (%.1f s)", vacateNoBatch, tightClient, o), nb, "%.1f s", nb <= o)
 	}
 	if s, k := med(vacateSerial, wall), med(kubectlSerial, wall); !math.IsNaN(k) {
 		line(fmt.Sprintf("%s wall <= kubectl one node after another (%.1f s)", vacateSerial, k), s, "%.1f s", s <= k)
