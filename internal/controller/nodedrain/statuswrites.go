@@ -1,6 +1,7 @@
 package nodedrain
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -28,9 +29,10 @@ const progressInterval = time.Second
 type statusWrites struct {
 	mu   sync.Mutex
 	last map[types.UID]time.Time
-	// own is, per drain, the resourceVersion of its last progress-only
-	// status write (ownProgress).
-	own map[string]string
+	// own are, per drain, the resourceVersions of its progress-only status
+	// writes whose update events have not come yet, oldest first, at most
+	// maxOwn (ownProgress).
+	own map[string][]string
 	// flush are, per drain, the timers that wake a pass to write progress
 	// held back (holdBack).
 	flush map[types.UID]*time.Timer
@@ -62,15 +64,26 @@ func (w *statusWrites) holdBack(uid types.UID, wait time.Duration, wake func()) 
 	w.flush[uid] = t
 }
 
+// maxOwn bounds the progress writes of one drain whose events are awaited:
+// an event that never comes (the watch restarted and listed a later
+// version) is forgotten after maxOwn more writes.
+const maxOwn = 8
+
 // wroteProgress records that a progress-only write of the drain's status
-// produced this resourceVersion.
+// produced this resourceVersion. The writes before it stay recorded: under
+// load the watch delivers an update more than progressInterval after it was
+// written, after the next write.
 func (w *statusWrites) wroteProgress(name, resourceVersion string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.own == nil {
-		w.own = map[string]string{}
+		w.own = map[string][]string{}
 	}
-	w.own[name] = resourceVersion
+	own := append(w.own[name], resourceVersion)
+	if len(own) > maxOwn {
+		own = own[len(own)-maxOwn:]
+	}
+	w.own[name] = own
 }
 
 // ownProgress says whether the drain's update is this process's own
@@ -82,11 +95,18 @@ func (w *statusWrites) wroteProgress(name, resourceVersion string) {
 func (w *statusWrites) ownProgress(o client.Object) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rv, ok := w.own[o.GetName()]
-	if !ok || rv != o.GetResourceVersion() {
+	own := w.own[o.GetName()]
+	i := slices.Index(own, o.GetResourceVersion())
+	if i < 0 {
 		return false
 	}
-	delete(w.own, o.GetName())
+	// The watch delivers a drain's versions in order: the earlier writes'
+	// events came already, or never will.
+	if own = own[i+1:]; len(own) == 0 {
+		delete(w.own, o.GetName())
+	} else {
+		w.own[o.GetName()] = own
+	}
 	return true
 }
 

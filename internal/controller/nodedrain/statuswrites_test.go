@@ -1,6 +1,7 @@
 package nodedrain
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -99,8 +100,9 @@ func TestStatusWritesSpaceOutProgress(t *testing.T) {
 }
 
 // TestOwnProgressWriteWakesNoPass: the update event of the drain's own
-// progress-only write (its exact resourceVersion) is dropped once; any
-// other version of the drain, or of another drain, passes.
+// progress-only write (its exact resourceVersion) is dropped once, also
+// when it comes after the drain's next write; any other version of the
+// drain, or of another drain, passes.
 func TestOwnProgressWriteWakesNoPass(t *testing.T) {
 	var w statusWrites
 	drain := func(name, rv string) *v1alpha1.NodeDrain {
@@ -123,6 +125,27 @@ func TestOwnProgressWriteWakesNoPass(t *testing.T) {
 		if got := w.ownProgress(tc.nd); got != tc.own {
 			t.Errorf("%s: own progress %t, want %t", tc.name, got, tc.own)
 		}
+	}
+
+	// Two writes before the first one's event: both events are its own.
+	w.wroteProgress("n1", "8")
+	w.wroteProgress("n1", "9")
+	for _, rv := range []string{"8", "9"} {
+		if !w.ownProgress(drain("n1", rv)) {
+			t.Errorf("the event of write %s, after the next write, woke a pass", rv)
+		}
+	}
+	// An event that never came is skipped by a later one, and forgotten.
+	w.wroteProgress("n1", "11")
+	w.wroteProgress("n1", "12")
+	if !w.ownProgress(drain("n1", "12")) || w.ownProgress(drain("n1", "11")) {
+		t.Error("after the event of write 12, write 11 (its event never came) must be forgotten")
+	}
+	for i := range 2 * maxOwn {
+		w.wroteProgress("n2", fmt.Sprint(100+i))
+	}
+	if n := len(w.own["n2"]); n != maxOwn {
+		t.Errorf("%d writes of n2 awaited, want the last %d", n, maxOwn)
 	}
 }
 
