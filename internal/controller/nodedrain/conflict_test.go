@@ -24,7 +24,7 @@ import (
 // loses the optimistic lock comes back by itself (after
 // requeue.ConflictRetry). The newer version it lost to may be this
 // controller's own progress write, whose watch event wakes no pass
-// (ownProgress): waiting for that event could wait forever.
+// (progressUpdate): waiting for that event could wait forever.
 func TestConflictedStatusWriteRunsThePassAgain(t *testing.T) {
 	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	nd := testutil.NodeDrain("n1", "", "cli:test")

@@ -179,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			// The pass read an older version than the server's: it runs
 			// again. Its watch event may not bring it: the newer version
 			// may be this controller's own progress write, whose event
-			// wakes no pass (ownProgress).
+			// wakes no pass (progressUpdate).
 			res.RequeueAfter, perr = requeue.ConflictRetry, nil
 		}
 		if perr != nil {
@@ -187,9 +187,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 		if written {
 			r.writes.wrote(nd.UID, now)
-			if progress {
-				r.writes.wroteProgress(nd.Name, nd.ResourceVersion)
-			}
 			for _, f := range s.onWritten {
 				f()
 			}

@@ -35,7 +35,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Named("nodedrain").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		For(&v1alpha1.NodeDrain{}, builder.WithPredicates(predicate.Funcs{
-			UpdateFunc: func(e event.UpdateEvent) bool { return !r.writes.ownProgress(e.ObjectNew) },
+			UpdateFunc: func(e event.UpdateEvent) bool { return !progressUpdate(e) },
 		})).
 		Watches(&corev1.Pod{}, settle(handler.EnqueueRequestsFromMapFunc(r.drainsOfPod), podSettle),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).

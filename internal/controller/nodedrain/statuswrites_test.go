@@ -1,14 +1,16 @@
 package nodedrain
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 func TestProgressOnly(t *testing.T) {
@@ -99,53 +101,43 @@ func TestStatusWritesSpaceOutProgress(t *testing.T) {
 	}
 }
 
-// TestOwnProgressWriteWakesNoPass: the update event of the drain's own
-// progress-only write (its exact resourceVersion) is dropped once, also
-// when it comes after the drain's next write; any other version of the
-// drain, or of another drain, passes.
-func TestOwnProgressWriteWakesNoPass(t *testing.T) {
-	var w statusWrites
-	drain := func(name, rv string) *v1alpha1.NodeDrain {
-		return &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv}}
-	}
-	if w.ownProgress(drain("n1", "5")) {
-		t.Fatal("an update was taken for an own write before any write")
-	}
-	w.wroteProgress("n1", "5")
+// TestProgressUpdateWakesNoPass: an update of a drain that changed only its
+// progress (the controller's own progress writes; the watch delivers most
+// before the write has returned) wakes no pass; a change of anything else
+// of the drain does.
+func TestProgressUpdateWakesNoPass(t *testing.T) {
+	old := testutil.NodeDrain("n1", "", "cli:test")
+	old.ResourceVersion = "5"
+	old.Finalizers = []string{v1alpha1.FinalizerRestore}
+	old.Status.Phase, old.Status.Total, old.Status.Evicted, old.Status.Remaining = v1alpha1.PhaseEvicting, 10, 2, 8
+	meta.SetStatusCondition(&old.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionPodsEvicted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonEvicting, Message: "2 of 10 evicted"})
 	for _, tc := range []struct {
-		name string
-		nd   *v1alpha1.NodeDrain
-		own  bool
+		name   string
+		change func(*v1alpha1.NodeDrain)
+		pass   bool
 	}{
-		{"another drain", drain("n2", "5"), false},
-		{"a later version (someone else's write)", drain("n1", "6"), false},
-		{"the own write", drain("n1", "5"), true},
-		{"the own write seen again", drain("n1", "5"), false},
+		{"the counts and their message", func(nd *v1alpha1.NodeDrain) {
+			nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 3, 7, "3/10"
+			meta.SetStatusCondition(&nd.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionPodsEvicted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonEvicting, Message: "3 of 10 evicted"})
+		}, false},
+		{"the phase", func(nd *v1alpha1.NodeDrain) { nd.Status.Phase = v1alpha1.PhaseDrained }, true},
+		{"a condition's reason", func(nd *v1alpha1.NodeDrain) {
+			meta.SetStatusCondition(&nd.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionPodsEvicted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllEvicted})
+		}, true},
+		{"a blocker that is not a PDB's", func(nd *v1alpha1.NodeDrain) {
+			nd.Status.Blockers = []v1alpha1.Blocker{{Pod: "shop/web-1", Reason: v1alpha1.BlockerThrottled}}
+		}, true},
+		{"the finalizers", func(nd *v1alpha1.NodeDrain) { nd.Finalizers = nil }, true},
+		{"the deletion", func(nd *v1alpha1.NodeDrain) { nd.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, true},
+		{"an annotation", func(nd *v1alpha1.NodeDrain) { nd.Annotations = map[string]string{"example.com/x": "y"} }, true},
+		{"the spec", func(nd *v1alpha1.NodeDrain) { nd.Spec.Requesters = nil; nd.Generation++ }, true},
 	} {
-		if got := w.ownProgress(tc.nd); got != tc.own {
-			t.Errorf("%s: own progress %t, want %t", tc.name, got, tc.own)
+		cur := old.DeepCopy()
+		cur.ResourceVersion = "6"
+		tc.change(cur)
+		if got := !progressUpdate(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.pass {
+			t.Errorf("%s changed: pass %t, want %t", tc.name, got, tc.pass)
 		}
-	}
-
-	// Two writes before the first one's event: both events are its own.
-	w.wroteProgress("n1", "8")
-	w.wroteProgress("n1", "9")
-	for _, rv := range []string{"8", "9"} {
-		if !w.ownProgress(drain("n1", rv)) {
-			t.Errorf("the event of write %s, after the next write, woke a pass", rv)
-		}
-	}
-	// An event that never came is skipped by a later one, and forgotten.
-	w.wroteProgress("n1", "11")
-	w.wroteProgress("n1", "12")
-	if !w.ownProgress(drain("n1", "12")) || w.ownProgress(drain("n1", "11")) {
-		t.Error("after the event of write 12, write 11 (its event never came) must be forgotten")
-	}
-	for i := range 2 * maxOwn {
-		w.wroteProgress("n2", fmt.Sprint(100+i))
-	}
-	if n := len(w.own["n2"]); n != maxOwn {
-		t.Errorf("%d writes of n2 awaited, want the last %d", n, maxOwn)
 	}
 }
 
