@@ -117,8 +117,9 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 // budget: its eviction is not queued because the budget has nothing left,
 // or the API server refused it for the PDB and it waits to be tried again.
 // Only an event that can let such a pod go wakes a drain: a PDB's status
-// that allows a disruption, or an evicted pod that stops counting against
-// the budget (drainsOfPod). A change that allows nothing wakes no drain; a
+// that allows more disruptions than before (mayFree), or an evicted pod that
+// stops counting against the budget (drainsOfPod). A change that frees
+// nothing wakes no drain; a
 // drain with no pod waiting on the PDB is not woken by it at all. (Before,
 // every change of a PDB woke every running drain with a pod it selects: at
 // 10,000 pods and 20 drains, four passes per change.)

@@ -111,12 +111,13 @@ func TestBudgetLeavesOutEvictionsThePDBCounts(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		atClaim, now  map[string]metav1.Time // the PDB's disruptedPods
-		left, counted int
+		left          int
+		counted       bool
 	}{
 		{name: "the status does not list the pod", left: 1},
-		{name: "the status lists the pod since the claim", now: map[string]metav1.Time{"web-1": later}, left: 2, counted: 1},
+		{name: "the status lists the pod since the claim", now: map[string]metav1.Time{"web-1": later}, left: 2, counted: true},
 		{name: "the status lists an earlier eviction of that name", atClaim: map[string]metav1.Time{"web-1": earlier}, now: map[string]metav1.Time{"web-1": earlier}, left: 1},
-		{name: "the status lists the pod again", atClaim: map[string]metav1.Time{"web-1": earlier}, now: map[string]metav1.Time{"web-1": later}, left: 2, counted: 1},
+		{name: "the status lists the pod again", atClaim: map[string]metav1.Time{"web-1": earlier}, now: map[string]metav1.Time{"web-1": later}, left: 2, counted: true},
 		{name: "the status lists another pod", now: map[string]metav1.Time{"web-2": later}, left: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,8 +137,8 @@ func TestBudgetLeavesOutEvictionsThePDBCounts(t *testing.T) {
 			if left["shop/web"] != tc.left {
 				t.Errorf("budget left %d of 2, want %d", left["shop/web"], tc.left)
 			}
-			if got := l.countedByAll(pod.UID, drain.GuardsOf(now)); got != (tc.counted == 1) {
-				t.Errorf("countedByAll = %v, want %v", got, tc.counted == 1)
+			if got := l.countedByAll(pod.UID, drain.GuardsOf(now)); got != tc.counted {
+				t.Errorf("countedByAll = %v, want %v", got, tc.counted)
 			}
 		})
 	}
