@@ -109,10 +109,10 @@ func TestBudgetLeavesOutEvictionsThePDBCounts(t *testing.T) {
 	later := metav1.NewTime(earlier.Add(90 * time.Second))
 	running := func(types.UID, types.NamespacedName) bool { return true }
 	for _, tc := range []struct {
-		name          string
-		atClaim, now  map[string]metav1.Time // the PDB's disruptedPods
-		left          int
-		counted       bool
+		name         string
+		atClaim, now map[string]metav1.Time // the PDB's disruptedPods
+		left         int
+		counted      bool
 	}{
 		{name: "the status does not list the pod", left: 1},
 		{name: "the status lists the pod since the claim", now: map[string]metav1.Time{"web-1": later}, left: 2, counted: true},
