@@ -46,7 +46,42 @@ type DrainPolicySpec struct {
 	// drains wait (a drain already running goes on). Unset: any time.
 	// +optional
 	Schedule *Schedule `json:"schedule,omitempty"`
+
+	// Surge moves a Deployment's pod the way a rolling update would: a
+	// replacement is brought up on another node and vacate waits until it
+	// is Ready before the pod is evicted. It applies to pods whose
+	// PodDisruptionBudget allows no disruption, and to pods without one
+	// that are their Deployment's only ready pod. Off unless set.
+	// +optional
+	Surge Surge `json:"surge,omitempty"`
 }
+
+// Surge configures surge drains (docs/policies.md, "Surge").
+type Surge struct {
+	// Pods: None never surges; Annotated surges only pods annotated
+	// vacate.dev/surge: "true" (set it in the Deployment's pod template);
+	// All surges every pod it can, but those annotated vacate.dev/surge:
+	// "false". Annotations count only in the namespaces
+	// pods.annotationNamespaceSelector selects.
+	// +kubebuilder:validation:Enum=None;Annotated;All
+	// +kubebuilder:default=None
+	// +optional
+	Pods string `json:"pods,omitempty"`
+	// ReadyTimeout bounds how long a replacement may take to become Ready
+	// (and, for an endpoint-aware pod, ready in its Services'
+	// EndpointSlices). Past it the replacement is removed, the pod stays,
+	// and vacate tries again after as long. Default 5m.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s') && duration(self) <= duration('24h')",message="must be a duration over 0s and at most 24h, such as 5m"
+	// +optional
+	ReadyTimeout *metav1.Duration `json:"readyTimeout,omitempty"`
+}
+
+// Values of Surge.Pods.
+const (
+	SurgeNone      = "None"
+	SurgeAnnotated = "Annotated"
+	SurgeAll       = "All"
+)
 
 // Schedule is a set of maintenance windows in one time zone.
 type Schedule struct {

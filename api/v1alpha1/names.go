@@ -141,6 +141,13 @@ const (
 	// vacate never calls (hostNetwork, link-local, loopback...). It is
 	// held: its data may not have moved.
 	BlockerHTTPHookRefused = "HTTPHookRefused"
+	// BlockerSurge: a pod waits for its replacement (DrainPolicy surge) to
+	// become Ready elsewhere, or for room under its Deployment's maxSurge.
+	BlockerSurge = "Surge"
+	// BlockerSurgeFailed: a pod's replacement did not become Ready within
+	// surge.readyTimeout and was removed; the pod stays until a new one
+	// does, or its PodDisruptionBudget allows its eviction.
+	BlockerSurgeFailed = "SurgeFailed"
 	// HolderThrottling is the holder of an EvictionThrottled blocker.
 	HolderThrottling = "API server throttling"
 )
@@ -158,7 +165,12 @@ const (
 	EventDrained         = "Drained"
 	EventRestored        = "Restored"
 	EventFailed          = "Failed"
-	EventForceDeleted    = "ForceDeleted"
+	// EventSurgeStarted: a replacement was brought up for a pod
+	// (DrainPolicy surge); EventSurgeFailed: it was not Ready in time and
+	// was removed.
+	EventSurgeStarted = "SurgeStarted"
+	EventSurgeFailed  = "SurgeFailed"
+	EventForceDeleted = "ForceDeleted"
 	// EventEndpointsTimeout: an endpoint-aware pod was evicted when
 	// endpoints.timeout passed with an EndpointSlice still showing it ready.
 	EventEndpointsTimeout = "EndpointsTimeout"

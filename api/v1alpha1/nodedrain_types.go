@@ -177,6 +177,39 @@ type Blocker struct {
 	Since metav1.Time `json:"since"`
 }
 
+// SurgeStatus is one replacement a drain brought up.
+type SurgeStatus struct {
+	// Pod is the pod replaced, namespace/name.
+	// +kubebuilder:validation:MaxLength=512
+	Pod string `json:"pod"`
+	// PodUID is its UID.
+	// +kubebuilder:validation:MaxLength=64
+	PodUID string `json:"podUID"`
+	// Replacement is the replacement pod's name (same namespace).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Replacement string `json:"replacement,omitempty"`
+	// Phase: Starting, Ready, HandedOver, Failed or Cancelled.
+	Phase string `json:"phase"`
+	// Since is when the surge reached its phase.
+	Since metav1.Time `json:"since"`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// Phases of SurgeStatus.
+const (
+	SurgeStarting   = "Starting"
+	SurgeReady      = "Ready"
+	SurgeHandedOver = "HandedOver"
+	SurgeFailed     = "Failed"
+	SurgeCancelled  = "Cancelled"
+)
+
+// MaxSurges bounds status.surges.
+const MaxSurges = 100
+
 // HookStatus is the state of one evacuation hook of the drain.
 type HookStatus struct {
 	// Name of the hook: an Evacuation's name or pod/port for an HTTP hook.
@@ -258,6 +291,16 @@ type NodeDrainStatus struct {
 	// +kubebuilder:validation:MaxItems=1024
 	// +optional
 	HookCalls []HookCall `json:"hookCalls,omitempty"`
+	// Surges are the replacements this drain brought up for pods that
+	// could not leave without one (DrainPolicy surge), at most 100: the pod,
+	// its replacement, and how far it got. A surge ends HandedOver (the pod
+	// left; its ReplicaSet took the replacement), Failed (not Ready within
+	// surge.readyTimeout: removed, the pod stays) or Cancelled (removed when
+	// the drain was cancelled).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	Surges []SurgeStatus `json:"surges,omitempty"`
 	// RunID identifies this run of the drain in the HTTP evacuation
 	// protocol, beside the drain's UID. A new run (the drain requested again
 	// after an undo, or its node replaced) gets a new one, so an app's

@@ -14,6 +14,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
@@ -169,6 +170,17 @@ type Plan struct {
 	// by namespace/name, as the plan saw them: budgets computed from them
 	// agree with the decisions.
 	PDBs map[string]*policyv1.PodDisruptionBudget
+}
+
+// Evicting are the UIDs of the pods the plan evicts.
+func (p Plan) Evicting() map[types.UID]bool {
+	out := map[types.UID]bool{}
+	for _, d := range p.Decisions {
+		if d.Action == Evict {
+			out[d.Pod.UID] = true
+		}
+	}
+	return out
 }
 
 // filter decides a pod's fate or passes (returns false) to the next one.

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/vacate-dev/vacate/internal/serving"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // vacatePrefix starts every pod annotation vacate reads (vacate.dev/drain,
@@ -67,6 +68,11 @@ var _ toolscache.TransformFunc = slimObjects
 //   - spec.readinessGates and status.conditions, only vacate.dev/serving's:
 //     endpoint-aware eviction (internal/serving) and the serving
 //     controller.
+//   - of a surge's replacement only (label vacate.dev/surge-of), also its
+//     creationTimestamp, owner references, and its Ready and PodScheduled
+//     conditions: the surge waits for it to be Ready within
+//     surge.readyTimeout, says why it is not, and sees its ReplicaSet
+//     adopt it (internal/controller/nodedrain/surge.go).
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{
 		TypeMeta: p.TypeMeta,
@@ -101,13 +107,24 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
 		out.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
+	if p.Labels[surge.LabelOf] != "" {
+		out.CreationTimestamp = p.CreationTimestamp
+		out.OwnerReferences = p.OwnerReferences
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
+				out.Status.Conditions = append(out.Status.Conditions, c)
+			}
+		}
+	}
 	return out
 }
 
 // slimSlice is what the controller's EndpointSlice informer keeps of a
 // slice: what endpoint-aware eviction reads (serving.Endpoints, the index
 // by pod, the drains to wake): each endpoint's target pod, node and
-// conditions. Addresses, ports, hints and zones are dropped.
+// conditions, and the slice's Service (label kubernetes.io/service-name: a
+// surge's replacement must be ready in each Service of the pod it
+// replaces). Addresses, ports, hints and zones are dropped.
 func slimSlice(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta: es.TypeMeta,
@@ -118,6 +135,9 @@ func slimSlice(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 			ResourceVersion: es.ResourceVersion,
 		},
 		AddressType: es.AddressType,
+	}
+	if svc := es.Labels[discoveryv1.LabelServiceName]; svc != "" {
+		out.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
 	}
 	if len(es.Endpoints) > 0 {
 		out.Endpoints = make([]discoveryv1.Endpoint, 0, len(es.Endpoints))

@@ -23,6 +23,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/schedule"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // DefaultEvictionsPerNode bounds the evictions in flight per node when the
@@ -69,6 +70,11 @@ type Policy struct {
 	// EndpointsSettle and EndpointsTimeout are endpoints.settleTime and
 	// endpoints.timeout: how endpoint-aware pods are taken out of service.
 	EndpointsSettle, EndpointsTimeout time.Duration
+	// Surge is surge.pods (None, Annotated or All) and SurgeReadyTimeout
+	// surge.readyTimeout: which pods a drain moves with a replacement
+	// first (internal/surge).
+	Surge             surge.Mode
+	SurgeReadyTimeout time.Duration
 }
 
 // Defaults of the timeouts the policy may leave unset.
@@ -296,6 +302,11 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 	p.CancelTimeout = durationOr(s.Timeouts.Cancel, DefaultCancelTimeout)
 	p.EndpointsSettle = durationOr(s.Endpoints.SettleTime, DefaultEndpointsSettle)
 	p.EndpointsTimeout = durationOr(s.Endpoints.Timeout, DefaultEndpointsTimeout)
+	p.Surge = surge.Mode(s.Surge.Pods)
+	if p.Surge == "" {
+		p.Surge = v1alpha1.SurgeNone
+	}
+	p.SurgeReadyTimeout = durationOr(s.Surge.ReadyTimeout, surge.DefaultReadyTimeout)
 	p.Admission = Admission{MaxParallelNodes: s.Concurrency.MaxParallelNodes, BatchWindow: DefaultBatchWindow}
 	if s.Concurrency.BatchWindow != nil {
 		p.Admission.BatchWindow = s.Concurrency.BatchWindow.Duration

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // PodNodeName indexes cached pods by spec.nodeName.
@@ -25,7 +27,33 @@ func Register(ctx context.Context, mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeName, NodeNameOf); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, Surge, SurgeKeysOf); err != nil {
+		return err
+	}
 	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, EndpointPod, EndpointPodsOf)
+}
+
+// Surge indexes cached replacement pods (internal/surge) by the drain that
+// brought them up (SurgeDrainKey) and by their Deployment
+// (SurgeDeploymentKey).
+const Surge = "vacate.dev/surge"
+
+// SurgeDrainKey is the Surge index's key of a drain's replacements.
+func SurgeDrainKey(drain string) string { return "drain/" + drain }
+
+// SurgeDeploymentKey is the Surge index's key of a Deployment's
+// replacements.
+func SurgeDeploymentKey(namespace, name string) string { return "deployment/" + namespace + "/" + name }
+
+// SurgeKeysOf is the Surge index's values of a pod: none unless it is a
+// replacement.
+func SurgeKeysOf(o client.Object) []string {
+	p := o.(*corev1.Pod)
+	d := p.Labels[surge.LabelDrain]
+	if d == "" || p.Labels[surge.LabelOf] == "" {
+		return nil
+	}
+	return []string{SurgeDrainKey(d), SurgeDeploymentKey(p.Namespace, p.Annotations[surge.AnnotationDeployment])}
 }
 
 // EndpointPod indexes cached EndpointSlices by the UIDs of the pods their

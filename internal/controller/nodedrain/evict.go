@@ -50,7 +50,14 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if err := r.queueEvictions(ctx, s, plan); err != nil {
 		return reconcile.Result{}, err
 	}
+	surges, err := r.tendSurges(ctx, s, plan.Evicting(), false)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	r.report(s, plan)
+	if surges > 0 && plan.Completed() {
+		return reconcile.Result{RequeueAfter: min(time.Second, max(s.recheck, 100*time.Millisecond))}, nil
+	}
 	if !plan.Completed() {
 		nd.Status.Phase = v1alpha1.PhaseEvicting
 		if s.evac.holds.Any() {
@@ -84,6 +91,12 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 			// Its evacuation is not Completed. A pod this drain took out of
 			// service meanwhile goes back in service: a hold has no bound.
 			if err := r.backInServiceWhileHeld(ctx, s, d, b); err != nil {
+				return err
+			}
+			continue
+		}
+		if wait, err := r.surgeWaits(ctx, s, d); err != nil || wait {
+			if err != nil {
 				return err
 			}
 			continue
@@ -126,6 +139,9 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		b, ok := s.evac.holds.Of(d.Pod)
 		if !ok {
 			b, ok = s.gated[d.Pod.UID]
+		}
+		if !ok {
+			b, ok = s.surging[d.Pod.UID]
 		}
 		if !ok {
 			b, ok = r.blockerFor(d, s.now)

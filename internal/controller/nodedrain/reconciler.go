@@ -136,6 +136,10 @@ type scope struct {
 	// gated are the blockers of endpoint-aware pods out of service that
 	// wait for their endpoints (endpoints.go).
 	gated map[types.UID]v1alpha1.Blocker
+	// surge is the drain's replacements, read once per pass, and surging
+	// the blockers of pods that wait on theirs (surge.go).
+	surge   *surgePass
+	surging map[types.UID]v1alpha1.Blocker
 	// recheck, when set, bounds the wait for the next pass (an
 	// endpoint-aware pod's settle time or timeout).
 	recheck time.Duration

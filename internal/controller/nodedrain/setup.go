@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // SetupWithManager registers the controller, its watches and its HTTP
@@ -75,6 +76,9 @@ func podChanged(e event.UpdateEvent) bool {
 func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconcile.Request {
 	pod := o.(*corev1.Pod)
 	out := r.drainNamed(ctx, pod.Spec.NodeName)
+	if d := pod.Labels[surge.LabelDrain]; d != "" && d != pod.Spec.NodeName {
+		out = append(out, r.drainNamed(ctx, d)...) // a replacement wakes the drain that waits on it
+	}
 	if pod.DeletionTimestamp.IsZero() {
 		return out
 	}

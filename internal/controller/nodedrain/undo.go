@@ -86,6 +86,12 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	if acked, err := r.cancelHooks(ctx, s, u); err != nil || !acked {
 		return reconcile.Result{RequeueAfter: min(wait, 2*time.Second)}, err
 	}
+	// Replacements whose pod stays are removed; those whose pod left go
+	// to its ReplicaSet (surge.go). Not bounded by timeouts.cancel: each
+	// is one write of vacate's own.
+	if pending, err := r.tendSurges(ctx, s, nil, true); err != nil || pending > 0 {
+		return reconcile.Result{RequeueAfter: time.Second}, err
+	}
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	if !nodeGone {
 		if changed, err := cordon.LetDaemonSetsBack(ctx, r.Client, node, nd); apierrors.IsConflict(err) {

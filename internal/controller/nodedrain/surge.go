@@ -1,0 +1,513 @@
+package nodedrain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/serving"
+	"github.com/vacate-dev/vacate/internal/surge"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=create;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=replicasets;deployments,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
+
+// Surge drains (docs/policies.md, "Surge"; the rules are internal/surge).
+// A pod the policy surges, that a PodDisruptionBudget keeps on the node
+// (or that is its Deployment's only ready pod, without one), is evicted
+// only once a replacement is Ready elsewhere:
+//
+//  1. the replacement is created from the pod's ReplicaSet template,
+//     without pod-template-hash, labelled with the pod's UID and the
+//     drain: the pod is blocked (Surge) meanwhile;
+//  2. once it is Ready (and, for an endpoint-aware pod, ready in each of
+//     the pod's Services), the pod's eviction takes its usual path (the
+//     PodDisruptionBudget now counts one more healthy pod);
+//  3. once the pod has left (terminating or gone), the replacement gets the
+//     ReplicaSet's pod-template-hash and loses the drain's owner reference
+//     in one patch: its ReplicaSet adopts it, and the drain then removes
+//     its own labels (HandedOver).
+//
+// A replacement not Ready within surge.readyTimeout is removed (Failed) and
+// tried again after as long; on cancel, or when its pod no longer leaves,
+// it is removed (Cancelled). The replacement pods are the state a restarted
+// controller reads back (index.Surge); status.surges records what happened.
+
+// surgeRecheck bounds the wait for the next pass while a surge waits: a
+// replacement's EndpointSlices may be ones no drain is woken by.
+const surgeRecheck = 2 * time.Second
+
+// surgePass is what a pass knows of the drain's surges.
+type surgePass struct {
+	// byPod are the drain's replacements, by the UID of the pod each
+	// replaces.
+	byPod map[string]*corev1.Pod
+	// workloads are the ReplicaSets and Deployments read this pass, by
+	// namespace/ReplicaSet.
+	workloads map[string]surge.Workload
+}
+
+// surges reads the drain's replacements from the cache, once per pass.
+func (r *Reconciler) surges(ctx context.Context, s *scope) (*surgePass, error) {
+	if s.surge != nil {
+		return s.surge, nil
+	}
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{index.Surge: index.SurgeDrainKey(s.drain.Name)}); err != nil {
+		return nil, fmt.Errorf("listing the replacements of drain %s: %w", s.drain.Name, err)
+	}
+	p := &surgePass{byPod: map[string]*corev1.Pod{}, workloads: map[string]surge.Workload{}}
+	for i := range list.Items {
+		p.byPod[surge.Of(&list.Items[i])] = &list.Items[i]
+	}
+	s.surge = p
+	return p, nil
+}
+
+// surgeWaits says whether the pod's eviction waits for its replacement,
+// bringing one up when the pod needs it; the pod's blocker says why.
+func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision) (bool, error) {
+	mode := s.policy.Surge
+	if mode == "" || mode == v1alpha1.SurgeNone {
+		return false, nil
+	}
+	ref := metav1.GetControllerOfNoCopy(d.Pod)
+	if ref == nil || ref.Kind != "ReplicaSet" {
+		return false, nil
+	}
+	sp, err := r.surges(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	uid := string(d.Pod.UID)
+	if rep := sp.byPod[uid]; rep != nil {
+		return r.awaitReplacement(ctx, s, d, rep)
+	}
+	if len(d.PDBs) > 0 && !d.PDBBlocked {
+		return false, nil // its PDB allows the eviction as it is
+	}
+	honoured, err := s.policy.HonoursAnnotations(d.Pod.Namespace, r.namespaceLabels(ctx))
+	if err != nil {
+		return false, err
+	}
+	if ok, _ := surge.Wanted(mode, d.Pod, honoured); !ok {
+		return false, nil
+	}
+	w, err := r.workload(ctx, sp, d.Pod)
+	if err != nil {
+		return false, err
+	}
+	if surge.Eligible(d.Pod, w) != nil {
+		return false, nil
+	}
+	need, why := surge.Needed(len(d.PDBs), d.PDBBlocked, w.Deployment)
+	if !need {
+		return false, nil
+	}
+	timeout := s.policy.SurgeReadyTimeout
+	if rec := surgeRecord(s.drain, uid); rec != nil && rec.Phase == v1alpha1.SurgeFailed {
+		if left := timeout - s.now.Sub(rec.Since.Time); left > 0 {
+			s.surgeBlocker(d, v1alpha1.BlockerSurgeFailed, rec.Since.Time,
+				fmt.Sprintf("%s; trying again in %s", rec.Message, left.Round(time.Second)))
+			s.recheckIn(left)
+			return true, nil
+		}
+	}
+	// At most maxSurge replacements of one Deployment at once, the
+	// Deployment's own idea of extra pods; one per pod.
+	busy := &corev1.PodList{}
+	if err := r.Client.List(ctx, busy, client.InNamespace(d.Pod.Namespace),
+		client.MatchingFields{index.Surge: index.SurgeDeploymentKey(d.Pod.Namespace, w.Deployment.Name)}); err != nil {
+		return false, err
+	}
+	if allowed := surge.MaxSurge(w.Deployment); len(busy.Items) >= allowed {
+		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, fmt.Sprintf("%s; waiting for room: Deployment %s allows %d extra pod(s) (maxSurge) and %d replacement(s) are up",
+			why, w.Deployment.Name, allowed, len(busy.Items)))
+		s.recheckIn(surgeRecheck)
+		return true, nil
+	}
+	rep := surge.Replacement(d.Pod, w, s.drain)
+	if err := r.Client.Create(ctx, rep); err != nil {
+		return false, fmt.Errorf("creating a replacement for pod %s: %w", d.Key(), err)
+	}
+	s.log.Info("surge: replacement created", "pod", d.Key(), "replacement", rep.Name, "why", why)
+	sp.byPod[uid] = rep
+	msg := fmt.Sprintf("replacement %s created (%s)", rep.Name, why)
+	s.setSurge(d, rep.Name, v1alpha1.SurgeStarting, msg)
+	nd, pod := s.drain, d.Pod
+	s.afterWrite(func() {
+		r.Events.Eventf(nd, pod, corev1.EventTypeNormal, v1alpha1.EventSurgeStarted, "Surge", "%s", msg)
+	})
+	s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, msg)
+	s.recheckIn(surgeRecheck)
+	return true, nil
+}
+
+// awaitReplacement: the pod's eviction goes ahead once its replacement
+// serves; a replacement past surge.readyTimeout is removed.
+func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Decision, rep *corev1.Pod) (bool, error) {
+	if !rep.DeletionTimestamp.IsZero() {
+		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "replacement "+rep.Name+" is being removed")
+		s.recheckIn(surgeRecheck)
+		return true, nil
+	}
+	serves, why, err := r.serves(ctx, d.Pod, rep)
+	if err != nil {
+		return false, err
+	}
+	if serves {
+		s.setSurge(d, rep.Name, v1alpha1.SurgeReady, "replacement "+rep.Name+" is Ready on node "+rep.Spec.NodeName)
+		return false, nil
+	}
+	timeout := s.policy.SurgeReadyTimeout
+	started := rep.CreationTimestamp.Time
+	if rec := surgeRecord(s.drain, string(d.Pod.UID)); started.IsZero() && rec != nil {
+		started = rec.Since.Time
+	}
+	if age := s.now.Sub(started); !started.IsZero() && age >= timeout {
+		if err := r.removeReplacement(ctx, rep); err != nil {
+			return false, err
+		}
+		msg := fmt.Sprintf("replacement %s was not Ready within %s (surge.readyTimeout): %s; removed, the pod stays", rep.Name, timeout, why)
+		s.log.Info("surge: replacement removed", "pod", d.Key(), "replacement", rep.Name, "why", why)
+		s.setSurge(d, rep.Name, v1alpha1.SurgeFailed, msg)
+		nd, pod := s.drain, d.Pod
+		s.afterWrite(func() {
+			r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, "Surge", "%s", msg)
+		})
+		s.surgeBlocker(d, v1alpha1.BlockerSurgeFailed, s.now, msg)
+		s.recheckIn(timeout)
+		return true, nil
+	}
+	since := s.now
+	if rec := surgeRecord(s.drain, string(d.Pod.UID)); rec != nil && rec.Phase == v1alpha1.SurgeStarting {
+		since = rec.Since.Time
+	}
+	s.setSurge(d, rep.Name, v1alpha1.SurgeStarting, "replacement "+rep.Name+": "+why)
+	s.surgeBlocker(d, v1alpha1.BlockerSurge, since, "replacement "+rep.Name+": "+why)
+	s.recheckIn(surgeRecheck)
+	return true, nil
+}
+
+// serves says whether the replacement is Ready and, when the pod it
+// replaces is endpoint-aware, ready in each Service that lists that pod;
+// if not, why not.
+func (r *Reconciler) serves(ctx context.Context, pod, rep *corev1.Pod) (bool, string, error) {
+	if !surge.Ready(rep) {
+		return false, notReady(rep), nil
+	}
+	if !serving.Gated(pod) {
+		return true, "", nil
+	}
+	mine, err := index.SlicesOfPod(ctx, r.Client, pod)
+	if err != nil {
+		return false, "", err
+	}
+	theirs, err := index.SlicesOfPod(ctx, r.Client, rep)
+	if err != nil {
+		return false, "", err
+	}
+	var missing []string
+	for _, svc := range servicesOf(mine) {
+		ready := slices.ContainsFunc(theirs, func(es discoveryv1.EndpointSlice) bool {
+			return es.Labels[discoveryv1.LabelServiceName] == svc && !serving.Endpoints([]discoveryv1.EndpointSlice{es}, rep.UID).Updated()
+		})
+		if !ready {
+			missing = append(missing, svc)
+		}
+	}
+	if len(missing) > 0 {
+		return false, "Ready, not yet ready in the EndpointSlices of Service(s) " + strings.Join(missing, ", "), nil
+	}
+	return true, "", nil
+}
+
+// servicesOf names the Services of these EndpointSlices, sorted.
+func servicesOf(list []discoveryv1.EndpointSlice) []string {
+	var out []string
+	for _, es := range list {
+		if svc := es.Labels[discoveryv1.LabelServiceName]; svc != "" && !slices.Contains(out, svc) {
+			out = append(out, svc)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// notReady says why a replacement is not Ready, for people.
+func notReady(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			msg := "not scheduled"
+			if c.Message != "" {
+				msg += ": " + c.Message
+			}
+			return msg + " (room on a node that is not draining?)"
+		}
+	}
+	if p.Spec.NodeName == "" {
+		return "not scheduled yet"
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Message != "" {
+			return "on node " + p.Spec.NodeName + ", not Ready: " + c.Message
+		}
+	}
+	return "on node " + p.Spec.NodeName + ", not Ready (its image, its readiness probe?)"
+}
+
+// workload reads the pod's ReplicaSet, its Deployment and the claims its
+// template mounts, around the cache (they are not cached), once per pass.
+func (r *Reconciler) workload(ctx context.Context, sp *surgePass, pod *corev1.Pod) (surge.Workload, error) {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	key := pod.Namespace + "/" + ref.Name
+	if w, ok := sp.workloads[key]; ok {
+		return w, nil
+	}
+	w, err := readWorkload(ctx, r.fresh(), pod.Namespace, ref.Name)
+	if err != nil {
+		return w, err
+	}
+	sp.workloads[key] = w
+	return w, nil
+}
+
+// readWorkload reads a ReplicaSet, its Deployment and the claims its
+// template mounts; what is not found is left nil.
+func readWorkload(ctx context.Context, c client.Reader, namespace, replicaSet string) (surge.Workload, error) {
+	var w surge.Workload
+	rs := &appsv1.ReplicaSet{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: replicaSet}, rs); err != nil {
+		return w, client.IgnoreNotFound(err)
+	}
+	w.ReplicaSet = rs
+	ref := metav1.GetControllerOfNoCopy(rs)
+	if ref == nil || ref.Kind != "Deployment" {
+		return w, nil
+	}
+	dep := &appsv1.Deployment{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, dep); err != nil {
+		return w, client.IgnoreNotFound(err)
+	}
+	if dep.UID != ref.UID {
+		return w, nil
+	}
+	w.Deployment = dep
+	for _, v := range rs.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return w, err
+		}
+		if w.Claims == nil {
+			w.Claims = map[string]*corev1.PersistentVolumeClaim{}
+		}
+		w.Claims[pvc.Name] = pvc
+	}
+	return w, nil
+}
+
+// tendSurges carries the drain's replacements whose pods no longer wait
+// on them to their end: handed over to their ReplicaSet once their pod
+// has left, removed when it stays (on cancel, cancel is set: every
+// replacement whose pod is still here is removed). It returns how many
+// replacements are not done yet.
+func (r *Reconciler) tendSurges(ctx context.Context, s *scope, evicting map[types.UID]bool, cancel bool) (int, error) {
+	sp, err := r.surges(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	pending := 0
+	for uid, rep := range sp.byPod {
+		if !cancel && evicting[types.UID(uid)] {
+			pending++ // its pod waits on it, or is on its way out
+			continue
+		}
+		old := &corev1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: rep.Namespace, Name: rep.Annotations[surge.AnnotationPod]}, old)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return 0, err
+		}
+		here := err == nil && string(old.UID) == uid && old.DeletionTimestamp.IsZero()
+		key := rep.Namespace + "/" + rep.Annotations[surge.AnnotationPod]
+		switch {
+		case !rep.DeletionTimestamp.IsZero():
+			pending++
+		case surge.Adopted(rep):
+			if err := r.releaseReplacement(ctx, rep); err != nil {
+				return 0, err
+			}
+			s.setSurgeOf(key, uid, rep.Name, v1alpha1.SurgeHandedOver, "pod left; its ReplicaSet adopted replacement "+rep.Name)
+		case rep.Labels[surge.HashLabel] != "":
+			pending++ // handed over; its ReplicaSet adopts it next
+			s.recheckIn(time.Second)
+		case !here && surge.Ready(rep):
+			if err := r.handOver(ctx, rep); err != nil {
+				return 0, err
+			}
+			s.log.Info("surge: replacement handed over", "pod", key, "replacement", rep.Name)
+			pending++
+			s.recheckIn(time.Second)
+		default:
+			why := "the drain was cancelled"
+			switch {
+			case !here:
+				why = "the pod left before its replacement was Ready; its ReplicaSet replaces it"
+			case !cancel:
+				why = "the pod no longer leaves"
+			}
+			if err := r.removeReplacement(ctx, rep); err != nil {
+				return 0, err
+			}
+			s.log.Info("surge: replacement removed", "pod", key, "replacement", rep.Name, "why", why)
+			s.setSurgeOf(key, uid, rep.Name, v1alpha1.SurgeCancelled, "replacement "+rep.Name+" removed: "+why)
+			pending++
+		}
+	}
+	return pending, nil
+}
+
+// handOver gives the replacement its ReplicaSet's pod-template-hash, and
+// drops the drain's owner reference in the same patch (the NodeDrain may be
+// deleted before the ReplicaSet adopts it; the garbage collector must not
+// take it then). The patch holds the replacement's resourceVersion.
+func (r *Reconciler) handOver(ctx context.Context, rep *corev1.Pod) error {
+	rs := &appsv1.ReplicaSet{}
+	err := r.fresh().Get(ctx, types.NamespacedName{Namespace: rep.Namespace, Name: rep.Annotations[surge.AnnotationReplicaSet]}, rs)
+	if apierrors.IsNotFound(err) {
+		return r.removeReplacement(ctx, rep) // its ReplicaSet is gone: a new revision's pods serve
+	}
+	if err != nil {
+		return err
+	}
+	hash := rs.Spec.Template.Labels[surge.HashLabel]
+	if hash == "" || rs.Spec.Selector == nil || rs.Spec.Selector.MatchLabels[surge.HashLabel] != hash {
+		return fmt.Errorf("ReplicaSet %s/%s has no %s to hand replacement %s over with", rs.Namespace, rs.Name, surge.HashLabel, rep.Name)
+	}
+	return r.patchReplacement(ctx, rep, map[string]any{
+		"labels":          map[string]any{surge.HashLabel: hash},
+		"ownerReferences": withoutDrain(rep.OwnerReferences),
+	})
+}
+
+// releaseReplacement removes vacate's labels and annotations from a
+// replacement its ReplicaSet adopted: it is one of the ReplicaSet's pods.
+func (r *Reconciler) releaseReplacement(ctx context.Context, rep *corev1.Pod) error {
+	return r.patchReplacement(ctx, rep, map[string]any{
+		"labels": map[string]any{surge.LabelOf: nil, surge.LabelDrain: nil},
+		"annotations": map[string]any{surge.AnnotationPod: nil, surge.AnnotationReplicaSet: nil,
+			surge.AnnotationDeployment: nil},
+		"ownerReferences": withoutDrain(rep.OwnerReferences),
+	})
+}
+
+// patchReplacement merge-patches a replacement's metadata, holding its
+// resourceVersion and UID.
+func (r *Reconciler) patchReplacement(ctx context.Context, rep *corev1.Pod, meta map[string]any) error {
+	meta["resourceVersion"], meta["uid"] = rep.ResourceVersion, string(rep.UID)
+	data, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: rep.Namespace, Name: rep.Name}}
+	if err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data)); err != nil {
+		return fmt.Errorf("patching replacement %s/%s: %w", rep.Namespace, rep.Name, err)
+	}
+	return nil
+}
+
+// withoutDrain is a pod's owner references without the NodeDrain's (a
+// merge patch replaces the whole list).
+func withoutDrain(refs []metav1.OwnerReference) []metav1.OwnerReference {
+	out := []metav1.OwnerReference{}
+	for _, ref := range refs {
+		if ref.Kind != "NodeDrain" || !strings.HasPrefix(ref.APIVersion, v1alpha1.GroupVersion.Group+"/") {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// removeReplacement deletes a replacement, by its UID.
+func (r *Reconciler) removeReplacement(ctx context.Context, rep *corev1.Pod) error {
+	err := r.Client.Delete(ctx, rep, client.Preconditions{UID: &rep.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("removing replacement %s/%s: %w", rep.Namespace, rep.Name, err)
+	}
+	return nil
+}
+
+// surgeRecord is the drain's record of the pod's surge; nil if none.
+func surgeRecord(nd *v1alpha1.NodeDrain, uid string) *v1alpha1.SurgeStatus {
+	for i := range nd.Status.Surges {
+		if nd.Status.Surges[i].PodUID == uid {
+			return &nd.Status.Surges[i]
+		}
+	}
+	return nil
+}
+
+// setSurge records the pod's surge in status.surges.
+func (s *scope) setSurge(d drain.Decision, replacement, phase, msg string) {
+	s.setSurgeOf(d.Key(), string(d.Pod.UID), replacement, phase, msg)
+}
+
+// setSurgeOf records a surge in status.surges; its since changes with
+// its phase. At most v1alpha1.MaxSurges are kept: ended ones go first.
+func (s *scope) setSurgeOf(pod, uid, replacement, phase, msg string) {
+	st := &s.drain.Status
+	rec := surgeRecord(s.drain, uid)
+	if rec == nil {
+		st.Surges = append(st.Surges, v1alpha1.SurgeStatus{Pod: pod, PodUID: uid})
+		rec = &st.Surges[len(st.Surges)-1]
+	}
+	if rec.Phase != phase {
+		rec.Since = metav1.NewTime(s.now)
+	}
+	rec.Replacement, rec.Phase, rec.Message = replacement, phase, truncate(msg, 1024)
+	for len(st.Surges) > v1alpha1.MaxSurges {
+		drop := 0
+		for i, x := range st.Surges {
+			if x.Phase == v1alpha1.SurgeHandedOver || x.Phase == v1alpha1.SurgeCancelled {
+				drop = i
+				break
+			}
+		}
+		st.Surges = slices.Delete(st.Surges, drop, drop+1)
+	}
+}
+
+// surgeBlocker sets the pod's blocker while it waits on its surge.
+func (s *scope) surgeBlocker(d drain.Decision, reason string, since time.Time, detail string) {
+	if s.surging == nil {
+		s.surging = map[types.UID]v1alpha1.Blocker{}
+	}
+	holder := ""
+	if ref := metav1.GetControllerOfNoCopy(d.Pod); ref != nil {
+		holder = "ReplicaSet " + d.Pod.Namespace + "/" + ref.Name
+	}
+	s.surging[d.Pod.UID] = v1alpha1.Blocker{Pod: d.Key(), Reason: reason, Holder: holder, Since: metav1.NewTime(since),
+		Detail: truncate(detail, maxDetail)}
+}

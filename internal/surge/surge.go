@@ -1,0 +1,268 @@
+// Package surge decides which pods a drain moves the way a rolling update
+// would: a replacement is brought up on another node from the pod's
+// ReplicaSet template, vacate waits until it is Ready, and only then is the
+// pod evicted; the ReplicaSet then takes the replacement over. It is pure:
+// the NodeDrain controller carries its decisions out and `vacate plan`
+// shows them.
+//
+// What a surge never touches: the Deployment and its ReplicaSets
+// (spec.replicas stays the user's, the HPA's or GitOps'). The replacement is
+// a pod of its own until the old pod has left: it lacks the label
+// pod-template-hash, so no ReplicaSet selects it, and its only owner
+// reference is the NodeDrain's (not a controller reference). When the old
+// pod has left, the replacement gets its ReplicaSet's pod-template-hash and
+// the ReplicaSet adopts it, as it adopts any orphan its selector matches.
+package surge
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+)
+
+// Names on pods.
+const (
+	// Annotation on a pod (set in its Deployment's pod template): "true"
+	// opts it in under surge.pods Annotated, "false" opts it out under All.
+	Annotation = "vacate.dev/surge"
+	// LabelOf, on a replacement: the UID of the pod it replaces.
+	LabelOf = "vacate.dev/surge-of"
+	// LabelDrain, on a replacement: the NodeDrain that brought it up.
+	LabelDrain = "vacate.dev/surge-drain"
+	// AnnotationPod, on a replacement: the name of the pod it replaces.
+	AnnotationPod = "vacate.dev/surge-of-pod"
+	// AnnotationReplicaSet, on a replacement: the ReplicaSet whose template
+	// it was made from, which takes it over.
+	AnnotationReplicaSet = "vacate.dev/surge-replicaset"
+	// AnnotationDeployment, on a replacement: that ReplicaSet's Deployment,
+	// whose maxSurge bounds the replacements at once.
+	AnnotationDeployment = "vacate.dev/surge-deployment"
+	// HashLabel is the label that ties a Deployment's pods to one of its
+	// ReplicaSets.
+	HashLabel = appsv1.DefaultDeploymentUniqueLabelKey
+)
+
+// DefaultReadyTimeout is surge.readyTimeout's default.
+const DefaultReadyTimeout = 5 * time.Minute
+
+// Mode is surge.pods.
+type Mode string
+
+// Wanted says whether the policy surges this pod, by its annotation, and
+// why not. honoured says whether the pod's namespace may use annotations
+// (pods.annotationNamespaceSelector).
+func Wanted(mode Mode, pod *corev1.Pod, honoured bool) (bool, string) {
+	v, annotated := pod.Annotations[Annotation]
+	annotated = annotated && honoured
+	switch string(mode) {
+	case v1alpha1.SurgeAll:
+		if annotated && v == "false" {
+			return false, "annotated " + Annotation + ": \"false\""
+		}
+		return true, ""
+	case v1alpha1.SurgeAnnotated:
+		if annotated && v == "true" {
+			return true, ""
+		}
+		if _, ok := pod.Annotations[Annotation]; ok && !honoured {
+			return false, "its namespace may not use annotations (pods.annotationNamespaceSelector)"
+		}
+		return false, "not annotated " + Annotation + ": \"true\" (surge.pods: Annotated)"
+	}
+	return false, "the DrainPolicy does not surge (surge.pods: None)"
+}
+
+// Workload is what a pod's surge depends on, read from the cluster.
+type Workload struct {
+	// ReplicaSet is the pod's controller; nil if it has none or another.
+	ReplicaSet *appsv1.ReplicaSet
+	// Deployment is the ReplicaSet's controller; nil if it has none.
+	Deployment *appsv1.Deployment
+	// Claims are the PersistentVolumeClaims the template mounts, by name;
+	// a claim not found is missing.
+	Claims map[string]*corev1.PersistentVolumeClaim
+}
+
+// Refusal is why a pod is never surged.
+type Refusal struct {
+	Reason  string
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Message }
+
+// Reasons of a Refusal.
+const (
+	RefusedKind     = "NotADeploymentPod"
+	RefusedStrategy = "RecreateStrategy"
+	RefusedMaxSurge = "MaxSurgeZero"
+	RefusedVolume   = "ExclusiveVolume"
+	RefusedSelector = "NoTemplateHash"
+	RefusedDeleting = "WorkloadDeleting"
+)
+
+// Eligible says whether a pod can be surged at all: a Deployment's pod
+// (through its ReplicaSet) whose Deployment allows extra pods (its
+// rollingUpdate maxSurge is not 0, its strategy is not Recreate) and whose
+// volumes a second pod can mount. StatefulSets' pods (a stable identity:
+// two pods of one name cannot run), Jobs' pods and pods of no controller
+// are never surged.
+func Eligible(pod *corev1.Pod, w Workload) *Refusal {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	switch {
+	case ref == nil:
+		return &Refusal{RefusedKind, "a pod of no controller: nothing would take a replacement over"}
+	case ref.Kind != "ReplicaSet":
+		why := map[string]string{
+			"StatefulSet": "a StatefulSet's pod has a stable identity: a second pod of its name cannot run",
+			"Job":         "a Job's pod runs to completion: a replacement would run the work twice",
+			"DaemonSet":   "a DaemonSet's pod belongs to its node",
+		}[ref.Kind]
+		if why == "" {
+			why = "only Deployments' pods are surged; its controller is " + ref.Kind + " " + ref.Name
+		}
+		return &Refusal{RefusedKind, why}
+	case w.ReplicaSet == nil || w.Deployment == nil:
+		return &Refusal{RefusedKind, "its ReplicaSet " + ref.Name + " belongs to no Deployment"}
+	}
+	rs, dep := w.ReplicaSet, w.Deployment
+	if !rs.DeletionTimestamp.IsZero() || !dep.DeletionTimestamp.IsZero() {
+		return &Refusal{RefusedDeleting, "its Deployment or ReplicaSet is being deleted"}
+	}
+	if rs.Spec.Selector == nil || rs.Spec.Selector.MatchLabels[HashLabel] == "" || rs.Spec.Template.Labels[HashLabel] == "" {
+		return &Refusal{RefusedSelector, "its ReplicaSet " + rs.Name + " does not select its pods by " + HashLabel + ": a replacement could not be kept apart from it"}
+	}
+	if dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		return &Refusal{RefusedStrategy, "Deployment " + dep.Name + " has strategy Recreate: it never runs two pods of one version at once"}
+	}
+	if MaxSurge(dep) < 1 {
+		return &Refusal{RefusedMaxSurge, "Deployment " + dep.Name + " allows no extra pod (rollingUpdate.maxSurge: 0)"}
+	}
+	for _, v := range rs.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		name := v.PersistentVolumeClaim.ClaimName
+		c := w.Claims[name]
+		if c == nil {
+			return &Refusal{RefusedVolume, "its PersistentVolumeClaim " + name + " was not found"}
+		}
+		if !shared(c) {
+			return &Refusal{RefusedVolume, fmt.Sprintf("its PersistentVolumeClaim %s is %s: a second pod on another node could not mount it", name, modes(c))}
+		}
+	}
+	return nil
+}
+
+// shared says whether pods on several nodes can mount the claim.
+func shared(c *corev1.PersistentVolumeClaim) bool {
+	am := c.Status.AccessModes
+	if len(am) == 0 {
+		am = c.Spec.AccessModes
+	}
+	return slices.Contains(am, corev1.ReadWriteMany) || slices.Contains(am, corev1.ReadOnlyMany)
+}
+
+func modes(c *corev1.PersistentVolumeClaim) string {
+	var out []string
+	for _, m := range c.Spec.AccessModes {
+		out = append(out, string(m))
+	}
+	return strings.Join(out, ", ")
+}
+
+// MaxSurge is how many pods over its replicas the Deployment allows, as
+// its controller computes it (a percentage rounds up; default 25%).
+func MaxSurge(dep *appsv1.Deployment) int {
+	if dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		return 0
+	}
+	ms := intstr.FromString("25%")
+	if ru := dep.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxSurge != nil {
+		ms = *ru.MaxSurge
+	}
+	replicas := 1
+	if dep.Spec.Replicas != nil {
+		replicas = int(*dep.Spec.Replicas)
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&ms, replicas, true)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Needed says whether the pod needs a surge to leave without lowering its
+// Deployment's ready pods: a PodDisruptionBudget refuses its eviction now
+// (pdbBlocked), or none guards it (pdbs is 0) and it is its Deployment's
+// only ready pod.
+func Needed(pdbs int, pdbBlocked bool, dep *appsv1.Deployment) (bool, string) {
+	switch {
+	case pdbBlocked:
+		return true, "its PodDisruptionBudget allows no disruption now"
+	case pdbs == 0 && dep.Status.ReadyReplicas <= 1:
+		return true, "no PodDisruptionBudget guards it and it is the only ready pod of Deployment " + dep.Name
+	}
+	return false, ""
+}
+
+// Replacement is the pod a surge brings up for pod: its ReplicaSet's
+// template, without pod-template-hash (so the ReplicaSet does not adopt
+// it before the pod has left), with vacate's labels and annotations and an
+// owner reference to the drain (garbage collected with it; not a
+// controller reference).
+func Replacement(pod *corev1.Pod, w Workload, nd *v1alpha1.NodeDrain) *corev1.Pod {
+	tpl := w.ReplicaSet.Spec.Template.DeepCopy()
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    pod.Namespace,
+			GenerateName: w.ReplicaSet.Name + "-",
+			Labels:       tpl.Labels,
+			Annotations:  tpl.Annotations,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeDrain", Name: nd.Name, UID: nd.UID,
+			}},
+		},
+		Spec: tpl.Spec,
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	delete(out.Labels, HashLabel)
+	out.Labels[LabelOf] = string(pod.UID)
+	out.Labels[LabelDrain] = nd.Name
+	out.Annotations[AnnotationPod] = pod.Name
+	out.Annotations[AnnotationReplicaSet] = w.ReplicaSet.Name
+	out.Annotations[AnnotationDeployment] = w.Deployment.Name
+	return out
+}
+
+// Of is the UID of the pod a replacement replaces; "" if p is none.
+func Of(p *corev1.Pod) string { return p.Labels[LabelOf] }
+
+// Ready says whether a pod is Ready.
+func Ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Adopted says whether the replacement's ReplicaSet took it over.
+func Adopted(p *corev1.Pod) bool {
+	ref := metav1.GetControllerOfNoCopy(p)
+	return ref != nil && ref.Kind == "ReplicaSet"
+}
