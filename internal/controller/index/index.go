@@ -34,18 +34,10 @@ func Register(ctx context.Context, mgr manager.Manager) error {
 }
 
 // Surge indexes cached replacement pods (internal/surge) by the drain that
-// brought them up (SurgeDrainKey) and by their Deployment
-// (SurgeDeploymentKey).
-const Surge = "vacate.dev/surge"
+// brought them up.
+const Surge = "vacate.dev/surge-drain"
 
-// SurgeDrainKey is the Surge index's key of a drain's replacements.
-func SurgeDrainKey(drain string) string { return "drain/" + drain }
-
-// SurgeDeploymentKey is the Surge index's key of a Deployment's
-// replacements.
-func SurgeDeploymentKey(namespace, name string) string { return "deployment/" + namespace + "/" + name }
-
-// SurgeKeysOf is the Surge index's values of a pod: none unless it is a
+// SurgeKeysOf is the Surge index's value of a pod: none unless it is a
 // replacement.
 func SurgeKeysOf(o client.Object) []string {
 	p := o.(*corev1.Pod)
@@ -53,7 +45,7 @@ func SurgeKeysOf(o client.Object) []string {
 	if d == "" || p.Labels[surge.LabelOf] == "" {
 		return nil
 	}
-	return []string{SurgeDrainKey(d), SurgeDeploymentKey(p.Namespace, p.Annotations[surge.AnnotationDeployment])}
+	return []string{d}
 }
 
 // EndpointPod indexes cached EndpointSlices by the UIDs of the pods their

@@ -69,7 +69,7 @@ func (r *Reconciler) surges(ctx context.Context, s *scope) (*surgePass, error) {
 		return s.surge, nil
 	}
 	list := &corev1.PodList{}
-	if err := r.Client.List(ctx, list, client.MatchingFields{index.Surge: index.SurgeDrainKey(s.drain.Name)}); err != nil {
+	if err := r.Client.List(ctx, list, client.MatchingFields{index.Surge: s.drain.Name}); err != nil {
 		return nil, fmt.Errorf("listing the replacements of drain %s: %w", s.drain.Name, err)
 	}
 	p := &surgePass{byPod: map[string]*corev1.Pod{}, workloads: map[string]surge.Workload{}}
@@ -78,6 +78,15 @@ func (r *Reconciler) surges(ctx context.Context, s *scope) (*surgePass, error) {
 	}
 	s.surge = p
 	return p, nil
+}
+
+// replacementsOf lists the namespace's replacements from the API server.
+func (r *Reconciler) replacementsOf(ctx context.Context, namespace string) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := r.fresh().List(ctx, list, client.InNamespace(namespace), client.HasLabels{surge.LabelOf}); err != nil {
+		return nil, fmt.Errorf("listing the replacements in namespace %s: %w", namespace, err)
+	}
+	return list.Items, nil
 }
 
 // surgeWaits says whether the pod's eviction waits for its replacement,
@@ -130,15 +139,24 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 		}
 	}
 	// At most maxSurge replacements of one Deployment at once, the
-	// Deployment's own idea of extra pods; one per pod.
-	busy := &corev1.PodList{}
-	if err := r.Client.List(ctx, busy, client.InNamespace(d.Pod.Namespace),
-		client.MatchingFields{index.Surge: index.SurgeDeploymentKey(d.Pod.Namespace, w.Deployment.Name)}); err != nil {
+	// Deployment's own idea of extra pods, and one per pod: counted around
+	// the cache, which may not show a replacement created an instant ago.
+	up, err := r.replacementsOf(ctx, d.Pod.Namespace)
+	if err != nil {
 		return false, err
 	}
-	if allowed := surge.MaxSurge(w.Deployment); len(busy.Items) >= allowed {
+	busy := 0
+	for i := range up {
+		switch {
+		case surge.Of(&up[i]) == uid:
+			return r.awaitReplacement(ctx, s, d, &up[i])
+		case up[i].Annotations[surge.AnnotationDeployment] == w.Deployment.Name && up[i].Labels[surge.HashLabel] == "":
+			busy++
+		}
+	}
+	if allowed := surge.MaxSurge(w.Deployment); busy >= allowed {
 		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, fmt.Sprintf("%s; waiting for room: Deployment %s allows %d extra pod(s) (maxSurge) and %d replacement(s) are up",
-			why, w.Deployment.Name, allowed, len(busy.Items)))
+			why, w.Deployment.Name, allowed, busy))
 		s.recheckIn(surgeRecheck)
 		return true, nil
 	}
