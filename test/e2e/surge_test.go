@@ -20,6 +20,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
 
@@ -36,6 +37,13 @@ type surgeSetup struct {
 	// gate adds a readiness gate of the test's own to the template: the
 	// test makes the first pods Ready, a replacement never is.
 	gate bool
+	// settle, when set, makes the pods endpoint-aware (the readiness gate
+	// vacate.dev/serving, a Service "web", private pod addresses) under
+	// this endpoints.settleTime.
+	settle time.Duration
+	// cidr is the first node's pod CIDR (two /24s from it) when settle is
+	// set.
+	cidr string
 	// hpa puts the Deployment under an HPA of minReplicas = maxReplicas =
 	// replicas, created with one replica less.
 	hpa bool
@@ -50,17 +58,23 @@ type surgeEnv struct {
 	node  string   // the node to drain, with the Deployment's pods
 	spare []string // nodes without pods, not drained
 	sel   labels.Selector
+	// ctrl is the vacate-controller surgeWorkload started (lease: the
+	// prefix).
+	ctrl *proc
 }
 
 func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 	t.Helper()
 	ctx := testenv.Context(t)
 	nodeSel := map[string]string{testLabel: s.prefix}
-	first := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: s.prefix + "-a", Count: 1, Labels: nodeSel})
+	first := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: s.prefix + "-a", Count: 1, Labels: nodeSel, PodCIDR: s.cidr})
 	policy := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: s.prefix}, Spec: v1alpha1.DrainPolicySpec{
 		NodeSelector: &metav1.LabelSelector{MatchLabels: nodeSel},
 		Surge:        v1alpha1.Surge{Pods: v1alpha1.SurgeAll},
 	}}
+	if s.settle > 0 {
+		policy.Spec.Endpoints.SettleTime = &metav1.Duration{Duration: s.settle}
+	}
 	if s.readyTimeout > 0 {
 		policy.Spec.Surge.ReadyTimeout = &metav1.Duration{Duration: s.readyTimeout}
 	}
@@ -77,6 +91,14 @@ func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 	dep.Spec.Template.Spec.NodeSelector = nodeSel
 	if s.gate {
 		dep.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: surgeGate}}
+	}
+	if s.settle > 0 {
+		dep.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: serving.Condition}}
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: corev1.ServiceSpec{
+			Selector: map[string]string{devcluster.AppLabel: "web"}, Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}}
+		if _, err := e.c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -99,6 +121,7 @@ func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 		}
 	}
 	sel := labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "web"})
+	ctrl := startController(t, e.c, s.prefix+"-1", true, s.prefix) // endpoint-aware pods are Ready once it says they serve
 	if s.gate {
 		waitPods(t, e, ns, sel, int(s.replicas), func(p *corev1.Pod) bool { return p.Status.PodIP != "" })
 		list, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
@@ -117,8 +140,12 @@ func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 			t.Fatal(err)
 		}
 	}
-	spare := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: s.prefix + "-b", Count: 1, Labels: nodeSel})
-	return &surgeEnv{env: e, ns: ns, node: first[0], spare: spare, sel: sel}
+	spareCIDR := ""
+	if s.cidr != "" {
+		spareCIDR = strings.Replace(s.cidr, ".0.0/", ".1.0/", 1)
+	}
+	spare := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: s.prefix + "-b", Count: 1, Labels: nodeSel, PodCIDR: spareCIDR})
+	return &surgeEnv{env: e, ns: ns, node: first[0], spare: spare, sel: sel, ctrl: ctrl}
 }
 
 // waitPods waits until count pods match sel and ok.
@@ -167,7 +194,7 @@ type readyWatch struct {
 	ready     map[string]bool // by name, pods not terminating: Ready
 	surging   map[string]bool // replacements not terminating nor handed over
 	mostSurge int
-	lowest    string          // the pods at the fewest
+	lowest    string // the pods at the fewest
 	stop      func()
 	finished  chan struct{}
 	watchFail error
@@ -341,7 +368,7 @@ func testutilEventually(t *testing.T, timeout time.Duration, what string, f func
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not after %s: %v", what, timeout, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -362,7 +389,6 @@ func surgesOf(nd *v1alpha1.NodeDrain, phase string) int {
 // is never written.
 func TestSurgeOneReplicaKeepsAPodReady(t *testing.T) {
 	e := newEnv(t).surgeWorkload(t, surgeSetup{prefix: "surge-one", replicas: 1, minAvailable: "1"})
-	startController(t, e.c, "surge-one", true, "surge-one")
 	w := e.watchReady(t)
 	e.drain(t, e.node)
 	nd := e.waitDrain(t, e.node, "Drained", 2*time.Minute, drained)
@@ -388,7 +414,6 @@ func TestSurgeZeroBudgetUnderHPA(t *testing.T) {
 	if *dep.Spec.Replicas != 2 {
 		t.Fatalf("the HPA did not set replicas 2: %d", *dep.Spec.Replicas)
 	}
-	startController(t, e.c, "surge-hpa", true, "surge-hpa")
 	w := e.watchReady(t)
 	e.drain(t, e.node)
 	nd := e.waitDrain(t, e.node, "Drained", 2*time.Minute, drained)
@@ -414,7 +439,6 @@ func TestSurgeZeroBudgetUnderHPA(t *testing.T) {
 func TestSurgeReplacementNeverReady(t *testing.T) {
 	e := newEnv(t).surgeWorkload(t, surgeSetup{prefix: "surge-never", replicas: 1, minAvailable: "1", gate: true, readyTimeout: 4 * time.Second})
 	ctx := testenv.Context(t)
-	startController(t, e.c, "surge-never", true, "surge-never")
 	list, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.sel.String()})
 	if err != nil || len(list.Items) != 1 {
 		t.Fatalf("pods: %v %d", err, len(list.Items))
@@ -458,3 +482,70 @@ func TestSurgeReplacementNeverReady(t *testing.T) {
 	e.checkNoWorkloadWrites(t)
 }
 
+// TestSurgeResumesAfterKills kills the controller right after it created
+// a replacement (before the replacement is Ready: vacate's own serving
+// controller makes it so), and again once the pod was taken out of
+// service: each new controller goes on from what the cluster shows. One
+// replacement is ever created, a pod is Ready throughout (the replacement
+// is ready in the Service's EndpointSlice before the pod leaves it), and
+// the pod is evicted once.
+func TestSurgeResumesAfterKills(t *testing.T) {
+	e := newEnv(t).surgeWorkload(t, surgeSetup{prefix: "surge-kill", replicas: 1, minAvailable: "1",
+		settle: 8 * time.Second, cidr: "10.241.0.0/24"})
+	w := e.watchReady(t)
+	ctrl := e.ctrl
+	e.drain(t, e.node)
+	replacement := e.waitPod(t, "a replacement created", func(p *corev1.Pod) bool { return p.Labels[surge.LabelOf] != "" })
+	ctrl.kill()
+	t.Logf("killed the controller after it created %s (Ready: %t)", replacement.Name, devcluster.PodReady(replacement))
+
+	ctrl = startController(t, e.c, "surge-kill-2", true, "surge-kill")
+	old := e.waitPod(t, "the pod taken out of service", func(p *corev1.Pod) bool {
+		c := serving.Get(p)
+		return p.Labels[surge.LabelOf] == "" && c != nil && c.Status == corev1.ConditionFalse
+	})
+	ctrl.kill()
+	t.Logf("killed the controller after it took %s out of service", old.Name)
+
+	startController(t, e.c, "surge-kill-3", true, "surge-kill")
+	e.waitDrain(t, e.node, "Drained", afterKill, drained)
+	w.end(t, 1)
+	e.checkHandedOver(t, 1, 1)
+	e.checkOneEvictionPerPod(t, e.ns, 1)
+	events, err := devcluster.ReadAudit(e.c.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := 0
+	for _, ev := range events {
+		if ev.ObjectRef != nil && ev.ObjectRef.Namespace == e.ns && ev.ObjectRef.Resource == "pods" && ev.ObjectRef.Subresource == "" &&
+			ev.Verb == "create" && ev.User.Username == controllerUser && ev.Succeeded() && !ev.DryRun() {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Errorf("the controllers created %d replacements, want 1", created)
+	}
+}
+
+// waitPod waits for a pod of the Deployment (or a replacement) that ok
+// accepts.
+func (e *surgeEnv) waitPod(t *testing.T, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	ctx := testenv.Context(t)
+	var found *corev1.Pod
+	testutilEventually(t, time.Minute, what, func() error {
+		list, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.sel.String()})
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			if ok(&list.Items[i]) {
+				found = &list.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("none of %d pods", len(list.Items))
+	})
+	return found
+}

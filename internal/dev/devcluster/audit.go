@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 )
@@ -59,12 +60,20 @@ func ReadAudit(path string) ([]AuditEvent, error) {
 	return out, sc.Err()
 }
 
-// SuccessfulEvictions counts accepted evictions per namespace/name of pod.
+// DryRun says whether the request was a dry run (endpoint-aware eviction
+// asks the PDBs with one before it takes a pod out of service).
+func (e AuditEvent) DryRun() bool {
+	u, err := url.Parse(e.RequestURI)
+	return err == nil && u.Query().Get("dryRun") != ""
+}
+
+// SuccessfulEvictions counts accepted evictions per namespace/name of pod
+// (dry runs left out).
 func SuccessfulEvictions(events []AuditEvent) map[string]int {
 	n := map[string]int{}
 	for _, e := range events {
 		if e.Verb == "create" && e.ObjectRef != nil && e.ObjectRef.Resource == "pods" &&
-			e.ObjectRef.Subresource == "eviction" && e.Succeeded() {
+			e.ObjectRef.Subresource == "eviction" && e.Succeeded() && !e.DryRun() {
 			n[e.ObjectRef.Namespace+"/"+e.ObjectRef.Name]++
 		}
 	}
