@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vacate-dev/vacate/internal/surge"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -166,6 +167,29 @@ func TestSlimPodKeepsWhatVacateReads(t *testing.T) {
 		t.Errorf("the transform is not idempotent (-want +got):\n%s", diff.Diff(want, again))
 	}
 
+	// Of a surge's replacement, also its creation time, every owner
+	// reference and its Ready and PodScheduled conditions.
+	rep := bigPod(8)
+	rep.Labels[surge.LabelOf] = "uid-old"
+	wantRep, err := slimObjects(rep.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := wantRep.(*corev1.Pod)
+	if !w.CreationTimestamp.Equal(&rep.CreationTimestamp) || len(w.OwnerReferences) != 2 {
+		t.Errorf("the cache keeps of a replacement creationTimestamp %v and owners %v", w.CreationTimestamp, w.OwnerReferences)
+	}
+	var types []corev1.PodConditionType
+	for _, c := range w.Status.Conditions {
+		types = append(types, c.Type)
+	}
+	if fmt.Sprint(types) != "[vacate.dev/serving Ready PodScheduled]" {
+		t.Errorf("the cache keeps of a replacement the conditions %v, want vacate.dev/serving, Ready, PodScheduled", types)
+	}
+	if again, _ := slimObjects(w.DeepCopy()); !equality.Semantic.DeepEqual(w, again) {
+		t.Errorf("the transform of a replacement is not idempotent (-want +got):\n%s", diff.Diff(w, again))
+	}
+
 	// Other kinds lose their managed fields only (nodes their image lists
 	// too: TestSlimNodeDropsImages).
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"a": "b"}, ManagedFields: p.ManagedFields},
@@ -204,8 +228,9 @@ func TestSlimSliceKeepsTargetsAndConditions(t *testing.T) {
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 	}
 	want := &discoveryv1.EndpointSlice{
-		TypeMeta:    es.TypeMeta,
-		ObjectMeta:  metav1.ObjectMeta{Name: "web-x7k2p", Namespace: "shop", UID: "es-uid", ResourceVersion: "42"},
+		TypeMeta: es.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: "web-x7k2p", Namespace: "shop", UID: "es-uid", ResourceVersion: "42",
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
 	for _, e := range es.Endpoints {
