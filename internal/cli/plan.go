@@ -33,6 +33,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/progress"
 	"github.com/vacate-dev/vacate/internal/providers"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 type planOptions struct {
@@ -133,6 +134,17 @@ type PodPlan struct {
 	// honour in its namespace (pods.annotationNamespaceSelector): it is
 	// planned as if it had none.
 	IgnoredAnnotations []string `json:"ignoredAnnotations,omitempty"`
+	// Surge says whether the drain brings up a replacement of the pod
+	// elsewhere, Ready, before it evicts it (DrainPolicy surge), and why
+	// or why not; unset when the policy does not surge, or the pod can
+	// leave without one.
+	Surge *SurgePlan `json:"surge,omitempty"`
+}
+
+// SurgePlan is a pod's surge, as the drain would decide it now.
+type SurgePlan struct {
+	Surged bool   `json:"surged"`
+	Why    string `json:"why"`
 }
 
 // HookPlan is what the drain would do with one pod's HTTP evacuation hook.
@@ -432,10 +444,16 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 		return NodePlan{}, err
 	}
 	before, after := planHolds(&np, h, existing, node, leaving, onNode, in)
+	workloads := map[string]surge.Workload{}
 	for _, d := range plan.Decisions {
 		pp := PodPlan{Pod: d.Key(), Action: string(d.Action), Reason: string(d.Reason), Detail: d.Detail, PDBs: d.PDBs,
 			HeldBy: h.Holders(d.Pod.UID), IgnoredAnnotations: ignored[d.Pod.UID]}
-		pp.BlockedNow = d.Action == drain.Block || (d.Action == drain.Evict && d.PDBBlocked) ||
+		if d.Action == drain.Evict {
+			if pp.Surge, err = planSurge(ctx, s, pol, d, labelsOf, workloads); err != nil {
+				return NodePlan{}, err
+			}
+		}
+		pp.BlockedNow = d.Action == drain.Block || (d.Action == drain.Evict && d.PDBBlocked && (pp.Surge == nil || !pp.Surge.Surged)) ||
 			(d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion) || hookBlocked[d.Pod.UID]
 		switch {
 		case pp.BlockedNow:
@@ -463,6 +481,37 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 		Finishes: !f.Stuck && len(np.Blocked) == 0, EvacuationsBefore: before + hooks, EvacuationsAfter: after, HeldPods: len(np.Held),
 		EvacuationTimeoutSeconds: pol.EvacuationTimeout.Seconds(), DrainTimeoutSeconds: pol.DrainTimeout.Seconds(), OnTimeout: onTimeout}
 	return np, nil
+}
+
+// planSurge is whether the drain would surge the pod (it is evicted), as
+// the controller decides it (surge.Consider); nil when the policy does not
+// surge or the pod leaves without a replacement anyway.
+func planSurge(ctx context.Context, s *session, pol policy.Policy, d drain.Decision, labelsOf policy.NamespaceLabels,
+	workloads map[string]surge.Workload) (*SurgePlan, error) {
+	if pol.Surge == "" || pol.Surge == v1alpha1.SurgeNone || (len(d.PDBs) > 0 && !d.PDBBlocked) {
+		return nil, nil
+	}
+	honoured, err := pol.HonoursAnnotations(d.Pod.Namespace, labelsOf)
+	if err != nil {
+		return nil, err
+	}
+	var w surge.Workload
+	if ref := metav1.GetControllerOfNoCopy(d.Pod); ref != nil && ref.Kind == "ReplicaSet" {
+		key := d.Pod.Namespace + "/" + ref.Name
+		cached, ok := workloads[key]
+		if !ok {
+			if cached, err = surge.Read(ctx, s.client, d.Pod.Namespace, ref.Name); err != nil {
+				return nil, s.explain(err, "reading the ReplicaSet "+key)
+			}
+			workloads[key] = cached
+		}
+		w = cached
+	}
+	surged, why := surge.Consider(pol.Surge, honoured, d.Pod, len(d.PDBs), d.PDBBlocked, w)
+	if why == "" {
+		return nil, nil
+	}
+	return &SurgePlan{Surged: surged, Why: why}, nil
 }
 
 // plannedDrain is the drain a plan previews: the node's NodeDrain if there
@@ -717,6 +766,12 @@ func writePlan(w io.Writer, p NodePlan) error {
 		}
 		if len(pp.HeldBy) > 0 {
 			detail = strings.TrimPrefix(detail+"; held by "+strings.Join(pp.HeldBy, ", "), "; ")
+		}
+		switch {
+		case pp.Surge != nil && pp.Surge.Surged:
+			detail = strings.TrimPrefix(detail+"; surged, a replacement Ready elsewhere first: "+pp.Surge.Why, "; ")
+		case pp.Surge != nil && pp.BlockedNow:
+			detail = strings.TrimPrefix(detail+"; waits, not surged: "+pp.Surge.Why, "; ")
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", pp.Pod, action, pp.Reason, orDash(detail))
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,6 +33,11 @@ type planJSON struct {
 		Action             string   `json:"action"`
 		HeldBy             []string `json:"heldBy"`
 		IgnoredAnnotations []string `json:"ignoredAnnotations"`
+		BlockedNow         bool     `json:"blockedNow"`
+		Surge              *struct {
+			Surged bool   `json:"surged"`
+			Why    string `json:"why"`
+		} `json:"surge"`
 	} `json:"pods"`
 	Hooks     []string `json:"hooks"`
 	HTTPHooks []struct {
@@ -490,5 +496,95 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 		if !evacs[name] {
 			t.Errorf("plan does not list the Evacuation of provider %s among the node's", name)
 		}
+	}
+}
+
+// TestPlanSaysWhichPodsAreSurged: under a DrainPolicy that surges, plan
+// says which pods leave only after a replacement is Ready elsewhere (a
+// one-replica Deployment whose PDB allows no disruption, one without a
+// PDB), which wait because they cannot be surged and why (a StatefulSet's,
+// a Deployment of strategy Recreate, one annotated out), and which need
+// no surge (a PDB that allows the eviction). vacate-user may read what it
+// takes.
+func TestPlanSaysWhichPodsAreSurged(t *testing.T) {
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	cl := testenv.DrainClient(t, c)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-surge", Count: 1, Labels: map[string]string{"pool": "cli-surge"}})[0]
+	ns := testenv.Namespace(t, c)
+	createObject(t, cl, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cli-surge"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cli-surge"}},
+		Surge:        v1alpha1.Surge{Pods: v1alpha1.SurgeAll}}})
+	pdb := func(app, minAvailable string) {
+		if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, app, app, minAvailable, ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	surged := appOn(t, c, ns, "surged", node, 1, nil)[0]
+	pdb("surged", "1")
+	alone := appOn(t, c, ns, "alone", node, 1, nil)[0]
+	optedOut := appOn(t, c, ns, "opted-out", node, 1, map[string]string{"vacate.dev/surge": "false"})[0]
+	pdb("opted-out", "1")
+	roomy := appOn(t, c, ns, "roomy", node, 2, nil)
+	pdb("roomy", "1")
+	recreate := devcluster.Deployment(ns, "recreate", 1)
+	recreate.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
+	recreate.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: node}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, recreate, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb("recreate", "1")
+	sts := devcluster.StatefulSet(ns, "db", 1)
+	sts.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: node}
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb("db", "1")
+	for _, app := range []string{"recreate", "db", "surged", "opted-out", "roomy"} {
+		if _, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: app}), 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		want := int32(1)
+		if app == "roomy" {
+			want = 2
+		}
+		if _, err := devcluster.WaitForPDB(ctx, c.Client, ns, app, want, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bob := newUser(t, c, "surge-planner")
+	bindUserRole(t, c, "surge-planner")
+	p := planOf(t, bob, node)
+	got := map[string]string{}
+	for _, pp := range p.Pods {
+		switch {
+		case pp.Surge == nil:
+			got[pp.Pod] = fmt.Sprintf("no surge, blocked %t", pp.BlockedNow)
+		default:
+			got[pp.Pod] = fmt.Sprintf("surged %t, blocked %t: %s", pp.Surge.Surged, pp.BlockedNow, pp.Surge.Why)
+		}
+	}
+	key := func(p corev1.Pod) string { return ns + "/" + p.Name }
+	want := map[string]string{
+		key(surged):   "surged true, blocked false: its PodDisruptionBudget allows no disruption now",
+		key(alone):    "surged true, blocked false: no PodDisruptionBudget guards it and it is the only ready pod of Deployment alone",
+		key(optedOut): `surged false, blocked true: annotated vacate.dev/surge: "false"`,
+		key(roomy[0]): "no surge, blocked false",
+		ns + "/db-0":  "surged false, blocked true: a StatefulSet's pod has a stable identity",
+	}
+	for pod, w := range want {
+		if !strings.HasPrefix(got[pod], w) {
+			t.Errorf("plan for %s: %q, want %q", pod, got[pod], w)
+		}
+	}
+	for pod, g := range got {
+		if strings.HasPrefix(pod, ns+"/recreate-") && !strings.HasPrefix(g, "surged false, blocked true: Deployment recreate has strategy Recreate") {
+			t.Errorf("plan for %s: %q, want it not surged (strategy Recreate)", pod, g)
+		}
+	}
+	text := bob.must(ExitOK, "plan", node)
+	if !strings.Contains(text, "surged, a replacement Ready elsewhere first: its PodDisruptionBudget allows no disruption now") ||
+		!strings.Contains(text, "waits, not surged: a StatefulSet's pod has a stable identity") {
+		t.Errorf("plan's text does not say which pods are surged:\n%s", text)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/surge"
 	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
@@ -333,6 +334,11 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 			Cause: "waiting for the pod's own evacuation hook to answer Completed: " + blockers[0].Detail,
 			Fix: "nothing, while it makes progress; if it fails or does not answer, see the app's logs (kubectl logs -n " + ns + " " + name +
 				"); the pod is not evicted until its hook says Completed, or until the drain is cancelled"}}
+	case "ReplicaSet":
+		if f, ok := surgeFinding(subject, names, blockers[0], since); ok {
+			return []Finding{f}
+		}
+		return []Finding{{Subject: subject, Cause: "held by " + holder + ": " + blockers[0].Detail, Since: since}}
 	case "PodDisruptionBudget":
 	default:
 		return []Finding{{Subject: subject, Cause: "held by " + holder + ": " + blockers[0].Detail, Since: since}}
@@ -342,6 +348,27 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 		out = append(out, pdbFinding(subject, name, blockers[0], since, in))
 	}
 	return out
+}
+
+// surgeFinding explains a pod that waits for its replacement (DrainPolicy
+// surge).
+func surgeFinding(subject, replicaSet string, b v1alpha1.Blocker, since time.Time) (Finding, bool) {
+	ns, _, _ := strings.Cut(replicaSet, "/")
+	switch b.Reason {
+	case v1alpha1.BlockerSurge:
+		return Finding{Subject: subject, Since: since,
+			Cause: "the policy surges it: it leaves once a replacement is Ready on another node: " + b.Detail,
+			Fix: "nothing, while the replacement starts (kubectl get pods -n " + ns + " -l " + surge.LabelOf + "); past the policy's " +
+				"surge.readyTimeout it is removed and tried again later"}, true
+	case v1alpha1.BlockerSurgeFailed:
+		return Finding{Subject: subject, Since: since,
+			Cause: "its replacement did not become Ready in time, so the pod stays (evicting it would leave its Deployment with fewer Ready pods): " + b.Detail,
+			Fix: "make room for one more pod of it on a node that is not draining (kubectl get events -n " + ns +
+				" --field-selector reason=FailedScheduling), fix what keeps a new pod from Ready (image, probes), or raise surge.readyTimeout; " +
+				"vacate tries again after surge.readyTimeout. To evict it without a replacement, relax its PodDisruptionBudget, " +
+				"or annotate it " + surge.Annotation + "=false where the policy honours annotations"}, true
+	}
+	return Finding{}, false
 }
 
 func pdbFinding(subject, name string, b v1alpha1.Blocker, since time.Time, in Input) Finding {

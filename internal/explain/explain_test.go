@@ -109,6 +109,19 @@ func TestExplain(t *testing.T) {
 			"kubectl annotate pod -n shop job-1 vacate.dev/drain-",
 		},
 	}, {
+		name: "pods waiting on their surge: starting, and failed",
+		in: Input{Drain: stuck(
+			v1alpha1.Blocker{Pod: "shop/web-1", Reason: v1alpha1.BlockerSurge, Holder: "ReplicaSet shop/web-abc",
+				Detail: "replacement web-abc-x: not scheduled yet", Since: metav1.NewTime(now.Add(-time.Minute))},
+			v1alpha1.Blocker{Pod: "shop/api-1", Reason: v1alpha1.BlockerSurgeFailed, Holder: "ReplicaSet shop/api-def",
+				Detail: "replacement api-def-y was not Ready within 5m0s (surge.readyTimeout)", Since: metav1.NewTime(now)})},
+		want: []string{
+			"pod shop/api-1", "its replacement did not become Ready in time, so the pod stays", "not Ready within 5m0s",
+			"make room for one more pod of it", "raise surge.readyTimeout", "vacate.dev/surge=false",
+			"pod shop/web-1 (for 1m00s)", "it leaves once a replacement is Ready on another node: replacement web-abc-x: not scheduled yet",
+			"kubectl get pods -n shop -l vacate.dev/surge-of",
+		},
+	}, {
 		name: "a failed drain says how to start again",
 		in:   Input{Drain: failed},
 		want: []string{"nodedrain/n1", "why:  the drain did not finish within 10m0s", "'vacate cancel n1' and request it again"},

@@ -1,9 +1,9 @@
 // Package surge decides which pods a drain moves the way a rolling update
 // would: a replacement is brought up on another node from the pod's
 // ReplicaSet template, vacate waits until it is Ready, and only then is the
-// pod evicted; the ReplicaSet then takes the replacement over. It is pure:
-// the NodeDrain controller carries its decisions out and `vacate plan`
-// shows them.
+// pod evicted; the ReplicaSet then takes the replacement over. Its rules
+// are pure functions (Read only gathers what they need): the NodeDrain
+// controller carries their decisions out and `vacate plan` shows them.
 //
 // What a surge never touches: the Deployment and its ReplicaSets
 // (spec.replicas stays the user's, the HPA's or GitOps'). The replacement is
@@ -15,6 +15,7 @@
 package surge
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,8 +23,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
@@ -265,4 +269,61 @@ func Ready(p *corev1.Pod) bool {
 func Adopted(p *corev1.Pod) bool {
 	ref := metav1.GetControllerOfNoCopy(p)
 	return ref != nil && ref.Kind == "ReplicaSet"
+}
+
+// Consider says whether a drain surges the pod now, and why (or why not):
+// the policy wants it (Wanted), the pod can be (Eligible), and needs it
+// (Needed). A pod that needs no surge gets no reason.
+func Consider(mode Mode, honoured bool, pod *corev1.Pod, pdbs int, pdbBlocked bool, w Workload) (bool, string) {
+	if ok, why := Wanted(mode, pod, honoured); !ok {
+		return false, why
+	}
+	if r := Eligible(pod, w); r != nil {
+		return false, r.Message
+	}
+	if w.Deployment == nil {
+		return false, ""
+	}
+	return Needed(pdbs, pdbBlocked, w.Deployment)
+}
+
+// Read reads a ReplicaSet, its Deployment and the claims its template
+// mounts; what is not found is left nil.
+func Read(ctx context.Context, c client.Reader, namespace, replicaSet string) (Workload, error) {
+	var w Workload
+	rs := &appsv1.ReplicaSet{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: replicaSet}, rs); err != nil {
+		return w, client.IgnoreNotFound(err)
+	}
+	w.ReplicaSet = rs
+	ref := metav1.GetControllerOfNoCopy(rs)
+	if ref == nil || ref.Kind != "Deployment" {
+		return w, nil
+	}
+	dep := &appsv1.Deployment{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, dep); err != nil {
+		return w, client.IgnoreNotFound(err)
+	}
+	if dep.UID != ref.UID {
+		return w, nil
+	}
+	w.Deployment = dep
+	for _, v := range rs.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return w, err
+		}
+		if w.Claims == nil {
+			w.Claims = map[string]*corev1.PersistentVolumeClaim{}
+		}
+		w.Claims[pvc.Name] = pvc
+	}
+	return w, nil
 }

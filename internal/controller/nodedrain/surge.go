@@ -122,10 +122,7 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	if err != nil {
 		return false, err
 	}
-	if surge.Eligible(d.Pod, w) != nil {
-		return false, nil
-	}
-	need, why := surge.Needed(len(d.PDBs), d.PDBBlocked, w.Deployment)
+	need, why := surge.Consider(mode, honoured, d.Pod, len(d.PDBs), d.PDBBlocked, w)
 	if !need {
 		return false, nil
 	}
@@ -298,52 +295,11 @@ func (r *Reconciler) workload(ctx context.Context, sp *surgePass, pod *corev1.Po
 	if w, ok := sp.workloads[key]; ok {
 		return w, nil
 	}
-	w, err := readWorkload(ctx, r.fresh(), pod.Namespace, ref.Name)
+	w, err := surge.Read(ctx, r.fresh(), pod.Namespace, ref.Name)
 	if err != nil {
 		return w, err
 	}
 	sp.workloads[key] = w
-	return w, nil
-}
-
-// readWorkload reads a ReplicaSet, its Deployment and the claims its
-// template mounts; what is not found is left nil.
-func readWorkload(ctx context.Context, c client.Reader, namespace, replicaSet string) (surge.Workload, error) {
-	var w surge.Workload
-	rs := &appsv1.ReplicaSet{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: replicaSet}, rs); err != nil {
-		return w, client.IgnoreNotFound(err)
-	}
-	w.ReplicaSet = rs
-	ref := metav1.GetControllerOfNoCopy(rs)
-	if ref == nil || ref.Kind != "Deployment" {
-		return w, nil
-	}
-	dep := &appsv1.Deployment{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, dep); err != nil {
-		return w, client.IgnoreNotFound(err)
-	}
-	if dep.UID != ref.UID {
-		return w, nil
-	}
-	w.Deployment = dep
-	for _, v := range rs.Spec.Template.Spec.Volumes {
-		if v.PersistentVolumeClaim == nil {
-			continue
-		}
-		pvc := &corev1.PersistentVolumeClaim{}
-		err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return w, err
-		}
-		if w.Claims == nil {
-			w.Claims = map[string]*corev1.PersistentVolumeClaim{}
-		}
-		w.Claims[pvc.Name] = pvc
-	}
 	return w, nil
 }
 
