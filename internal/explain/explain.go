@@ -17,8 +17,8 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
-	"github.com/vacate-dev/vacate/internal/surge"
 	"github.com/vacate-dev/vacate/internal/schedule"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // Input is what the explanation reads.
