@@ -488,7 +488,7 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 // surge or the pod leaves without a replacement anyway.
 func planSurge(ctx context.Context, s *session, pol policy.Policy, d drain.Decision, labelsOf policy.NamespaceLabels,
 	workloads map[string]surge.Workload) (*SurgePlan, error) {
-	if pol.Surge == "" || pol.Surge == v1alpha1.SurgeNone || (len(d.PDBs) > 0 && !d.PDBBlocked) {
+	if pol.Surge == "" || pol.Surge == v1alpha1.SurgeNone {
 		return nil, nil
 	}
 	honoured, err := pol.HonoursAnnotations(d.Pod.Namespace, labelsOf)

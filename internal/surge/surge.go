@@ -49,6 +49,14 @@ const (
 	// AnnotationDeployment, on a replacement: that ReplicaSet's Deployment,
 	// whose maxSurge bounds the replacements at once.
 	AnnotationDeployment = "vacate.dev/surge-deployment"
+	// AnnotationCost, on a replacement: its template's deletion cost
+	// (DeletionCost), given back once its ReplicaSet adopted it.
+	AnnotationCost = "vacate.dev/surge-deletion-cost"
+	// DeletionCost is the annotation a ReplicaSet deletes its pods by,
+	// the lowest first. A replacement being handed over gets KeepCost.
+	DeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+	// KeepCost is the highest deletion cost.
+	KeepCost = "2147483647"
 	// HashLabel is the label that ties a Deployment's pods to one of its
 	// ReplicaSets.
 	HashLabel = appsv1.DefaultDeploymentUniqueLabelKey
@@ -206,14 +214,16 @@ func MaxSurge(dep *appsv1.Deployment) int {
 
 // Needed says whether the pod needs a surge to leave without lowering its
 // Deployment's ready pods: a PodDisruptionBudget refuses its eviction now
-// (pdbBlocked), or none guards it (pdbs is 0) and it is its Deployment's
-// only ready pod.
+// (pdbBlocked), or it is its Deployment's only ready pod (with or without a
+// PodDisruptionBudget: one that allows its eviction allows an outage).
 func Needed(pdbs int, pdbBlocked bool, dep *appsv1.Deployment) (bool, string) {
 	switch {
 	case pdbBlocked:
 		return true, "its PodDisruptionBudget allows no disruption now"
-	case pdbs == 0 && dep.Status.ReadyReplicas <= 1:
+	case dep.Status.ReadyReplicas <= 1 && pdbs == 0:
 		return true, "no PodDisruptionBudget guards it and it is the only ready pod of Deployment " + dep.Name
+	case dep.Status.ReadyReplicas <= 1:
+		return true, "it is the only ready pod of Deployment " + dep.Name + " (its PodDisruptionBudget would let it go)"
 	}
 	return false, ""
 }
@@ -249,6 +259,9 @@ func Replacement(pod *corev1.Pod, w Workload, nd *v1alpha1.NodeDrain) *corev1.Po
 	out.Annotations[AnnotationPod] = pod.Name
 	out.Annotations[AnnotationReplicaSet] = w.ReplicaSet.Name
 	out.Annotations[AnnotationDeployment] = w.Deployment.Name
+	if c, ok := out.Annotations[DeletionCost]; ok {
+		out.Annotations[AnnotationCost] = c
+	}
 	return out
 }
 

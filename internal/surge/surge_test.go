@@ -155,7 +155,7 @@ func TestWantedAndNeeded(t *testing.T) {
 		ready   int32
 		want    bool
 	}{
-		{1, true, 3, true}, {1, false, 1, false}, {0, false, 1, true}, {0, false, 2, false},
+		{1, true, 3, true}, {1, false, 1, true}, {1, false, 2, false}, {0, false, 1, true}, {0, false, 2, false},
 	} {
 		dep.Status.ReadyReplicas = tc.ready
 		if got, _ := Needed(tc.pdbs, tc.blocked, dep); got != tc.want {

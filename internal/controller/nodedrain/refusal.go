@@ -75,6 +75,9 @@ func (r *Reconciler) onOutcome(o eviction.Outcome) {
 	case r.ledger.gateRefused(o):
 		r.Evictions.Forget(o.UID) // it goes back in service first (endpoints.go)
 	}
+	if o.Result == eviction.Evicted {
+		r.handOverNow(o) // surge.go
+	}
 	if o.Result == eviction.Evicted && !r.seenLeaving(o) {
 		return // the pod's watch event, still to come, brings the next pass
 	}

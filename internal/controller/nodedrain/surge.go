@@ -15,11 +15,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
@@ -107,9 +110,6 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	uid := string(d.Pod.UID)
 	if rep := sp.byPod[uid]; rep != nil {
 		return r.awaitReplacement(ctx, s, d, rep)
-	}
-	if len(d.PDBs) > 0 && !d.PDBBlocked {
-		return false, nil // its PDB allows the eviction as it is
 	}
 	honoured, err := s.policy.HonoursAnnotations(d.Pod.Namespace, r.namespaceLabels(ctx))
 	if err != nil {
@@ -363,6 +363,27 @@ func (r *Reconciler) tendSurges(ctx context.Context, s *scope, evicting map[type
 	return pending, nil
 }
 
+// handOverNow hands the evicted pod's replacement over as soon as the
+// eviction is accepted, not a pass later: the ReplicaSet replaces the pod
+// at once, and the sooner it adopts the replacement, the likelier its own
+// new pod is not Ready yet when it deletes one of the two (a not-Ready pod
+// goes first). A failure is left to the next pass (tendSurges).
+func (r *Reconciler) handOverNow(o eviction.Outcome) {
+	ctx := context.Background()
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(o.Pod.Namespace), client.MatchingFields{index.Surge: o.Node},
+		client.MatchingLabels{surge.LabelOf: string(o.UID)}); err != nil || len(list.Items) != 1 {
+		return
+	}
+	rep := &list.Items[0]
+	if rep.Labels[surge.HashLabel] != "" || !rep.DeletionTimestamp.IsZero() || !surge.Ready(rep) {
+		return
+	}
+	if err := r.handOver(ctx, rep); err != nil {
+		log.FromContext(ctx).Info("surge: handing the replacement over failed; the next pass tries again", "replacement", klog.KObj(rep), "error", err.Error())
+	}
+}
+
 // handOver gives the replacement its ReplicaSet's pod-template-hash, and
 // drops the drain's owner reference in the same patch (the NodeDrain may be
 // deleted before the ReplicaSet adopts it; the garbage collector must not
@@ -380,19 +401,29 @@ func (r *Reconciler) handOver(ctx context.Context, rep *corev1.Pod) error {
 	if hash == "" || rs.Spec.Selector == nil || rs.Spec.Selector.MatchLabels[surge.HashLabel] != hash {
 		return fmt.Errorf("ReplicaSet %s/%s has no %s to hand replacement %s over with", rs.Namespace, rs.Name, surge.HashLabel, rep.Name)
 	}
+	// The ReplicaSet may have replaced the pod already: adopting the
+	// replacement too, it has one pod over its replicas, and deletes one.
+	// A not-Ready pod goes first; between two Ready ones, the lower
+	// deletion cost: its own new pod, not the replacement that serves.
 	return r.patchReplacement(ctx, rep, map[string]any{
 		"labels":          map[string]any{surge.HashLabel: hash},
+		"annotations":     map[string]any{surge.DeletionCost: surge.KeepCost},
 		"ownerReferences": withoutDrain(rep.OwnerReferences),
 	})
 }
 
 // releaseReplacement removes vacate's labels and annotations from a
-// replacement its ReplicaSet adopted: it is one of the ReplicaSet's pods.
+// replacement its ReplicaSet adopted, and gives it back its template's
+// deletion cost: it is one of the ReplicaSet's pods.
 func (r *Reconciler) releaseReplacement(ctx context.Context, rep *corev1.Pod) error {
+	var cost any // the template's, kept in the replacement's annotation
+	if c, ok := rep.Annotations[surge.AnnotationCost]; ok && c != "" {
+		cost = c
+	}
 	return r.patchReplacement(ctx, rep, map[string]any{
 		"labels": map[string]any{surge.LabelOf: nil, surge.LabelDrain: nil},
 		"annotations": map[string]any{surge.AnnotationPod: nil, surge.AnnotationReplicaSet: nil,
-			surge.AnnotationDeployment: nil},
+			surge.AnnotationDeployment: nil, surge.AnnotationCost: nil, surge.DeletionCost: cost},
 		"ownerReferences": withoutDrain(rep.OwnerReferences),
 	})
 }

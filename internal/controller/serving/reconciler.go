@@ -11,6 +11,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +33,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/serving"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
@@ -43,19 +47,34 @@ type Reconciler struct {
 	// Workers is how many pods are handled at once: a burst of new gated
 	// pods (a rollout) waits for nothing else. Default 4.
 	Workers int
+
+	// held are the new pods waiting for a surge's handover, by
+	// namespace/name: since when (bounded by surgeHold).
+	held sync.Map
 }
+
+// surgeHold bounds how long a new pod waits for a surge's handover.
+const surgeHold = 15 * time.Second
 
 // Reconcile sets the pod's condition True when it has none, or when a
 // drain took it out of service and that drain no longer evicts.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		r.held.Delete(req.NamespacedName)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pod.DeletionTimestamp.IsZero() {
+		r.held.Delete(req.NamespacedName)
 	}
 	if !serving.Gated(pod) || !pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return reconcile.Result{}, nil
 	}
 	if serving.NeedsServing(pod) {
+		if wait, err := r.handingOver(ctx, pod); err != nil || wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, err
+		}
+		r.held.Delete(req.NamespacedName)
 		return reconcile.Result{}, r.set(ctx, pod, serving.ReasonServing, "vacate lets the pod serve until a drain evicts it")
 	}
 	if _, out := serving.OutOfService(pod); !out {
@@ -66,6 +85,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.set(ctx, pod, serving.ReasonRestored, why)
+}
+
+// handingOver says how long a new pod of a ReplicaSet waits before it may
+// serve, while a surge's replacement (internal/surge) is being handed over
+// to that ReplicaSet. The ReplicaSet replaced the evicted pod with this one
+// before it adopted the replacement: it now has one pod too many and
+// deletes one, a not-Ready one first. Not serving, this pod is the one; had
+// it served for an instant, the requests a load balancer sent it meanwhile
+// would be lost. Bounded by surgeHold.
+func (r *Reconciler) handingOver(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+	hash := pod.Labels[surge.HashLabel]
+	if hash == "" || pod.Labels[surge.LabelOf] != "" {
+		return 0, nil
+	}
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(pod.Namespace), client.HasLabels{surge.LabelOf},
+		client.MatchingLabels{surge.HashLabel: hash}); err != nil {
+		return 0, err
+	}
+	if !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp.IsZero() }) {
+		return 0, nil
+	}
+	now := r.Clock.Now()
+	first, _ := r.held.LoadOrStore(client.ObjectKeyFromObject(pod), now)
+	if left := surgeHold - now.Sub(first.(time.Time)); left > 0 {
+		return min(left, 500*time.Millisecond), nil
+	}
+	return 0, nil
 }
 
 // drainEvicts reports whether the drain of the node may still evict its

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -51,6 +52,8 @@ type Scenario struct {
 	// PreStop keeps each server serving that long after SIGTERM, as a
 	// preStop sleep does.
 	PreStop time.Duration
+	// Surge drains under a DrainPolicy of surge.pods All.
+	Surge bool
 }
 
 // String names the scenario as the reports do.
@@ -65,6 +68,9 @@ func (s Scenario) String() string {
 	if s.PreStop > 0 {
 		out += fmt.Sprintf(", preStop sleep %s", s.PreStop)
 	}
+	if s.Surge {
+		out += ", surge"
+	}
 	return out
 }
 
@@ -76,8 +82,9 @@ type Setup struct {
 	Network *traffic.Network
 	// Kubectl is the kubectl binary, for the Kubectl drainer.
 	Kubectl string
-	// Nodes per scenario, of which the first Drain are drained; Replicas
-	// of the Deployment spread over them. Defaults 4, 2, 8.
+	// Nodes per scenario, of which the Drain with the most pods are
+	// drained; Replicas of the Deployment spread over them. Defaults 4, 2,
+	// 8.
 	Nodes, Drain int
 	Replicas     int32
 	// Rate and Lag of the load balancer stand-in. Defaults 200/s and 1s.
@@ -85,6 +92,11 @@ type Setup struct {
 	Lag  time.Duration
 	// Settle is the DrainPolicy's endpoints.settleTime. Default 2s.
 	Settle time.Duration
+	// PDB is the Deployment's PodDisruptionBudget (traffic.Workload.PDB):
+	// "" for maxUnavailable 1.
+	PDB string
+	// KubectlTimeout bounds `kubectl drain` (its --timeout). Default 10m.
+	KubectlTimeout time.Duration
 	// Out receives progress lines; nil discards them.
 	Out io.Writer
 }
@@ -110,6 +122,9 @@ func (s *Setup) defaults() {
 	}
 	if s.Out == nil {
 		s.Out = io.Discard
+	}
+	if s.KubectlTimeout == 0 {
+		s.KubectlTimeout = 10 * time.Minute
 	}
 }
 
@@ -164,15 +179,17 @@ func Run(ctx context.Context, s Setup, sc Scenario, run int) (res Result, err er
 		_ = cs.CoreV1().Namespaces().Delete(cctx, ns, metav1.DeleteOptions{})
 	}()
 	w := traffic.Workload{Namespace: ns, Name: "web", Replicas: s.Replicas, NodeSelector: sel, ReadinessGate: sc.Gate,
-		GracePeriod: max(sc.PreStop+5*time.Second, 5*time.Second)}
+		GracePeriod: max(sc.PreStop+5*time.Second, 5*time.Second), PDB: s.PDB}
 	if err := traffic.CreateWorkload(ctx, cs, w); err != nil {
 		return res, err
 	}
 	if _, err := traffic.WaitForEndpoints(ctx, cs, ns, w.Name, int(s.Replicas), 2*time.Minute); err != nil {
 		return res, err
 	}
-	if _, err := devcluster.WaitForPDB(ctx, cs, ns, w.Name, s.Replicas, time.Minute); err != nil {
-		return res, err
+	if s.PDB != "none" {
+		if _, err := devcluster.WaitForPDB(ctx, cs, ns, w.Name, s.Replicas, time.Minute); err != nil {
+			return res, err
+		}
 	}
 	// kwok marks a pod Ready as it gives it its IP; its server may still be
 	// starting. The measurement starts once every server listens.
@@ -181,8 +198,7 @@ func Run(ctx context.Context, s Setup, sc Scenario, run int) (res Result, err er
 	}); err != nil {
 		return res, fmt.Errorf("waiting for the %d servers (%d running): %w", s.Replicas, kubelet.Running(), err)
 	}
-	targets := nodes[:s.Drain]
-	onTargets, err := podsOn(ctx, s.Cluster, ns, targets)
+	targets, onTargets, err := busiest(ctx, s.Cluster, ns, nodes, s.Drain)
 	if err != nil {
 		return res, err
 	}
@@ -206,7 +222,7 @@ func Run(ctx context.Context, s Setup, sc Scenario, run int) (res Result, err er
 	case Kubectl:
 		err = kubectlDrain(ctx, s, targets)
 	case Vacate:
-		err = vacateDrain(ctx, s, prefix, targets)
+		err = vacateDrain(ctx, s, sc, prefix, targets)
 	}
 	if err != nil {
 		return res, err
@@ -236,36 +252,58 @@ func podCIDR(prefix netip.Prefix, block int) (string, error) {
 	return netip.PrefixFrom(netip.AddrFrom4(a), 24).String(), nil
 }
 
-func podsOn(ctx context.Context, c *devcluster.Cluster, ns string, nodes []string) (int, error) {
-	n := 0
-	for _, node := range nodes {
-		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			return 0, err
-		}
-		n += len(pods.Items)
+// busiest are the count nodes with the most of the namespace's pods (the
+// first of equals), and how many pods they hold.
+func busiest(ctx context.Context, c *devcluster.Cluster, ns string, nodes []string, count int) ([]string, int, error) {
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, 0, err
 	}
-	return n, nil
+	on := map[string]int{}
+	for _, p := range pods.Items {
+		on[p.Spec.NodeName]++
+	}
+	sorted := slices.Clone(nodes)
+	slices.SortStableFunc(sorted, func(a, b string) int { return on[b] - on[a] })
+	n := 0
+	for _, node := range sorted[:count] {
+		n += on[node]
+	}
+	return sorted[:count], n, nil
 }
 
 func kubectlDrain(ctx context.Context, s Setup, nodes []string) error {
 	args := append([]string{"--kubeconfig", s.Cluster.Kubeconfig, "drain"}, nodes...)
-	args = append(args, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=10m")
+	args = append(args, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout="+s.KubectlTimeout.String())
 	out, err := exec.CommandContext(ctx, s.Kubectl, args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("kubectl drain: %w\n%s", err, out)
+		return &KubectlError{Err: err, Output: string(out)}
 	}
 	return nil
 }
 
+// KubectlError is `kubectl drain` failing (a PDB that never allows the
+// eviction makes it time out), with what it printed.
+type KubectlError struct {
+	Err    error
+	Output string
+}
+
+func (e *KubectlError) Error() string {
+	return fmt.Sprintf("kubectl drain: %v\n%s", e.Err, e.Output)
+}
+
 // vacateDrain drains the nodes at once under a policy of their own, with
 // no batch window (the drains are requested together anyway).
-func vacateDrain(ctx context.Context, s Setup, name string, nodes []string) error {
+func vacateDrain(ctx context.Context, s Setup, sc Scenario, name string, nodes []string) error {
 	all := intstr.FromInt32(int32(len(nodes)))
 	pol := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.DrainPolicySpec{
 		Concurrency: v1alpha1.Concurrency{MaxParallelNodes: &all, BatchWindow: &metav1.Duration{}},
 		Endpoints:   v1alpha1.Endpoints{SettleTime: &metav1.Duration{Duration: s.Settle}},
 	}}
+	if sc.Surge {
+		pol.Spec.Surge.Pods = v1alpha1.SurgeAll
+	}
 	if err := s.Client.Create(ctx, pol); err != nil {
 		return fmt.Errorf("creating DrainPolicy %s: %w", name, err)
 	}
@@ -323,6 +361,16 @@ func watchReadiness(cs kubernetes.Interface, ns string) (since func(time.Time) [
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
+	if os.Getenv("SD_DEBUG") != "" {
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+			p := o.(*corev1.Pod)
+			fmt.Printf("DBG %s %s node=%s ip=%s ready=%t del=%v labels=%v owners=%d\n", time.Now().Format("15:04:05.000"), p.Name, p.Spec.NodeName, p.Status.PodIP, devcluster.PodReady(p), p.DeletionTimestamp, p.Labels, len(p.OwnerReferences))
+		}, DeleteFunc: func(o any) {
+			if p, ok := o.(*corev1.Pod); ok {
+				fmt.Printf("DBG %s %s deleted\n", time.Now().Format("15:04:05.000"), p.Name)
+			}
+		}})
+	}
 	ch := make(chan struct{})
 	f.Start(ch)
 	f.WaitForCacheSync(ch)

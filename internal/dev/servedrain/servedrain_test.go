@@ -1,8 +1,10 @@
 package servedrain_test
 
 import (
+	"errors"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,62 @@ func TestGateDropsNoRequest(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(metrics.OutOfService.WithLabelValues("Evicted")) - evicted; got < float64(gate.Evicted) {
 		t.Errorf("vacate_out_of_service_total{result=Evicted} grew by %v, want at least %d", got, gate.Evicted)
+	}
+}
+
+// TestSurgeDropsNoRequestWithOneReplica (issue 26): the node of a
+// one-replica web service is drained under steady traffic. Without a PDB,
+// `kubectl drain` drops every request between its pod's end and a new pod
+// serving; vacate with surge drops none (the replacement is Ready, and in
+// the Service's EndpointSlice, before the pod leaves it). With a PDB of
+// minAvailable 1, `kubectl drain` cannot evict it at all; vacate with
+// surge drains it, again dropping nothing.
+func TestSurgeDropsNoRequestWithOneReplica(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c)
+	network, err := traffic.NewNetwork("vacate-test-sg", netip.MustParsePrefix("10.224.0.0/16"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = network.Close() })
+	ctx := testenv.Context(t)
+	run := 0
+	measure := func(pdb string, sc servedrain.Scenario) (servedrain.Result, error) {
+		t.Helper()
+		s := servedrain.Setup{Cluster: c, Client: cl, Network: network, Kubectl: c.Binaries[devcluster.Kubectl],
+			Nodes: 2, Drain: 1, Replicas: 1, PDB: pdb, Settle: 3 * time.Second, Rate: 100, KubectlTimeout: 15 * time.Second, Out: testWriter{t}}
+		run++
+		res, err := servedrain.Run(ctx, s, sc, run)
+		if err == nil {
+			t.Logf("PDB %q, %s: %s, drain %s, %d pod(s) evicted", pdb, res.Scenario, res.Requests, res.DrainTime, res.Evicted)
+		}
+		return res, err
+	}
+	surge := servedrain.Scenario{Drainer: servedrain.Vacate, Gate: true, Surge: true}
+
+	kubectl, err := measure("none", servedrain.Scenario{Drainer: servedrain.Kubectl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kubectl.Evicted != 1 || kubectl.Requests.Lost() == 0 {
+		t.Errorf("kubectl drain evicted %d pod(s) and lost %d request(s): want its one pod, and the requests of the gap", kubectl.Evicted, kubectl.Requests.Lost())
+	}
+	for _, pdb := range []string{"none", "minAvailable=1"} {
+		res, err := measure(pdb, surge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Evicted != 1 || res.Requests.Sent == 0 {
+			t.Fatalf("the surge drain evicted %d pod(s) under %d request(s): nothing was measured", res.Evicted, res.Requests.Sent)
+		}
+		if res.Requests.Lost() != 0 {
+			t.Errorf("PDB %q: vacate with surge lost %d of %d requests: %v", pdb, res.Requests.Lost(), res.Requests.Sent, res.Requests.Errors)
+		}
+	}
+	_, err = measure("minAvailable=1", servedrain.Scenario{Drainer: servedrain.Kubectl})
+	var ke *servedrain.KubectlError
+	if !errors.As(err, &ke) || !strings.Contains(ke.Output, "disruption budget") {
+		t.Errorf("kubectl drain of a pod whose PDB is minAvailable 1: %v, want it refused by the disruption budget until its timeout", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,9 @@ type Workload struct {
 	// ReadinessGate declares vacate's readiness gate (vacate.dev/serving)
 	// in the pod template: the pods are endpoint-aware.
 	ReadinessGate bool
+	// PDB is the PodDisruptionBudget: "" for maxUnavailable 1, "none" for
+	// none, or "minAvailable=N".
+	PDB string
 }
 
 // CreateWorkload creates the Deployment, the Service and the PDB. Pods are
@@ -79,6 +83,14 @@ func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) er
 		return fmt.Errorf("creating service %s/%s: %w", w.Namespace, w.Name, err)
 	}
 	pdb := devcluster.PDB(w.Namespace, w.Name, w.Name, "", "1")
+	switch {
+	case w.PDB == "none":
+		return nil
+	case strings.HasPrefix(w.PDB, "minAvailable="):
+		pdb = devcluster.PDB(w.Namespace, w.Name, w.Name, strings.TrimPrefix(w.PDB, "minAvailable="), "")
+	case w.PDB != "":
+		return fmt.Errorf("PDB %q: want \"\", \"none\" or \"minAvailable=N\"", w.PDB)
+	}
 	if _, err := cs.PolicyV1().PodDisruptionBudgets(w.Namespace).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating PDB %s/%s: %w", w.Namespace, w.Name, err)
 	}
