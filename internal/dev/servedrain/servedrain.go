@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -361,16 +360,6 @@ func watchReadiness(cs kubernetes.Interface, ns string) (since func(time.Time) [
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
-	if os.Getenv("SD_DEBUG") != "" {
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
-			p := o.(*corev1.Pod)
-			fmt.Printf("DBG %s %s node=%s ip=%s ready=%t del=%v labels=%v owners=%d\n", time.Now().Format("15:04:05.000"), p.Name, p.Spec.NodeName, p.Status.PodIP, devcluster.PodReady(p), p.DeletionTimestamp, p.Labels, len(p.OwnerReferences))
-		}, DeleteFunc: func(o any) {
-			if p, ok := o.(*corev1.Pod); ok {
-				fmt.Printf("DBG %s %s deleted\n", time.Now().Format("15:04:05.000"), p.Name)
-			}
-		}})
-	}
 	ch := make(chan struct{})
 	f.Start(ch)
 	f.WaitForCacheSync(ch)
