@@ -144,7 +144,7 @@ bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes w
 		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 $(BENCH_FLAGS)
 
 .PHONY: bench-endpoints
-bench-endpoints: controlplane ## Requests a drain drops: kubectl drain, vacate without and with the readiness gate, preStop sleep (needs root: a network namespace)
+bench-endpoints: controlplane ## Requests a drain drops: kubectl drain, vacate without and with the readiness gate (and surge), preStop sleep (needs root: a network namespace)
 	$(GO) run ./hack/bench-endpoints $(BENCH_ENDPOINTS_FLAGS)
 
 .PHONY: bench-stateful

@@ -105,6 +105,7 @@ func run(ctx context.Context, out io.Writer, s servedrain.Setup, runs int, pre t
 		{Drainer: servedrain.Kubectl},
 		{Drainer: servedrain.Vacate},
 		{Drainer: servedrain.Vacate, Gate: true},
+		{Drainer: servedrain.Vacate, Gate: true, Surge: true},
 		{Drainer: servedrain.Kubectl, PreStop: pre},
 		{Drainer: servedrain.Vacate, PreStop: pre},
 	}
