@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,7 +28,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/surge"
 )
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets;deployments,verbs=get
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 
@@ -196,8 +197,9 @@ func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Dec
 		started = rec.Since.Time
 	}
 	if age := s.now.Sub(started); !started.IsZero() && age >= timeout {
-		if err := r.removeReplacement(ctx, rep); err != nil {
-			return false, err
+		if removed, err := r.removeReplacement(ctx, s, rep); err != nil || !removed {
+			s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "replacement "+rep.Name+" is past surge.readyTimeout and being removed")
+			return true, err
 		}
 		msg := fmt.Sprintf("replacement %s was not Ready within %s (surge.readyTimeout): %s; removed, the pod stays", rep.Name, timeout, why)
 		s.log.Info("surge: replacement removed", "pod", d.Key(), "replacement", rep.Name, "why", why)
@@ -352,12 +354,15 @@ func (r *Reconciler) tendSurges(ctx context.Context, s *scope, evicting map[type
 			case !cancel:
 				why = "the pod no longer leaves"
 			}
-			if err := r.removeReplacement(ctx, rep); err != nil {
-				return 0, err
+			pending++
+			if removed, err := r.removeReplacement(ctx, s, rep); err != nil || !removed {
+				if err != nil {
+					return 0, err
+				}
+				continue
 			}
 			s.log.Info("surge: replacement removed", "pod", key, "replacement", rep.Name, "why", why)
 			s.setSurgeOf(key, uid, rep.Name, v1alpha1.SurgeCancelled, "replacement "+rep.Name+" removed: "+why)
-			pending++
 		}
 	}
 	return pending, nil
@@ -392,7 +397,8 @@ func (r *Reconciler) handOver(ctx context.Context, rep *corev1.Pod) error {
 	rs := &appsv1.ReplicaSet{}
 	err := r.fresh().Get(ctx, types.NamespacedName{Namespace: rep.Namespace, Name: rep.Annotations[surge.AnnotationReplicaSet]}, rs)
 	if apierrors.IsNotFound(err) {
-		return r.removeReplacement(ctx, rep) // its ReplicaSet is gone: a new revision's pods serve
+		_, err := r.removeReplacement(ctx, nil, rep) // its ReplicaSet is gone: a new revision's pods serve
+		return err
 	}
 	if err != nil {
 		return err
@@ -455,13 +461,24 @@ func withoutDrain(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	return out
 }
 
-// removeReplacement deletes a replacement, by its UID.
-func (r *Reconciler) removeReplacement(ctx context.Context, rep *corev1.Pod) error {
-	err := r.Client.Delete(ctx, rep, client.Preconditions{UID: &rep.UID})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("removing replacement %s/%s: %w", rep.Namespace, rep.Name, err)
+// removeReplacement evicts a replacement, by its UID: vacate-controller
+// may not delete pods (RBAC), and the eviction API lets a pod that is not
+// Ready go while its PDB keeps its healthy pods. A refusal leaves it for a
+// later pass (removed is false; s, when set, rechecks soon).
+func (r *Reconciler) removeReplacement(ctx context.Context, s *scope, rep *corev1.Pod) (removed bool, err error) {
+	ev := &policyv1.Eviction{DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rep.UID}}}
+	err = r.Client.SubResource("eviction").Create(ctx, rep, ev)
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return true, nil
+	case apierrors.IsTooManyRequests(err):
+		if s != nil {
+			s.log.Info("surge: removing a replacement was refused; trying again", "replacement", klog.KObj(rep), "why", err.Error())
+			s.recheckIn(gateRetry)
+		}
+		return false, nil
 	}
-	return nil
+	return false, fmt.Errorf("removing replacement %s/%s: %w", rep.Namespace, rep.Name, err)
 }
 
 // surgeRecord is the drain's record of the pod's surge; nil if none.

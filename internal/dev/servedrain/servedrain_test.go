@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,13 @@ func TestMain(m *testing.M) {
 	traffic.MaybeServe() // the pods' servers are this test binary, re-executed
 	os.Exit(testenv.Main(m))
 }
+
+// runs numbers the scenario runs of this test process: every run gets
+// nodes of its own names and pod addresses (the tests share one dev
+// cluster, and -count reruns them in the same process).
+var runs atomic.Int32
+
+func nextRun() int { return int(runs.Add(1)) }
 
 // TestGateDropsNoRequest (issue 15): under steady traffic through a load
 // balancer that follows EndpointSlices a second late, draining two nodes
@@ -42,7 +50,7 @@ func TestGateDropsNoRequest(t *testing.T) {
 		Settle: 3 * time.Second, Rate: 100, Out: testWriter{t}}
 	ctx := testenv.Context(t)
 
-	kubectl, err := servedrain.Run(ctx, s, servedrain.Scenario{Drainer: servedrain.Kubectl}, 0)
+	kubectl, err := servedrain.Run(ctx, s, servedrain.Scenario{Drainer: servedrain.Kubectl}, nextRun())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +62,7 @@ func TestGateDropsNoRequest(t *testing.T) {
 
 	updates := sampleCount(t)
 	evicted := testutil.ToFloat64(metrics.OutOfService.WithLabelValues("Evicted"))
-	gate, err := servedrain.Run(ctx, s, servedrain.Scenario{Drainer: servedrain.Vacate, Gate: true}, 1)
+	gate, err := servedrain.Run(ctx, s, servedrain.Scenario{Drainer: servedrain.Vacate, Gate: true}, nextRun())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,13 +97,11 @@ func TestSurgeDropsNoRequestWithOneReplica(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = network.Close() })
 	ctx := testenv.Context(t)
-	run := 0
 	measure := func(pdb string, sc servedrain.Scenario) (servedrain.Result, error) {
 		t.Helper()
 		s := servedrain.Setup{Cluster: c, Client: cl, Network: network, Kubectl: c.Binaries[devcluster.Kubectl],
 			Nodes: 2, Drain: 1, Replicas: 1, PDB: pdb, Settle: 3 * time.Second, Rate: 100, KubectlTimeout: 15 * time.Second, Out: testWriter{t}}
-		run++
-		res, err := servedrain.Run(ctx, s, sc, run)
+		res, err := servedrain.Run(ctx, s, sc, nextRun())
 		if err == nil {
 			t.Logf("PDB %q, %s: %s, drain %s, %d pod(s) evicted", pdb, res.Scenario, res.Requests, res.DrainTime, res.Evicted)
 		}
