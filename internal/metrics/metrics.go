@@ -83,7 +83,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld,
-			EndpointsUpdate, OutOfService, ServingSet)
+			EndpointsUpdate, OutOfService, ServingSet, Surges)
 		initLabels()
 	})
 }
@@ -103,6 +103,9 @@ func initLabels() {
 	}
 	for _, r := range []string{serving.ReasonServing, serving.ReasonRestored} {
 		ServingSet.WithLabelValues(r)
+	}
+	for _, r := range []string{v1alpha1.SurgeStarting, v1alpha1.SurgeHandedOver, v1alpha1.SurgeFailed, v1alpha1.SurgeCancelled} {
+		Surges.WithLabelValues(r)
 	}
 }
 
@@ -140,6 +143,17 @@ var EndpointsUpdate = prometheus.NewHistogram(prometheus.HistogramOpts{
 var OutOfService = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "vacate_out_of_service_total",
 	Help: "Endpoint-aware pods taken out of service before their eviction, by result (Evicted, EndpointsTimeout, Restored).",
+}, []string{LabelResult})
+
+// Surges counts surge drains' replacements (DrainPolicy surge), by what
+// became of them: Starting (created), HandedOver (the pod left and its
+// ReplicaSet adopted the replacement), Failed (not Ready within
+// surge.readyTimeout: removed), Cancelled (removed: the drain was
+// cancelled, or the pod no longer leaves). Counted when the drain's status
+// recording it is written.
+var Surges = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "vacate_surges_total",
+	Help: "Replacements brought up by surge drains, by what became of them (Starting, HandedOver, Failed, Cancelled).",
 }, []string{LabelResult})
 
 // ServingSet counts the vacate.dev/serving conditions the serving

@@ -24,6 +24,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
@@ -507,6 +508,9 @@ func (s *scope) setSurgeOf(pod, uid, replacement, phase, msg string) {
 	}
 	if rec.Phase != phase {
 		rec.Since = metav1.NewTime(s.now)
+		if phase != v1alpha1.SurgeReady {
+			s.afterWrite(func() { metrics.Surges.WithLabelValues(phase).Inc() })
+		}
 	}
 	rec.Replacement, rec.Phase, rec.Message = replacement, phase, truncate(msg, 1024)
 	for len(st.Surges) > v1alpha1.MaxSurges {

@@ -116,6 +116,7 @@ func TestSurgeDropsNoRequestWithOneReplica(t *testing.T) {
 	if kubectl.Evicted != 1 || kubectl.Requests.Lost() == 0 {
 		t.Errorf("kubectl drain evicted %d pod(s) and lost %d request(s): want its one pod, and the requests of the gap", kubectl.Evicted, kubectl.Requests.Lost())
 	}
+	handedOver := testutil.ToFloat64(metrics.Surges.WithLabelValues("HandedOver"))
 	for _, pdb := range []string{"none", "minAvailable=1"} {
 		res, err := measure(pdb, surge)
 		if err != nil {
@@ -127,6 +128,9 @@ func TestSurgeDropsNoRequestWithOneReplica(t *testing.T) {
 		if res.Requests.Lost() != 0 {
 			t.Errorf("PDB %q: vacate with surge lost %d of %d requests: %v", pdb, res.Requests.Lost(), res.Requests.Sent, res.Requests.Errors)
 		}
+	}
+	if got := testutil.ToFloat64(metrics.Surges.WithLabelValues("HandedOver")) - handedOver; got != 2 {
+		t.Errorf("vacate_surges_total{result=HandedOver} grew by %v, want 2", got)
 	}
 	_, err = measure("minAvailable=1", servedrain.Scenario{Drainer: servedrain.Kubectl})
 	var ke *servedrain.KubectlError
