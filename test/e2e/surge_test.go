@@ -529,23 +529,30 @@ func TestSurgeResumesAfterKills(t *testing.T) {
 }
 
 // waitPod waits for a pod of the Deployment (or a replacement) that ok
-// accepts.
+// accepts, following a watch: the test acts on it at once.
 func (e *surgeEnv) waitPod(t *testing.T, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
-	ctx := testenv.Context(t)
-	var found *corev1.Pod
-	testutilEventually(t, time.Minute, what, func() error {
-		list, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.sel.String()})
-		if err != nil {
-			return err
+	ctx, cancel := context.WithTimeout(testenv.Context(t), time.Minute)
+	defer cancel()
+	list, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.sel.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		if ok(&list.Items[i]) {
+			return &list.Items[i]
 		}
-		for i := range list.Items {
-			if ok(&list.Items[i]) {
-				found = &list.Items[i]
-				return nil
-			}
+	}
+	wi, err := e.c.Client.CoreV1().Pods(e.ns).Watch(ctx, metav1.ListOptions{LabelSelector: e.sel.String(), ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wi.Stop()
+	for ev := range wi.ResultChan() {
+		if p, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type != watch.Deleted && ok(p) {
+			return p
 		}
-		return fmt.Errorf("none of %d pods", len(list.Items))
-	})
-	return found
+	}
+	t.Fatalf("%s: not within a minute", what)
+	return nil
 }
