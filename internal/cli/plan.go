@@ -508,8 +508,12 @@ func planSurge(ctx context.Context, s *session, pol policy.Policy, d drain.Decis
 		w = cached
 	}
 	surged, why := surge.Consider(pol.Surge, honoured, d.Pod, len(d.PDBs), d.PDBBlocked, w)
-	if why == "" {
-		return nil, nil
+	needs := d.PDBBlocked
+	if w.Deployment != nil {
+		needs, _ = surge.Needed(len(d.PDBs), d.PDBBlocked, w.Deployment)
+	}
+	if !surged && (!needs || why == "") {
+		return nil, nil // it leaves without one anyway
 	}
 	return &SurgePlan{Surged: surged, Why: why}, nil
 }
@@ -772,6 +776,8 @@ func writePlan(w io.Writer, p NodePlan) error {
 			detail = strings.TrimPrefix(detail+"; surged, a replacement Ready elsewhere first: "+pp.Surge.Why, "; ")
 		case pp.Surge != nil && pp.BlockedNow:
 			detail = strings.TrimPrefix(detail+"; waits, not surged: "+pp.Surge.Why, "; ")
+		case pp.Surge != nil:
+			detail = strings.TrimPrefix(detail+"; evicted without a replacement, not surged: "+pp.Surge.Why, "; ")
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", pp.Pod, action, pp.Reason, orDash(detail))
 	}

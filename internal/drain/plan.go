@@ -67,6 +67,9 @@ const (
 	// in place: its DaemonSet would put it back at once.
 	ReasonDaemonSetReturns Reason = "DaemonSetPodReturns"
 	ReasonUnmanaged        Reason = "Unmanaged"
+	// ReasonSurgeReplacement: a replacement a surge drain brought up on
+	// this node (label SurgeReplacementLabel), not yet its ReplicaSet's.
+	ReasonSurgeReplacement Reason = "SurgeReplacement"
 	ReasonLocalStorage     Reason = "LocalStorage"
 	ReasonEvictable        Reason = "Evictable"
 	// ReasonVacateLast: one of vacate's own pods waits until every other
@@ -74,6 +77,10 @@ const (
 	// there before it moves itself.
 	ReasonVacateLast Reason = "VacateComponentLast"
 )
+
+// SurgeReplacementLabel marks a surge drain's replacement pod
+// (internal/surge.LabelOf).
+const SurgeReplacementLabel = "vacate.dev/surge-of"
 
 // ComponentLabel marks vacate's own pods (controller, agent, providers'
 // agents): label app.kubernetes.io/part-of=vacate.
@@ -414,6 +421,12 @@ func controllerOf(p *corev1.Pod) *metav1.OwnerReference {
 func unmanagedPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 	if controllerOf(p) != nil {
 		return Decision{}, false
+	}
+	if p.Labels[SurgeReplacementLabel] != "" {
+		// Not a pod of no controller for long: its ReplicaSet adopts it
+		// (then it is drained as that ReplicaSet's), or its drain removes it.
+		return Decision{Action: Wait, Reason: ReasonSurgeReplacement,
+			Detail: "a replacement another drain brought up (surge): its ReplicaSet adopts it, or that drain removes it"}, true
 	}
 	if r.DeleteUnmanaged {
 		return Decision{Action: Evict, Reason: ReasonUnmanaged, Detail: "no controller will recreate it (policy pods.unmanaged: Delete)"}, true

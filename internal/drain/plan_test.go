@@ -31,6 +31,7 @@ func TestPlanDecidesEachKindOfPod(t *testing.T) {
 		{"mirror pod", pod("etcd-n1").Annotate(corev1.MirrorPodAnnotationKey, "x").Obj(), Rules{}, Skip, ReasonMirrorPod},
 		{"bare pod blocks", pod("lonely").Obj(), Rules{}, Block, ReasonUnmanaged},
 		{"bare pod deleted by policy", pod("lonely").Obj(), Rules{DeleteUnmanaged: true}, Evict, ReasonUnmanaged},
+		{"a surge's replacement is waited on", pod("web-abc-x").Labels(SurgeReplacementLabel, "uid-1").Obj(), Rules{DeleteUnmanaged: true}, Wait, ReasonSurgeReplacement},
 		{"emptyDir blocks", pod("cache-1").OwnedBy("ReplicaSet", "cache").EmptyDir("scratch").Obj(), Rules{}, Block, ReasonLocalStorage},
 		{"emptyDir evicted by policy", pod("cache-1").OwnedBy("ReplicaSet", "cache").EmptyDir("scratch").Obj(), Rules{EvictLocalStorage: true}, Evict, ReasonLocalStorage},
 		{"succeeded pod", pod("job-1").OwnedBy("Job", "j").Phase(corev1.PodSucceeded).Obj(), Rules{}, Skip, ReasonCompleted},

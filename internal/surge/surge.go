@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/drain"
 )
 
 // Names on pods.
@@ -38,7 +39,7 @@ const (
 	// opts it in under surge.pods Annotated, "false" opts it out under All.
 	Annotation = "vacate.dev/surge"
 	// LabelOf, on a replacement: the UID of the pod it replaces.
-	LabelOf = "vacate.dev/surge-of"
+	LabelOf = drain.SurgeReplacementLabel
 	// LabelDrain, on a replacement: the NodeDrain that brought it up.
 	LabelDrain = "vacate.dev/surge-drain"
 	// AnnotationPod, on a replacement: the name of the pod it replaces.
