@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -88,23 +89,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // handingOver says how long a new pod of a ReplicaSet waits before it may
-// serve, while a surge's replacement (internal/surge) is being handed over
-// to that ReplicaSet. The ReplicaSet replaced the evicted pod with this one
-// before it adopted the replacement: it now has one pod too many and
+// serve while a surge's replacement (internal/surge) made from that
+// ReplicaSet's template is up and not yet its own. When the pod the
+// replacement stands in for is evicted, the ReplicaSet replaces it at once
+// (this pod), then adopts the replacement: it has one pod too many and
 // deletes one, a not-Ready one first. Not serving, this pod is the one; had
 // it served for an instant, the requests a load balancer sent it meanwhile
 // would be lost. Bounded by surgeHold.
 func (r *Reconciler) handingOver(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
-	hash := pod.Labels[surge.HashLabel]
-	if hash == "" || pod.Labels[surge.LabelOf] != "" {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil || ref.Kind != "ReplicaSet" || pod.Labels[surge.LabelOf] != "" {
 		return 0, nil
 	}
 	list := &corev1.PodList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(pod.Namespace), client.HasLabels{surge.LabelOf},
-		client.MatchingLabels{surge.HashLabel: hash}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(pod.Namespace), client.HasLabels{surge.LabelOf}); err != nil {
 		return 0, err
 	}
-	if !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp.IsZero() }) {
+	if !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool {
+		return p.DeletionTimestamp.IsZero() && p.Annotations[surge.AnnotationReplicaSet] == ref.Name
+	}) {
 		return 0, nil
 	}
 	now := r.Clock.Now()
