@@ -149,6 +149,7 @@ func newApp(t *testing.T, name string, tune ...func(*v1alpha1.DrainPolicySpec)) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	ready = settledPods(ctx, t, c, a.ns, name, ready)
 	sort.Slice(ready, func(i, j int) bool { return ready[i].Name < ready[j].Name })
 	a.pods = ready
 	a.nodes = a.nodes[:0]
@@ -160,6 +161,36 @@ func newApp(t *testing.T, name string, tune ...func(*v1alpha1.DrainPolicySpec)) 
 	}
 	a.watchEvictions(t)
 	return a
+}
+
+// settledPods reads the pods again until their IPs stay the same for half
+// a second: kwok (v0.7.0) may apply its pod-ready stage twice to one pod,
+// milliseconds apart, before it sees its own first patch, giving the pod a
+// second IP after it was first seen Ready (seen in a suite run: a member's
+// sidecar listened on the first IP, the controller called the second).
+func settledPods(ctx context.Context, t *testing.T, c *devcluster.Cluster, ns, name string, pods []corev1.Pod) []corev1.Pod {
+	t.Helper()
+	ips := func(list []corev1.Pod) string {
+		out := make([]string, 0, len(list))
+		for _, p := range list {
+			out = append(out, p.Name+"="+p.Status.PodIP)
+		}
+		sort.Strings(out)
+		return strings.Join(out, ",")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		time.Sleep(500 * time.Millisecond)
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: devcluster.AppLabel + "=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ips(list.Items) == ips(pods) || time.Now().After(deadline) {
+			return list.Items
+		}
+		t.Logf("pod addresses changed after Ready: %s, now %s", ips(pods), ips(list.Items))
+		pods = list.Items
+	}
 }
 
 // IPs are the pods' IPs, by ordinal: where each member listens.
