@@ -418,8 +418,10 @@ func TestSurgeZeroBudgetUnderHPA(t *testing.T) {
 	e.drain(t, e.node)
 	nd := e.waitDrain(t, e.node, "Drained", 2*time.Minute, drained)
 	w.end(t, 2)
-	if surgesOf(nd, v1alpha1.SurgeHandedOver) != 2 {
-		t.Errorf("status.surges = %+v, want two HandedOver", nd.Status.Surges)
+	// The first pod is surged (its PDB allows nothing); the second too, or
+	// evicted as the PDB allows when the ReplicaSet's own new pods count.
+	if n := surgesOf(nd, v1alpha1.SurgeHandedOver); n < 1 || n != len(nd.Status.Surges) {
+		t.Errorf("status.surges = %+v, want one or two, all HandedOver", nd.Status.Surges)
 	}
 	e.checkHandedOver(t, 2, 2)
 	hpa, err := e.c.Client.AutoscalingV2().HorizontalPodAutoscalers(e.ns).Get(ctx, "web", metav1.GetOptions{})

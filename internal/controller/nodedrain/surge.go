@@ -113,6 +113,18 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	if rep := sp.byPod[uid]; rep != nil {
 		return r.awaitReplacement(ctx, s, d, rep)
 	}
+	// A replacement handed over to the pod's ReplicaSet and not adopted
+	// yet: the ReplicaSet may have replaced its pod too, and has one pod
+	// over its replicas until it adopts the replacement and deletes one. The
+	// PodDisruptionBudget counts that extra pod meanwhile; the pod waits for
+	// the ReplicaSet to settle before its eviction is weighed.
+	for _, rep := range sp.byPod {
+		if rep.Annotations[surge.AnnotationReplicaSet] == ref.Name && rep.Labels[surge.HashLabel] != "" && !surge.Adopted(rep) {
+			s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "waiting for ReplicaSet "+ref.Name+" to adopt replacement "+rep.Name)
+			s.recheckIn(500 * time.Millisecond)
+			return true, nil
+		}
+	}
 	honoured, err := s.policy.HonoursAnnotations(d.Pod.Namespace, r.namespaceLabels(ctx))
 	if err != nil {
 		return false, err
@@ -316,6 +328,9 @@ func (r *Reconciler) tendSurges(ctx context.Context, s *scope, evicting map[type
 	if err != nil {
 		return 0, err
 	}
+	if err := r.settleRecords(ctx, s, sp); err != nil {
+		return 0, err
+	}
 	pending := 0
 	for uid, rep := range sp.byPod {
 		if !cancel && evicting[types.UID(uid)] {
@@ -367,6 +382,32 @@ func (r *Reconciler) tendSurges(ctx context.Context, s *scope, evicting map[type
 		}
 	}
 	return pending, nil
+}
+
+// settleRecords ends the status records of surges whose replacement no
+// longer carries the drain's labels: released after its ReplicaSet adopted
+// it by a pass whose status write was lost (HandedOver), or gone.
+func (r *Reconciler) settleRecords(ctx context.Context, s *scope, sp *surgePass) error {
+	for i := range s.drain.Status.Surges {
+		rec := s.drain.Status.Surges[i]
+		if rec.Phase != v1alpha1.SurgeStarting && rec.Phase != v1alpha1.SurgeReady || rec.Replacement == "" || sp.byPod[rec.PodUID] != nil {
+			continue
+		}
+		ns, _, _ := strings.Cut(rec.Pod, "/")
+		rep := &corev1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: rec.Replacement}, rep)
+		switch {
+		case apierrors.IsNotFound(err):
+			if s.now.Sub(rec.Since.Time) > cacheGrace { // not one just created that the cache has yet to show
+				s.setSurgeOf(rec.Pod, rec.PodUID, rec.Replacement, v1alpha1.SurgeCancelled, "replacement "+rec.Replacement+" is gone")
+			}
+		case err != nil:
+			return err
+		case surge.Adopted(rep) && rep.Labels[surge.LabelOf] == "":
+			s.setSurgeOf(rec.Pod, rec.PodUID, rec.Replacement, v1alpha1.SurgeHandedOver, "pod left; its ReplicaSet adopted replacement "+rep.Name)
+		}
+	}
+	return nil
 }
 
 // handOverNow hands the evicted pod's replacement over as soon as the
