@@ -20,6 +20,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
@@ -152,11 +153,10 @@ func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 func waitPods(t *testing.T, e *env, ns string, sel labels.Selector, count int, ok func(*corev1.Pod) bool) {
 	t.Helper()
 	ctx := testenv.Context(t)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("%d pods as wanted", count), func() error {
 		list, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		n := 0
 		for i := range list.Items {
@@ -164,14 +164,11 @@ func waitPods(t *testing.T, e *env, ns string, sel labels.Selector, count int, o
 				n++
 			}
 		}
-		if n >= count {
-			return
+		if n < count {
+			return fmt.Errorf("%d of %d", n, count)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d pods as wanted after a minute", n, count)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // setGate sets the test's readiness gate True on a pod.
@@ -297,7 +294,7 @@ func (w *readyWatch) end(t *testing.T, want int) {
 func (e *surgeEnv) checkHandedOver(t *testing.T, want int32, replicas int32) {
 	t.Helper()
 	ctx := testenv.Context(t)
-	testutilEventually(t, 30*time.Second, "the Deployment's pods settled", func() error {
+	testutil.Eventually(t, 30*time.Second, "the Deployment's pods settled", func() error {
 		list, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.sel.String()})
 		if err != nil {
 			return err
@@ -354,21 +351,6 @@ func (e *surgeEnv) checkNoWorkloadWrites(t *testing.T) {
 		if (ev.ObjectRef.Resource == "deployments" || ev.ObjectRef.Resource == "replicasets") && ev.Verb != "get" {
 			t.Errorf("the controller called %s on %s %s/%s", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.ObjectRef.Subresource)
 		}
-	}
-}
-
-func testutilEventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -462,7 +444,7 @@ func TestSurgeReplacementNeverReady(t *testing.T) {
 	if err := e.cl.Delete(ctx, &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: e.node}}); err != nil {
 		t.Fatal(err)
 	}
-	testutilEventually(t, time.Minute, "the drain undone, its replacement removed", func() error {
+	testutil.Eventually(t, time.Minute, "the drain undone, its replacement removed", func() error {
 		err := e.cl.Get(ctx, client.ObjectKey{Name: e.node}, &v1alpha1.NodeDrain{})
 		if err == nil {
 			return fmt.Errorf("NodeDrain still there")
