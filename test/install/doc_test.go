@@ -43,6 +43,13 @@ var registryLine = regexp.MustCompile(`(?m)^export REGISTRY=.*$`)
 // helm, crane and kubectl binaries built from their pinned modules. Each
 // block must succeed; at the end every installation method has been
 // undone, so nothing of vacate is left in the cluster.
+// crStorageReady waits, in the document's shell, until every vacate CRD's
+// resources list (at most a minute), printing nothing.
+const crStorageReady = `for r in nodedrains drainpolicies evacuations evacuationproviders; do
+  for i in $(seq 120); do kubectl get "$r.vacate.dev" -A >/dev/null 2>&1 && break; sleep 0.5; done
+done
+`
+
 func TestInstallDocCommands(t *testing.T) {
 	c, cl := startCluster(t)
 	testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "doc", Count: 2})
@@ -87,6 +94,13 @@ func TestInstallDocCommands(t *testing.T) {
 	var script strings.Builder
 	for i, b := range blocks {
 		text := registryLine.ReplaceAllString(string(b[1]), "export REGISTRY="+regHost+"/vacate")
+		if strings.Contains(text, "kubectl delete -k") {
+			// Not the document's: a person deletes vacate minutes after
+			// installing it, this script seconds after. A CRD deleted before
+			// the API server lists its resources from its watch cache can stay
+			// Terminating for minutes (waitForCRStorage).
+			script.WriteString(crStorageReady)
+		}
 		fmt.Fprintf(&script, "printf '\\n%s%d at %%ss\\n' \"$SECONDS\"\n%s", blockMarker, i+1, text)
 	}
 	outputs, err := runBash(work, env, script.String())
