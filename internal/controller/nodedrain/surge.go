@@ -177,15 +177,19 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	}
 	s.log.Info("surge: replacement created", "pod", d.Key(), "replacement", rep.Name, "why", why)
 	sp.byPod[uid] = rep
-	msg := fmt.Sprintf("replacement %s created (%s)", rep.Name, why)
-	s.setSurge(d, rep.Name, v1alpha1.SurgeStarting, msg)
-	nd, pod := s.drain, d.Pod
-	s.afterWrite(func() {
-		r.Events.Eventf(nd, pod, corev1.EventTypeNormal, v1alpha1.EventSurgeStarted, "Surge", "%s", msg)
-	})
-	s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, msg)
-	s.recheckIn(surgeRecheck)
+	r.surgeStep(s, d, rep.Name, v1alpha1.SurgeStarting, corev1.EventTypeNormal, v1alpha1.EventSurgeStarted, v1alpha1.BlockerSurge,
+		fmt.Sprintf("replacement %s created (%s)", rep.Name, why), surgeRecheck)
 	return true, nil
+}
+
+// surgeStep records a surge's new phase, its event once the status
+// recording it is written, and the pod's blocker, saying msg.
+func (r *Reconciler) surgeStep(s *scope, d drain.Decision, replacement, phase, eventType, event, blocker, msg string, recheck time.Duration) {
+	s.setSurge(d, replacement, phase, msg)
+	nd, pod := s.drain, d.Pod
+	s.afterWrite(func() { r.Events.Eventf(nd, pod, eventType, event, "Surge", "%s", msg) })
+	s.surgeBlocker(d, blocker, s.now, msg)
+	s.recheckIn(recheck)
 }
 
 // awaitReplacement: the pod's eviction goes ahead once its replacement
@@ -216,13 +220,7 @@ func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Dec
 		}
 		msg := fmt.Sprintf("replacement %s was not Ready within %s (surge.readyTimeout): %s; removed, the pod stays", rep.Name, timeout, why)
 		s.log.Info("surge: replacement removed", "pod", d.Key(), "replacement", rep.Name, "why", why)
-		s.setSurge(d, rep.Name, v1alpha1.SurgeFailed, msg)
-		nd, pod := s.drain, d.Pod
-		s.afterWrite(func() {
-			r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, "Surge", "%s", msg)
-		})
-		s.surgeBlocker(d, v1alpha1.BlockerSurgeFailed, s.now, msg)
-		s.recheckIn(timeout)
+		r.surgeStep(s, d, rep.Name, v1alpha1.SurgeFailed, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, v1alpha1.BlockerSurgeFailed, msg, timeout)
 		return true, nil
 	}
 	since := s.now
