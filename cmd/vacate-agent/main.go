@@ -10,4 +10,4 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent/app"
 )
 
-func main() { os.Exit(app.Main(os.Args[1:], os.Stderr)) }
+func main() { os.Exit(app.Main(os.Args[1:], os.Stdout, os.Stderr)) }

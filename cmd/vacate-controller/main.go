@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
 	// Maintenance windows name time zones; embedded, they load in a minimal
 	// container image that has no /usr/share/zoneinfo.
 	_ "time/tzdata"
@@ -17,6 +18,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/operator"
+	"github.com/vacate-dev/vacate/internal/version"
 )
 
 func main() {
@@ -45,11 +47,17 @@ func main() {
 	fs.DurationVar(&opts.Controllers.APITimeout, "api-timeout", eviction.DefaultCallTimeout, "bound of each eviction call and of each reconcile pass's API calls (watches are not bounded)")
 	fs.BoolVar(&opts.Controllers.AllowLoopbackHooks, "allow-loopback-hooks", false,
 		"development only: let HTTP evacuation hooks call loopback addresses (the dev cluster's simulated pods live on 127.0.0.0/8)")
+	printVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
+	if *printVersion {
+		fmt.Println("vacate-controller " + version.Get().String())
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	klog.SetLogger(ctrl.Log)
+	ctrl.Log.Info("vacate-controller", version.Get().KeysAndValues()...)
 	if err := run(opts); err != nil {
 		fmt.Fprintf(os.Stderr, "vacate-controller: %v\n", err)
 		os.Exit(1)

@@ -32,3 +32,19 @@ func TestEmbedsTimeZoneData(t *testing.T) {
 		t.Fatalf("vacate-controller has no %s in its symbol table: time zone data is not embedded (import _ \"time/tzdata\" in main.go)", tzdataSymbol)
 	}
 }
+
+// TestVersionFlag runs the binary the tests build (stamped with
+// testutil.ProgramVersion, as a release is with its own) with --version.
+func TestVersionFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the controller binary")
+	}
+	bin := testutil.BuildProgram(t, ".", filepath.Join(t.TempDir(), "vacate-controller"))
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("vacate-controller --version: %v\n%s", err, out)
+	}
+	if want := "vacate-controller " + testutil.ProgramVersion; !strings.HasPrefix(string(out), want) {
+		t.Errorf("vacate-controller --version printed %q, want it to start with %q", out, want)
+	}
+}

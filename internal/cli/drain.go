@@ -109,6 +109,7 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	checkControllers(ctx, s, o.streams, o.clock.Now())
 	for _, node := range nodes {
 		nd, err := o.request(ctx, s, node, requester)
 		if err != nil {

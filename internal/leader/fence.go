@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vacate-dev/vacate/internal/version"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -163,10 +165,24 @@ func NewLeaseLock(cfg *rest.Config, namespace, name, identity string, timeout ti
 	if err != nil {
 		return nil, fmt.Errorf("creating the leader election client: %w", err)
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, namespace, name, cs.CoreV1(), cs.CoordinationV1(),
-		resourcelock.ResourceLockConfig{Identity: identity})
-	if err != nil {
-		return nil, fmt.Errorf("creating the Lease lock %s/%s: %w", namespace, name, err)
-	}
-	return lock, nil
+	return &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		Labels:     LeaseLabels(version.Get()),
+	}, nil
+}
+
+// Labels the leader writes on its Lease each time it takes or renews it, so
+// that a client (the CLI) knows which build of vacate-controller holds it.
+const (
+	LabelName    = "app.kubernetes.io/name"
+	LabelVersion = "app.kubernetes.io/version"
+	// ControllerName is LabelName's value.
+	ControllerName = "vacate-controller"
+)
+
+// LeaseLabels are the labels of the Lease held by a controller of build b.
+func LeaseLabels(b version.Info) map[string]string {
+	return map[string]string{LabelName: ControllerName, LabelVersion: version.LabelValue(b.Version)}
 }

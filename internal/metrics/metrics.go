@@ -11,6 +11,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/serving"
+	"github.com/vacate-dev/vacate/internal/version"
 )
 
 // Label names.
@@ -83,7 +84,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld,
-			EndpointsUpdate, OutOfService, ServingSet, Surges)
+			EndpointsUpdate, OutOfService, ServingSet, Surges, version.Get().Collector("vacate-controller"))
 		initLabels()
 	})
 }

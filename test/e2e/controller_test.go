@@ -33,6 +33,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
+	leaderpkg "github.com/vacate-dev/vacate/internal/leader"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -423,6 +424,11 @@ func TestLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("lease holder now %s, transitions %d", ptrString(lease.Spec.HolderIdentity), ptrInt(lease.Spec.LeaseTransitions))
+	// The leader says on its Lease which build it is, for `vacate version`.
+	if got := lease.Labels[leaderpkg.LabelVersion]; got != testutil.ProgramVersion || lease.Labels[leaderpkg.LabelName] != leaderpkg.ControllerName {
+		t.Errorf("the leader's Lease is labelled %v, want %s=%s and %s=%s", lease.Labels,
+			leaderpkg.LabelName, leaderpkg.ControllerName, leaderpkg.LabelVersion, testutil.ProgramVersion)
+	}
 	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
 	t.Logf("drained by the new leader: %s evicted", nd.Status.Progress)
 	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
@@ -496,6 +502,8 @@ func TestMetricsAndProbes(t *testing.T) {
 		`vacate_drains_total{result="Drained"} 1`,
 		fmt.Sprintf(`vacate_evictions_total{result="Evicted"} %d`, nd.Status.Evicted),
 		"vacate_drain_duration_seconds_count 1",
+		// The build the tests link (testutil.ProgramVersion).
+		`program="vacate-controller",version="` + testutil.ProgramVersion + `"} 1`,
 	}
 	for _, w := range want {
 		if !strings.Contains(body, w) {

@@ -35,6 +35,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent/azure"
 	"github.com/vacate-dev/vacate/internal/agent/gcp"
 	"github.com/vacate-dev/vacate/internal/agent/logind"
+	"github.com/vacate-dev/vacate/internal/version"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -92,15 +93,20 @@ func (o *Options) bind(fs *flag.FlagSet) {
 
 // Main runs the agent with the command line args and returns the exit
 // code.
-func Main(args []string, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("vacate-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options
 	o.bind(fs)
+	printVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *printVersion {
+		fmt.Fprintln(stdout, "vacate-agent "+version.Get().String())
+		return 0
 	}
 	logindSet := false
 	fs.Visit(func(f *flag.Flag) { logindSet = logindSet || f.Name == "logind" })
@@ -108,6 +114,7 @@ func Main(args []string, stderr io.Writer) int {
 		o.Logind = false
 	}
 	log := zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr))
+	log.Info("vacate-agent", version.Get().KeysAndValues()...)
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "vacate-agent: %v\n", err)
 		return 2
@@ -216,6 +223,9 @@ func Run(ctx context.Context, o Options, log logr.Logger) error {
 	metrics := agent.NewMetrics()
 	reg := prometheus.NewRegistry()
 	if err := metrics.Register(reg); err != nil {
+		return err
+	}
+	if err := reg.Register(version.Get().Collector("vacate-agent")); err != nil {
 		return err
 	}
 	if err := serveMetrics(ctx, o.MetricsAddr, reg, log); err != nil {

@@ -2,8 +2,11 @@ package app
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/vacate-dev/vacate/internal/version"
 )
 
 func TestCloudOf(t *testing.T) {
@@ -26,7 +29,7 @@ func TestBadFlagsSayWhatIsWrong(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	var stderr bytes.Buffer
 	code := Main([]string{"--cloud", "openstack", "--aws-rebalance", "maybe", "--poweroff-mode", "Reboot",
-		"--metadata-endpoint", "http://127.0.0.1:1"}, &stderr)
+		"--metadata-endpoint", "http://127.0.0.1:1"}, io.Discard, &stderr)
 	if code != 2 {
 		t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr.String())
 	}
@@ -41,8 +44,18 @@ func TestBadFlagsSayWhatIsWrong(t *testing.T) {
 		}
 	}
 	stderr.Reset()
-	if code := Main([]string{"--node", "n1", "--cloud", "auto", "--metadata-endpoint", "http://127.0.0.1:1"}, &stderr); code != 2 ||
+	if code := Main([]string{"--node", "n1", "--cloud", "auto", "--metadata-endpoint", "http://127.0.0.1:1"}, io.Discard, &stderr); code != 2 ||
 		!strings.Contains(stderr.String(), "--metadata-endpoint needs --cloud aws, gcp or azure") {
 		t.Errorf("exit %d, stderr %q: want the endpoint refused without a cloud", code, stderr.String())
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"--version"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--version exited %d: %s", code, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "vacate-agent "+version.Get().Version) || stderr.Len() > 0 {
+		t.Errorf("--version printed %q and %q", stdout.String(), stderr.String())
 	}
 }

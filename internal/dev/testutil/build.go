@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/vacate-dev/vacate/internal/dev/gobuild"
+	"github.com/vacate-dev/vacate/internal/version"
 )
 
 // BuildProgram builds the Go program pkg (an import path, or a directory
@@ -22,14 +23,21 @@ import (
 // The binary comes from the go command's cache of executables
 // (internal/dev/gobuild) when nothing of it changed since another test
 // process, or another run, built it.
+//
+// The programs are stamped with the version ProgramVersion, as a release
+// stamps its own (internal/version).
 func BuildProgram(t testing.TB, pkg, out string) string {
 	t.Helper()
-	opts := gobuild.Options{Env: append(os.Environ(), "CGO_ENABLED=0"), Flags: []string{"-trimpath", "-ldflags=-s=false"}}
+	opts := gobuild.Options{Env: append(os.Environ(), "CGO_ENABLED=0"),
+		Flags: []string{"-trimpath", "-ldflags=-s=false " + version.LDFlags(ProgramVersion, "", "")}}
 	if err := gobuild.Build(context.Background(), opts, pkg, out); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
+
+// ProgramVersion is the version of the programs tests build.
+const ProgramVersion = "v0.0.0-test"
 
 // programs are the binaries Program built in this test process, in one
 // directory, by import path.

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/leader"
+	"github.com/vacate-dev/vacate/internal/version"
+)
+
+// TestVersionNamesTheLeadersBuild: a Lease written by leader election's
+// own Lease lock with vacate's labels (as vacate-controller's leader
+// writes it) is what `vacate version` reads, for a person bound to
+// vacate-user; a minor version apart, it warns; once the Lease runs out,
+// it says no controller runs.
+func TestVersionNamesTheLeadersBuild(t *testing.T) {
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	if err := devcluster.InstallCRDs(ctx, c.RESTConfig); err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Namespace(t, c)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "vacate-controller"},
+		Client:     c.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "ctl-a"},
+		Labels:     leader.LeaseLabels(version.Info{Version: "v0.2.0"}),
+	}
+	now := metav1.NewTime(time.Now())
+	if err := lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "ctl-a", LeaseDurationSeconds: 60, AcquireTime: now, RenewTime: now}); err != nil {
+		t.Fatal(err)
+	}
+	bindUserRole(t, c, "version-reader")
+	u := newUser(t, c, "version-reader")
+	lease := ns + "/vacate-controller"
+
+	defer func(old func() version.Info) { clientVersion = old }(clientVersion)
+	clientVersion = func() version.Info { return version.Info{Version: "v0.1.3", GoVersion: "go1.26", Platform: "linux/amd64"} }
+	code, out, errOut := u.vacate("version")
+	if code != 0 {
+		t.Fatalf("vacate version exited %d: %s", code, errOut)
+	}
+	if want := "controller: v0.2.0, leader ctl-a (Lease " + lease + ", renewed "; !strings.Contains(out, want) {
+		t.Errorf("vacate version printed\n%s\nwant a line with %q", out, want)
+	}
+	if !strings.HasPrefix(out, "vacate:     v0.1.3, go1.26, linux/amd64\n") {
+		t.Errorf("vacate version printed\n%s\nwant this vacate's version first", out)
+	}
+	if want := "Warning: this vacate is v0.1.3 and the controller is v0.2.0"; !strings.Contains(errOut, want) {
+		t.Errorf("vacate version warned\n%s\nwant %q", errOut, want)
+	}
+
+	clientVersion = func() version.Info { return version.Info{Version: "v0.2.7"} }
+	if _, _, errOut := u.vacate("version"); strings.Contains(errOut, "the controller is v0.2.0") {
+		t.Errorf("a v0.2.7 CLI warned about a v0.2.0 controller: %s", errOut)
+	}
+	_, out, _ = u.vacate("version", "-o", "json")
+	var r versionReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("vacate version -o json: %v\n%s", err, out)
+	}
+	var mine *controllerLease
+	for i := range r.Controllers {
+		if r.Controllers[i].Lease == lease {
+			mine = &r.Controllers[i]
+		}
+	}
+	if r.Client.Version != "v0.2.7" || mine == nil || mine.Version != "v0.2.0" || !mine.Held || mine.Holder != "ctl-a" {
+		t.Errorf("vacate version -o json: client %+v, lease %s: %+v", r.Client, lease, mine)
+	}
+
+	// The holder stopped renewing two minutes ago: no one holds it.
+	old := metav1.NewTime(time.Now().Add(-2 * time.Minute))
+	l, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, "vacate-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.RenewTime = &metav1.MicroTime{Time: old.Time}
+	if _, err := c.Client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ = u.vacate("version")
+	if want := "controller: none running: no one holds the Lease " + lease + ", renewed 2m"; !strings.Contains(out, want) {
+		t.Errorf("vacate version printed\n%s\nwant a line with %q", out, want)
+	}
+	if code, out, _ := u.vacate("version", "--client", "--kubeconfig", "/nonexistent"); code != 0 || strings.Contains(out, "controller") {
+		t.Errorf("vacate version --client exited %d and printed %q: it must not contact the cluster", code, out)
+	}
+}
+
+// TestWarnAboutControllers covers the warnings drain and version print.
+func TestWarnAboutControllers(t *testing.T) {
+	held := func(lease, v string) controllerLease { return controllerLease{Lease: lease, Version: v, Held: true, Holder: "x"} }
+	gone := func(lease string) controllerLease { return controllerLease{Lease: lease, Version: "v0.2.0"} }
+	for _, c := range []struct {
+		name     string
+		mine     string
+		leases   []controllerLease
+		warnings []string // one per warning line
+	}{
+		{"same minor", "v0.2.1", []controllerLease{held("vacate-system/vacate-controller", "v0.2.0")}, nil},
+		{"other minor", "v0.3.0", []controllerLease{held("vacate-system/vacate-controller", "v0.2.0")}, []string{"this vacate is v0.3.0 and the controller is v0.2.0"}},
+		{"a development build", "dev", []controllerLease{held("vacate-system/vacate-controller", "v0.2.0")}, nil},
+		{"none held", "v0.2.0", []controllerLease{gone("vacate-system/vacate-controller")}, []string{"no vacate-controller is running (no one holds the Lease vacate-system/vacate-controller): drains are recorded but nothing acts on them until one runs; see 'kubectl --namespace vacate-system get pods'"}},
+		{"an old lease beside the leader", "v0.2.0", []controllerLease{gone("old/vacate-controller"), held("vacate-system/vacate-controller", "v0.2.0")}, nil},
+		{"two leaders", "v0.2.0", []controllerLease{held("a/vacate-controller", "v0.2.0"), held("b/vacate-controller", "v0.2.0")}, []string{"2 vacate-controllers lead at once"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var errOut bytes.Buffer
+			warnAboutControllers(Streams{Err: &errOut}, c.mine, c.leases)
+			lines := strings.Count(errOut.String(), "Warning: ")
+			if lines != len(c.warnings) {
+				t.Errorf("warned %d times, want %d:\n%s", lines, len(c.warnings), errOut.String())
+			}
+			for _, w := range c.warnings {
+				if !strings.Contains(errOut.String(), w) {
+					t.Errorf("warnings lack %q:\n%s", w, errOut.String())
+				}
+			}
+		})
+	}
+}
+
+// TestLeaseOf reads a Lease's holder and whether it is held.
+func TestLeaseOf(t *testing.T) {
+	now := time.Now()
+	holder, dur := "ctl", int32(15)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "l", Labels: map[string]string{leader.LabelVersion: "v1.0.0"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &metav1.MicroTime{Time: now.Add(-10 * time.Second)}}}
+	if c := leaseOf(l, now); !c.Held || c.Version != "v1.0.0" || c.Lease != "n/l" {
+		t.Errorf("renewed 10s ago, for 15s: %+v", c)
+	}
+	if c := leaseOf(l, now.Add(6*time.Second)); c.Held {
+		t.Errorf("renewed 16s ago, for 15s: held")
+	}
+	empty := ""
+	l.Spec.HolderIdentity = &empty // released
+	if c := leaseOf(l, now); c.Held {
+		t.Errorf("released: held")
+	}
+}
