@@ -42,10 +42,13 @@ build: ## Build vacate, vacate-controller, vacate-agent, vacate-hook and the dev
 
 PREFIX     ?= $(HOME)/.local
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version stamp of what make install builds (internal/version).
+VERSION_PKG := github.com/vacate-dev/vacate/internal/version
+STAMP      := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(VERSION_PKG).date=$(shell git log -1 --format=%cI 2>/dev/null)
 
 .PHONY: install
 install: ## Install vacate (the user CLI, without the development tools), and the same binary as the kubectl plugin kubectl-vacate, into $(PREFIX)/bin
-	$(CLI_BUILD) -o $(BIN)/vacate ./cmd/vacate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(STAMP)" -o $(BIN)/vacate ./cmd/vacate
 	install -d $(PREFIX)/bin
 	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/vacate
 	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/kubectl-vacate
@@ -63,6 +66,17 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 .PHONY: images
 images: ## Build the vacate-controller, vacate-agent and vacate-hook images (linux/amd64, linux/arm64) into dist/images: OCI layouts (crane push --index), docker load tarballs, SPDX SBOMs
 	$(GO) run ./hack/image --version $(VERSION) --repo $(IMAGE_REPO) --platforms $(IMAGE_PLATFORMS) --out dist/images
+
+# A release (docs/install.md, "Making a release"): the images with their
+# SBOMs and the chart pushed to REGISTRY, and the release page's files in
+# dist/release/VERSION. Credentials come from Docker's configuration.
+RELEASE_PLATFORMS ?= $(IMAGE_PLATFORMS)
+CLI_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64
+
+.PHONY: release
+release: ## Make release VERSION=vX.Y.Z REGISTRY=host/path: push the images (with SBOMs) and the OCI chart; write the CLI archives, krew manifest, install.yaml, checksums and notes into dist/release/VERSION
+	@[ "$(origin VERSION)" = "command line" ] || [ "$(origin VERSION)" = "environment" ] || { echo "make release: set VERSION=vX.Y.Z (and REGISTRY=...)"; exit 2; }
+	$(GO) run ./hack/release --version $(VERSION) --registry "$(REGISTRY)" --platforms $(RELEASE_PLATFORMS) --cli-platforms $(CLI_PLATFORMS) $(if $(ALLOW_DIRTY),--allow-dirty)
 
 .PHONY: tools
 tools: $(STATICCHECK) $(CONTROLLER_GEN) controlplane ## Build the developer tools and the pinned control plane

@@ -24,6 +24,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/vacate-dev/vacate/internal/dev/image"
+	buildversion "github.com/vacate-dev/vacate/internal/version"
 )
 
 func main() {
@@ -62,8 +63,10 @@ func run(ctx context.Context, version, repo, out, platformList, only string) err
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	opts := image.Options{ModuleDir: ".", WorkDir: work, Platforms: ps, Version: version, Revision: gitOutput("rev-parse", "HEAD"),
-		Created: created, Source: "https://github.com/vacate-dev/vacate"}
+	revision := gitOutput("rev-parse", "HEAD")
+	opts := image.Options{ModuleDir: ".", WorkDir: work, Platforms: ps, Version: version, Revision: revision,
+		Created: created, Source: "https://github.com/vacate-dev/vacate",
+		LDFlags: buildversion.LDFlags(version, revision, created.Format(time.RFC3339))}
 	var written []*image.Written
 	for _, prog := range image.Programs {
 		if only != "" && prog.Name != only {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vacate-dev/vacate/config/admission"
 	"github.com/vacate-dev/vacate/config/agent"
+	"github.com/vacate-dev/vacate/config/bundle"
 	"github.com/vacate-dev/vacate/config/crd"
 	"github.com/vacate-dev/vacate/config/manager"
 	"github.com/vacate-dev/vacate/config/rbac"
@@ -99,18 +100,8 @@ func newManifestsCommand(s Streams) *cobra.Command {
 				}
 				parts = append(parts, docs...)
 			}
-			for _, p := range parts {
-				if !strings.HasPrefix(p, "---") {
-					p = "---\n" + p
-				}
-				if !strings.HasSuffix(p, "\n") {
-					p += "\n"
-				}
-				if _, err := fmt.Fprint(s.Out, p); err != nil {
-					return err
-				}
-			}
-			return nil
+			_, err := fmt.Fprint(s.Out, bundle.Join(parts))
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&image, "image", "", "the vacate-controller image, for controller and install")
@@ -125,19 +116,9 @@ func newManifestsCommand(s Streams) *cobra.Command {
 func manifest(kind, image, agentImage string, forceDelete bool) ([]string, error) {
 	switch kind {
 	case "install":
-		all := []string{}
-		crds, err := crd.YAML()
-		if err != nil {
-			return nil, err
-		}
-		workload, err := manager.WorkloadYAML(image)
+		all, err := bundle.Install(image, forceDelete)
 		if err != nil {
 			return nil, usageError{err}
-		}
-		all = append(all, string(crds), manager.NamespaceYAML, string(rbac.ControllerRoleYAML), string(rbac.ForceDeleteRoleYAML),
-			string(rbac.UserRoleYAML), admission.YAML(), workload)
-		if forceDelete {
-			all = append(all, manager.ForceDeleteYAML)
 		}
 		return all, nil
 	case "crds":

@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -83,6 +84,9 @@ type Options struct {
 	Source string
 	// Go is the go command, "go" when empty.
 	Go string
+	// LDFlags are more linker flags, such as the version stamp
+	// (internal/version.LDFlags).
+	LDFlags string
 }
 
 // Built is one program's images: the index and, per platform, the image and
@@ -138,7 +142,7 @@ func Build(ctx context.Context, prog Program, opts Options) (*Built, error) {
 func goBuild(ctx context.Context, opts Options, prog Program, p v1.Platform, bin string) error {
 	err := gobuild.Build(ctx, gobuild.Options{Go: opts.Go, Dir: opts.ModuleDir,
 		Env:   append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS="),
-		Flags: []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w"}}, prog.Package, bin)
+		Flags: []string{"-trimpath", "-buildvcs=false", strings.TrimSpace("-ldflags=-s -w " + opts.LDFlags)}}, prog.Package, bin)
 	if err != nil {
 		return fmt.Errorf("building %s for %s: %w", prog.Name, p, err)
 	}

@@ -1,4 +1,4 @@
-package main
+package release
 
 import (
 	"bytes"
@@ -12,12 +12,12 @@ import (
 // TestManifestRenders: the krew manifest template renders into a Plugin with
 // one platform per archive, each with its selector, URI, sum and binary.
 func TestManifestRenders(t *testing.T) {
-	m := Manifest{Version: "v1.2.3", Platforms: []Platform{
+	m := KrewManifest{Version: "v1.2.3", Platforms: []Platform{
 		{OS: "linux", Arch: "amd64", URI: "https://example/v1.2.3/a.tar.gz", SHA256: strings.Repeat("a", 64)},
 		{OS: "darwin", Arch: "arm64", URI: "https://example/v1.2.3/b.tar.gz", SHA256: strings.Repeat("b", 64)},
 	}}
 	var buf bytes.Buffer
-	if err := Render(&buf, "../../config/plugin/vacate.yaml", m); err != nil {
+	if err := RenderKrew(&buf, "../../../config/plugin/vacate.yaml", m); err != nil {
 		t.Fatal(err)
 	}
 	var plugin struct {
