@@ -47,12 +47,13 @@ VERSION_PKG := github.com/vacate-dev/vacate/internal/version
 STAMP      := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(VERSION_PKG).date=$(shell git log -1 --format=%cI 2>/dev/null)
 
 .PHONY: install
-install: ## Install vacate (the user CLI, without the development tools), and the same binary as the kubectl plugin kubectl-vacate, into $(PREFIX)/bin
+install: ## Install vacate (the user CLI, without the development tools), the same binary as the kubectl plugin kubectl-vacate, and its completion helper kubectl_complete-vacate, into $(PREFIX)/bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(STAMP)" -o $(BIN)/vacate ./cmd/vacate
 	install -d $(PREFIX)/bin
 	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/vacate
 	install -m 0755 $(BIN)/vacate $(PREFIX)/bin/kubectl-vacate
-	@echo "installed $(PREFIX)/bin/vacate and $(PREFIX)/bin/kubectl-vacate; with $(PREFIX)/bin on PATH, 'kubectl vacate --help' works"
+	install -m 0755 config/plugin/kubectl_complete-vacate $(PREFIX)/bin/kubectl_complete-vacate
+	@echo "installed $(PREFIX)/bin/vacate, kubectl-vacate and kubectl_complete-vacate; with $(PREFIX)/bin on PATH, 'kubectl vacate --help' and 'kubectl vacate <TAB>' work"
 
 .PHONY: dist
 dist: ## Build kubectl-vacate archives per platform and their krew manifest into dist/

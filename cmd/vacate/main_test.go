@@ -83,7 +83,7 @@ func TestUserCLIHasNoDevelopmentCode(t *testing.T) {
 
 // TestPluginArchiveIsSmallAndUserOnly builds the kubectl plugin archive for
 // this platform as `make dist` does: it holds kubectl-vacate and the
-// license only, and the binary is under 40 MB.
+// license and the completion helper only, and the binary is under 40 MB.
 func TestPluginArchiveIsSmallAndUserOnly(t *testing.T) {
 	out := t.TempDir()
 	platform := runtime.GOOS + "/" + runtime.GOARCH
@@ -113,8 +113,8 @@ func TestPluginArchiveIsSmallAndUserOnly(t *testing.T) {
 		}
 		sizes[h.Name] = h.Size
 	}
-	if len(sizes) != 2 || sizes["LICENSE"] == 0 || sizes["kubectl-vacate"] == 0 {
-		t.Fatalf("the archive holds %v, want kubectl-vacate and LICENSE", sizes)
+	if len(sizes) != 3 || sizes["LICENSE"] == 0 || sizes["kubectl-vacate"] == 0 || sizes["kubectl_complete-vacate"] == 0 {
+		t.Fatalf("the archive holds %v, want kubectl-vacate, kubectl_complete-vacate and LICENSE", sizes)
 	}
 	t.Logf("kubectl-vacate for %s: %.1f MB", platform, float64(sizes["kubectl-vacate"])/(1<<20))
 	if sizes["kubectl-vacate"] >= maxPluginBytes {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/spf13/cobra"
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
 // validRequester is the pattern the NodeDrain CRD enforces on requester names.
@@ -50,6 +51,63 @@ func completeNodes(flags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 	}
 }
 
+// completeNames completes with the names list returns (from the cluster),
+// offering nothing when it fails.
+func completeNames(flags *genericclioptions.ConfigFlags, list func(context.Context, *session) ([]string, error)) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		s, err := dial(flags)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		names, err := list(ctx, s)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, n := range names {
+			if strings.HasPrefix(n, toComplete) {
+				out = append(out, n)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completePolicies completes DrainPolicy names.
+func completePolicies(flags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return completeNames(flags, func(ctx context.Context, s *session) ([]string, error) {
+		var list v1alpha1.DrainPolicyList
+		if err := s.client.List(ctx, &list); err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(list.Items))
+		for _, p := range list.Items {
+			names = append(names, p.Name)
+		}
+		return names, nil
+	})
+}
+
+// completeProviders completes EvacuationProvider names.
+func completeProviders(flags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return completeNames(flags, func(ctx context.Context, s *session) ([]string, error) {
+		var list v1alpha1.EvacuationProviderList
+		if err := s.client.List(ctx, &list); err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(list.Items))
+		for _, p := range list.Items {
+			names = append(names, p.Name)
+		}
+		return names, nil
+	})
+}
+
+// modes complete --mode.
+var completeModes = cobra.FixedCompletions([]string{string(v1alpha1.ModeMaintenance), string(v1alpha1.ModeDecommission)}, cobra.ShellCompDirectiveNoFileComp)
+
 // addCompletionExamples creates cobra's completion command now, so that it
 // and its per-shell subcommands get examples like every other command.
 func addCompletionExamples(root *cobra.Command) {
@@ -62,7 +120,8 @@ func addCompletionExamples(root *cobra.Command) {
   source <(vacate completion bash)
   # zsh, for every new shell
   vacate completion zsh > "${fpath[1]}/_vacate"
-  # as a kubectl plugin, kubectl completes 'kubectl vacate' with kubectl-vacate's own completion`
+  # as a kubectl plugin (kubectl 1.26+): kubectl_complete-vacate on PATH, as make install,
+  # the release archives and krew put it, completes 'kubectl vacate <TAB>'`
 		for _, sub := range c.Commands() {
 			sub.Example = "  vacate completion " + sub.Name() + " > vacate-completion." + sub.Name()
 		}

@@ -69,6 +69,8 @@ drains go on in the cluster).`,
 	o.requester.addFlag(f, "your requester name on the NodeDrain (default: cli:<your user name as the API server knows it>)")
 	f.BoolVarP(&o.wait, "wait", "w", false, "show progress until the drains end")
 	f.DurationVar(&o.timeout, "timeout", 0, "with --wait, stop waiting after this long and exit 3 (0: wait as long as it takes); implies --wait")
+	_ = cmd.RegisterFlagCompletionFunc("policy", completePolicies(flags))
+	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
 	return cmd
 }
 

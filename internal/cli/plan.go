@@ -83,7 +83,8 @@ what bounds the evacuations.`,
 	f.StringVar(&o.mode, "mode", "", "plan a drain in this mode, Maintenance or Decommission (default: the drain's current mode, Maintenance for a new one)")
 	f.BoolVar(&o.allowLoopback, "allow-loopback-hooks", false, "plan HTTP hooks as a vacate-controller run with --allow-loopback-hooks calls them (development clusters, whose pods have loopback addresses)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(v1alpha1.ModeMaintenance), string(v1alpha1.ModeDecommission)}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
+	_ = cmd.RegisterFlagCompletionFunc("policy", completePolicies(flags))
 	return cmd
 }
 

@@ -80,6 +80,7 @@ data still matters; 'vacate explain NODE' shows both ways.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.provider, "provider", "", "the EvacuationProvider whose evacuation to release (required)")
+	_ = cmd.RegisterFlagCompletionFunc("provider", completeProviders(flags))
 	f.StringVar(&o.reason, "reason", "", "why, for the record (a ticket, an incident); kept on the Evacuation and in the drain's status and event")
 	f.BoolVarP(&o.yes, "yes", "y", false, "release without asking (needed when stdin is not a terminal)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would be released and check it with the API server (server-side dry run); write nothing")

@@ -85,6 +85,7 @@ controller holds the Lease (nothing acts on drains).`,
 	}
 	cmd.Flags().BoolVar(&clientOnly, "client", false, "print only this vacate's version; do not contact the cluster")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

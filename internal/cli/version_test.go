@@ -44,7 +44,9 @@ func TestVersionNamesTheLeadersBuild(t *testing.T) {
 	lease := ns + "/vacate-controller"
 
 	defer func(old func() version.Info) { clientVersion = old }(clientVersion)
-	clientVersion = func() version.Info { return version.Info{Version: "v0.1.3", GoVersion: "go1.26", Platform: "linux/amd64"} }
+	clientVersion = func() version.Info {
+		return version.Info{Version: "v0.1.3", GoVersion: "go1.26", Platform: "linux/amd64"}
+	}
 	code, out, errOut := u.vacate("version")
 	if code != 0 {
 		t.Fatalf("vacate version exited %d: %s", code, errOut)
@@ -99,7 +101,9 @@ func TestVersionNamesTheLeadersBuild(t *testing.T) {
 
 // TestWarnAboutControllers covers the warnings drain and version print.
 func TestWarnAboutControllers(t *testing.T) {
-	held := func(lease, v string) controllerLease { return controllerLease{Lease: lease, Version: v, Held: true, Holder: "x"} }
+	held := func(lease, v string) controllerLease {
+		return controllerLease{Lease: lease, Version: v, Held: true, Holder: "x"}
+	}
 	gone := func(lease string) controllerLease { return controllerLease{Lease: lease, Version: "v0.2.0"} }
 	for _, c := range []struct {
 		name     string

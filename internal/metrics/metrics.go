@@ -12,6 +12,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/version"
+	"github.com/vacate-dev/vacate/internal/version/buildinfo"
 )
 
 // Label names.
@@ -84,7 +85,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld,
-			EndpointsUpdate, OutOfService, ServingSet, Surges, version.Get().Collector("vacate-controller"))
+			EndpointsUpdate, OutOfService, ServingSet, Surges, buildinfo.Collector("vacate-controller", version.Get()))
 		initLabels()
 	})
 }

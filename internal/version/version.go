@@ -3,7 +3,7 @@
 // images and hack/dist with -X), the commit and its date (from the link
 // flags, else from the VCS stamp the go command records), and the Go
 // toolchain. The controller and the agent export it as the metric
-// vacate_build_info and log it first; the CLI prints it with `vacate
+// vacate_build_info (package buildinfo) and log it first; the CLI prints it with `vacate
 // version` and compares it with the controller's.
 package version
 
@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
@@ -102,18 +101,6 @@ func (i Info) String() string {
 // KeysAndValues are the fields of a structured log line.
 func (i Info) KeysAndValues() []any {
 	return []any{"version", i.Version, "commit", i.Commit, "date", i.Date, "goVersion", i.GoVersion}
-}
-
-// Collector is the gauge vacate_build_info, 1 with the build's labels, for
-// the program's registry.
-func (i Info) Collector(program string) prometheus.Collector {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name:        "vacate_build_info",
-		Help:        "Always 1; the labels say which build of vacate this process runs.",
-		ConstLabels: prometheus.Labels{"program": program},
-	}, []string{"version", "commit", "date", "goversion"})
-	g.WithLabelValues(i.Version, i.Commit, i.Date, i.GoVersion).Set(1)
-	return g
 }
 
 // Skew compares two versions of vacate (a CLI's and a controller's). It

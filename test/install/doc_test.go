@@ -3,9 +3,11 @@ package install
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/gobuild"
+	"github.com/vacate-dev/vacate/internal/dev/image"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
@@ -40,7 +43,7 @@ var registryLine = regexp.MustCompile(`(?m)^export REGISTRY=.*$`)
 // cluster (with two simulated nodes, so the installed workloads run),
 // with REGISTRY set to a registry the test serves on loopback (and the
 // images built for this machine's platform only), and the
-// helm, crane and kubectl binaries built from their pinned modules. Each
+// helm and kubectl binaries built from their pinned modules. Each
 // block must succeed; at the end every installation method has been
 // undone, so nothing of vacate is left in the cluster.
 // crStorageReady waits, in the document's shell, until every vacate CRD's
@@ -53,7 +56,7 @@ done
 func TestInstallDocCommands(t *testing.T) {
 	c, cl := startCluster(t)
 	testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "doc", Count: 2})
-	reg := httptest.NewServer(registry.New())
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
 	regHost := strings.TrimPrefix(reg.URL, "http://")
 
@@ -71,7 +74,7 @@ func TestInstallDocCommands(t *testing.T) {
 
 	work := copyCheckout(t)
 	home := t.TempDir()
-	tools := buildTools(t)
+	tools := buildTools(t, regHost)
 	env := append(os.Environ(),
 		"KUBECONFIG="+c.Kubeconfig,
 		// A home of its own (helm's and kubectl's settings), with Go's
@@ -86,6 +89,9 @@ func TestInstallDocCommands(t *testing.T) {
 		// The image step for this machine's platform only: both platforms
 		// are internal/dev/image's test, and each costs two links here.
 		"IMAGE_PLATFORMS=linux/"+runtime.GOARCH,
+		// The CLI's archive for this machine only: the document installs
+		// it, and the other three are links of the same program.
+		"CLI_PLATFORMS=linux/"+runtime.GOARCH,
 		"GOFLAGS=",
 	)
 	// The blocks run in one shell, in order, as in one terminal: a block
@@ -114,9 +120,23 @@ func TestInstallDocCommands(t *testing.T) {
 		t.Fatalf("ran %d of the %d blocks", len(outputs), len(blocks))
 	}
 
+	// Helm's chart and install.yaml, both from the release, run its image.
+	shown := 0
+	for i, out := range outputs {
+		if strings.Contains(string(blocks[i][1]), imageQuery) {
+			shown++
+			if want := regHost + "/vacate/vacate-controller:v0.1.0"; !strings.Contains(out.text, want) {
+				t.Errorf("docs/install.md block %d: the controller runs %q, want the release's %s", i+1, out.text, want)
+			}
+		}
+	}
+	if shown != 2 {
+		t.Errorf("%d blocks show the controller's image, want 2 (Helm and install.yaml)", shown)
+	}
+
 	// The images the document pushed are image indexes of the platform
-	// built.
-	for _, img := range []string{"vacate-controller", "vacate-agent"} {
+	// built, each platform's image with its SBOM as a referrer.
+	for _, img := range []string{"vacate-controller", "vacate-agent", "vacate-hook"} {
 		ref, err := name.ParseReference(regHost + "/vacate/" + img + ":v0.1.0")
 		if err != nil {
 			t.Fatal(err)
@@ -135,6 +155,7 @@ func TestInstallDocCommands(t *testing.T) {
 			if d.Platform != nil {
 				platforms = append(platforms, d.Platform.String())
 			}
+			checkSBOMReferrer(t, ref.Context().Digest(d.Digest.String()))
 		}
 		if strings.Join(platforms, ",") != "linux/"+runtime.GOARCH {
 			t.Errorf("%s was pushed with platforms %v, want linux/%s", ref, platforms, runtime.GOARCH)
@@ -155,6 +176,51 @@ func TestInstallDocCommands(t *testing.T) {
 		return err
 	})
 }
+
+// checkSBOMReferrer checks that an SPDX document refers to the image.
+func checkSBOMReferrer(t *testing.T, img name.Digest) {
+	t.Helper()
+	refs, err := remote.Referrers(img)
+	if err != nil {
+		t.Errorf("the referrers of %s: %v", img, err)
+		return
+	}
+	m, err := refs.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Manifests {
+		if d.ArtifactType != image.SBOMArtifactType {
+			continue
+		}
+		art, err := remote.Image(img.Context().Digest(d.Digest.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, err := art.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("the SBOM of %s: %d layers, %v", img, len(layers), err)
+		}
+		rc, err := layers[0].Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			SPDXVersion string `json:"spdxVersion"`
+		}
+		err = json.NewDecoder(rc).Decode(&doc)
+		rc.Close()
+		if err != nil || !strings.HasPrefix(doc.SPDXVersion, "SPDX-") {
+			t.Errorf("the SBOM of %s is not an SPDX document: %v, %+v", img, err, doc)
+		}
+		return
+	}
+	t.Errorf("no SBOM refers to %s: referrers %+v", img, m.Manifests)
+}
+
+// imageQuery is the command of the document that shows the controller's
+// image.
+const imageQuery = "get deployment vacate-controller -o jsonpath='{.spec.template.spec.containers[0].image}"
 
 // blockMarker starts each block's output.
 const blockMarker = "__vacate_doc_block_"
@@ -228,17 +294,28 @@ func copyCheckout(t *testing.T) string {
 	return dst
 }
 
-// buildTools puts helm and crane (built from hack/tools, at the versions
-// it pins) and the dev cluster's kubectl in a directory for PATH.
-func buildTools(t *testing.T) string {
+// buildTools puts helm (built from hack/tools, at the version it pins) and
+// the dev cluster's kubectl in a directory for PATH. The document's
+// registry has TLS; the test's, on loopback, does not, so helm is a script
+// that adds --plain-http to the commands that name it (as a person would
+// with such a registry), and runs the real one.
+func buildTools(t *testing.T, regHost string) string {
 	t.Helper()
 	dir := t.TempDir()
-	// From the go command's cache of executables once built: their
-	// versions are pinned, so a later run links neither again.
-	for name, pkg := range map[string]string{"helm": "helm.sh/helm/v4/cmd/helm", "crane": "github.com/google/go-containerregistry/cmd/crane"} {
-		if err := gobuild.Build(context.Background(), gobuild.Options{Dir: filepath.Join(repoRoot(t), "hack", "tools")}, pkg, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
+	// From the go command's cache of executables once built: its version
+	// is pinned, so a later run does not link it again.
+	helm := filepath.Join(t.TempDir(), "helm")
+	if err := gobuild.Build(context.Background(), gobuild.Options{Dir: filepath.Join(repoRoot(t), "hack", "tools")}, "helm.sh/helm/v4/cmd/helm", helm); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := fmt.Sprintf(`#!/usr/bin/env bash
+# helm, with --plain-http for the test's registry on loopback (%[1]s)
+extra=()
+for a in "$@"; do case "$a" in oci://%[1]s/*) extra=(--plain-http);; esac; done
+exec %[2]s "$@" "${extra[@]}"
+`, regHost, helm)
+	if err := os.WriteFile(filepath.Join(dir, "helm"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	bins, err := devcluster.EnsureBinaries(context.Background(), os.Stderr)
 	if err != nil {

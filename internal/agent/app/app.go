@@ -36,6 +36,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/agent/gcp"
 	"github.com/vacate-dev/vacate/internal/agent/logind"
 	"github.com/vacate-dev/vacate/internal/version"
+	"github.com/vacate-dev/vacate/internal/version/buildinfo"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -225,7 +226,7 @@ func Run(ctx context.Context, o Options, log logr.Logger) error {
 	if err := metrics.Register(reg); err != nil {
 		return err
 	}
-	if err := reg.Register(version.Get().Collector("vacate-agent")); err != nil {
+	if err := reg.Register(buildinfo.Collector("vacate-agent", version.Get())); err != nil {
 		return err
 	}
 	if err := serveMetrics(ctx, o.MetricsAddr, reg, log); err != nil {

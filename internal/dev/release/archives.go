@@ -21,6 +21,11 @@ import (
 // module root.
 const KrewTemplate = "config/plugin/vacate.yaml"
 
+// CompletionHelper is the script kubectl (1.26+) runs to complete
+// `kubectl vacate <TAB>` (config/plugin): the archives carry it beside
+// kubectl-vacate.
+const CompletionHelper = "kubectl_complete-vacate"
+
 // DefaultCLIPlatforms are the platforms of the CLI's archives.
 var DefaultCLIPlatforms = []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}
 
@@ -58,7 +63,8 @@ type ArchiveOptions struct {
 
 // Archives builds the CLI for each platform (as users download it: no
 // cgo, no symbol tables), packs each into
-// kubectl-vacate_<version>_<os>_<arch>.tar.gz with the licence, and renders
+// kubectl-vacate_<version>_<os>_<arch>.tar.gz with the completion helper
+// and the licence, and renders
 // the krew manifest vacate.yaml for them.
 func Archives(ctx context.Context, o ArchiveOptions) (*KrewManifest, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
@@ -88,7 +94,8 @@ func Archives(ctx context.Context, o ArchiveOptions) (*KrewManifest, error) {
 		}
 		name := fmt.Sprintf("kubectl-vacate_%s_%s_%s.tar.gz", o.Version, goos, goarch)
 		sum, err := archive(filepath.Join(o.Out, name), o.Created, []archived{
-			{name: "kubectl-vacate", src: bin}, {name: "LICENSE", src: filepath.Join(o.ModuleDir, "LICENSE")}})
+			{name: "kubectl-vacate", src: bin}, {name: CompletionHelper, src: filepath.Join(o.ModuleDir, "config", "plugin", CompletionHelper)},
+			{name: "LICENSE", src: filepath.Join(o.ModuleDir, "LICENSE")}})
 		if err != nil {
 			return nil, err
 		}

@@ -51,7 +51,7 @@ func TestManifestRenders(t *testing.T) {
 	for i, p := range plugin.Spec.Platforms {
 		want := m.Platforms[i]
 		if p.Selector.MatchLabels["os"] != want.OS || p.Selector.MatchLabels["arch"] != want.Arch || p.URI != want.URI ||
-			!sum.MatchString(p.SHA256) || p.Bin != "kubectl-vacate" || len(p.Files) != 2 {
+			!sum.MatchString(p.SHA256) || p.Bin != "kubectl-vacate" || len(p.Files) != 3 {
 			t.Errorf("platform %d: %+v, want %+v", i, p, want)
 		}
 	}
