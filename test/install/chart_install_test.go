@@ -83,6 +83,17 @@ func TestChartInstallDrainsAsItsServiceAccount(t *testing.T) {
 		}
 	}
 
+	// One installation per cluster: a second release is refused, naming the
+	// first, before Helm writes anything.
+	second := action.NewInstall(helmConfig(t, c, "vacate-second"))
+	second.ReleaseName, second.Namespace, second.CreateNamespace = "vacate-second", "vacate-second", true
+	second.WaitStrategy, second.Timeout = kube.HookOnlyStrategy, patience
+	_, err = second.RunWithContext(ctx, loadChart(t), nil)
+	if want := "vacate is already installed in this cluster by the release vacate in namespace " + releaseNamespace; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a second helm install: %v, want refused with %q", err, want)
+		_, _ = action.NewUninstall(helmConfig(t, c, "vacate-second")).Run("vacate-second")
+	}
+
 	// The controller, as the chart runs it, as the chart's service account.
 	args := controllerArgs(t, containerArgs(t, objs, "Deployment", "vacate-controller"))
 	kubeconfig := serviceAccountKubeconfig(t, c, releaseNamespace, "vacate-controller")

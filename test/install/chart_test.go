@@ -300,6 +300,39 @@ func checkRendered(t *testing.T, name string, vals map[string]any, objs []*unstr
 	if int(*dep.Spec.Replicas) != toInt(dig(vals, "controller", "replicas")) {
 		t.Errorf("%s: %d replicas, values say %v", name, *dep.Spec.Replicas, dig(vals, "controller", "replicas"))
 	}
+	// The values a pod spec takes from: strategy, probe timing, extra
+	// volumes (besides the webhook's certificate).
+	if st, _ := dig(vals, "controller", "strategy", "type").(string); string(dep.Spec.Strategy.Type) != st {
+		t.Errorf("%s: strategy %q, values say %q", name, dep.Spec.Strategy.Type, st)
+	}
+	if p := toInt(dig(vals, "controller", "livenessProbe", "periodSeconds")); p >= 0 &&
+		(ctr.LivenessProbe == nil || ctr.LivenessProbe.PeriodSeconds != int32(p) || ctr.LivenessProbe.HTTPGet == nil || ctr.LivenessProbe.HTTPGet.Path != "/healthz") {
+		t.Errorf("%s: liveness probe %+v, values say periodSeconds %v of /healthz", name, ctr.LivenessProbe, p)
+	}
+	if vs, _ := dig(vals, "controller", "extraVolumes").([]any); len(vs) > 0 {
+		want := len(vs)
+		if dig(vals, "webhook", "enabled").(bool) {
+			want++
+		}
+		if len(pod.Volumes) != want || len(ctr.VolumeMounts) != want {
+			t.Errorf("%s: %d volumes and %d mounts, want %d", name, len(pod.Volumes), len(ctr.VolumeMounts), want)
+		}
+	}
+	if dig(vals, "agent", "enabled").(bool) {
+		ds := &appsv1.DaemonSet{}
+		fromUnstructured(t, all["DaemonSet "+releaseNamespace+"/vacate-agent"], ds)
+		actr := ds.Spec.Template.Spec.Containers[0]
+		env, _ := dig(vals, "agent", "env").([]any)
+		if len(actr.Env) != 1+len(env) || actr.Env[0].Name != "NODE_NAME" {
+			t.Errorf("%s: the agent's env %v, want NODE_NAME and the values' %v", name, actr.Env, env)
+		}
+		if probe, _ := dig(vals, "agent", "livenessProbe").(map[string]any); (len(probe) > 0) != (actr.LivenessProbe != nil) {
+			t.Errorf("%s: the agent's liveness probe %+v, values say %v", name, actr.LivenessProbe, probe)
+		}
+		if actr.SecurityContext == nil || ptr.Deref(actr.SecurityContext.RunAsUser, -1) != 0 || ptr.Deref(actr.SecurityContext.AllowPrivilegeEscalation, true) {
+			t.Errorf("%s: the agent's security context %+v, want root without escalation", name, actr.SecurityContext)
+		}
+	}
 	_, pdb := all["PodDisruptionBudget "+releaseNamespace+"/vacate-controller"]
 	if pdb != dig(vals, "controller", "podDisruptionBudget", "enabled").(bool) {
 		t.Errorf("%s: PDB rendered %v, podDisruptionBudget.enabled %v", name, pdb, !pdb)
@@ -323,6 +356,11 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"replicas without a leader", "controller:\n  replicas: 2\n  leaderElection:\n    enabled: false\n", "leaderElection.enabled"},
 		// The agent's own policy is what keeps it to its own node.
 		{"agent without admission policies", "agent:\n  enabled: true\nadmissionPolicies:\n  enabled: false\n", "admissionPolicies.enabled"},
+		// One installation per cluster, with fixed names (docs/install.md).
+		{"nameOverride", "nameOverride: drains\n", "nameOverride"},
+		{"unknown strategy", "controller:\n  strategy:\n    type: BlueGreen\n", "strategy"},
+		{"a probe's handler", "controller:\n  livenessProbe:\n    exec:\n      command: [true]\n", "livenessProbe"},
+		{"a volume mount without a path", "controller:\n  extraVolumeMounts:\n  - name: x\n", "mountPath"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := common.ReadValues([]byte(tc.vals))
