@@ -74,9 +74,11 @@ type panel struct {
 }
 
 type variable struct {
-	Name  string          `json:"name"`
-	Type  string          `json:"type"`
-	Query json.RawMessage `json:"query"`
+	Name       string          `json:"name"`
+	Type       string          `json:"type"`
+	Query      json.RawMessage `json:"query"`
+	Multi      bool            `json:"multi"`
+	IncludeAll bool            `json:"includeAll"`
 }
 
 // allPanels are the dashboard's panels, those of collapsed rows included.
@@ -428,6 +430,73 @@ func TestDashboardStructure(t *testing.T) {
 		}
 	}
 	t.Logf("%d panels", len(ids))
+	checkScoped(t, d)
+}
+
+// scopes are the dashboard's variables every metric is read through, so
+// that in a Prometheus shared by several operators a panel shows vacate's
+// series, of the installations chosen, only: label name, variable.
+var scopes = map[string]string{"job": "job", "namespace": "namespace"}
+
+// checkScoped checks that the dashboard has the variables job and
+// namespace (both from vacate_build_info, many values, "All" by default)
+// and that every vector selector of every panel matches job=~"$job" and
+// namespace=~"$namespace".
+func checkScoped(t *testing.T, d dashboard) {
+	t.Helper()
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+		if _, ok := scopes[v.Name]; !ok {
+			continue
+		}
+		q, err := variableQuery(v.Query)
+		if err != nil || v.Type != "query" || !strings.Contains(q, "label_values(vacate_build_info") || !v.Multi || !v.IncludeAll {
+			t.Errorf("variable %s: type %s, query %q (%v), multi %t, includeAll %t; want label_values of vacate_build_info, multi, with All",
+				v.Name, v.Type, q, err, v.Multi, v.IncludeAll)
+		}
+	}
+	for _, name := range scopes {
+		if !vars[name] {
+			t.Errorf("no template variable %s", name)
+		}
+	}
+	p := parser.NewParser(parser.Options{})
+	for _, panel := range d.allPanels() {
+		for _, tg := range panel.Targets {
+			if strings.TrimSpace(tg.Expr) == "" {
+				continue
+			}
+			// Each variable becomes the value "$<name>" to parse.
+			text := varRe.ReplaceAllStringFunc(tg.Expr, func(m string) string {
+				sub := varRe.FindStringSubmatch(m)
+				if v, ok := builtins[sub[1]+sub[2]+sub[3]]; ok {
+					return v
+				}
+				return "$" + sub[1] + sub[2] + sub[3]
+			})
+			node, err := p.ParseExpr(text)
+			if err != nil {
+				continue // TestExpressionsParse reports it
+			}
+			parser.Inspect(node, func(n parser.Node, _ []parser.Node) error {
+				vs, ok := n.(*parser.VectorSelector)
+				if !ok {
+					return nil
+				}
+				for label, variable := range scopes {
+					found := false
+					for _, m := range vs.LabelMatchers {
+						found = found || (m.Name == label && m.Type == labels.MatchRegexp && m.Value == "$"+variable)
+					}
+					if !found {
+						t.Errorf("panel %q target %s: %s does not match %s=~\"$%s\": it would read every operator's series", panel.Title, tg.RefID, vs, label, variable)
+					}
+				}
+				return nil
+			})
+		}
+	}
 }
 
 // datasourceOf is a panel's or target's data source uid: the uid of the
