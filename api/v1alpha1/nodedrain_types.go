@@ -247,6 +247,13 @@ type NodeDrainStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Policy is the DrainPolicy the drain runs under, as the controller last
+	// resolved it (spec.policyName, the one whose nodeSelector matches the
+	// node, or "default"); empty under the built-in defaults. The drain
+	// metrics carry it as the label policy.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Policy string `json:"policy,omitempty"`
 
 	// Total is the number of pods that must leave the node.
 	// +optional
@@ -358,6 +365,7 @@ type NodeDrainStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=nd,categories=vacate
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.status.policy`,priority=1
 // +kubebuilder:printcolumn:name="Admitted",type=string,JSONPath=`.status.conditions[?(@.type=="Admitted")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=1
 // +kubebuilder:printcolumn:name="Evicted/Total",type=string,JSONPath=`.status.progress`

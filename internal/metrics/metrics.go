@@ -24,6 +24,9 @@ const (
 	LabelState      = "state"
 	LabelProvider   = "provider"
 	LabelEvacuation = "evacuation"
+	// LabelPolicy is a drain's DrainPolicy (status.policy), empty under
+	// the built-in defaults.
+	LabelPolicy = "policy"
 )
 
 // ResultCancelled is the result of a drain whose requesters all left
@@ -37,17 +40,19 @@ const (
 )
 
 var (
-	// DrainsTotal counts drains that ended, by result (Drained, Failed, Cancelled).
+	// DrainsTotal counts drains that ended, by result (Drained, Failed,
+	// Cancelled) and DrainPolicy ("" for the built-in defaults).
 	DrainsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vacate_drains_total",
-		Help: "Drains that ended, by result.",
-	}, []string{LabelResult})
-	// DrainDuration observes the time from admission to Drained.
-	DrainDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "Drains that ended, by result and DrainPolicy (empty: the built-in defaults).",
+	}, []string{LabelResult, LabelPolicy})
+	// DrainDuration observes the time from admission to Drained, by
+	// DrainPolicy.
+	DrainDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "vacate_drain_duration_seconds",
-		Help:    "Time from a drain's admission to Drained.",
+		Help:    "Time from a drain's admission to Drained, by DrainPolicy (empty: the built-in defaults).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-	})
+	}, []string{LabelPolicy})
 	// EvictionsTotal counts eviction attempts by result (Evicted, Gone, PDBBlocked, Throttled, Forbidden, Invalid, Failed).
 	EvictionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vacate_evictions_total",
@@ -94,8 +99,11 @@ func Register() {
 // controllers count.
 func initLabels() {
 	for _, r := range []string{string(v1alpha1.PhaseDrained), string(v1alpha1.PhaseFailed), ResultCancelled} {
-		DrainsTotal.WithLabelValues(r)
+		// The built-in defaults' series exist from the start; a DrainPolicy's
+		// from its first drain.
+		DrainsTotal.WithLabelValues(r, "")
 	}
+	DrainDuration.WithLabelValues("")
 	for _, r := range []eviction.Result{eviction.Evicted, eviction.Gone, eviction.PDBBlocked, eviction.Throttled,
 		eviction.Forbidden, eviction.Invalid, eviction.Failed} {
 		EvictionsTotal.WithLabelValues(string(r))

@@ -62,7 +62,7 @@ func TestStateMetricsOnLeaderOnly(t *testing.T) {
 
 	leader := testutil.FreeAddr(t)
 	_, stop = testenv.StartController(t, c, func(o *operator.Options) { o.MetricsAddr = leader })
-	waitMetrics(t, leader, "vacate_controller_leader 1", `vacate_drain_phase{node="state-metrics-none",phase="Pending"} 1`)
+	waitMetrics(t, leader, "vacate_controller_leader 1", `vacate_drain_phase{node="state-metrics-none",phase="Pending",policy=""} 1`)
 	// The drain has the controller's finalizer now: delete it while the
 	// controller runs, which releases it.
 	if err := cl.Delete(ctx, nd); err != nil {

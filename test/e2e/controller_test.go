@@ -245,9 +245,13 @@ func (e *env) annotatedWorkload(t *testing.T, prefix string, nodes, pods int32, 
 	return ns, best
 }
 
-func (e *env) drain(t *testing.T, node string) {
+func (e *env) drain(t *testing.T, node string) { e.drainUnder(t, node, "") }
+
+// drainUnder requests a drain of node under the DrainPolicy policyName
+// ("": the one that selects the node).
+func (e *env) drainUnder(t *testing.T, node, policyName string) {
 	t.Helper()
-	nd := testutil.NodeDrain(node, "", "cli:e2e")
+	nd := testutil.NodeDrain(node, policyName, "cli:e2e")
 	if err := e.cl.Create(testenv.Context(t), nd); err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +478,13 @@ func TestMetricsAndProbes(t *testing.T) {
 	metricsAddr, probeAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	startController(t, e.c, "metrics", false, "metrics",
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
-	e.drain(t, node)
+	// Under a DrainPolicy of its own: the drain metrics carry its name.
+	pol := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "metrics-pool"}}
+	if err := e.cl.Create(testenv.Context(t), pol); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), pol) })
+	e.drainUnder(t, node, pol.Name)
 	blocked := e.waitDrain(t, node, "blocked by the PDB", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Blocked > 0 && nd.Status.Blocked == nd.Status.Remaining
 	})
@@ -492,16 +502,20 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 	// The controller counts a transition right after writing it, so a
 	// client can see Drained a moment before the counter moves.
-	waitMetric(t, metricsAddr, `vacate_drains_total{result="Drained"} 1`)
+	// The drain's DrainPolicy is a label of the drain metrics.
+	if nd.Status.Policy != pol.Name {
+		t.Errorf("status.policy %q, want %s", nd.Status.Policy, pol.Name)
+	}
+	waitMetric(t, metricsAddr, fmt.Sprintf(`vacate_drains_total{policy=%q,result="Drained"} 1`, nd.Status.Policy))
 	code, body := get(t, "http://"+metricsAddr+"/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics answered %d", code)
 	}
 	want := []string{
 		`vacate_drain_admissions_total 1`,
-		`vacate_drains_total{result="Drained"} 1`,
+		fmt.Sprintf(`vacate_drains_total{policy=%q,result="Drained"} 1`, nd.Status.Policy),
 		fmt.Sprintf(`vacate_evictions_total{result="Evicted"} %d`, nd.Status.Evicted),
-		"vacate_drain_duration_seconds_count 1",
+		fmt.Sprintf(`vacate_drain_duration_seconds_count{policy=%q} 1`, nd.Status.Policy),
 		// The build the tests link (testutil.ProgramVersion).
 		`program="vacate-controller",version="` + testutil.ProgramVersion + `"} 1`,
 	}

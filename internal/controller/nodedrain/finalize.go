@@ -31,12 +31,12 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, 
 	took := s.now.Sub(nd.Status.StartTime.Time)
 	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, v1alpha1.ReasonDrained,
 		fmt.Sprintf("%d pod(s) left the node in %s", nd.Status.Evicted, took.Round(time.Second)))
-	node, evicted, log := s.node, nd.Status.Evicted, s.log
+	node, evicted, log, policyName := s.node, nd.Status.Evicted, s.log, nd.Status.Policy
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
 			nd.Spec.NodeName, evicted, took.Round(time.Second))
-		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained)).Inc()
-		metrics.DrainDuration.Observe(took.Seconds())
+		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained), policyName).Inc()
+		metrics.DrainDuration.WithLabelValues(policyName).Observe(took.Seconds())
 		log.Info("drained node", "node", klogRef(nd.Spec.NodeName), "evicted", evicted, "took", took)
 	})
 	return reconcile.Result{}, nil

@@ -49,6 +49,7 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 		return reconcile.Result{}, err
 	}
 	s.policy = p
+	nd.Status.Policy = p.Name
 	return reconcile.Result{}, nil
 }
 

@@ -111,9 +111,10 @@ func (r *Reconciler) fail(s *scope, reason, msg string) {
 	msg = condition.Cap(msg)
 	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason, msg)
 	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
+	policyName := nd.Status.Policy
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)
-		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed), policyName).Inc()
 	})
 	s.stop = true
 }

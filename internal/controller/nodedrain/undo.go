@@ -118,9 +118,9 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		}
 	}
 	if cancelled {
-		log := s.log
+		log, policyName := s.log, nd.Status.Policy
 		s.afterWrite(func() {
-			metrics.DrainsTotal.WithLabelValues(metrics.ResultCancelled).Inc()
+			metrics.DrainsTotal.WithLabelValues(metrics.ResultCancelled, policyName).Inc()
 			log.Info("drain cancelled and undone", "droppedEvictions", dropped)
 		})
 	}

@@ -49,8 +49,8 @@ var (
 		"1 if this replica leads (runs the controllers and reports the state metrics), 0 while it waits for the Lease.", nil, nil)
 
 	drainPhaseDesc = prometheus.NewDesc("vacate_drain_phase",
-		"1 for each NodeDrain, by node and its status.phase (Pending until it has one).",
-		[]string{metrics.LabelNode, metrics.LabelPhase}, nil)
+		"1 for each NodeDrain, by node, its status.phase (Pending until it has one) and its DrainPolicy (status.policy; empty: the built-in defaults).",
+		[]string{metrics.LabelNode, metrics.LabelPhase, metrics.LabelPolicy}, nil)
 	drainPodsDesc = prometheus.NewDesc("vacate_drain_pods",
 		"Pods of each NodeDrain by state, from its status: total (must leave the node), evicted, remaining, blocked.",
 		[]string{metrics.LabelNode, metrics.LabelState}, nil)
@@ -197,7 +197,7 @@ func collectDrain(ch chan<- prometheus.Metric, nd *v1alpha1.NodeDrain, r *resolv
 	if phase == "" {
 		phase = v1alpha1.PhasePending
 	}
-	ch <- gauge(drainPhaseDesc, 1, node, string(phase))
+	ch <- gauge(drainPhaseDesc, 1, node, string(phase), nd.Status.Policy)
 	st := nd.Status
 	for state, n := range map[string]int32{PodsTotal: st.Total, PodsEvicted: st.Evicted, PodsRemaining: st.Remaining, PodsBlocked: st.Blocked} {
 		ch <- gauge(drainPodsDesc, float64(n), node, state)

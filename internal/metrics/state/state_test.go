@@ -85,7 +85,7 @@ func TestLeaderReportsDrainsEvacuationsAndDeletedNodes(t *testing.T) {
 		// Blocked, with a requester's deadline before pool-a's timeout.
 		&v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "a1"},
 			Spec: v1alpha1.NodeDrainSpec{NodeName: "a1", Requesters: []v1alpha1.Requester{{Name: "agent:aws-spot", Deadline: at(40 * time.Minute)}}},
-			Status: v1alpha1.NodeDrainStatus{Phase: v1alpha1.PhaseEvicting, Total: 5, Evicted: 2, Remaining: 3, Blocked: 2,
+			Status: v1alpha1.NodeDrainStatus{Phase: v1alpha1.PhaseEvicting, Policy: "pool-a", Total: 5, Evicted: 2, Remaining: 3, Blocked: 2,
 				StartTime: at(0), Deadline: &v1alpha1.DrainDeadline{Time: *at(40 * time.Minute), Requester: "agent:aws-spot"},
 				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionBlocked, Status: metav1.ConditionTrue,
 					Reason: v1alpha1.ReasonBlocked, LastTransitionTime: *at(5 * time.Minute)}}}},
@@ -135,13 +135,13 @@ vacate_drain_blocked_since_timestamp_seconds{node="gone",reason="DrainTimeout"} 
 vacate_drain_deadline_timestamp_seconds{node="a1"} %[3]s
 vacate_drain_deadline_timestamp_seconds{node="a2"} %[4]s
 vacate_drain_deadline_timestamp_seconds{node="gone"} %[2]s
-# HELP vacate_drain_phase 1 for each NodeDrain, by node and its status.phase (Pending until it has one).
+# HELP vacate_drain_phase 1 for each NodeDrain, by node, its status.phase (Pending until it has one) and its DrainPolicy (status.policy; empty: the built-in defaults).
 # TYPE vacate_drain_phase gauge
-vacate_drain_phase{node="a1",phase="Evicting"} 1
-vacate_drain_phase{node="a2",phase="Evacuating"} 1
-vacate_drain_phase{node="b1",phase="Drained"} 1
-vacate_drain_phase{node="gone",phase="Failed"} 1
-vacate_drain_phase{node="new",phase="Pending"} 1
+vacate_drain_phase{node="a1",phase="Evicting",policy="pool-a"} 1
+vacate_drain_phase{node="a2",phase="Evacuating",policy=""} 1
+vacate_drain_phase{node="b1",phase="Drained",policy=""} 1
+vacate_drain_phase{node="gone",phase="Failed",policy=""} 1
+vacate_drain_phase{node="new",phase="Pending",policy=""} 1
 # HELP vacate_drain_start_timestamp_seconds When each NodeDrain was first admitted (status.startTime), in seconds since the epoch.
 # TYPE vacate_drain_start_timestamp_seconds gauge
 vacate_drain_start_timestamp_seconds{node="a1"} %[5]s
