@@ -9,6 +9,7 @@ BIN        := $(CURDIR)/bin
 TOOLS_BIN  := $(BIN)/tools
 STATICCHECK := $(TOOLS_BIN)/staticcheck
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
+HELM_DOCS  := $(TOOLS_BIN)/helm-docs
 # Go modules in this repository: vacate itself and the build-only modules.
 MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 # -p 3: three packages at once, each with a dev cluster of its own. On two
@@ -80,7 +81,7 @@ release: ## Make release VERSION=vX.Y.Z REGISTRY=host/path: push the images (wit
 	$(GO) run ./hack/release --version $(VERSION) --registry "$(REGISTRY)" --platforms $(RELEASE_PLATFORMS) --cli-platforms $(CLI_PLATFORMS) $(if $(ALLOW_DIRTY),--allow-dirty)
 
 .PHONY: tools
-tools: $(STATICCHECK) $(CONTROLLER_GEN) controlplane ## Build the developer tools and the pinned control plane
+tools: $(STATICCHECK) $(CONTROLLER_GEN) $(HELM_DOCS) controlplane ## Build the developer tools and the pinned control plane
 
 .PHONY: controlplane
 controlplane: ## Build (once, cached in ~/.cache/vacate) etcd, Kubernetes and kwok from source
@@ -91,6 +92,9 @@ $(STATICCHECK): hack/tools/go.mod hack/tools/go.sum
 
 $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(HELM_DOCS): hack/tools/go.mod hack/tools/go.sum
+	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ github.com/norwoodj/helm-docs/cmd/helm-docs
 
 .PHONY: test
 test: controlplane dbus-daemon stateful-servers ## Run the whole test suite with -race (starts real local control planes)
@@ -116,11 +120,12 @@ demo: controlplane ## Run the demo on a throwaway local cluster
 	$(GO) run ./cmd/vacate-dev demo
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs (from api/), RBAC (from the controllers' markers), the webhook configuration and the Helm chart's copies
+generate: $(CONTROLLER_GEN) $(HELM_DOCS) ## Regenerate deepcopy code, CRDs (from api/), RBAC (from the controllers' markers), the webhook configuration, the Helm chart's copies and its README (helm-docs, from values.yaml)
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=vacate-controller paths="./internal/controller/...;./internal/webhook/..." output:rbac:artifacts:config=config/rbac
 	$(GO) run ./hack/generate
+	$(HELM_DOCS) --chart-search-root charts --sort-values-order file --skip-version-footer --log-level warning
 
 .PHONY: fmt
 fmt: ## Format the Go code
