@@ -27,6 +27,7 @@ func main() {
 	// --kubeconfig is registered by controller-runtime and read by ctrl.GetConfig.
 	fs := flag.CommandLine
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", opts.MetricsAddr, "address of the /metrics endpoint; 0 disables it")
+	fs.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS (a self-signed certificate) only to clients with a Kubernetes token allowed to get the non-resource URL /metrics (the controller then needs create on tokenreviews and subjectaccessreviews)")
 	fs.StringVar(&opts.ProbeAddr, "health-probe-bind-address", opts.ProbeAddr, "address of /healthz and /readyz; 0 disables them")
 	fs.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address of net/http/pprof's profiles (heap, CPU, goroutines); empty or 0 disables them (the default): profiles show the cluster's data, so bind to localhost")
 	fs.BoolVar(&opts.LeaderElect, "leader-elect", opts.LeaderElect, "elect a leader on a Lease so only one replica acts")

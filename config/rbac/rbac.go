@@ -25,6 +25,13 @@ var ControllerRoleYAML []byte
 //go:embed force-delete-role.yaml
 var ForceDeleteRoleYAML []byte
 
+// MetricsAuthRoleYAML holds the ClusterRoles of --metrics-secure:
+// vacate-controller-metrics-auth (the controller's token and access
+// reviews) and vacate-metrics-reader (for Prometheus).
+//
+//go:embed metrics-auth-role.yaml
+var MetricsAuthRoleYAML []byte
+
 // UserRoleYAML is the ClusterRole vacate-user, for the people who use the CLI.
 //
 //go:embed user-role.yaml
@@ -35,11 +42,32 @@ const (
 	ControllerRoleName  = "vacate-controller"
 	ForceDeleteRoleName = "vacate-controller-force-delete"
 	UserRoleName        = "vacate-user"
+	// MetricsAuthRoleName and MetricsReaderRoleName are the ClusterRoles of
+	// --metrics-secure.
+	MetricsAuthRoleName   = "vacate-controller-metrics-auth"
+	MetricsReaderRoleName = "vacate-metrics-reader"
 	// Namespace is where the controller runs and holds its leader Lease.
 	Namespace = "vacate-system"
 	// LeaseName is the leader Lease the Role vacate-controller names.
 	LeaseName = "vacate-controller"
 )
+
+// MetricsAuthRoles returns the ClusterRoles of --metrics-secure: the
+// controller's (reviews) and the metrics' readers'.
+func MetricsAuthRoles() (auth, reader *rbacv1.ClusterRole, err error) {
+	docs := bytes.Split(MetricsAuthRoleYAML, []byte("\n---\n"))
+	if len(docs) != 2 {
+		return nil, nil, fmt.Errorf("metrics-auth-role.yaml holds %d documents, want 2", len(docs))
+	}
+	auth, reader = &rbacv1.ClusterRole{}, &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(docs[0], auth); err != nil {
+		return nil, nil, err
+	}
+	if err := yaml.UnmarshalStrict(docs[1], reader); err != nil {
+		return nil, nil, err
+	}
+	return auth, reader, nil
+}
 
 // ControllerRole returns the ClusterRole vacate-controller needs.
 func ControllerRole() (*rbacv1.ClusterRole, error) {

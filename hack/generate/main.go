@@ -82,6 +82,8 @@ func run() error {
 		{"config/rbac/role.yaml", "Role", "vacate-controller", "files/rbac/controller-namespaced.yaml"},
 		{"config/rbac/force-delete-role.yaml", "ClusterRole", "vacate-controller-force-delete", "files/rbac/force-delete.yaml"},
 		{"config/rbac/user-role.yaml", "ClusterRole", "vacate-user", "files/rbac/user.yaml"},
+		{"config/rbac/metrics-auth-role.yaml", "ClusterRole", "vacate-controller-metrics-auth", "files/rbac/metrics-auth.yaml"},
+		{"config/rbac/metrics-auth-role.yaml", "ClusterRole", "vacate-metrics-reader", "files/rbac/metrics-reader.yaml"},
 		{"config/agent/agent.yaml", "ClusterRole", "vacate-agent", "files/rbac/agent.yaml"},
 	}
 	for _, r := range rules {

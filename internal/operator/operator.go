@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -36,7 +38,11 @@ import (
 // Options configure the operator.
 type Options struct {
 	MetricsAddr string // "0" disables the metrics server
-	ProbeAddr   string // "0" disables the probes
+	// MetricsSecure serves /metrics over HTTPS (a self-signed certificate)
+	// to clients that authenticate with a Kubernetes token and may get the
+	// non-resource URL /metrics: TokenReview and SubjectAccessReview.
+	MetricsSecure bool
+	ProbeAddr     string // "0" disables the probes
 	// PprofAddr serves net/http/pprof (heap, CPU, goroutine profiles); ""
 	// or "0" disables it, the default.
 	PprofAddr string
@@ -102,6 +108,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "vacate-controller/" + identity
+	// The metrics' token and access reviews are creates that every replica
+	// makes, the standby too: not through the fence.
+	reviewCfg := rest.CopyConfig(cfg)
 	lock, err := fence(cfg, identity, &opts)
 	if err != nil {
 		return nil, err
@@ -116,7 +125,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer:                       webhookServer,
 		Scheme:                              scheme,
-		Metrics:                             metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Metrics:                             metricsOptions(opts, reviewCfg),
 		HealthProbeBindAddress:              opts.ProbeAddr,
 		PprofBindAddress:                    opts.PprofAddr,
 		LeaderElection:                      opts.LeaderElect,
@@ -217,6 +226,24 @@ func (o Options) ValidateLeaderElection() error {
 			o.RenewDeadline, jitterFactor, o.RetryPeriod)
 	}
 	return nil
+}
+
+// metricsOptions serve /metrics in plain HTTP, or with --metrics-secure
+// over HTTPS behind controller-runtime's authentication and authorisation
+// filter (reviews made with reviewCfg).
+func metricsOptions(opts Options, reviewCfg *rest.Config) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	if opts.MetricsSecure {
+		o.SecureServing = true
+		o.FilterProvider = func(_ *rest.Config, _ *http.Client) (metricsserver.Filter, error) {
+			hc, err := rest.HTTPClientFor(reviewCfg)
+			if err != nil {
+				return nil, err
+			}
+			return filters.WithAuthenticationAndAuthorization(reviewCfg, hc)
+		}
+	}
+	return o
 }
 
 // fence sets up leader election's Lease lock and the fence that goes with

@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -571,4 +574,96 @@ func get(t *testing.T, url string) (int, string) {
 		return nil
 	})
 	return code, body
+}
+
+// TestSecureMetricsServeOnlyReaders runs the controller with
+// --metrics-secure, as the chart's metrics.secure does, with the
+// ClusterRole vacate-controller-metrics-auth: /metrics answers over HTTPS,
+// 401 without a token, 403 to a service account that may not get /metrics,
+// and the metrics to one bound to vacate-metrics-reader. The reviews are
+// the API server's own (TokenReview, SubjectAccessReview).
+func TestSecureMetricsServeOnlyReaders(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	auth, reader, err := rbac.MetricsAuthRoles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Namespace(t, e.c)
+	bind := func(role *rbacv1.ClusterRole, subject rbacv1.Subject) {
+		t.Helper()
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-" + ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{subject},
+		}
+		for _, obj := range []client.Object{role.DeepCopy(), binding} {
+			if err := client.IgnoreAlreadyExists(e.cl.Create(ctx, obj)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { _ = e.cl.Delete(context.Background(), binding) })
+	}
+	bind(auth, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: controllerUser})
+	bind(reader, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns})
+	token := func(sa string) string {
+		t.Helper()
+		if _, err := e.c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := e.c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	prometheus, nobody := token("prometheus"), token("nobody")
+
+	addr := testutil.FreeAddr(t)
+	startController(t, e.c, "secure-metrics", false, "secure-metrics", "--metrics-bind-address", addr, "--metrics-secure")
+	// The controller's certificate is self-signed: the client checks the
+	// token path, not the certificate.
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed test server
+	scrape := func(bearer string) (int, string) {
+		t.Helper()
+		var code int
+		var body string
+		testutil.Eventually(t, 30*time.Second, "an answer from https://"+addr+"/metrics", func() error {
+			req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+			if err != nil {
+				return err
+			}
+			if bearer != "" {
+				req.Header.Set("Authorization", "Bearer "+bearer)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			code, body = resp.StatusCode, string(b)
+			return nil
+		})
+		return code, body
+	}
+	if code, body := scrape(""); code != http.StatusUnauthorized {
+		t.Errorf("without a token: %d %s, want 401", code, tailLines(body, 3))
+	}
+	if code, body := scrape(nobody); code != http.StatusForbidden {
+		t.Errorf("a service account not bound to vacate-metrics-reader: %d %s, want 403", code, tailLines(body, 3))
+	}
+	code, body := scrape(prometheus)
+	if code != http.StatusOK || !strings.Contains(body, "vacate_build_info{") {
+		t.Errorf("the reader: %d, want 200 with vacate_build_info:\n%s", code, tailLines(body, 5))
+	}
+	// Plain HTTP gets nothing.
+	if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(b), "vacate_") {
+			t.Errorf("plain HTTP served the metrics")
+		}
+	}
 }

@@ -333,6 +333,30 @@ func checkRendered(t *testing.T, name string, vals map[string]any, objs []*unstr
 			t.Errorf("%s: the agent's security context %+v, want root without escalation", name, actr.SecurityContext)
 		}
 	}
+	// metrics.secure: the flag, the controller's reviews, the readers'
+	// binding, and a ServiceMonitor that scrapes over HTTPS with a token.
+	secure, _ := dig(vals, "metrics", "secure").(bool)
+	if slices.Contains(args, "--metrics-secure") != secure {
+		t.Errorf("%s: --metrics-secure in %v, metrics.secure %t", name, args, secure)
+	}
+	for _, key := range []string{"ClusterRoleBinding /vacate-controller-metrics-auth", "ClusterRole /vacate-metrics-reader"} {
+		if _, ok := all[key]; ok != secure {
+			t.Errorf("%s: %s rendered %t, metrics.secure %t", name, key, ok, secure)
+		}
+	}
+	if secure {
+		readers, _ := dig(vals, "metrics", "readers").([]any)
+		if _, ok := all["ClusterRoleBinding /vacate-metrics-reader"]; ok != (len(readers) > 0) {
+			t.Errorf("%s: the readers' binding rendered %t, %d readers", name, ok, len(readers))
+		}
+		if sm := all["ServiceMonitor "+releaseNamespace+"/vacate-controller"]; sm != nil {
+			eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+			ep, _ := eps[0].(map[string]any)
+			if ep["scheme"] != "https" || ep["bearerTokenFile"] == nil {
+				t.Errorf("%s: the ServiceMonitor scrapes %v, want https with a token", name, ep)
+			}
+		}
+	}
 	_, pdb := all["PodDisruptionBudget "+releaseNamespace+"/vacate-controller"]
 	if pdb != dig(vals, "controller", "podDisruptionBudget", "enabled").(bool) {
 		t.Errorf("%s: PDB rendered %v, podDisruptionBudget.enabled %v", name, pdb, !pdb)
