@@ -201,6 +201,7 @@ func flagValue(args []string, name string) (string, bool) {
 func TestChartRendersAndApplies(t *testing.T) {
 	_, cl := startCluster(t)
 	installPrometheusOperatorCRDs(t, cl)
+	installCertManagerCRDs(t, cl)
 	ensureNamespace(t, cl, releaseNamespace)
 	for _, files := range append([][]string{{"values.yaml"}}, func() [][]string {
 		var out [][]string
@@ -357,6 +358,37 @@ func checkRendered(t *testing.T, name string, vals map[string]any, objs []*unstr
 			}
 		}
 	}
+	// webhook.certManager: a Certificate for the webhook's Service in the
+	// Secret the controller mounts, cert-manager's CA injection, and neither
+	// the controller's rotation nor an empty Secret of the chart's.
+	if dig(vals, "webhook", "enabled").(bool) {
+		cm, _ := dig(vals, "webhook", "certManager", "enabled").(bool)
+		if got, _ := flagValue(args, "webhook-cert-rotation"); got != fmt.Sprint(!cm && dig(vals, "webhook", "certRotation").(bool)) {
+			t.Errorf("%s: --webhook-cert-rotation=%s with certManager.enabled %t", name, got, cm)
+		}
+		cert := all["Certificate "+releaseNamespace+"/vacate-webhook"]
+		if (cert != nil) != cm {
+			t.Errorf("%s: Certificate rendered %t, certManager.enabled %t", name, cert != nil, cm)
+		}
+		if _, ok := all["Secret "+releaseNamespace+"/vacate-webhook-cert"]; ok == cm {
+			t.Errorf("%s: the chart's Secret vacate-webhook-cert rendered %t, certManager.enabled %t", name, ok, cm)
+		}
+		mwc := all["MutatingWebhookConfiguration /vacate-endpoint-aware"]
+		if inject := mwc.GetAnnotations()["cert-manager.io/inject-ca-from"]; (inject == releaseNamespace+"/vacate-webhook") != cm {
+			t.Errorf("%s: the webhook configuration's inject-ca-from %q, certManager.enabled %t", name, inject, cm)
+		}
+		if cert != nil {
+			secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+			dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+			issuer, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+			if secret != "vacate-webhook-cert" || !slices.Contains(dns, "vacate-webhook."+releaseNamespace+".svc") || issuer == "" {
+				t.Errorf("%s: the Certificate writes %q for %v, issuer %q", name, secret, dns, issuer)
+			}
+			if _, ok := all["Issuer "+releaseNamespace+"/"+issuer]; !ok && issuer == "vacate-selfsigned" {
+				t.Errorf("%s: the Certificate names the Issuer %s, not rendered", name, issuer)
+			}
+		}
+	}
 	_, pdb := all["PodDisruptionBudget "+releaseNamespace+"/vacate-controller"]
 	if pdb != dig(vals, "controller", "podDisruptionBudget", "enabled").(bool) {
 		t.Errorf("%s: PDB rendered %v, podDisruptionBudget.enabled %v", name, pdb, !pdb)
@@ -382,6 +414,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"agent without admission policies", "agent:\n  enabled: true\nadmissionPolicies:\n  enabled: false\n", "admissionPolicies.enabled"},
 		// One installation per cluster, with fixed names (docs/install.md).
 		{"nameOverride", "nameOverride: drains\n", "nameOverride"},
+		{"an issuer without a name", "webhook:\n  certManager:\n    enabled: true\n    issuerRef:\n      kind: ClusterIssuer\n", "issuerRef needs a name"},
 		{"unknown strategy", "controller:\n  strategy:\n    type: BlueGreen\n", "strategy"},
 		{"a probe's handler", "controller:\n  livenessProbe:\n    exec:\n      command: [true]\n", "livenessProbe"},
 		{"a volume mount without a path", "controller:\n  extraVolumeMounts:\n  - name: x\n", "mountPath"},

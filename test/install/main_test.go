@@ -6,6 +6,7 @@ package install
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -217,21 +218,44 @@ const prometheusOperatorVersion = "v0.85.0"
 
 // installPrometheusOperatorCRDs applies the Prometheus Operator's own CRDs,
 // from its module at prometheusOperatorVersion through the Go module proxy.
+// certManagerVersion is the cert-manager whose CRDs the chart's
+// certManager option is applied against.
+const certManagerVersion = "v1.21.2"
+
+// installCertManagerCRDs applies cert-manager's Certificate and Issuer
+// CRDs, from its Go module (its deploy/crds).
+func installCertManagerCRDs(t testing.TB, cl client.Client) {
+	t.Helper()
+	dir := moduleDir(t, "github.com/cert-manager/cert-manager@"+certManagerVersion)
+	var crds []*unstructured.Unstructured
+	for _, kind := range []string{"certificates", "issuers", "clusterissuers"} {
+		b, err := os.ReadFile(filepath.Join(dir, "deploy", "crds", "cert-manager.io_"+kind+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crds = append(crds, decodeYAML(t, b)...)
+	}
+	applyAll(t, cl, "install-test", crds)
+}
+
+// moduleDir downloads a module (through the module proxy, into the module
+// cache) and returns its directory.
+func moduleDir(t testing.TB, module string) string {
+	t.Helper()
+	out, err := exec.Command("go", "mod", "download", "-json", module).Output()
+	if err != nil {
+		t.Fatalf("downloading %s: %v", module, err)
+	}
+	var m struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
+		t.Fatalf("no module directory for %s: %v %s\n%s", module, err, m.Error, out)
+	}
+	return m.Dir
+}
+
 func installPrometheusOperatorCRDs(t testing.TB, cl client.Client) {
 	t.Helper()
-	out, err := exec.Command("go", "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@"+prometheusOperatorVersion).Output()
-	if err != nil {
-		t.Fatalf("downloading the Prometheus Operator's module: %v", err)
-	}
-	var dir string
-	for _, line := range strings.Split(string(out), "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == `"Dir"` {
-			dir = strings.Trim(strings.TrimSpace(v), `",`)
-		}
-	}
-	if dir == "" {
-		t.Fatalf("no module directory in %s", out)
-	}
+	dir := moduleDir(t, "github.com/prometheus-operator/prometheus-operator@"+prometheusOperatorVersion)
 	var crds []*unstructured.Unstructured
 	for _, kind := range []string{"servicemonitors", "podmonitors", "prometheusrules"} {
 		b, err := os.ReadFile(filepath.Join(dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+kind+".yaml"))
