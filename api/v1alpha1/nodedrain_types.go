@@ -42,6 +42,44 @@ type Requester struct {
 	// admission policy vacate-nodedrains refuses the others).
 	// +optional
 	Deadline *metav1.Time `json:"deadline,omitempty"`
+	// Overrides change, while this requester wants the drain, how the
+	// drain's DrainPolicy treats pods: what kubectl drain's flags do. Each
+	// needs its verb on the drain's DrainPolicy (by name when the drain
+	// names one, else on drainpolicies at large; the admission policy
+	// vacate-nodedrains refuses the others).
+	// +optional
+	Overrides *PodOverrides `json:"overrides,omitempty"`
+}
+
+// PodOverrides are one requester's changes to its drain's pod rules
+// (vacate drain --delete-emptydir-data, --force, --grace-period,
+// --pod-selector). With several requesters, the drain moves a pod when any
+// of them would: the overrides of each apply, the shortest grace period
+// wins, and a pod selector narrows the drain only while every requester
+// has one (a pod leaves when it matches any of them).
+type PodOverrides struct {
+	// DeleteEmptyDirData evicts pods with emptyDir volumes, whose data is
+	// lost, as pods.localStorage: Evict would (kubectl drain
+	// --delete-emptydir-data). Verb: delete-emptydir-data.
+	// +optional
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// DeleteUnmanaged evicts pods that no controller recreates, as
+	// pods.unmanaged: Delete would (kubectl drain --force). Verb:
+	// delete-unmanaged.
+	// +optional
+	DeleteUnmanaged bool `json:"deleteUnmanaged,omitempty"`
+	// GracePeriodSeconds replaces the pods' termination grace period in
+	// evictions, when shorter than the policy's (kubectl drain
+	// --grace-period). Verb: grace-period.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+	// PodSelector is a label selector: only the pods it matches leave the
+	// node, the others stay (kubectl drain --pod-selector). Verb:
+	// pod-selector.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	PodSelector string `json:"podSelector,omitempty"`
 }
 
 // NodeDrainSpec is what is asked.

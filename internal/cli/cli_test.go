@@ -270,7 +270,7 @@ func ownsRequester(nd *v1alpha1.NodeDrain, manager, requester string) bool {
 }
 
 // TestDrainTimeoutExplainAndCancel: a PDB that allows nothing holds the
-// drain; --timeout exits 3 with the drain still running; explain names the
+// drain; --wait-timeout exits 3 with the drain still running; explain names the
 // PDB and what to do; cancel restores the node.
 func TestDrainTimeoutExplainAndCancel(t *testing.T) {
 	c := testenv.Start(t)
@@ -279,9 +279,9 @@ func TestDrainTimeoutExplainAndCancel(t *testing.T) {
 	target := busiest(t, c, nodes, "web")
 	alice := user{t: t, kubeconfig: c.Kubeconfig}
 
-	code, out, errOut := alice.vacate("drain", target, "--wait", "--timeout", "4s")
+	code, out, errOut := alice.vacate("drain", target, "--wait-timeout", "4s")
 	if code != ExitTimeout {
-		t.Fatalf("drain --timeout exited %d, want %d", code, ExitTimeout)
+		t.Fatalf("drain --wait-timeout exited %d, want %d", code, ExitTimeout)
 	}
 	if !strings.HasPrefix(errOut, "error: timed out after 4s with 1 drain(s) still running") || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("stderr = %q, want one line saying it timed out", errOut)

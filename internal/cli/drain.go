@@ -8,9 +8,11 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/spf13/cobra"
 
@@ -29,8 +31,23 @@ type drainOptions struct {
 	policy    string
 	requester requesterFlag
 	wait      bool
-	timeout   time.Duration
+	// timeout gives up, as kubectl drain's: the request is withdrawn.
+	timeout time.Duration
+	// waitTimeout only stops waiting: the drains go on.
+	waitTimeout time.Duration
+	dryRun      string
+	// kubectl drain's flags (docs/kubectl-drain.md).
+	ignoreDaemonSets, deleteEmptyDirData, force, disableEviction bool
+	gracePeriod                                                  int64
+	podSelector                                                  string
 }
+
+// Values of --dry-run, as kubectl's.
+const (
+	dryRunNone   = "none"
+	dryRunClient = "client"
+	dryRunServer = "server"
+)
 
 func newDrainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
 	o := &drainOptions{flags: flags, streams: s, clock: clk}
@@ -46,13 +63,26 @@ With --wait, shows progress until every drain ended: on a terminal a live view
 (one bar per node, the phase, what blocks which pod and for how long, an ETA);
 otherwise one line per change, for logs and scripts. Then a summary.
 
-Exit codes: 0 drained, 1 failed or cancelled, 2 usage error, 3 timed out (the
+kubectl drain's flags --delete-emptydir-data, --force, --grace-period and
+--pod-selector become overrides on your requester entry, each allowed by its
+verb on the drain's DrainPolicy (docs/kubectl-drain.md); --ignore-daemonsets
+is accepted; --disable-eviction is refused.
+
+Exit codes: 0 drained, 1 failed or cancelled, 2 usage error, 3 gave up
+(--timeout: your request withdrawn) or stopped waiting (--wait-timeout: the
 drains go on in the cluster).`,
 		Example: `  # Drain a node for maintenance and follow it
   vacate drain node-1 --wait --reason "kernel upgrade, CHG-1234"
 
-  # Drain every node of a pool that goes away, giving up waiting after 30 minutes
-  vacate drain --selector pool=old --mode Decommission --wait --timeout 30m
+  # Drain every node of a pool that goes away; stop waiting after 30 minutes (the drains go on)
+  vacate drain --selector pool=old --mode Decommission --wait-timeout 30m
+
+  # As kubectl drain: emptyDir pods too, give up (withdraw the request) after 10 minutes
+  vacate drain node-1 --ignore-daemonsets --delete-emptydir-data --timeout 10m
+
+  # What would happen with these flags, writing nothing; then ask the API server without storing
+  vacate drain node-1 --force --dry-run=client
+  vacate drain node-1 --force --dry-run=server
 
   # Ask, do not wait; follow later with 'vacate status --watch'
   vacate drain node-1 node-2`,
@@ -68,7 +98,18 @@ drains go on in the cluster).`,
 	f.StringVar(&o.policy, "policy", "", "the DrainPolicy to apply (default: the policy named \"default\", else built-in defaults)")
 	o.requester.addFlag(f, "your requester name on the NodeDrain (default: cli:<your user name as the API server knows it>)")
 	f.BoolVarP(&o.wait, "wait", "w", false, "show progress until the drains end")
-	f.DurationVar(&o.timeout, "timeout", 0, "with --wait, stop waiting after this long and exit 3 (0: wait as long as it takes); implies --wait")
+	f.DurationVar(&o.timeout, "timeout", 0, "give up after this long, as kubectl drain does: withdraw your request on the nodes not yet drained (the last requester out restores a node) and exit 3 (0: as long as it takes); implies --wait")
+	f.DurationVar(&o.waitTimeout, "wait-timeout", 0, "stop waiting after this long and exit 3, leaving the drains to go on (0: wait as long as it takes); implies --wait")
+	f.StringVar(&o.dryRun, "dry-run", dryRunNone, "none, client (plan the drain with your flags, as 'vacate plan' does, and write nothing) or server (send the request as a server-side dry run: the API server checks it, its RBAC and admission policies, and stores nothing)")
+	f.Lookup("dry-run").NoOptDefVal = dryRunClient
+	// kubectl drain's flags, mapped (docs/kubectl-drain.md).
+	f.BoolVar(&o.ignoreDaemonSets, "ignore-daemonsets", false, "accepted for kubectl drain's habit: vacate leaves DaemonSet pods unless the DrainPolicy's pods.daemonSets is Evict")
+	f.BoolVar(&o.deleteEmptyDirData, "delete-emptydir-data", false, "evict pods with emptyDir volumes too (their data is lost): an override of the policy's pods.localStorage, needing the verb delete-emptydir-data on the DrainPolicy")
+	f.BoolVar(&o.force, "force", false, "evict pods that no controller recreates too: an override of the policy's pods.unmanaged, needing the verb delete-unmanaged on the DrainPolicy")
+	f.Int64Var(&o.gracePeriod, "grace-period", -1, "seconds each pod gets to stop, when shorter than the policy's (-1: each pod's own): an override needing the verb grace-period on the DrainPolicy")
+	f.StringVar(&o.podSelector, "pod-selector", "", "move only the pods this label selector matches; the others stay: an override needing the verb pod-selector on the DrainPolicy")
+	f.BoolVar(&o.disableEviction, "disable-eviction", false, "refused: vacate never deletes pods past their PodDisruptionBudgets (see docs/kubectl-drain.md for what a policy offers instead)")
+	_ = f.MarkHidden("disable-eviction")
 	_ = cmd.RegisterFlagCompletionFunc("policy", completePolicies(flags))
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
 	return cmd
@@ -86,8 +127,41 @@ func (o *drainOptions) validate(args []string) error {
 		return argsError{fmt.Sprintf("--mode %q: must be Maintenance or Decommission", o.mode)}
 	case o.timeout < 0:
 		return argsError{fmt.Sprintf("--timeout %s: must not be negative", o.timeout)}
+	case o.waitTimeout < 0:
+		return argsError{fmt.Sprintf("--wait-timeout %s: must not be negative", o.waitTimeout)}
+	case o.timeout > 0 && o.waitTimeout > 0:
+		return argsError{"--timeout gives up (withdraws your request) and --wait-timeout only stops waiting: choose one"}
+	case o.dryRun != dryRunNone && o.dryRun != dryRunClient && o.dryRun != dryRunServer:
+		return argsError{fmt.Sprintf("--dry-run %q: must be none, client or server", o.dryRun)}
+	case o.dryRun != dryRunNone && (o.wait || o.timeout > 0 || o.waitTimeout > 0):
+		return argsError{"--dry-run requests nothing, so there is nothing to wait for: drop --wait, --timeout and --wait-timeout"}
+	case o.disableEviction:
+		return argsError{"--disable-eviction is refused: vacate moves pods only through the Eviction API, so every PodDisruptionBudget holds; " +
+			"'vacate explain NODE' says which budget blocks and what to change, and a DrainPolicy's timeouts.onTimeout: ForceDelete, which a cluster admin sets, " +
+			"deletes what is left when the drain's time is up (docs/kubectl-drain.md)"}
+	case o.gracePeriod == 0 || o.gracePeriod < -1:
+		return argsError{fmt.Sprintf("--grace-period %d: must be 1 or more (-1: each pod's own); vacate never deletes pods at once", o.gracePeriod)}
+	}
+	if o.podSelector != "" {
+		if _, err := labels.Parse(o.podSelector); err != nil {
+			return argsError{fmt.Sprintf("--pod-selector %q: %v", o.podSelector, err)}
+		}
 	}
 	return nil
+}
+
+// overrides are the kubectl drain flags given, as the requester's
+// overrides; nil without any.
+func (o *drainOptions) overrides() *v1alpha1.PodOverrides {
+	ov := &v1alpha1.PodOverrides{DeleteEmptyDirData: o.deleteEmptyDirData, DeleteUnmanaged: o.force, PodSelector: o.podSelector}
+	if o.gracePeriod > 0 {
+		g := o.gracePeriod
+		ov.GracePeriodSeconds = &g
+	}
+	if *ov == (v1alpha1.PodOverrides{}) {
+		return nil
+	}
+	return ov
 }
 
 func (o *drainOptions) run(ctx context.Context, args []string) error {
@@ -111,6 +185,13 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.dryRun == dryRunClient {
+		// What the drain would do with these flags: the plan, as this
+		// requester would join it. Nothing is written.
+		p := &planOptions{flags: o.flags, streams: o.streams, clock: o.clock, policy: o.policy, mode: o.mode,
+			as: &v1alpha1.Requester{Name: requester, Overrides: o.overrides()}}
+		return p.run(ctx, nodes)
+	}
 	checkControllers(ctx, s, o.streams, o.clock.Now())
 	for _, node := range nodes {
 		nd, err := o.request(ctx, s, node, requester)
@@ -118,17 +199,54 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 			return err
 		}
 		others := otherRequesters(nd, requester)
+		suffix := ""
+		if o.dryRun == dryRunServer {
+			suffix = " (server dry run)"
+		}
 		switch {
 		case len(others) > 0:
-			fmt.Fprintf(o.streams.Out, "nodedrain/%s joined as %s (also requested by %s), mode %s\n", node, requester, strings.Join(others, ", "), nd.Spec.Mode)
+			fmt.Fprintf(o.streams.Out, "nodedrain/%s joined as %s (also requested by %s), mode %s%s\n", node, requester, strings.Join(others, ", "), nd.Spec.Mode, suffix)
 		default:
-			fmt.Fprintf(o.streams.Out, "nodedrain/%s requested by %s, mode %s\n", node, requester, nd.Spec.Mode)
+			fmt.Fprintf(o.streams.Out, "nodedrain/%s requested by %s, mode %s%s\n", node, requester, nd.Spec.Mode, suffix)
 		}
 	}
-	if !o.wait && o.timeout == 0 {
+	if o.dryRun != dryRunNone || (!o.wait && o.timeout == 0 && o.waitTimeout == 0) {
 		return nil
 	}
-	return waitForDrains(ctx, s, o.streams, o.clock, nodes, o.timeout)
+	if o.timeout == 0 {
+		return waitForDrains(ctx, s, o.streams, o.clock, nodes, o.waitTimeout)
+	}
+	err = waitForDrains(ctx, s, o.streams, o.clock, nodes, o.timeout)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != ExitTimeout || ctx.Err() != nil {
+		return err
+	}
+	return o.giveUp(ctx, s, nodes, requester)
+}
+
+// giveUp withdraws the request on every node not yet Drained, as kubectl
+// drain gives up at its --timeout: the last requester out restores a node.
+func (o *drainOptions) giveUp(ctx context.Context, s *session, nodes []string, requester string) error {
+	var withdrawn []string
+	c := &cancelOptions{streams: o.streams}
+	for _, node := range nodes {
+		nd := &v1alpha1.NodeDrain{}
+		err := s.client.Get(ctx, types.NamespacedName{Name: node}, nd)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return s.explain(err, "reading NodeDrain "+node)
+		case nd.Status.Phase == v1alpha1.PhaseDrained:
+			continue
+		}
+		if _, _, err := c.cancel(ctx, s, node, requester); err != nil {
+			return err
+		}
+		withdrawn = append(withdrawn, node)
+	}
+	return exitError{code: ExitTimeout, err: fmt.Errorf("gave up after %s (--timeout, as kubectl drain): withdrew the request of %s on %s; "+
+		"use --wait-timeout to stop waiting and leave the drains going", o.timeout, requester, strings.Join(withdrawn, ", "))}
 }
 
 // request applies this requester's entry on the node's NodeDrain. On a
@@ -168,7 +286,11 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 			reason = existing.Spec.Requesters[i].Reason
 		}
 	}
-	err = requests.Apply(ctx, s.client, node, v1alpha1.Requester{Name: requester, Reason: reason}, v1alpha1.DrainMode(mode), policyName)
+	c := client.Client(s.client)
+	if o.dryRun == dryRunServer {
+		c = client.NewDryRunClient(s.client)
+	}
+	err = requests.Apply(ctx, c, node, v1alpha1.Requester{Name: requester, Reason: reason, Overrides: o.overrides()}, v1alpha1.DrainMode(mode), policyName)
 	switch {
 	case apierrors.IsConflict(err):
 		return nil, fmt.Errorf("node %s is already being drained with other settings (%s); drop --mode/--policy to join the drain as it is, or ask its requesters",
@@ -177,12 +299,27 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 		return nil, fmt.Errorf("the API server refused the drain of node %s: %s", node, apiMessage(err))
 	case err != nil:
 		return nil, s.explain(err, "requesting the drain of node "+node)
+	case o.dryRun == dryRunServer:
+		// Nothing was stored: what the request would make.
+		nd := existing.DeepCopy()
+		if !found {
+			nd = &v1alpha1.NodeDrain{Spec: v1alpha1.NodeDrainSpec{NodeName: node, Mode: v1alpha1.DrainMode(orMaintenance(mode))}}
+		}
+		nd.Spec.Requesters = withRequester(nd.Spec.Requesters, v1alpha1.Requester{Name: requester})
+		return nd, nil
 	}
 	nd := &v1alpha1.NodeDrain{}
 	if err := s.client.Get(ctx, types.NamespacedName{Name: node}, nd); err != nil {
 		return nil, s.explain(err, "reading NodeDrain "+node)
 	}
 	return nd, nil
+}
+
+func orMaintenance(mode string) string {
+	if mode == "" {
+		return string(v1alpha1.ModeMaintenance)
+	}
+	return mode
 }
 
 func orDefault(policyName string) string {

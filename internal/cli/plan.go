@@ -47,6 +47,9 @@ type planOptions struct {
 	// allowLoopback plans hooks as a controller run with
 	// --allow-loopback-hooks calls them.
 	allowLoopback bool
+	// as plans with this requester's entry added to the drain's (vacate
+	// drain --dry-run=client: its overrides count).
+	as *v1alpha1.Requester
 }
 
 func newPlanCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
@@ -117,6 +120,21 @@ type NodePlan struct {
 	// Unreachable are the pods terminating on a node that has not been
 	// Ready for timeouts.unreachablePods: reported, not waited on.
 	Unreachable []string `json:"unreachable,omitempty"`
+	// Overrides say what the requesters' overrides (kubectl drain's flags)
+	// change in the policy's pod rules.
+	Overrides []string `json:"overrides,omitempty"`
+}
+
+// withRequester is requesters with r in place of the entry of its name, or
+// added.
+func withRequester(requesters []v1alpha1.Requester, r v1alpha1.Requester) []v1alpha1.Requester {
+	out := make([]v1alpha1.Requester, 0, len(requesters)+1)
+	for _, e := range requesters {
+		if e.Name != r.Name {
+			out = append(out, e)
+		}
+	}
+	return append(out, r)
 }
 
 // PodPlan is one pod's fate.
@@ -387,6 +405,14 @@ func (o *planOptions) planNode(ctx context.Context, s *session, name string, in 
 	if err != nil {
 		return NodePlan{}, s.explain(err, "reading the DrainPolicy")
 	}
+	var requesters []v1alpha1.Requester
+	if existing != nil {
+		requesters = existing.Spec.Requesters
+	}
+	if o.as != nil {
+		requesters = withRequester(requesters, *o.as)
+	}
+	pol, np.Overrides = pol.WithOverrides(requesters)
 	np.Policy = pol.Describe()
 	switch {
 	case !node.Spec.Unschedulable:
@@ -754,6 +780,9 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 
 func writePlan(w io.Writer, p NodePlan) error {
 	fmt.Fprintf(w, "Node %s\n  policy: %s\n  mode:   %s\n  cordon: %s\n", p.Node, p.Policy, p.Mode, p.Cordon)
+	for _, o := range p.Overrides {
+		fmt.Fprintf(w, "  override: %s\n", o)
+	}
 	if p.Existing != "" {
 		fmt.Fprintf(w, "  drain:  %s\n", p.Existing)
 	}

@@ -60,6 +60,9 @@ const (
 	ReasonUnreachableTerminating Reason = "UnreachableTerminating"
 	ReasonSkipAnnotation         Reason = "SkipAnnotation"
 	ReasonSkipSelector           Reason = "SkipSelector"
+	// ReasonNotSelected: the drain's requesters asked for only the pods
+	// of their pod selectors, and this one matches none.
+	ReasonNotSelected Reason = "NotSelected"
 	ReasonWaitCompletion         Reason = "WaitForCompletion"
 	ReasonDaemonSet              Reason = "DaemonSetPod"
 	// ReasonDaemonSetReturns: under pods.daemonSets Evict, a DaemonSet pod
@@ -99,6 +102,10 @@ type Rules struct {
 	EvictLocalStorage bool
 	// SkipSelector leaves matching pods in place. Nil matches nothing.
 	SkipSelector labels.Selector
+	// OnlySelector, when set, leaves in place the pods it does not match:
+	// requesters' pod selectors (kubectl drain --pod-selector). Nil: every
+	// pod may leave.
+	OnlySelector labels.Selector
 	// UnreachablePods is timeouts.unreachablePods: how long a terminating
 	// pod on a node that is not Ready is still waited on. It counts from the
 	// later of the pod's deletionTimestamp and NodeNotReadySince. The API
@@ -368,6 +375,9 @@ func skipSelected(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 	if r.SkipSelector != nil && !r.SkipSelector.Empty() && r.SkipSelector.Matches(labels.Set(p.Labels)) {
 		return Decision{Action: Skip, Reason: ReasonSkipSelector, Detail: "matches the policy's skipSelector " + r.SkipSelector.String()}, true
 	}
+	if r.OnlySelector != nil && !r.OnlySelector.Matches(labels.Set(p.Labels)) {
+		return Decision{Action: Skip, Reason: ReasonNotSelected, Detail: "matches no requester's pod selector (" + r.OnlySelector.String() + ")"}, true
+	}
 	return Decision{}, false
 }
 
@@ -432,7 +442,7 @@ func unmanagedPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 		return Decision{Action: Evict, Reason: ReasonUnmanaged, Detail: "no controller will recreate it (policy pods.unmanaged: Delete)"}, true
 	}
 	return Decision{Action: Block, Reason: ReasonUnmanaged,
-		Detail: "no controller would recreate it; move it, or set the policy's pods.unmanaged to Delete"}, true
+		Detail: "no controller would recreate it; move it, set the policy's pods.unmanaged to Delete, or drain with --force (the verb delete-unmanaged on the policy)"}, true
 }
 
 func localStoragePods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
@@ -449,7 +459,7 @@ func localStoragePods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 		return Decision{Action: Evict, Reason: ReasonLocalStorage, Detail: "emptyDir " + strings.Join(vols, ", ") + " will be lost (policy pods.localStorage: Evict)"}, true
 	}
 	return Decision{Action: Block, Reason: ReasonLocalStorage,
-		Detail: "emptyDir " + strings.Join(vols, ", ") + " would be lost; set the policy's pods.localStorage to Evict"}, true
+		Detail: "emptyDir " + strings.Join(vols, ", ") + " would be lost; set the policy's pods.localStorage to Evict, or drain with --delete-emptydir-data (the verb delete-emptydir-data on the policy)"}, true
 }
 
 // Count returns how many decisions have the action.

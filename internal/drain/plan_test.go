@@ -49,6 +49,10 @@ func TestPlanDecidesEachKindOfPod(t *testing.T) {
 			Rules{SkipSelector: labels.SelectorFromSet(labels.Set{"tier": "monitoring"})}, Evict, ReasonEvictable},
 		{"empty skip selector matches nothing", pod("web-5").OwnedBy("ReplicaSet", "web").Obj(),
 			Rules{SkipSelector: labels.Everything()}, Evict, ReasonEvictable},
+		{"a requester's pod selector leaves what it does not match", pod("db-0").OwnedBy("StatefulSet", "db").Labels("app", "db").Obj(),
+			Rules{OnlySelector: labels.SelectorFromSet(labels.Set{"app": "web"})}, Skip, ReasonNotSelected},
+		{"a requester's pod selector moves what it matches", pod("web-6").OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
+			Rules{OnlySelector: labels.SelectorFromSet(labels.Set{"app": "web"})}, Evict, ReasonEvictable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := New([]*corev1.Pod{tc.pod}, nil, tc.rules, now)

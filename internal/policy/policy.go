@@ -70,6 +70,9 @@ type Policy struct {
 	// EndpointsSettle and EndpointsTimeout are endpoints.settleTime and
 	// endpoints.timeout: how endpoint-aware pods are taken out of service.
 	EndpointsSettle, EndpointsTimeout time.Duration
+	// Overridden says, for people, what the drain's requesters' overrides
+	// changed (WithOverrides); empty without any.
+	Overridden []string
 	// Surge is surge.pods (None, Annotated or All) and SurgeReadyTimeout
 	// surge.readyTimeout: which pods a drain moves with a replacement
 	// first (internal/surge).

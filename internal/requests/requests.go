@@ -100,6 +100,24 @@ func applySpec(node string, r v1alpha1.Requester, mode v1alpha1.DrainMode, polic
 	if r.Deadline != nil {
 		entry["deadline"] = r.Deadline.UTC().Format(time.RFC3339)
 	}
+	if o := r.Overrides; o != nil {
+		overrides := map[string]any{}
+		if o.DeleteEmptyDirData {
+			overrides["deleteEmptyDirData"] = true
+		}
+		if o.DeleteUnmanaged {
+			overrides["deleteUnmanaged"] = true
+		}
+		if o.GracePeriodSeconds != nil {
+			overrides["gracePeriodSeconds"] = *o.GracePeriodSeconds
+		}
+		if o.PodSelector != "" {
+			overrides["podSelector"] = o.PodSelector
+		}
+		if len(overrides) > 0 {
+			entry["overrides"] = overrides
+		}
+	}
 	spec := map[string]any{"nodeName": node, "requesters": []any{entry}}
 	if mode != "" {
 		spec["mode"] = string(mode)

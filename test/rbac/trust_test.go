@@ -156,3 +156,84 @@ func evacuation(t *testing.T, cl client.Client, name, reporter string) *v1alpha1
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), ev) })
 	return ev
 }
+
+// TestOverridesNeedTheirVerbs: kubectl drain's flags, as a requester's
+// overrides, each need their verb on the drain's DrainPolicy: a person
+// bound to vacate-user is refused each, with a message naming the flag and
+// the verb; with delete-emptydir-data on the policy the drain names, that
+// override goes through and the others are still refused; dropping it
+// needs no right; vacate's managers need none.
+func TestOverridesNeedTheirVerbs(t *testing.T) {
+	c := testenv.Start(t)
+	cl := install(t, c)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "rbac-overrides", Count: 1})[0]
+	pol := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rbac-overrides"}}
+	if err := cl.Create(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), pol) })
+	clusterRole(t, cl, "rbac-test-use-overrides", rbacv1.PolicyRule{APIGroups: []string{"vacate.dev"}, Resources: []string{"drainpolicies"},
+		ResourceNames: []string{pol.Name}, Verbs: []string{"use"}})
+	bindUser(t, c, "olga", "vacate-user")
+	bindUser(t, c, "olga", "rbac-test-use-overrides")
+	olga := client.NewDryRunClient(userClient(t, c, "olga"))
+	apply := func(o *v1alpha1.PodOverrides) error {
+		return requests.Apply(ctx, olga, node, v1alpha1.Requester{Name: "cli:olga", Overrides: o}, "", pol.Name)
+	}
+	testutil.Eventually(t, patience, "vacate-user taking effect for olga", func() error { return apply(nil) })
+	grace := int64(5)
+	cases := []struct {
+		flag, verb string
+		o          *v1alpha1.PodOverrides
+	}{
+		{"--delete-emptydir-data", "delete-emptydir-data", &v1alpha1.PodOverrides{DeleteEmptyDirData: true}},
+		{"--force", "delete-unmanaged", &v1alpha1.PodOverrides{DeleteUnmanaged: true}},
+		{"--grace-period", "grace-period", &v1alpha1.PodOverrides{GracePeriodSeconds: &grace}},
+		{"--pod-selector", "pod-selector", &v1alpha1.PodOverrides{PodSelector: "app=web"}},
+	}
+	for _, tc := range cases {
+		check(t, "olga overriding with "+tc.flag+" without the verb", func() error {
+			want := "may not override the pod rules with " + tc.flag
+			if err := refused(apply(tc.o), want); err != nil {
+				return err
+			}
+			if err := apply(tc.o); !strings.Contains(err.Error(), "verb "+tc.verb+" on DrainPolicy "+pol.Name) {
+				return fmt.Errorf("the refusal does not name the verb and the policy: %w", err)
+			}
+			return nil
+		})
+	}
+
+	t.Log("with delete-emptydir-data on the policy, that override goes through, and only that one")
+	clusterRole(t, cl, "rbac-test-emptydir", rbacv1.PolicyRule{APIGroups: []string{"vacate.dev"}, Resources: []string{"drainpolicies"},
+		ResourceNames: []string{pol.Name}, Verbs: []string{"delete-emptydir-data"}})
+	bindUser(t, c, "olga", "rbac-test-emptydir")
+	check(t, "olga with --delete-emptydir-data and its verb", func() error {
+		return apply(&v1alpha1.PodOverrides{DeleteEmptyDirData: true})
+	})
+	if err := refused(apply(&v1alpha1.PodOverrides{DeleteEmptyDirData: true, DeleteUnmanaged: true}), "may not override the pod rules with --force"); err != nil {
+		t.Errorf("olga adding --force to it: %v", err)
+	}
+
+	t.Log("an override already there is olga's to drop without a right")
+	if err := requests.Apply(ctx, cl, node, v1alpha1.Requester{Name: "cli:olga", Overrides: &v1alpha1.PodOverrides{DeleteUnmanaged: true}}, "", pol.Name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	if err := apply(nil); err != nil {
+		t.Errorf("olga dropping her override: %v", err)
+	}
+	if err := apply(&v1alpha1.PodOverrides{DeleteUnmanaged: true}); err != nil {
+		t.Errorf("olga restating the override she has: %v", err)
+	}
+
+	t.Log("vacate's managers (the verb manage on nodedrains) need no verb")
+	clusterRole(t, cl, "rbac-test-manage-overrides", rbacv1.PolicyRule{APIGroups: []string{"vacate.dev"}, Resources: []string{"nodedrains"},
+		Verbs: []string{"get", "list", "create", "patch", "update", "manage"}})
+	bindUser(t, c, "agent-y", "rbac-test-manage-overrides")
+	agent := client.NewDryRunClient(userClient(t, c, "agent-y"))
+	check(t, "a manager overriding", func() error {
+		return requests.Apply(ctx, agent, node, v1alpha1.Requester{Name: "agent:test", Overrides: &v1alpha1.PodOverrides{PodSelector: "app=web", GracePeriodSeconds: &grace}}, "", pol.Name)
+	})
+}

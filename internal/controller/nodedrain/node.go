@@ -48,7 +48,9 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	case err != nil:
 		return reconcile.Result{}, err
 	}
-	s.policy = p
+	// The requesters' overrides (kubectl drain's flags), each allowed by the
+	// admission policy vacate-nodedrains when it was set.
+	s.policy, _ = p.WithOverrides(nd.Spec.Requesters)
 	nd.Status.Policy = p.Name
 	return reconcile.Result{}, nil
 }

@@ -286,7 +286,8 @@ func (r *Reconciler) podsArrived(ctx context.Context, s *scope, node *corev1.Nod
 	case err != nil:
 		return "", err
 	}
-	s.node, s.policy = node, p
+	s.node = node
+	s.policy, _ = p.WithOverrides(s.drain.Spec.Requesters)
 	plan, err := r.plan(ctx, s)
 	if err != nil || plan.Completed() {
 		return "", err
