@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,53 +17,151 @@ import (
 	"github.com/vacate-dev/vacate/internal/explain"
 )
 
+type explainOptions struct {
+	flags   *genericclioptions.ConfigFlags
+	streams Streams
+	clock   clock.WithTicker
+	targets
+	output string
+}
+
 func newExplainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
+	o := &explainOptions{flags: flags, streams: s, clock: clk}
 	cmd := &cobra.Command{
-		Use:   "explain NODE",
+		Use:   "explain NODE... | -l SELECTOR",
 		Short: "Say why a drain is stuck, and what to do about it",
 		Long: `For the drain of a node, lists everything that holds it up, with the cause
 in the cluster's terms and what a person can do: for a PodDisruptionBudget,
 how many of its pods are healthy, which are not and why, and how to relax it;
 for a pod without a controller or with local data, the choices the policy
-offers; for the drain itself, a missing policy or node, or a timeout.`,
-		Example: `  vacate explain node-1`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return argsError{fmt.Sprintf("explain takes one node, got %d; see 'vacate explain --help'", len(args))}
-			}
-			return nil
-		},
+offers; for the drain itself, a missing policy or node, or a timeout. With -l,
+the drains of the nodes it selects. -o json|yaml|name|jsonpath=...|
+custom-columns=... print each explanation as an object (node, state,
+findings: subject, cause, fix, since).`,
+		Example: `  vacate explain node-1
+
+  # The drains of a pool, what holds each, for a script
+  vacate explain -l pool=batch -o custom-columns=NODE:.metadata.name,STATE:.state`,
 		ValidArgsFunction: completeNodes(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExplain(cmd.Context(), flags, s, clk, args[0])
+			return o.run(cmd.Context(), args)
 		},
 	}
+	o.targets.addFlag(cmd.Flags(), "explain the drains of")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", outputUsage)
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
-func runExplain(ctx context.Context, flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker, node string) error {
-	sess, err := connect(ctx, flags)
+// explained is what -o prints of an explanation: the node and it.
+type explained struct {
+	Node string `json:"node"`
+	explain.Explanation
+}
+
+func (o *explainOptions) run(ctx context.Context, args []string) error {
+	if err := o.targets.check("explain", "the nodes whose drains to explain", args); err != nil {
+		return err
+	}
+	format, arg, err := parseOutput(o.output, formatWide, formatJSON, formatYAML, formatName, formatJSONPath, formatCustomColumns)
 	if err != nil {
 		return err
 	}
+	printer, err := objectPrinter(format, arg)
+	if err != nil {
+		return err
+	}
+	sess, err := connect(ctx, o.flags)
+	if err != nil {
+		return err
+	}
+	nodes, err := sess.nodeNames(ctx, args, o.selector)
+	if err != nil {
+		return err
+	}
+	var missing []error
+	shown := 0
+	for _, node := range nodes {
+		e, err := explainNode(ctx, sess, node, o.clock.Now())
+		if err != nil {
+			if o.selector != "" && isNoDrain(err) {
+				continue // a selected node without a drain: nothing to say
+			}
+			if !isNoDrain(err) && !isUnknownNode(err) {
+				return err
+			}
+			missing = append(missing, err)
+			continue
+		}
+		if printer == nil {
+			if shown > 0 {
+				fmt.Fprintln(o.streams.Out)
+			}
+			if err := e.Write(o.streams.Out, o.clock.Now()); err != nil {
+				return err
+			}
+		} else {
+			obj, err := asObject(v1alpha1.GroupVersion.String(), "NodeDrain", explained{Node: node, Explanation: e})
+			if err != nil {
+				return err
+			}
+			obj.SetName(node)
+			if err := printer.PrintObj(obj, o.streams.Out); err != nil {
+				return err
+			}
+		}
+		shown++
+	}
+	if o.selector != "" && shown == 0 && len(missing) == 0 {
+		fmt.Fprintf(o.streams.Out, "No drains of the nodes -l %s selects.\n", o.selector)
+	}
+	for i, err := range missing {
+		if i < len(missing)-1 {
+			fmt.Fprintf(o.streams.Err, "error: %v\n", err)
+			continue
+		}
+		return err
+	}
+	return nil
+}
+
+// noDrainError: the node has no drain to explain.
+type noDrainError struct{ node string }
+
+func (e noDrainError) Error() string {
+	return fmt.Sprintf("node %s has no drain to explain; 'vacate plan %s' shows what a drain would meet", e.node, e.node)
+}
+
+func isNoDrain(err error) bool {
+	var e noDrainError
+	return errors.As(err, &e)
+}
+
+func isUnknownNode(err error) bool {
+	var e unknownNodeError
+	return errors.As(err, &e)
+}
+
+// explainNode explains the drain of one node.
+func explainNode(ctx context.Context, sess *session, node string, now time.Time) (explain.Explanation, error) {
 	nd := &v1alpha1.NodeDrain{}
-	err = sess.client.Get(ctx, types.NamespacedName{Name: node}, nd)
+	err := sess.client.Get(ctx, types.NamespacedName{Name: node}, nd)
 	if apierrors.IsNotFound(err) {
 		if _, nerr := sess.node(ctx, node); nerr != nil {
-			return nerr
+			return explain.Explanation{}, nerr
 		}
-		return fmt.Errorf("node %s has no drain to explain; 'vacate plan %s' shows what a drain would meet", node, node)
+		return explain.Explanation{}, noDrainError{node}
 	}
 	if err != nil {
-		return sess.explain(err, "reading NodeDrain "+node)
+		return explain.Explanation{}, sess.explain(err, "reading NodeDrain "+node)
 	}
 	in, err := explain.Read(ctx, sess.clientset, nd)
 	if err != nil {
-		return sess.explain(err, "reading what holds the drain of "+node)
+		return explain.Explanation{}, sess.explain(err, "reading what holds the drain of "+node)
 	}
 	in.Evacuations = nodeEvacuations(ctx, sess, node)
-	in.Now = clk.Now()
-	return explain.Explain(in).Write(s.Out, in.Now)
+	in.Now = now
+	return explain.Explain(in), nil
 }
 
 // nodeEvacuations are the Evacuations of node, or nil when they cannot be

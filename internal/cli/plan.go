@@ -82,10 +82,10 @@ what bounds the evacuations.`,
 	f := cmd.Flags()
 	o.targets.addFlag(f, "plan for")
 	f.StringVar(&o.policy, "policy", "", "plan with this DrainPolicy (default: the drain's own, else \"default\", else built-in defaults)")
-	f.StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: text)")
+	f.StringVarP(&o.output, "output", "o", "", "output format: json, yaml, name, jsonpath=TEMPLATE or custom-columns=NAME:.path,... (default: text)")
 	f.StringVar(&o.mode, "mode", "", "plan a drain in this mode, Maintenance or Decommission (default: the drain's current mode, Maintenance for a new one)")
 	f.BoolVar(&o.allowLoopback, "allow-loopback-hooks", false, "plan HTTP hooks as a vacate-controller run with --allow-loopback-hooks calls them (development clusters, whose pods have loopback addresses)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatJSON, formatYAML, formatName, formatJSONPath + "=", formatCustomColumns + "="}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
 	_ = cmd.RegisterFlagCompletionFunc("policy", completePolicies(flags))
 	return cmd
@@ -266,11 +266,16 @@ func (o *planOptions) run(ctx context.Context, args []string) error {
 	if err := o.targets.check("plan", "the nodes to plan for", args); err != nil {
 		return err
 	}
-	switch {
-	case o.output != "" && o.output != "json" && o.output != "yaml":
-		return argsError{fmt.Sprintf("-o %q: must be json or yaml", o.output)}
-	case o.mode != "" && o.mode != string(v1alpha1.ModeMaintenance) && o.mode != string(v1alpha1.ModeDecommission):
+	format, arg, err := parseOutput(o.output, formatJSON, formatYAML, formatName, formatJSONPath, formatCustomColumns)
+	if err != nil {
+		return err
+	}
+	if o.mode != "" && o.mode != string(v1alpha1.ModeMaintenance) && o.mode != string(v1alpha1.ModeDecommission) {
 		return argsError{fmt.Sprintf("--mode %q: must be Maintenance or Decommission", o.mode)}
+	}
+	printer, err := objectPrinter(format, arg)
+	if err != nil {
+		return err
 	}
 	s, err := connect(ctx, o.flags)
 	if err != nil {
@@ -310,12 +315,25 @@ func (o *planOptions) run(ctx context.Context, args []string) error {
 		}
 		plans = append(plans, p)
 	}
-	switch o.output {
-	case "json":
+	switch format {
+	case formatName, formatJSONPath, formatCustomColumns:
+		// Each node's plan as an object, as kubectl prints each object.
+		for _, p := range plans {
+			obj, err := asObject("v1", "Node", p)
+			if err != nil {
+				return err
+			}
+			obj.SetName(p.Node)
+			if err := printer.PrintObj(obj, o.streams.Out); err != nil {
+				return err
+			}
+		}
+		return nil
+	case formatJSON:
 		enc := json.NewEncoder(o.streams.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(plans)
-	case "yaml":
+	case formatYAML:
 		b, err := yaml.Marshal(plans)
 		if err != nil {
 			return err

@@ -10,8 +10,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -28,88 +29,130 @@ type statusOptions struct {
 	flags   *genericclioptions.ConfigFlags
 	streams Streams
 	clock   clock.WithTicker
-	output  string
-	watch   bool
+	targets
+	output string
+	watch  bool
 }
-
-// outputFormats are the values of -o.
-var outputFormats = []string{"wide", "json", "yaml", "name"}
 
 func newStatusCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
 	o := &statusOptions{flags: flags, streams: s, clock: clk}
 	cmd := &cobra.Command{
-		Use:   "status [NODE...]",
+		Use:   "status [NODE...] [-l SELECTOR]",
 		Short: "Show drains: phase, progress, blockers and who asked",
-		Long: `Lists the NodeDrains of the cluster, or of the named nodes, as a table:
-phase, pods evicted of those that must leave, pods blocked, requesters, age.
--o wide adds the mode, the policy, how long the drain took and what holds it.
--o json|yaml prints the objects; --watch prints a row again whenever a drain
-changes.`,
+		Long: `Lists the NodeDrains of the cluster, of the named nodes, or of the nodes
+-l selects, as a table: phase, pods evicted of those that must leave, pods
+blocked, requesters, age. -o wide adds the mode, the policy, how long the
+drain took and what holds it. -o json|yaml|name|jsonpath=...|custom-columns=...
+print the objects as kubectl get does; --watch prints a row again whenever a
+drain changes. A named node without a drain is an error line, after the
+others are printed.`,
 		Example: `  # All drains
   vacate status
 
   # Two nodes, with what holds them
   vacate status node-1 node-2 -o wide
 
+  # The drains of a node pool
+  vacate status -l pool=batch
+
   # Follow every change, as kubectl get --watch does
   vacate status --watch
 
   # For scripts
-  vacate status node-1 -o json | jq .status.phase`,
+  vacate status node-1 -o jsonpath='{.status.phase}'
+  vacate status -o custom-columns=NODE:.metadata.name,PHASE:.status.phase,POLICY:.status.policy`,
 		ValidArgsFunction: completeNodes(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args)
 		},
 	}
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: "+strings.Join(outputFormats, ", ")+" (default: a table)")
+	o.targets.addFlag(cmd.Flags(), "show the drains of")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", outputUsage)
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "after listing, print each drain again when it changes")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func (o *statusOptions) run(ctx context.Context, args []string) error {
-	if o.output != "" && !slices.Contains(outputFormats, o.output) {
-		return argsError{fmt.Sprintf("-o %q: must be one of %s", o.output, strings.Join(outputFormats, ", "))}
+	format, arg, err := parseOutput(o.output, formatWide, formatJSON, formatYAML, formatName, formatJSONPath, formatCustomColumns)
+	if err != nil {
+		return err
+	}
+	if len(args) > 0 && o.selector != "" {
+		return argsError{"name nodes or give -l/--selector, not both"}
 	}
 	s, err := connect(ctx, o.flags)
 	if err != nil {
 		return err
 	}
 	var drains []v1alpha1.NodeDrain
-	if len(args) == 0 {
+	var missing []error
+	var only []string // the nodes asked for; nil: all
+	switch {
+	case len(args) == 0 && o.selector == "":
 		list := &v1alpha1.NodeDrainList{}
 		if err := s.client.List(ctx, list); err != nil {
 			return s.explain(err, "listing NodeDrains")
 		}
 		drains = list.Items
-	} else {
-		for _, name := range dedupe(args) {
+	case o.selector != "":
+		if only, err = s.nodeNames(ctx, nil, o.selector); err != nil {
+			return err
+		}
+		list := &v1alpha1.NodeDrainList{}
+		if err := s.client.List(ctx, list); err != nil {
+			return s.explain(err, "listing NodeDrains")
+		}
+		for _, nd := range list.Items {
+			if slices.Contains(only, nd.Name) {
+				drains = append(drains, nd)
+			}
+		}
+	default:
+		only = dedupe(args)
+		for _, name := range only {
 			nd := &v1alpha1.NodeDrain{}
 			err := s.client.Get(ctx, types.NamespacedName{Name: name}, nd)
-			if apierrors.IsNotFound(err) {
+			switch {
+			case apierrors.IsNotFound(err):
 				if _, nerr := s.node(ctx, name); nerr != nil {
-					return nerr
+					missing = append(missing, nerr)
+					continue
 				}
-				return fmt.Errorf("node %s has no drain; start one with 'vacate drain %s', or preview it with 'vacate plan %s'", name, name, name)
-			}
-			if err != nil {
+				missing = append(missing, fmt.Errorf("node %s has no drain; start one with 'vacate drain %s', or preview it with 'vacate plan %s'", name, name, name))
+			case err != nil:
 				return s.explain(err, "reading NodeDrain "+name)
+			default:
+				drains = append(drains, *nd)
 			}
-			drains = append(drains, *nd)
 		}
 	}
 	sort.Slice(drains, func(i, j int) bool { return drains[i].Name < drains[j].Name })
-	p := o.printer(len(args) == 1)
-	if err := p.list(drains); err != nil {
+	p, err := o.printer(format, arg, len(args) == 1)
+	if err != nil {
 		return err
 	}
-	if o.output == "" || o.output == "wide" {
+	if len(drains) > 0 || len(missing) == 0 {
+		if err := p.list(drains); err != nil {
+			return err
+		}
+	}
+	if format == "" || format == formatWide {
 		o.warnUnreported(ctx, s, drains)
+	}
+	// As kubectl get: what exists is printed, then an error line for each
+	// node that has no drain (the last is the command's error).
+	for i, err := range missing {
+		if i < len(missing)-1 {
+			fmt.Fprintf(o.streams.Err, "error: %v\n", err)
+			continue
+		}
+		return err
 	}
 	if !o.watch {
 		return nil
 	}
-	return o.watchChanges(ctx, s, args, p)
+	return o.watchChanges(ctx, s, only, p)
 }
 
 // warnUnreported warns, on the error stream, about running drains'
@@ -163,22 +206,34 @@ func (o *statusOptions) watchChanges(ctx context.Context, s *session, only []str
 	}
 }
 
-// drainPrinter prints drains as a table, or as objects.
+// drainPrinter prints drains as a table (cli-runtime's table printer, as
+// kubectl get prints), or as objects.
 type drainPrinter struct {
 	out    io.Writer
 	clock  clock.WithTicker
 	format string
 	single bool
-	watch  bool
-	cols   *columns
-	// printer prints objects for -o json|yaml.
+	// printer prints the objects (json, yaml, name, jsonpath,
+	// custom-columns), or the table.
 	printer printers.ResourcePrinter
 	listed  map[string]string // name -> resourceVersion of the first listing
+	// widths, under --watch, are the table's column widths so far: the
+	// table printer lays out each printing on its own, so the rows printed
+	// later are padded to them to line up with the listing.
+	widths []int
+	watch  bool
 }
 
-func (o *statusOptions) printer(single bool) *drainPrinter {
-	return &drainPrinter{out: o.streams.Out, clock: o.clock, format: o.output, single: single && !o.watch, watch: o.watch,
-		cols: &columns{}, listed: map[string]string{}}
+func (o *statusOptions) printer(format, arg string, single bool) (*drainPrinter, error) {
+	p := &drainPrinter{out: o.streams.Out, clock: o.clock, format: format, single: single && !o.watch, listed: map[string]string{}, watch: o.watch}
+	var err error
+	if p.printer, err = objectPrinter(format, arg); err != nil {
+		return nil, err
+	}
+	if p.printer == nil {
+		p.printer = printers.NewTablePrinter(printers.PrintOptions{Wide: format == formatWide})
+	}
+	return p, nil
 }
 
 func (p *drainPrinter) list(drains []v1alpha1.NodeDrain) error {
@@ -186,126 +241,120 @@ func (p *drainPrinter) list(drains []v1alpha1.NodeDrain) error {
 		p.listed[nd.Name] = nd.ResourceVersion
 	}
 	switch p.format {
-	case "json", "yaml":
-		var obj runtime.Object
-		if p.single && len(drains) == 1 {
-			obj = typed(&drains[0])
-		} else {
-			list := &v1alpha1.NodeDrainList{Items: drains}
-			list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("NodeDrainList"))
-			for i := range list.Items {
-				typed(&list.Items[i])
-			}
-			obj = list
+	case "", formatWide:
+		if len(drains) == 0 {
+			fmt.Fprintln(p.out, "No drains. Start one with 'vacate drain NODE'.")
+			return nil
 		}
-		return p.objectPrinter().PrintObj(obj, p.out)
-	case "name":
+		return p.printer.PrintObj(p.table(drains...), p.out)
+	case formatName:
 		for i := range drains {
-			if err := p.row(&drains[i]); err != nil {
+			if err := p.printer.PrintObj(typed(&drains[i]), p.out); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if len(drains) == 0 {
-		fmt.Fprintln(p.out, "No drains. Start one with 'vacate drain NODE'.")
-		return nil
+	if p.single && len(drains) == 1 {
+		return p.printer.PrintObj(typed(&drains[0]), p.out)
 	}
-	header := []string{"NODE", "PHASE", "EVICTED/TOTAL", "BLOCKED", "REQUESTERS", "AGE"}
-	if p.format == "wide" {
-		header = append(header, "MODE", "POLICY", "TOOK", "WHY")
+	list := &v1alpha1.NodeDrainList{Items: drains}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("NodeDrainList"))
+	for i := range list.Items {
+		typed(&list.Items[i])
 	}
-	rows := [][]string{header}
-	for i := range drains {
-		rows = append(rows, p.fields(&drains[i]))
-	}
-	if p.watch { // rows printed later line up with the table
-		p.cols.fit([]string{"", "Queued #10 WaitingForPDBHeadroom"})
-	}
-	for _, r := range rows {
-		p.cols.fit(r)
-	}
-	for _, r := range rows {
-		if err := p.cols.print(p.out, r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// columns pads table cells to widths that only grow, so the rows printed
-// by --watch line up with the table above them.
-type columns struct{ widths []int }
-
-func (c *columns) fit(fields []string) {
-	for i, f := range fields {
-		if i >= len(c.widths) {
-			c.widths = append(c.widths, 0)
-		}
-		c.widths[i] = max(c.widths[i], len(f))
-	}
-}
-
-func (c *columns) print(w io.Writer, fields []string) error {
-	c.fit(fields)
-	var b strings.Builder
-	for i, f := range fields {
-		if i == len(fields)-1 {
-			b.WriteString(f)
-			break
-		}
-		fmt.Fprintf(&b, "%-*s   ", c.widths[i], f)
-	}
-	b.WriteString("\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	return p.printer.PrintObj(list, p.out)
 }
 
 // row prints one drain after the listing, in the chosen format.
 func (p *drainPrinter) row(nd *v1alpha1.NodeDrain) error {
-	switch p.format {
-	case "json", "yaml":
-		return p.objectPrinter().PrintObj(typed(nd), p.out)
-	case "name":
-		_, err := fmt.Fprintf(p.out, "nodedrain.%s/%s\n", v1alpha1.GroupVersion.Group, nd.Name)
-		return err
+	if p.format == "" || p.format == formatWide {
+		return p.printer.PrintObj(p.table(*nd), p.out)
 	}
-	return p.cols.print(p.out, p.fields(nd))
+	return p.printer.PrintObj(typed(nd), p.out)
 }
 
-// objectPrinter is one printer for the whole run: the YAML printer
-// separates the documents it prints with "---".
-func (p *drainPrinter) objectPrinter() printers.ResourcePrinter {
-	if p.printer == nil {
-		p.printer = &printers.JSONPrinter{}
-		if p.format == "yaml" {
-			p.printer = &printers.YAMLPrinter{}
+// statusColumns are the table's columns; those of priority 1 show with -o
+// wide.
+var statusColumns = []metav1.TableColumnDefinition{
+	{Name: "Node", Type: "string"}, {Name: "Phase", Type: "string"}, {Name: "Evicted/Total", Type: "string"},
+	{Name: "Blocked", Type: "integer"}, {Name: "Requesters", Type: "string"}, {Name: "Age", Type: "string"},
+	{Name: "Mode", Type: "string", Priority: 1}, {Name: "Policy", Type: "string", Priority: 1},
+	{Name: "Took", Type: "string", Priority: 1}, {Name: "Why", Type: "string", Priority: 1},
+}
+
+// table is the drains as a table for cli-runtime's table printer.
+func (p *drainPrinter) table(drains ...v1alpha1.NodeDrain) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: statusColumns}
+	rows := make([][]string, 0, len(drains))
+	for i := range drains {
+		rows = append(rows, p.fields(&drains[i]))
+	}
+	if p.watch {
+		p.pad(rows)
+	}
+	for _, r := range rows {
+		cells := make([]any, 0, len(r))
+		for _, f := range r {
+			cells = append(cells, f)
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: cells})
+	}
+	return t
+}
+
+// pad widens the cells of rows to the widths of every row printed so far
+// (and of the headers, and of a long queued phase), so that rows printed
+// one at a time line up.
+func (p *drainPrinter) pad(rows [][]string) {
+	if p.widths == nil {
+		for _, c := range statusColumns {
+			p.widths = append(p.widths, len(c.Name))
+		}
+		p.widths[1] = len("Queued #10 WaitingForPDBHeadroom")
+	}
+	for _, r := range rows {
+		for i, f := range r {
+			if i < len(p.widths) {
+				p.widths[i] = max(p.widths[i], len(f))
+			}
 		}
 	}
-	return p.printer
+	last := len(statusColumns) - 1 // the last column shown is not padded
+	if p.format != formatWide {
+		last = 5
+	}
+	for _, r := range rows {
+		for i := range r {
+			if i < last {
+				r[i] += strings.Repeat(" ", p.widths[i]-len(r[i]))
+			}
+		}
+	}
 }
 
-// fields are a drain's table cells.
+// fields are a drain's table cells, the wide ones included. Ages and
+// durations read as kubectl's (duration.HumanDuration).
 func (p *drainPrinter) fields(nd *v1alpha1.NodeDrain) []string {
 	now := p.clock.Now()
-	fields := []string{nd.Name, phaseCell(nd), fmt.Sprintf("%d/%d", nd.Status.Evicted, nd.Status.Total),
-		fmt.Sprint(nd.Status.Blocked), requesterList(nd), progress.Duration(now.Sub(nd.CreationTimestamp.Time))}
-	if p.format == "wide" {
-		took := "-"
-		if nd.Status.StartTime != nil {
-			end := now
-			if nd.Status.CompletionTime != nil {
-				end = nd.Status.CompletionTime.Time
-			}
-			took = progress.Duration(end.Sub(nd.Status.StartTime.Time))
+	took := "-"
+	if nd.Status.StartTime != nil {
+		end := now
+		if nd.Status.CompletionTime != nil {
+			end = nd.Status.CompletionTime.Time
 		}
-		policy := nd.Spec.PolicyName
-		if policy == "" {
-			policy = "(default)"
-		}
-		fields = append(fields, string(nd.Spec.Mode), policy, took, why(nd))
+		took = duration.HumanDuration(end.Sub(nd.Status.StartTime.Time))
 	}
-	return fields
+	policy := nd.Status.Policy
+	switch {
+	case policy == "" && nd.Spec.PolicyName != "":
+		policy = nd.Spec.PolicyName
+	case policy == "":
+		policy = "(built-in)"
+	}
+	return []string{nd.Name, phaseCell(nd), fmt.Sprintf("%d/%d", nd.Status.Evicted, nd.Status.Total),
+		fmt.Sprint(nd.Status.Blocked), requesterList(nd), duration.HumanDuration(now.Sub(nd.CreationTimestamp.Time)),
+		string(nd.Spec.Mode), policy, took, why(nd)}
 }
 
 // phaseCell is the drain's phase; for a drain waiting for admission,

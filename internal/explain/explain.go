@@ -39,21 +39,21 @@ type Input struct {
 // Finding is one thing that holds the drain up.
 type Finding struct {
 	// Subject is what is stuck: a pod, or the drain itself.
-	Subject string
+	Subject string `json:"subject"`
 	// Cause says why, in the cluster's terms.
-	Cause string
+	Cause string `json:"cause"`
 	// Fix says what a person can do; the first option is the gentlest.
-	Fix string
+	Fix string `json:"fix"`
 	// Since is when it started holding the drain, if known.
-	Since time.Time
+	Since time.Time `json:"since,omitzero"`
 }
 
 // Explanation is a drain's state in one line, and its findings.
 type Explanation struct {
-	State    string
-	Findings []Finding
+	State    string    `json:"state"`
+	Findings []Finding `json:"findings"`
 	// Idle says what goes on when nothing holds the drain.
-	Idle string
+	Idle string `json:"idle,omitempty"`
 }
 
 // Explain explains a drain.
