@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +26,7 @@ type cancelOptions struct {
 	requester requesterFlag
 	wait      bool
 	timeout   time.Duration
+	dryRun    dryRun
 }
 
 func newCancelCommand(flags *genericclioptions.ConfigFlags, s Streams) *cobra.Command {
@@ -42,7 +45,10 @@ By default waits for the restore and shows it (--wait=false returns at once).`,
   vacate cancel node-1
 
   # Withdraw the request a pipeline made under its own requester name
-  vacate cancel node-1 --requester ci:upgrade-pipeline`,
+  vacate cancel node-1 --requester ci:upgrade-pipeline
+
+  # What would happen, writing nothing
+  vacate cancel --selector pool=batch --dry-run`,
 		ValidArgsFunction: completeNodes(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args)
@@ -53,6 +59,8 @@ By default waits for the restore and shows it (--wait=false returns at once).`,
 	o.requester.addFlag(f, "the requester name to withdraw (default: cli:<your user name>)")
 	f.BoolVarP(&o.wait, "wait", "w", true, "wait for the restore and show it")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the restore (0: as long as it takes)")
+	addDryRun(f, &o.dryRun, "none, client (say what would be withdrawn and whether the node would be restored; write nothing) or server (send the withdrawal as a server-side dry run; nothing is stored)",
+		dryRunClient, dryRunServer)
 	return cmd
 }
 
@@ -94,7 +102,7 @@ func (o *cancelOptions) run(ctx context.Context, args []string) error {
 			restoring = append(restoring, *r)
 		}
 	}
-	if o.wait {
+	if o.wait && !o.dryRun.any() {
 		for _, r := range restoring {
 			if err := o.showRestore(ctx, s, r); err != nil {
 				return err
@@ -128,6 +136,13 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 		return nil, false, s.explain(err, "reading NodeDrain "+node)
 	}
 	evicted := nd.Status.Evicted
+	if o.dryRun.client() {
+		return o.wouldCancel(nd, requester), hasRequester(nd, requester) || len(nd.Spec.Requesters) == 0, nil
+	}
+	if o.dryRun.server() {
+		return nil, hasRequester(nd, requester) || len(nd.Spec.Requesters) == 0, o.serverDryRun(ctx, s, nd, requester)
+	}
+	c := client.Client(s.client)
 	switch {
 	case len(nd.Spec.Requesters) == 0:
 		// Nobody wants it (an earlier cancel was interrupted): remove it.
@@ -136,7 +151,7 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 		fmt.Fprintf(out, "nodedrain/%s: %s is not a requester (requesters: %s)\n", node, requester, requesterList(nd))
 		return nil, false, nil
 	default:
-		if nd, err = requests.Withdraw(ctx, s.client, nd, requester); err != nil {
+		if nd, err = requests.Withdraw(ctx, c, nd, requester); err != nil {
 			return nil, false, s.explain(err, "withdrawing the request on NodeDrain "+node)
 		}
 		if len(nd.Spec.Requesters) > 0 {
@@ -144,7 +159,7 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 			return nil, true, nil
 		}
 	}
-	deleted, err := requests.DeleteIfIdle(ctx, s.client, nd)
+	deleted, err := requests.DeleteIfIdle(ctx, c, nd)
 	if err != nil {
 		return nil, false, s.explain(err, "deleting NodeDrain "+node)
 	}
@@ -154,6 +169,56 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 	}
 	fmt.Fprintf(out, "nodedrain/%s: request of %s withdrawn; it was the last: restoring the node\n", node, requester)
 	return &restore{drain: nd, evicted: evicted}, true, nil
+}
+
+// serverDryRun sends the withdrawal, and the deletion of a drain left
+// without requesters, as server-side dry runs: the API server checks them
+// (RBAC, the admission policies) and stores nothing.
+func (o *cancelOptions) serverDryRun(ctx context.Context, s *session, nd *v1alpha1.NodeDrain, requester string) error {
+	out := o.streams.Out
+	if i := requests.Index(nd, requester); i >= 0 {
+		ops, err := json.Marshal([]map[string]any{
+			{"op": "test", "path": fmt.Sprintf("/spec/requesters/%d/name", i), "value": requester},
+			{"op": "remove", "path": fmt.Sprintf("/spec/requesters/%d", i)},
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.client.Patch(ctx, nd, client.RawPatch(types.JSONPatchType, ops), client.DryRunAll); err != nil {
+			return s.explain(err, "withdrawing the request on NodeDrain "+nd.Name+" (server dry run)")
+		}
+	} else if len(nd.Spec.Requesters) > 0 {
+		fmt.Fprintf(out, "nodedrain/%s: %s is not a requester (requesters: %s)\n", nd.Name, requester, requesterList(nd))
+		return nil
+	}
+	if len(nd.Spec.Requesters) > 0 {
+		fmt.Fprintf(out, "nodedrain/%s: the request of %s would be withdrawn; the drain would go on for %s (server dry run: nothing was changed)\n",
+			nd.Name, requester, requesterList(nd))
+		return nil
+	}
+	if err := s.client.Delete(ctx, nd, client.Preconditions{UID: &nd.UID}, client.DryRunAll); err != nil {
+		return s.explain(err, "deleting NodeDrain "+nd.Name+" (server dry run)")
+	}
+	fmt.Fprintf(out, "nodedrain/%s: the request of %s would be withdrawn; it is the last: the node would be restored (server dry run: nothing was changed)\n", nd.Name, requester)
+	return nil
+}
+
+// wouldCancel says what cancel would do, writing nothing (--dry-run=client).
+func (o *cancelOptions) wouldCancel(nd *v1alpha1.NodeDrain, requester string) *restore {
+	out := o.streams.Out
+	node := nd.Name
+	switch {
+	case len(nd.Spec.Requesters) == 0:
+		fmt.Fprintf(out, "nodedrain/%s: no requester is left; it would be deleted and the node restored (dry run)\n", node)
+	case !hasRequester(nd, requester):
+		fmt.Fprintf(out, "nodedrain/%s: %s is not a requester (requesters: %s); nothing would change (dry run)\n", node, requester, requesterList(nd))
+	case len(nd.Spec.Requesters) == 1:
+		fmt.Fprintf(out, "nodedrain/%s: the request of %s would be withdrawn; it is the last: the node would be restored (dry run)\n", node, requester)
+	default:
+		others := otherRequesters(nd, requester)
+		fmt.Fprintf(out, "nodedrain/%s: the request of %s would be withdrawn; the drain would go on for %s (dry run)\n", node, requester, strings.Join(others, ", "))
+	}
+	return nil
 }
 
 // showRestore waits until the NodeDrain is gone (the controller undid the

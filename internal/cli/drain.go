@@ -35,19 +35,13 @@ type drainOptions struct {
 	timeout time.Duration
 	// waitTimeout only stops waiting: the drains go on.
 	waitTimeout time.Duration
-	dryRun      string
+	dryRun      dryRun
 	// kubectl drain's flags (docs/kubectl-drain.md).
 	ignoreDaemonSets, deleteEmptyDirData, force, disableEviction bool
 	gracePeriod                                                  int64
 	podSelector                                                  string
 }
 
-// Values of --dry-run, as kubectl's.
-const (
-	dryRunNone   = "none"
-	dryRunClient = "client"
-	dryRunServer = "server"
-)
 
 func newDrainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
 	o := &drainOptions{flags: flags, streams: s, clock: clk}
@@ -100,8 +94,8 @@ drains go on in the cluster).`,
 	f.BoolVarP(&o.wait, "wait", "w", false, "show progress until the drains end")
 	f.DurationVar(&o.timeout, "timeout", 0, "give up after this long, as kubectl drain does: withdraw your request on the nodes not yet drained (the last requester out restores a node) and exit 3 (0: as long as it takes); implies --wait")
 	f.DurationVar(&o.waitTimeout, "wait-timeout", 0, "stop waiting after this long and exit 3, leaving the drains to go on (0: wait as long as it takes); implies --wait")
-	f.StringVar(&o.dryRun, "dry-run", dryRunNone, "none, client (plan the drain with your flags, as 'vacate plan' does, and write nothing) or server (send the request as a server-side dry run: the API server checks it, its RBAC and admission policies, and stores nothing)")
-	f.Lookup("dry-run").NoOptDefVal = dryRunClient
+	addDryRun(f, &o.dryRun, "none, client (plan the drain with your flags, as 'vacate plan' does, and write nothing) or server (send the request as a server-side dry run: the API server checks it, its RBAC and admission policies, and stores nothing)",
+		dryRunClient, dryRunServer)
 	// kubectl drain's flags, mapped (docs/kubectl-drain.md).
 	f.BoolVar(&o.ignoreDaemonSets, "ignore-daemonsets", false, "accepted for kubectl drain's habit: vacate leaves DaemonSet pods unless the DrainPolicy's pods.daemonSets is Evict")
 	f.BoolVar(&o.deleteEmptyDirData, "delete-emptydir-data", false, "evict pods with emptyDir volumes too (their data is lost): an override of the policy's pods.localStorage, needing the verb delete-emptydir-data on the DrainPolicy")
@@ -131,9 +125,7 @@ func (o *drainOptions) validate(args []string) error {
 		return argsError{fmt.Sprintf("--wait-timeout %s: must not be negative", o.waitTimeout)}
 	case o.timeout > 0 && o.waitTimeout > 0:
 		return argsError{"--timeout gives up (withdraws your request) and --wait-timeout only stops waiting: choose one"}
-	case o.dryRun != dryRunNone && o.dryRun != dryRunClient && o.dryRun != dryRunServer:
-		return argsError{fmt.Sprintf("--dry-run %q: must be none, client or server", o.dryRun)}
-	case o.dryRun != dryRunNone && (o.wait || o.timeout > 0 || o.waitTimeout > 0):
+	case o.dryRun.any() && (o.wait || o.timeout > 0 || o.waitTimeout > 0):
 		return argsError{"--dry-run requests nothing, so there is nothing to wait for: drop --wait, --timeout and --wait-timeout"}
 	case o.disableEviction:
 		return argsError{"--disable-eviction is refused: vacate moves pods only through the Eviction API, so every PodDisruptionBudget holds; " +
@@ -185,7 +177,7 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.dryRun == dryRunClient {
+	if o.dryRun.client() {
 		// What the drain would do with these flags: the plan, as this
 		// requester would join it. Nothing is written.
 		p := &planOptions{flags: o.flags, streams: o.streams, clock: o.clock, policy: o.policy, mode: o.mode,
@@ -200,7 +192,7 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 		}
 		others := otherRequesters(nd, requester)
 		suffix := ""
-		if o.dryRun == dryRunServer {
+		if o.dryRun.server() {
 			suffix = " (server dry run)"
 		}
 		switch {
@@ -210,7 +202,7 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 			fmt.Fprintf(o.streams.Out, "nodedrain/%s requested by %s, mode %s%s\n", node, requester, nd.Spec.Mode, suffix)
 		}
 	}
-	if o.dryRun != dryRunNone || (!o.wait && o.timeout == 0 && o.waitTimeout == 0) {
+	if o.dryRun.any() || (!o.wait && o.timeout == 0 && o.waitTimeout == 0) {
 		return nil
 	}
 	if o.timeout == 0 {
@@ -287,7 +279,7 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 		}
 	}
 	c := client.Client(s.client)
-	if o.dryRun == dryRunServer {
+	if o.dryRun.server() {
 		c = client.NewDryRunClient(s.client)
 	}
 	err = requests.Apply(ctx, c, node, v1alpha1.Requester{Name: requester, Reason: reason, Overrides: o.overrides()}, v1alpha1.DrainMode(mode), policyName)
@@ -299,7 +291,7 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 		return nil, fmt.Errorf("the API server refused the drain of node %s: %s", node, apiMessage(err))
 	case err != nil:
 		return nil, s.explain(err, "requesting the drain of node "+node)
-	case o.dryRun == dryRunServer:
+	case o.dryRun.server():
 		// Nothing was stored: what the request would make.
 		nd := existing.DeepCopy()
 		if !found {

@@ -70,7 +70,7 @@ func TestKubectlDrainFlags(t *testing.T) {
 		{[]string{"drain", node, "--disable-eviction"}, "--disable-eviction is refused: vacate moves pods only through the Eviction API"},
 		{[]string{"drain", node, "--grace-period", "0"}, "--grace-period 0: must be 1 or more"},
 		{[]string{"drain", node, "--pod-selector", "app in ("}, `--pod-selector "app in ("`},
-		{[]string{"drain", node, "--dry-run=later"}, `--dry-run "later": must be none, client or server`},
+		{[]string{"drain", node, "--dry-run=later"}, `invalid argument "later" for "--dry-run" flag: must be none, client, server`},
 		{[]string{"drain", node, "--timeout", "1m", "--wait-timeout", "1m"}, "choose one"},
 	} {
 		code, _, errOut := alice.vacate(tc.args...)
@@ -128,6 +128,16 @@ func TestKubectlDrainFlags(t *testing.T) {
 	}
 	if left["cache"] || !left["web"] {
 		t.Errorf("after the drain, apps left on %s: %v; want web only", node, left)
+	}
+	// cancel's dry runs change nothing.
+	if out := alice.must(ExitOK, "cancel", node, "--dry-run"); !strings.Contains(out, "would be withdrawn; it is the last: the node would be restored (dry run)") {
+		t.Errorf("cancel --dry-run:\n%s", out)
+	}
+	if out := alice.must(ExitOK, "cancel", node, "--dry-run=server"); !strings.Contains(out, "(server dry run: nothing was changed)") {
+		t.Errorf("cancel --dry-run=server:\n%s", out)
+	}
+	if err := cl.Get(ctx, types.NamespacedName{Name: node}, &v1alpha1.NodeDrain{}); err != nil {
+		t.Errorf("after cancel's dry runs, the drain: %v", err)
 	}
 	alice.must(ExitOK, "cancel", node)
 

@@ -36,7 +36,7 @@ type releaseOptions struct {
 	provider string
 	reason   string
 	yes      bool
-	dryRun   bool
+	dryRun   dryRun
 	wait     bool
 	timeout  time.Duration
 }
@@ -83,7 +83,8 @@ data still matters; 'vacate explain NODE' shows both ways.`,
 	_ = cmd.RegisterFlagCompletionFunc("provider", completeProviders(flags))
 	f.StringVar(&o.reason, "reason", "", "why, for the record (a ticket, an incident); kept on the Evacuation and in the drain's status and event")
 	f.BoolVarP(&o.yes, "yes", "y", false, "release without asking (needed when stdin is not a terminal)")
-	f.BoolVar(&o.dryRun, "dry-run", false, "show what would be released and check it with the API server (server-side dry run); write nothing")
+	addDryRun(f, &o.dryRun, "none, client (show what would be released; write nothing) or server (also check the release with the API server, its RBAC and admission policies, in a server-side dry run; nothing is stored)",
+		dryRunClient, dryRunServer)
 	f.BoolVarP(&o.wait, "wait", "w", true, "wait until the drain shows the evacuation Released, and show it")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the drain to show the release (0: as long as it takes)")
 	return cmd
@@ -124,7 +125,11 @@ func (o *releaseOptions) run(ctx context.Context, node string) error {
 		return err
 	}
 	o.show(t, by)
-	if !o.dryRun {
+	if o.dryRun.client() {
+		fmt.Fprintf(o.streams.Out, "dry run: nothing written; --dry-run=server also asks the API server whether it would accept the release of evacuation/%s\n", t.ev.Name)
+		return nil
+	}
+	if !o.dryRun.any() {
 		if err := o.confirm(t.ev.Name); err != nil {
 			return err
 		}
@@ -138,7 +143,7 @@ func (o *releaseOptions) run(ctx context.Context, node string) error {
 		return err
 	}
 	out := o.streams.Out
-	if o.dryRun {
+	if o.dryRun.server() {
 		fmt.Fprintf(out, "dry run: nothing written (the API server accepted the release of evacuation/%s in a server-side dry run)\n", t.ev.Name)
 		return nil
 	}
@@ -402,7 +407,7 @@ func (o *releaseOptions) write(ctx context.Context, s *session, t *releaseTarget
 		return fmt.Errorf("encoding the release of Evacuation %s: %w", ev.Name, err)
 	}
 	var opts []client.PatchOption
-	if o.dryRun {
+	if o.dryRun.server() {
 		opts = append(opts, client.DryRunAll)
 	}
 	err = s.client.Patch(ctx, ev.DeepCopy(), client.RawPatch(types.JSONPatchType, data), opts...)

@@ -194,6 +194,11 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 		}
 	}
 
+	out = rita.must(ExitOK, "release", node, "--provider", provider, "--reason", "CHG-9", "--dry-run=server")
+	if !strings.Contains(out, "the API server accepted the release of evacuation/"+evName+" in a server-side dry run") {
+		t.Errorf("release --dry-run=server output:\n%s", out)
+	}
+
 	t.Log("on a terminal, release asks; 'n' releases nothing")
 	code, out, errOut = releaseOnTerminal(t, rita, "n\n", "release", node, "--provider", provider, "--reason", "CHG-9")
 	oneError(t, code, errOut, ExitError, "not released")

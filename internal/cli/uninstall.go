@@ -39,7 +39,7 @@ type uninstallOptions struct {
 	cancelDrains bool
 	force        bool
 	keepCRDs     bool
-	dryRun       bool
+	dryRun       dryRun
 	timeout      time.Duration
 	// lease names the Lease of a controller run outside the Deployment.
 	lease types.NamespacedName
@@ -117,7 +117,8 @@ needs cluster admin rights.`,
 	f.BoolVar(&o.force, "force", false, "finish without the controller if it does not restore the drains within --timeout: "+
 		"uncordon only the nodes vacate provably cordoned, remove vacate's finalizers, report what is left behind")
 	f.BoolVar(&o.keepCRDs, "keep-crds", false, "keep the CRDs and the DrainPolicies")
-	f.BoolVar(&o.dryRun, "dry-run", false, "print what would be done; change nothing")
+	addDryRun(f, &o.dryRun, "client: print what would be done, and change nothing (server is not offered: each step waits for the one before it to take effect, which a server-side dry run never does)",
+		dryRunClient)
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for each step: the restores, the controller to stop (0: as long as it takes)")
 	f.StringVar(&o.lease.Namespace, "lease-namespace", leader.DefaultLeaseNamespace,
 		"namespace of the leader Lease of a vacate-controller run outside the installed Deployment (the Deployment's own Lease is read from its flags)")
@@ -169,7 +170,7 @@ func (o *uninstallOptions) run(ctx context.Context) error {
 	if plan.refusal != nil {
 		return plan.refusal
 	}
-	if o.dryRun {
+	if o.dryRun.client() {
 		plan.write(u.say, o.force)
 		u.say("dry run: nothing was changed in %s", s.where)
 		return nil
