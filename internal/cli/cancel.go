@@ -8,9 +8,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/spf13/cobra"
@@ -225,27 +230,20 @@ func (o *cancelOptions) wouldCancel(nd *v1alpha1.NodeDrain, requester string) *r
 // drain and released its finalizer) and says what became of the node.
 func (o *cancelOptions) showRestore(ctx context.Context, s *session, r restore) error {
 	nd := r.drain
-	poll := func(ctx context.Context) (bool, error) {
-		err := s.client.Get(ctx, types.NamespacedName{Name: nd.Name}, &v1alpha1.NodeDrain{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, s.explain(err, "reading NodeDrain "+nd.Name)
-	}
-	var err error
+	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if o.timeout > 0 {
-		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, o.timeout, true, poll)
-	} else {
-		err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, poll)
+		wctx, cancel = context.WithTimeout(ctx, o.timeout)
 	}
+	defer cancel()
+	err := waitGone(wctx, s, nd.Name)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return exitError{code: ExitTimeout, err: fmt.Errorf("stopped waiting for the restore of %s; vacate goes on with it in the cluster", nd.Spec.NodeName)}
-	case wait.Interrupted(err):
+	case wctx.Err() != nil:
 		return exitError{code: ExitTimeout, err: fmt.Errorf("NodeDrain %s is still there after %s: is the vacate controller running? ('vacate status %s')", nd.Name, o.timeout, nd.Name)}
 	default:
-		return err
+		return s.explain(err, "watching NodeDrain "+nd.Name)
 	}
 	node, err := s.node(ctx, nd.Spec.NodeName)
 	if err != nil {
@@ -260,6 +258,31 @@ func (o *cancelOptions) showRestore(ctx context.Context, s *session, r restore) 
 		fmt.Fprintf(o.streams.Out, "node/%s: restored: schedulable again; %d pod(s) that left stay where they were rescheduled\n", node.Name, r.evicted)
 	}
 	return nil
+}
+
+// waitGone waits, watching (client-go's watch tools: a list, then a watch
+// from it, listed again when it ends), until the NodeDrain name is gone.
+func waitGone(ctx context.Context, s *session, name string) error {
+	byName := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = byName
+			list := &v1alpha1.NodeDrainList{}
+			return list, s.client.List(ctx, list, &client.ListOptions{Raw: &opts})
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = byName
+			return s.client.Watch(ctx, &v1alpha1.NodeDrainList{}, &client.ListOptions{Raw: &opts})
+		},
+	}
+	gone := func(store cache.Store) (bool, error) {
+		_, exists, err := store.GetByKey(name)
+		return !exists, err
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &v1alpha1.NodeDrain{}, gone, func(ev watch.Event) (bool, error) {
+		return ev.Type == watch.Deleted, nil
+	})
+	return err
 }
 
 func hasRequester(nd *v1alpha1.NodeDrain, name string) bool { return requests.Index(nd, name) >= 0 }

@@ -10,7 +10,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -173,72 +175,91 @@ func (f *Follower) observe(ev watch.Event) {
 // listing, with the list: what it lacks is gone.
 const Listed watch.EventType = "Listed"
 
-// watchFailures is how many list or watch calls in a row may fail before
-// WatchDrains gives up.
-const watchFailures = 5
-
-// WatchDrains lists the NodeDrains and sends them as Added events, then a
-// Listed event with the list, then what changes. It lists again when the
-// watch ends or its resource version is too old. It returns nil when ctx
-// ends, and an error when the API refuses the list or watch (RBAC) or
-// keeps failing.
+// WatchDrains sends the NodeDrains as Added events, then a Listed event
+// with the list, then what changes (Added, Modified, Deleted), from
+// client-go's informer: it lists and watches, lists again when a watch
+// ends or its resource version is too old, and sends as Deleted what a new
+// listing lacks. It returns nil when ctx ends, and an error when the API
+// server refuses the list or watch (RBAC), which the informer would retry
+// for ever.
 func WatchDrains(ctx context.Context, c client.WithWatch, events chan<- watch.Event) error {
-	send := func(ev watch.Event) bool {
-		select {
-		case events <- ev:
-			return true
-		case <-ctx.Done():
-			return false
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list := &v1alpha1.NodeDrainList{}
+			return list, c.List(ctx, list, &client.ListOptions{Raw: &opts})
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, &v1alpha1.NodeDrainList{}, &client.ListOptions{Raw: &opts})
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.NodeDrain{}, 0, cache.Indexers{})
+	refused := make(chan error, 1)
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			select {
+			case refused <- err:
+			default:
+			}
+			return
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}); err != nil {
+		return err
+	}
+	send := func(t watch.EventType, obj any) {
+		if nd, ok := obj.(*v1alpha1.NodeDrain); ok {
+			select {
+			case events <- watch.Event{Type: t, Object: nd.DeepCopy()}:
+			case <-ctx.Done():
+			}
 		}
 	}
-	failures := 0
-	fail := func(err error) error {
-		if ctx.Err() != nil {
-			return nil
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { send(watch.Added, obj) },
+		UpdateFunc: func(_, obj any) { send(watch.Modified, obj) },
+		DeleteFunc: func(obj any) {
+			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			send(watch.Deleted, obj)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	// The initial listing's Added events are delivered once the
+	// registration has synced: then the Listed event.
+	synced := make(chan struct{})
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			close(synced)
 		}
-		if failures++; failures > watchFailures || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-			return err
+	}()
+	select {
+	case err := <-refused:
+		return err
+	case <-ctx.Done():
+		return nil
+	case <-synced:
+	}
+	list := &v1alpha1.NodeDrainList{}
+	for _, obj := range inf.GetStore().List() {
+		if nd, ok := obj.(*v1alpha1.NodeDrain); ok {
+			list.Items = append(list.Items, *nd.DeepCopy())
 		}
-		select {
-		case <-time.After(time.Duration(failures) * 200 * time.Millisecond):
-		case <-ctx.Done():
-		}
+	}
+	select {
+	case events <- watch.Event{Type: Listed, Object: list}:
+	case <-ctx.Done():
 		return nil
 	}
-	for ctx.Err() == nil {
-		list := &v1alpha1.NodeDrainList{}
-		if err := c.List(ctx, list); err != nil {
-			if err := fail(err); err != nil {
-				return err
-			}
-			continue
-		}
-		for i := range list.Items {
-			if !send(watch.Event{Type: watch.Added, Object: &list.Items[i]}) {
-				return nil
-			}
-		}
-		if !send(watch.Event{Type: Listed, Object: list}) {
-			return nil
-		}
-		w, err := c.Watch(ctx, &v1alpha1.NodeDrainList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
-		if err != nil {
-			if err := fail(err); err != nil {
-				return err
-			}
-			continue
-		}
-		failures = 0
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				break // most often "too old resource version": list again
-			}
-			if !send(ev) {
-				w.Stop()
-				return nil
-			}
-		}
-		w.Stop()
+	select {
+	case err := <-refused:
+		return err
+	case <-ctx.Done():
+		return nil
 	}
-	return nil
 }
