@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,6 +29,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Pod annotations of the protocol.
@@ -150,7 +152,8 @@ func (r Result) Describe() string {
 type Prober struct {
 	Client *http.Client
 	// Poll is the time between GETs while a hook is in progress; Backoff
-	// the first pause after a failed call, doubling up to MaxBackoff.
+	// the first pause after a failed call, doubling up to MaxBackoff, each
+	// with up to 20% jitter.
 	Poll, Backoff, MaxBackoff time.Duration
 	// Changed is called (with the target's node) when a result changes.
 	Changed func(node string)
@@ -337,11 +340,19 @@ func (p *Prober) Run(ctx context.Context) error {
 	return nil
 }
 
+// pauses are the waits after failed calls: from Backoff, doubling up to
+// MaxBackoff, each up to a fifth longer so that the hooks of many pods that
+// fail together are not called again together (apimachinery's
+// wait.Backoff).
+func (p *Prober) pauses() *wait.Backoff {
+	return &wait.Backoff{Duration: p.Backoff, Factor: 2, Jitter: 0.2, Cap: p.MaxBackoff, Steps: math.MaxInt32}
+}
+
 // converse calls the hook until the conversation ends or is stopped.
 func (p *Prober) converse(ctx context.Context, c *conversation) {
 	t := c.target
 	started := false
-	pause := p.Backoff
+	pauses := p.pauses()
 	for ctx.Err() == nil {
 		if p.Check != nil {
 			if err := p.Check(t); err != nil {
@@ -399,16 +410,16 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 		if done {
 			return
 		}
-		wait := p.Poll
+		next := p.Poll
 		if err != nil {
-			wait, pause = pause, min(pause*2, p.MaxBackoff)
+			next = pauses.Step()
 		} else {
-			pause = p.Backoff
+			pauses = p.pauses()
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(next):
 		}
 	}
 }

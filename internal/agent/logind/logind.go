@@ -14,12 +14,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
@@ -47,6 +49,9 @@ const (
 	DefaultRetryMin = time.Second
 	// retryMax bounds the wait between retries.
 	retryMax = 30 * time.Second
+	// retryJitter spreads the retries of a fleet's agents after a dbus or
+	// logind restart on every node.
+	retryJitter = 0.2
 )
 
 // Options configure a Source.
@@ -289,3 +294,9 @@ func (s *Source) notices() []agent.Notice {
 
 // NoticeSources: logind reports "shutdown".
 func (s *Source) NoticeSources() []string { return []string{NoticeSource} }
+
+// retries is the backoff between retries: from RetryMin, doubling up to
+// retryMax, each wait up to retryJitter longer (apimachinery's wait.Backoff).
+func (o Options) retries() *wait.Backoff {
+	return &wait.Backoff{Duration: o.RetryMin, Factor: 2, Jitter: retryJitter, Cap: retryMax, Steps: math.MaxInt32}
+}

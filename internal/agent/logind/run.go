@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/vacate-dev/vacate/internal/agent"
 )
@@ -26,15 +27,16 @@ func (s *Source) Run(ctx context.Context, r agent.Reporter) error {
 	}
 	defer s.release()
 	rep := &reports{r: r, source: s.Name()}
-	retry := s.opts.RetryMin
+	retries := s.opts.retries()
 	for {
 		armed, err := s.session(ctx, rep)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if armed {
-			retry = s.opts.RetryMin
+			retries = s.opts.retries()
 		}
+		retry := retries.Step()
 		rep.setUnavailable(ReasonBusUnavailable, fmt.Sprintf(
 			"vacate-agent cannot use the D-Bus system bus%s (%v), so it cannot hold shutdowns for a drain; it retries with backoff. "+
 				"Check that dbus is running and that the agent can reach its socket (/run/dbus/system_bus_socket)",
@@ -46,7 +48,6 @@ func (s *Source) Run(ctx context.Context, r agent.Reporter) error {
 			return nil
 		case <-time.After(retry):
 		}
-		retry = min(retry*2, retryMax)
 	}
 }
 
@@ -67,7 +68,7 @@ func (s *Source) session(ctx context.Context, rep *reports) (armed bool, err err
 		return false, err
 	}
 	defer m.conn.Close()
-	ss := &session{Source: s, m: m, rep: rep, backoff: s.opts.RetryMin}
+	ss := &session{Source: s, m: m, rep: rep, backoff: s.opts.retries()}
 	defer ss.stopRetry()
 	ss.arm(ctx)
 	for {
@@ -105,7 +106,7 @@ type session struct {
 	// is due.
 	retry   <-chan time.Time
 	timer   *time.Timer
-	backoff time.Duration
+	backoff *wait.Backoff
 }
 
 // arm reads logind's state and takes the lock: after (re)connecting, and
@@ -138,7 +139,7 @@ func (ss *session) arm(ctx context.Context) {
 			ss.start(ss.scheduledKind(ctx), false, delay, "logind was preparing for it when vacate-agent started")
 		}
 		ss.rep.setUnavailable("", "")
-		ss.backoff = ss.opts.RetryMin
+		ss.backoff = ss.opts.retries()
 		return
 	}
 	ss.cancel()
@@ -161,7 +162,7 @@ func (ss *session) lock(ctx context.Context) {
 		ss.opts.Log.V(1).Info("holding a delay inhibitor lock on shutdown", "inhibitDelayMax", ss.delay)
 	}
 	ss.rep.setUnavailable("", "")
-	ss.backoff = ss.opts.RetryMin
+	ss.backoff = ss.opts.retries()
 }
 
 // failed reports why logind could not be used (inhibit: it refused the
@@ -186,10 +187,10 @@ func (ss *session) failed(ctx context.Context, err error, inhibit bool) {
 		ss.rep.setUnavailable(ReasonLogindUnavailable, fmt.Sprintf(
 			"vacate-agent cannot use systemd-logind (%v), so it cannot hold shutdowns for a drain; it retries with backoff", err))
 	}
-	ss.opts.Log.Info("logind failed; retrying", "error", err.Error(), "after", ss.backoff)
-	ss.timer = time.NewTimer(ss.backoff)
+	after := ss.backoff.Step()
+	ss.opts.Log.Info("logind failed; retrying", "error", err.Error(), "after", after)
+	ss.timer = time.NewTimer(after)
 	ss.retry = ss.timer.C
-	ss.backoff = min(ss.backoff*2, retryMax)
 }
 
 // stopRetry cancels a scheduled retry.
@@ -221,7 +222,7 @@ func (ss *session) handle(ctx context.Context, sig *dbus.Signal) {
 			return
 		}
 		ss.opts.Log.Info("systemd-logind is on the bus; taking the inhibitor lock")
-		ss.backoff = ss.opts.RetryMin
+		ss.backoff = ss.opts.retries()
 		ss.arm(ctx)
 	case signalPrepareWithMetadata:
 		var active bool
