@@ -42,7 +42,6 @@ type drainOptions struct {
 	podSelector                                                  string
 }
 
-
 func newDrainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
 	o := &drainOptions{flags: flags, streams: s, clock: clk}
 	cmd := &cobra.Command{

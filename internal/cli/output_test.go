@@ -73,7 +73,7 @@ func TestOutputsAsKubectl(t *testing.T) {
 		t.Errorf("explain -o name: %q", out)
 	}
 	out = alice.must(ExitOK, "explain", "-l", "pool=cli-out", "-o", "custom-columns=NODE:.metadata.name,STATE:.state")
-	if !regexp.MustCompile(`(?m)^` + drained + `\s+.*Drained`).MatchString(out) || strings.Contains(out, idle) {
+	if !regexp.MustCompile(`(?m)^`+drained+`\s+.*Drained`).MatchString(out) || strings.Contains(out, idle) {
 		t.Errorf("explain -l -o custom-columns (the node without a drain left out):\n%s", out)
 	}
 }

@@ -62,9 +62,9 @@ const (
 	ReasonSkipSelector           Reason = "SkipSelector"
 	// ReasonNotSelected: the drain's requesters asked for only the pods
 	// of their pod selectors, and this one matches none.
-	ReasonNotSelected Reason = "NotSelected"
-	ReasonWaitCompletion         Reason = "WaitForCompletion"
-	ReasonDaemonSet              Reason = "DaemonSetPod"
+	ReasonNotSelected    Reason = "NotSelected"
+	ReasonWaitCompletion Reason = "WaitForCompletion"
+	ReasonDaemonSet      Reason = "DaemonSetPod"
 	// ReasonDaemonSetReturns: under pods.daemonSets Evict, a DaemonSet pod
 	// that tolerates the taint keeping DaemonSet pods off the node is left
 	// in place: its DaemonSet would put it back at once.

@@ -32,8 +32,8 @@ func (o orSelector) String() string {
 }
 func (o orSelector) Add(...labels.Requirement) labels.Selector { return o }
 func (o orSelector) Requirements() (labels.Requirements, bool) { return nil, false }
-func (o orSelector) DeepCopySelector() labels.Selector        { return append(orSelector(nil), o...) }
-func (o orSelector) RequiresExactMatch(string) (string, bool) { return "", false }
+func (o orSelector) DeepCopySelector() labels.Selector         { return append(orSelector(nil), o...) }
+func (o orSelector) RequiresExactMatch(string) (string, bool)  { return "", false }
 
 // WithOverrides is p under the overrides of the drain's requesters
 // (v1alpha1.PodOverrides): a pod leaves when any requester would move it.

@@ -220,7 +220,9 @@ func TestOverridesNeedTheirVerbs(t *testing.T) {
 	if err := requests.Apply(ctx, cl, node, v1alpha1.Requester{Name: "cli:olga", Overrides: &v1alpha1.PodOverrides{DeleteUnmanaged: true}}, "", pol.Name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	t.Cleanup(func() {
+		_ = cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
 	if err := apply(nil); err != nil {
 		t.Errorf("olga dropping her override: %v", err)
 	}
