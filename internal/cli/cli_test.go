@@ -522,7 +522,7 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 		{"drain", "a", "--timeout", "soon"},
 		{"cancel"},
 		{"status", "-o", "table"},
-		{"plan", "a", "-o", "wide"},
+		{"plan", "a", "-o", "table"},
 		{"explain"},
 		{"explain", "a", "-l", "x=y"},
 		{"status", "a", "-l", "x=y"},

@@ -82,10 +82,10 @@ what bounds the evacuations.`,
 	f := cmd.Flags()
 	o.targets.addFlag(f, "plan for")
 	f.StringVar(&o.policy, "policy", "", "plan with this DrainPolicy (default: the drain's own, else \"default\", else built-in defaults)")
-	f.StringVarP(&o.output, "output", "o", "", "output format: json, yaml, name, jsonpath=TEMPLATE or custom-columns=NAME:.path,... (default: text)")
+	f.StringVarP(&o.output, "output", "o", "", "output format: json, yaml, name, jsonpath=TEMPLATE or custom-columns=NAME:.path,... (default, and wide: text)")
 	f.StringVar(&o.mode, "mode", "", "plan a drain in this mode, Maintenance or Decommission (default: the drain's current mode, Maintenance for a new one)")
 	f.BoolVar(&o.allowLoopback, "allow-loopback-hooks", false, "plan HTTP hooks as a vacate-controller run with --allow-loopback-hooks calls them (development clusters, whose pods have loopback addresses)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatJSON, formatYAML, formatName, formatJSONPath + "=", formatCustomColumns + "="}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
 	_ = cmd.RegisterFlagCompletionFunc("policy", completePolicies(flags))
 	return cmd
@@ -266,7 +266,8 @@ func (o *planOptions) run(ctx context.Context, args []string) error {
 	if err := o.targets.check("plan", "the nodes to plan for", args); err != nil {
 		return err
 	}
-	format, arg, err := parseOutput(o.output, formatJSON, formatYAML, formatName, formatJSONPath, formatCustomColumns)
+	// wide is the text, which has every detail already.
+	format, arg, err := parseOutput(o.output, formatWide, formatJSON, formatYAML, formatName, formatJSONPath, formatCustomColumns)
 	if err != nil {
 		return err
 	}

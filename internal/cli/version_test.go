@@ -94,6 +94,29 @@ func TestVersionNamesTheLeadersBuild(t *testing.T) {
 	if want := "controller: none running: no one holds the Lease " + lease + ", renewed 2m"; !strings.Contains(out, want) {
 		t.Errorf("vacate version printed\n%s\nwant a line with %q", out, want)
 	}
+	// With no controller holding its Lease, a drain is still requested,
+	// and says that nothing acts on it, rather than waiting silently.
+	leases, err := c.Client.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: leader.LabelName + "=" + leader.ControllerName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for i := range leases.Items {
+		if leaseOf(&leases.Items[i], time.Now()).Held {
+			held++
+		}
+	}
+	if held > 0 {
+		t.Logf("%d other Lease(s) held in this cluster: the no-controller warning is not checked", held)
+	} else {
+		node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "version-drain", Count: 1})[0]
+		code, _, errOut := u.vacate("drain", node, "--wait-timeout", "1s")
+		if code != ExitTimeout || !strings.Contains(errOut, "Warning: no vacate-controller is running (no one holds the Lease "+lease) ||
+			!strings.Contains(errOut, "nothing acts on them until one runs") {
+			t.Errorf("drain --wait-timeout with no controller: exit %d, stderr:\n%s", code, errOut)
+		}
+		u.vacate("cancel", node, "--wait=false")
+	}
 	if code, out, _ := u.vacate("version", "--client", "--kubeconfig", "/nonexistent"); code != 0 || strings.Contains(out, "controller") {
 		t.Errorf("vacate version --client exited %d and printed %q: it must not contact the cluster", code, out)
 	}
