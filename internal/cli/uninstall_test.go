@@ -673,7 +673,12 @@ func runControllerUntilAsked(t *testing.T, c *devcluster.Cluster) *controller {
 		t.Fatal(err)
 	}
 	ctrl := &controller{t: t, halt: halt}
-	t.Cleanup(ctrl.stop)
+	t.Cleanup(func() {
+		ctrl.stop()
+		// The released Lease stays, labelled as a controller's: gone, it
+		// tells the later tests' drains no stale story of a controller.
+		_ = c.Client.CoordinationV1().Leases(opts.LeaderElectionNamespace).Delete(context.Background(), opts.LeaderElectionID, metav1.DeleteOptions{})
+	})
 	return ctrl
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -39,6 +40,9 @@ func TestVersionNamesTheLeadersBuild(t *testing.T) {
 	if err := lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "ctl-a", LeaseDurationSeconds: 60, AcquireTime: now, RenewTime: now}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = c.Client.CoordinationV1().Leases(ns).Delete(context.Background(), "vacate-controller", metav1.DeleteOptions{})
+	})
 	bindUserRole(t, c, "version-reader")
 	u := newUser(t, c, "version-reader")
 	lease := ns + "/vacate-controller"
