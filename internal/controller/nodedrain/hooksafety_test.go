@@ -13,9 +13,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -374,22 +376,32 @@ type addressLog struct {
 func logAddresses(t *testing.T, e *env, ns string) *addressLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testenv.Context(t))
-	w, err := e.c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
+	// An informer, not a bare watch: the API server may end a watch (a
+	// timeout, a restart, a slow client under load), and every address a
+	// pod gets after that must still be logged; the informer watches again
+	// from where it was, or lists again.
+	lw := cache.NewListWatchFromClient(e.c.Client.CoreV1().RESTClient(), "pods", ns, fields.Everything())
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	l := &addressLog{addrs: map[string]map[string]bool{}}
+	log := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			l.add(p.Name, p.Status.PodIP)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: log, UpdateFunc: func(_, obj any) { log(obj) }}); err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	l := &addressLog{addrs: map[string]map[string]bool{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok {
-				l.add(p.Name, p.Status.PodIP)
-			}
-		}
+		inf.RunWithContext(ctx)
 	}()
-	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		t.Fatal("the pods' informer did not sync")
+	}
+	t.Cleanup(func() { cancel(); <-done })
 	return l
 }
 
