@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -182,14 +181,7 @@ func (o *cancelOptions) cancel(ctx context.Context, s *session, node, requester 
 func (o *cancelOptions) serverDryRun(ctx context.Context, s *session, nd *v1alpha1.NodeDrain, requester string) error {
 	out := o.streams.Out
 	if i := requests.Index(nd, requester); i >= 0 {
-		ops, err := json.Marshal([]map[string]any{
-			{"op": "test", "path": fmt.Sprintf("/spec/requesters/%d/name", i), "value": requester},
-			{"op": "remove", "path": fmt.Sprintf("/spec/requesters/%d", i)},
-		})
-		if err != nil {
-			return err
-		}
-		if err := s.client.Patch(ctx, nd, client.RawPatch(types.JSONPatchType, ops), client.DryRunAll); err != nil {
+		if err := s.client.Patch(ctx, nd, requests.WithdrawPatch(i, requester), client.DryRunAll); err != nil {
 			return s.explain(err, "withdrawing the request on NodeDrain "+nd.Name+" (server dry run)")
 		}
 	} else if len(nd.Spec.Requesters) > 0 {

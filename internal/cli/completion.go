@@ -6,9 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/spf13/cobra"
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -75,34 +77,35 @@ func completeNames(flags *genericclioptions.ConfigFlags, list func(context.Conte
 	}
 }
 
-// completePolicies completes DrainPolicy names.
-func completePolicies(flags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+// completeNamesOf completes the names of the objects newList lists.
+func completeNamesOf(flags *genericclioptions.ConfigFlags, newList func() client.ObjectList) cobra.CompletionFunc {
 	return completeNames(flags, func(ctx context.Context, s *session) ([]string, error) {
-		var list v1alpha1.DrainPolicyList
-		if err := s.client.List(ctx, &list); err != nil {
+		list := newList()
+		if err := s.client.List(ctx, list); err != nil {
 			return nil, err
 		}
-		names := make([]string, 0, len(list.Items))
-		for _, p := range list.Items {
-			names = append(names, p.Name)
+		objs, err := meta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(objs))
+		for _, o := range objs {
+			if m, err := meta.Accessor(o); err == nil {
+				names = append(names, m.GetName())
+			}
 		}
 		return names, nil
 	})
 }
 
+// completePolicies completes DrainPolicy names.
+func completePolicies(flags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return completeNamesOf(flags, func() client.ObjectList { return &v1alpha1.DrainPolicyList{} })
+}
+
 // completeProviders completes EvacuationProvider names.
 func completeProviders(flags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
-	return completeNames(flags, func(ctx context.Context, s *session) ([]string, error) {
-		var list v1alpha1.EvacuationProviderList
-		if err := s.client.List(ctx, &list); err != nil {
-			return nil, err
-		}
-		names := make([]string, 0, len(list.Items))
-		for _, p := range list.Items {
-			names = append(names, p.Name)
-		}
-		return names, nil
-	})
+	return completeNamesOf(flags, func() client.ObjectList { return &v1alpha1.EvacuationProviderList{} })
 }
 
 // modes complete --mode.

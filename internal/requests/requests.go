@@ -161,20 +161,23 @@ func Withdraw(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, requ
 		if i < 0 {
 			return nd, nil
 		}
-		ops, err := json.Marshal([]map[string]any{
-			{"op": "test", "path": fmt.Sprintf("/spec/requesters/%d/name", i), "value": requester},
-			{"op": "remove", "path": fmt.Sprintf("/spec/requesters/%d", i)},
-		})
-		if err != nil {
-			return nil, err
-		}
-		err = c.Patch(ctx, nd, client.RawPatch(types.JSONPatchType, ops))
+		err := c.Patch(ctx, nd, WithdrawPatch(i, requester))
 		if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
 			return nil, err
 		}
 		// Done, or the test failed (422) or the object moved: read it again.
 	}
 	return nil, fmt.Errorf("NodeDrain %s kept changing while withdrawing %s", nd.Name, requester)
+}
+
+// WithdrawPatch is the JSON patch that removes requester, the i-th entry of
+// spec.requesters, and fails (422) if that entry is another's by then.
+func WithdrawPatch(i int, requester string) client.Patch {
+	ops, _ := json.Marshal([]map[string]any{ // of strings and ints: cannot fail
+		{"op": "test", "path": fmt.Sprintf("/spec/requesters/%d/name", i), "value": requester},
+		{"op": "remove", "path": fmt.Sprintf("/spec/requesters/%d", i)},
+	})
+	return client.RawPatch(types.JSONPatchType, ops)
 }
 
 // restateAttempts bounds how often restate reads the drain again.

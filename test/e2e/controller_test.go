@@ -561,10 +561,24 @@ func waitMetric(t *testing.T, addr, line string) {
 // get retries until the server answers, for up to 30 seconds.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
+	return getWith(t, http.DefaultClient, url, "")
+}
+
+// getWith is get with an HTTP client of its own and, when set, a bearer
+// token.
+func getWith(t *testing.T, hc *http.Client, url, bearer string) (int, string) {
+	t.Helper()
 	var code int
 	var body string
 	testutil.Eventually(t, 30*time.Second, "an answer to GET "+url, func() error {
-		resp, err := http.Get(url)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := hc.Do(req)
 		if err != nil {
 			return err
 		}
@@ -627,26 +641,7 @@ func TestSecureMetricsServeOnlyReaders(t *testing.T) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed test server
 	scrape := func(bearer string) (int, string) {
 		t.Helper()
-		var code int
-		var body string
-		testutil.Eventually(t, 30*time.Second, "an answer from https://"+addr+"/metrics", func() error {
-			req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
-			if err != nil {
-				return err
-			}
-			if bearer != "" {
-				req.Header.Set("Authorization", "Bearer "+bearer)
-			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			code, body = resp.StatusCode, string(b)
-			return nil
-		})
-		return code, body
+		return getWith(t, hc, "https://"+addr+"/metrics", bearer)
 	}
 	if code, body := scrape(""); code != http.StatusUnauthorized {
 		t.Errorf("without a token: %d %s, want 401", code, tailLines(body, 3))
