@@ -259,6 +259,13 @@ type HookStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+	// CallerVerified, for an HTTP hook that answered: true when its answer
+	// said it verified the caller's token (the header
+	// Vacate-Caller-Verified, pkg/hookauth), so it answers vacate-controller
+	// alone; false when it was sent the token and did not say it checks it,
+	// so any pod that reaches it may call it. Unset before an answer.
+	// +optional
+	CallerVerified *bool `json:"callerVerified,omitempty"`
 }
 
 // HookCall is a pod whose HTTP hook the drain's current run calls.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/controller"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/version"
 )
@@ -48,6 +49,8 @@ func main() {
 	fs.DurationVar(&opts.Controllers.APITimeout, "api-timeout", eviction.DefaultCallTimeout, "bound of each eviction call and of each reconcile pass's API calls (watches are not bounded)")
 	fs.BoolVar(&opts.Controllers.AllowLoopbackHooks, "allow-loopback-hooks", false,
 		"development only: let HTTP evacuation hooks call loopback addresses (the dev cluster's simulated pods live on 127.0.0.0/8)")
+	fs.StringVar(&opts.Controllers.HookServiceAccount, "hook-service-account", hook.DefaultCaller,
+		"the service account (NAMESPACE/NAME) whose short-lived tokens prove to HTTP evacuation hooks who calls them: its own (the controller needs create on its serviceaccounts/token)")
 	printVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)

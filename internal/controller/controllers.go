@@ -20,6 +20,7 @@ import (
 	servingctl "github.com/vacate-dev/vacate/internal/controller/serving"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/hook"
 )
 
 // Options tune the controllers.
@@ -42,6 +43,10 @@ type Options struct {
 	// addresses: development only (the dev cluster's simulated pods live
 	// on 127.0.0.0/8); otherwise a pod whose IP is loopback is never called.
 	AllowLoopbackHooks bool
+	// HookServiceAccount is the service account (NAMESPACE/NAME) whose
+	// tokens prove who calls the HTTP evacuation hooks (pkg/hookauth): its
+	// own, hook.DefaultCaller, when empty.
+	HookServiceAccount string
 	// Clock drives every controller; tests may pass one whose time they move.
 	Clock Clock
 	// WrapHookTransport, if set, wraps the HTTP hook client's transport (the
@@ -98,6 +103,11 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)
 	}
 	drains.AllowLoopbackHooks = opts.AllowLoopbackHooks
+	caller, err := hook.ParseCaller(cmp.Or(opts.HookServiceAccount, hook.DefaultCaller))
+	if err != nil {
+		return err
+	}
+	drains.Hooks.Tokens = hook.NewTokenRequests(cs.CoreV1(), caller)
 	drains.Workers = cmp.Or(opts.DrainWorkers, DefaultDrainWorkers)
 	for _, c := range []controllerSetup{
 		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: nodePods, Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},

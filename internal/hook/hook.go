@@ -30,6 +30,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/vacate-dev/vacate/pkg/hookauth"
 )
 
 // Pod annotations of the protocol.
@@ -122,6 +124,10 @@ type Result struct {
 	Problem string
 	// Calls counts the calls made.
 	Calls int
+	// Verified is the caller the hook said it verified (the answer's header
+	// Vacate-Caller-Verified, see pkg/hookauth), "" when its last answer did
+	// not say so: a hook that ignores the caller's token.
+	Verified string
 }
 
 // Done reports whether the hook is Completed, with no problem since.
@@ -157,6 +163,10 @@ type Prober struct {
 	Poll, Backoff, MaxBackoff time.Duration
 	// Changed is called (with the target's node) when a result changes.
 	Changed func(node string)
+	// Tokens, when set, gives every call its bearer token (the caller's
+	// proof of identity, pkg/hookauth). A call whose token cannot be had is
+	// not made; it is a problem of the conversation, retried with backoff.
+	Tokens Tokens
 	// Check, when set, is asked just before every call whether the target
 	// is still its pod's (the pod is there, with the same UID, and the IP is
 	// still one of its addresses). An error ends the conversation without
@@ -362,6 +372,7 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 		}
 		var res Result
 		var err error
+		res.Verified = "-" // unknown until an answer says
 		end := false
 		switch {
 		case c.cancel:
@@ -371,7 +382,7 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 			body, _ := json.Marshal(map[string]string{"drain": t.Drain, "run": t.ID, "node": t.Node, "mode": t.Mode})
 			err = p.call(ctx, http.MethodPost, t, body, &res)
 			started = err == nil
-			if !isDialError(err) {
+			if !isDialError(err) && !isTokenError(err) {
 				c.mu.Lock()
 				c.reached = true
 				c.mu.Unlock()
@@ -393,6 +404,9 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 			c.result.Problem = Summary(err.Error())
 		} else {
 			c.result.Problem = ""
+			if res.Verified != "-" {
+				c.result.Verified = res.Verified
+			}
 			if res.State != "" {
 				c.result.State, c.result.Message, c.result.Remaining = res.State, Summary(res.Message), res.Remaining
 			}
@@ -400,7 +414,7 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 		if end || (!c.cancel && c.result.Done()) {
 			c.done = true
 		}
-		changed := before.State != c.result.State || before.Problem != c.result.Problem ||
+		changed := before.State != c.result.State || before.Problem != c.result.Problem || before.Verified != c.result.Verified ||
 			before.Remaining != c.result.Remaining || before.Message != c.result.Message || c.done
 		done := c.done
 		c.mu.Unlock()
@@ -436,6 +450,16 @@ func (p *Prober) stopped(c *conversation, why error) {
 	}
 }
 
+// tokenError is a call not made for want of its bearer token.
+type tokenError struct{ error }
+
+func (e tokenError) Unwrap() error { return e.error }
+
+func isTokenError(err error) bool {
+	var te tokenError
+	return errors.As(err, &te)
+}
+
 // isDialError reports whether err is a failure to connect: the request
 // never reached the app.
 func isDialError(err error) bool {
@@ -464,6 +488,13 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if p.Tokens != nil {
+		tok, err := p.Tokens.Token(ctx, t.Pod)
+		if err != nil {
+			return tokenError{fmt.Errorf("%s %s not made: %w", method, t.URL(), err)}
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := p.Client.Do(req)
 	if err != nil {
 		var ne net.Error
@@ -473,6 +504,9 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 		return fmt.Errorf("%s %s: %w", method, t.URL(), unwrapURL(err))
 	}
 	defer resp.Body.Close()
+	if res != nil {
+		res.Verified = Summary(resp.Header.Get(hookauth.VerifiedHeader))
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
 	if err != nil {
 		return fmt.Errorf("%s %s: reading the answer: %v", method, t.URL(), err)

@@ -62,6 +62,9 @@ type Config struct {
 	// Decommission are the steps of a Decommission drain: move everything
 	// away for good. When absent, a Decommission runs Maintenance's.
 	Decommission *Steps `json:"decommission,omitempty"`
+	// Auth is how callers are checked: by default only
+	// vacate-system/vacate-controller's tokens addressed to this pod.
+	Auth Auth `json:"auth,omitempty"`
 
 	statusInterval, retryInterval time.Duration
 }
@@ -199,6 +202,7 @@ func (c *Config) validate() error {
 	if c.Decommission != nil {
 		errs = append(errs, c.Decommission.validate("decommission")...)
 	}
+	errs = append(errs, c.Auth.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/vacate-dev/vacate/pkg/hookauth"
 )
 
 // DefaultConfigPath is where the configuration is read from by default: a
@@ -60,11 +62,19 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Listen = *listen
 	}
+	id := identityFromEnv()
+	var verifier *hookauth.Verifier
+	if err == nil {
+		verifier, err = cfg.Auth.verifier(id.uid, log)
+	}
+	if err == nil && id.node == "" && !cfg.Auth.Disabled {
+		err = fmt.Errorf("%s is not set: give the pod's node from the downward API (env %s, fieldRef spec.nodeName), so that a drain of another node is refused", EnvNodeName, EnvNodeName)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "vacate-hook: %v\n", err)
 		return 2
 	}
-	s, err := New(cfg, Options{Log: log})
+	s, err := New(cfg, Options{Log: log, Verifier: verifier, Node: id.node})
 	if err != nil {
 		fmt.Fprintf(stderr, "vacate-hook: %v\n", err)
 		return 2
@@ -77,7 +87,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	s.Start(ctx)
-	log.Info("serving the evacuation protocol", "address", l.Addr().String(), "path", cfg.Path, "stateDir", cfg.StateDir)
+	log.Info("serving the evacuation protocol", "address", l.Addr().String(), "path", cfg.Path, "stateDir", cfg.StateDir,
+		"node", id.node, "pod", id.uid, "callersChecked", verifier != nil)
 	if err := s.Serve(ctx, l); err != nil {
 		log.Error("stopped", "err", err)
 		return 1

@@ -23,7 +23,11 @@ func (s *Sidecar) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc(s.cfg.Path, s.serveProtocol)
+	var protocol http.Handler = http.HandlerFunc(s.serveProtocol)
+	if s.verify != nil {
+		protocol = s.verify.Require(protocol)
+	}
+	mux.Handle(s.cfg.Path, protocol)
 	return mux
 }
 

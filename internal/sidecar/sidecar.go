@@ -12,11 +12,13 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vacate-dev/vacate/internal/hook"
+	"github.com/vacate-dev/vacate/pkg/hookauth"
 )
 
-// DefaultMaxDrains is how many drains one sidecar follows at once. A pod
-// sees one drain at a time, rarely two (its node replaced under the same
-// name); the bound keeps a confused caller from filling the state volume.
+// DefaultMaxDrains is how many drains one sidecar follows at once, those
+// Completed aside. A pod sees one drain at a time, rarely two (its node
+// replaced under the same name); the bound keeps a confused caller from
+// filling the state volume.
 const DefaultMaxDrains = 16
 
 // Options are what a Sidecar needs besides its configuration.
@@ -25,16 +27,24 @@ type Options struct {
 	Clock clock.Clock
 	// MaxDrains bounds the drains followed at once, DefaultMaxDrains when 0.
 	MaxDrains int
+	// Verifier, when set, serves the protocol only to the callers it
+	// verifies (pkg/hookauth); others get 401 or 403 and change nothing.
+	Verifier *hookauth.Verifier
+	// Node, when set, is the pod's node: a drain that names another node is
+	// refused (403).
+	Node string
 }
 
 // Sidecar follows drains: one worker per drain runs its commands, and the
 // protocol's calls read and change the drains' records.
 type Sidecar struct {
-	cfg   *Config
-	store *store
-	log   *slog.Logger
-	clock clock.Clock
-	max   int
+	cfg    *Config
+	store  *store
+	log    *slog.Logger
+	clock  clock.Clock
+	max    int
+	verify *hookauth.Verifier
+	node   string
 
 	// ctx ends the workers (the sidecar is stopping); set by Start, and
 	// ended by stop too.
@@ -76,7 +86,7 @@ func New(cfg *Config, opts Options) (*Sidecar, error) {
 		opts.MaxDrains = DefaultMaxDrains
 	}
 	return &Sidecar{cfg: cfg, store: st, log: opts.Log, clock: opts.Clock, max: opts.MaxDrains,
-		drains: map[string]*drainState{}}, nil
+		verify: opts.Verifier, node: opts.Node, drains: map[string]*drainState{}}, nil
 }
 
 // Start resumes the drains recorded in the state directory. Their workers,
@@ -143,11 +153,14 @@ func (s *Sidecar) Evacuate(req Drain) (Answer, int, error) {
 	if req.Mode != Maintenance && req.Mode != Decommission {
 		return Answer{}, 0, refuse(http.StatusBadRequest, "mode %q: want Maintenance or Decommission", hook.Summary(req.Mode))
 	}
+	if s.node != "" && req.Node != s.node {
+		return Answer{}, 0, refuse(http.StatusForbidden, "node %q: this sidecar serves a pod on node %s, and drains only that node", hook.Summary(req.Node), s.node)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, ok := s.drains[req.UID]
 	if !ok {
-		if len(s.drains) >= s.max {
+		if s.active() >= s.max {
 			return Answer{}, 0, refuse(http.StatusServiceUnavailable, "this sidecar already follows %d drains, its limit", s.max)
 		}
 		r := &record{Drain: req.UID, Run: req.Run, Node: req.Node, Mode: req.Mode, Phase: phaseEvacuating,
@@ -168,6 +181,20 @@ func (s *Sidecar) Evacuate(req Drain) (Answer, int, error) {
 		_ = s.save(d)
 		return s.answer(d), http.StatusAccepted, nil
 	}
+	if req.Run != "" && r.Run != "" && req.Run != r.Run {
+		// A new run of the drain (it failed and was asked again, or was
+		// asked again after a cancel): what the old run did may be undone
+		// by now (a primary back where it was), so it starts afresh and
+		// never answers with the old run's state. What was started stays
+		// recorded, for a cancel to undo.
+		s.log.Info("a new run of the drain: its evacuation starts afresh", "drain", r.Drain, "run", req.Run, "previousRun", r.Run, "mode", req.Mode)
+		r.Run, r.Node, r.Mode = req.Run, req.Node, req.Mode
+		r.Phase, r.Attempts, r.Evacuated = phaseEvacuating, 0, nil
+		r.Answer = inProgress("run %s of this drain: starting the %s evacuation afresh", req.Run, req.Mode)
+		s.interrupt(d)
+		_ = s.save(d)
+		return s.answer(d), http.StatusAccepted, nil
+	}
 	if req.Run != "" {
 		r.Run = req.Run
 	}
@@ -183,6 +210,19 @@ func (s *Sidecar) Evacuate(req Drain) (Answer, int, error) {
 	}
 	_ = s.save(d)
 	return s.answer(d), http.StatusOK, nil
+}
+
+// active is how many drains are followed and not Completed: a finished
+// drain holds no slot (it stays known, so that a cancel still undoes it).
+// Called with mu held.
+func (s *Sidecar) active() int {
+	n := 0
+	for _, d := range s.drains {
+		if d.rec.Phase != phaseCompleted {
+			n++
+		}
+	}
+	return n
 }
 
 // Status is a drain's state (GET).

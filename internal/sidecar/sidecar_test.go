@@ -543,18 +543,73 @@ maintenance:
 			}
 		})
 	}
+}
+
+// TestFinishedDrainsHoldNoSlot: at most MaxDrains drains are followed at
+// once, but a drain whose evacuation is Completed no longer counts: three
+// finished drains (their pods were not evicted, nobody cancelled) do not
+// make the next drain's POST answer 503.
+func TestFinishedDrainsHoldNoSlot(t *testing.T) {
+	f := newFixture(t, `
+maintenance:
+  evacuate: [{command: ["{{dir}}/step"]}]
+  status: {command: ["{{dir}}/status"]}
+`, map[string]string{"step": logLine, "status": statusFromFile}).start()
 	for i := range 3 {
 		f.post(fmt.Sprint("full-", i), "r", Maintenance)
 	}
 	code, _, body := f.do(http.MethodPost, "one-more", "r", map[string]string{"node": "n", "mode": Maintenance})
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "already follows 3 drains") {
-		t.Errorf("a fourth drain: HTTP %d %q, want 503", code, body)
+		t.Errorf("a fourth drain while three are in progress: HTTP %d %q, want 503", code, body)
 	}
+	f.touch("done")
 	for i := range 3 {
 		f.waitState(fmt.Sprint("full-", i), "Completed")
 	}
-	if n := len(f.lines()); n != 3 {
-		t.Errorf("evacuate ran %d times, want 3 (once per accepted drain)", n)
+	code, _, body = f.do(http.MethodPost, "one-more", "r", map[string]string{"node": "n", "mode": Maintenance})
+	if code != http.StatusAccepted {
+		t.Errorf("a fourth drain once the three are Completed: HTTP %d %q, want 202 (finished drains hold no slot)", code, body)
+	}
+	f.waitState("one-more", "Completed")
+	if n := len(f.lines()); n != 4 {
+		t.Errorf("evacuate ran %d times, want 4 (once per accepted drain): %v", n, f.lines())
+	}
+	// A finished drain is still undone when cancelled.
+	if code, _, body := f.do(http.MethodDelete, "full-0", "r", nil); code != http.StatusAccepted {
+		t.Errorf("DELETE of a finished drain: HTTP %d %q, want 202", code, body)
+	}
+	f.waitGone("full-0")
+}
+
+// TestNewRunStartsAfresh: a POST of the same drain with a new run id (the
+// drain failed and a requester joined again, or it was asked again after a
+// cancel) never reads the old run's Completed: evacuate runs again for the
+// new run (a primary that became primary again is switched over again),
+// and the answer names the new run.
+func TestNewRunStartsAfresh(t *testing.T) {
+	f := newFixture(t, `
+maintenance:
+  evacuate: [{command: ["{{dir}}/step"]}]
+  status: {command: ["{{dir}}/status"]}
+`, map[string]string{"step": logLine, "status": statusFromFile}).start()
+	f.touch("done")
+	f.post("d1", "run-1", Maintenance)
+	f.waitState("d1", "Completed")
+	os.Remove(filepath.Join(f.dir, "done"))
+	_, a := f.post("d1", "run-2", Maintenance)
+	if a.State == "Completed" {
+		t.Errorf("POST of run-2 answered %+v: run-1's Completed read as run-2's", a)
+	}
+	f.waitFor("d1", "to run evacuate for run-2", func(_ int, a Answer) bool { return a.Run == "run-2" && a.Message == "waiting for done" })
+	if n := f.count("evacuate_Maintenance_run-2"); n != 1 {
+		t.Errorf("evacuate ran %d times for run-2, want once: %v", n, f.lines())
+	}
+	f.touch("done")
+	f.waitState("d1", "Completed")
+	// The same run again is idempotent: no third evacuate.
+	f.post("d1", "run-2", Maintenance)
+	if n := len(f.lines()); n != 2 {
+		t.Errorf("evacuate ran %d times, want 2 (once per run): %v", n, f.lines())
 	}
 }
 

@@ -70,8 +70,9 @@ type proc struct {
 const controllerUser = "vacate:controller"
 
 // controllerKubeconfig binds controllerUser to the ClusterRole
-// vacate-controller and to the Role vacate-controller for the Lease named
-// lease in kube-system (where these tests hold it), and returns a
+// vacate-controller, to the Role vacate-controller for the Lease named
+// lease in kube-system (where these tests hold it) and to the Role
+// vacate-controller in vacate-system (its hook tokens), and returns a
 // kubeconfig for it.
 func controllerKubeconfig(t *testing.T, c *devcluster.Cluster, lease string) string {
 	t.Helper()
@@ -95,7 +96,21 @@ func controllerKubeconfig(t *testing.T, c *devcluster.Cluster, lease string) str
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: leaseRole.Name},
 		Subjects:   binding.Subjects,
 	}
-	for _, obj := range []client.Object{role, binding, leaseRole, leaseBinding} {
+	// The Role vacate-controller as shipped, in vacate-system: it lets the
+	// controller request its service account's tokens for HTTP hooks.
+	ownRole, err := rbac.LeaderElectionRole(rbac.Namespace, rbac.LeaseName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownBinding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ownRole.Namespace, Name: ownRole.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ownRole.Name},
+		Subjects:   binding.Subjects,
+	}
+	if err := devcluster.InstallControllerIdentity(ctx, c.RESTConfig); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{role, binding, leaseRole, leaseBinding, ownRole, ownBinding} {
 		err := client.IgnoreAlreadyExists(testenv.DrainClient(t, c).Create(ctx, obj))
 		if err != nil {
 			t.Fatal(err)

@@ -142,6 +142,9 @@ func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr err
 	talking[pod.UID] = true
 	res := r.Hooks.Evacuate(t)
 	h := v1alpha1.HookStatus{Message: truncate("HTTP hook "+t.URL()+": "+res.Describe(), maxDetail)}
+	if res.State != "" {
+		h.CallerVerified = new(res.Verified != "")
+	}
 	switch {
 	case res.Done():
 		h.Phase = string(v1alpha1.EvacuationCompleted)

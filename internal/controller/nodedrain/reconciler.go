@@ -52,6 +52,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;update,namespace=vacate-system,resourceNames=vacate-controller
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create,namespace=vacate-system
+// +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create,namespace=vacate-system,resourceNames=vacate-controller
 
 // Reconciler reconciles NodeDrains. It keeps no request state: every pass
 // recomputes from the cluster; the eviction queue and the ledger are caches

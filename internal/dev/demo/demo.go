@@ -153,6 +153,9 @@ func (d *demo) startController(ctx context.Context) (func() error, error) {
 	if err := devcluster.InstallCRDs(ctx, d.c.RESTConfig); err != nil {
 		return nil, err
 	}
+	if err := devcluster.InstallControllerIdentity(ctx, d.c.RESTConfig); err != nil {
+		return nil, err
+	}
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller's log: %w", err)

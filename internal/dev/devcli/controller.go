@@ -54,6 +54,9 @@ has something to talk to. 'vacate-dev down' stops it too.`,
 			if err := devcluster.InstallCRDs(cmd.Context(), cfg); err != nil {
 				return err
 			}
+			if err := devcluster.InstallControllerIdentity(cmd.Context(), cfg); err != nil {
+				return err
+			}
 			opts := operator.DefaultOptions()
 			opts.MetricsAddr, opts.ProbeAddr, opts.SeveralInProcess = "0", "0", true
 			opts.Controllers.AllowLoopbackHooks = true // the dev cluster's pods live on 127.0.0.0/8

@@ -185,6 +185,9 @@ func vacateGoroutines() string {
 func StartController(t testing.TB, c *devcluster.Cluster, tune ...func(*operator.Options)) (_ client.Client, stop func() error) {
 	t.Helper()
 	cl := DrainClient(t, c)
+	if err := devcluster.InstallControllerIdentity(Context(t), c.RESTConfig); err != nil {
+		t.Fatal(err)
+	}
 	opts := operator.InProcessOptions()
 	// The dev cluster's simulated pods live on 127.0.0.0/8.
 	opts.Controllers.AllowLoopbackHooks = true
