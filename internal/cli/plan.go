@@ -177,6 +177,10 @@ type HookPlan struct {
 	// address vacate never calls), until that is fixed.
 	Holds bool   `json:"holds"`
 	Why   string `json:"why"`
+	// Caller says what the hook is told of who calls it (a token of
+	// vacate-controller's service account for this pod) and, once the
+	// drain's run has an answer, whether the hook said it verified it.
+	Caller string `json:"caller,omitempty"`
 }
 
 // ProviderPlan is what the drain would ask of one EvacuationProvider.
@@ -743,10 +747,15 @@ func podKeys(pods []*corev1.Pod) []string {
 func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol policy.Policy, mode v1alpha1.DrainMode, plan drain.Plan,
 	originals map[types.UID]*corev1.Pod, labelsOf policy.NamespaceLabels) (map[types.UID]hold.HookState, int, map[types.UID]bool, error) {
 	completed := map[string]string{} // the hooks this drain's run saw Completed, by pod
+	verified := map[string]*bool{}   // whether they said they verified their caller
 	if existing != nil {
 		for _, h := range existing.Status.Hooks {
-			if pod, ok := strings.CutPrefix(h.Name, "pod/"); ok && h.Phase == string(v1alpha1.EvacuationCompleted) {
+			pod, ok := strings.CutPrefix(h.Name, "pod/")
+			if ok && h.Phase == string(v1alpha1.EvacuationCompleted) {
 				completed[pod] = h.Message
+			}
+			if ok {
+				verified[pod] = h.CallerVerified
 			}
 		}
 	}
@@ -783,6 +792,10 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 			hp.Called, hp.URL, hp.Holds = true, t.URL(), true
 			hp.Why = "called at " + t.URL() + " before the pod's eviction (POST, then GET until it answers); the pod is evicted only once it answers Completed"
 		}
+		if hp.Called {
+			hp.Caller = hookCaller(verified[hp.Pod])
+			hp.Why += "; " + hp.Caller
+		}
 		if d.Action != drain.Skip && calls {
 			states[pod.UID] = hold.HookState{Err: terr, Done: done && terr == nil, Detail: hp.Why}
 		}
@@ -795,6 +808,20 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 		np.Hooks = append(np.Hooks, "HTTP hook of "+hp.Pod+": "+hp.Why)
 	}
 	return states, waits, blocked, nil
+}
+
+// hookCaller says what a called hook is told of its caller, and what its
+// answer in the drain's run said of it (nil: no answer yet).
+func hookCaller(verified *bool) string {
+	const told = "told vacate-controller's identity (a short-lived token of its service account, for this pod alone)"
+	switch {
+	case verified == nil:
+		return told + "; whether it checks it is known once it answers"
+	case *verified:
+		return told + "; it verified it in this drain's run"
+	default:
+		return told + "; it did not say that it checks it: any pod that reaches it may call it (docs/evacuation.md, \"Who may call a hook\")"
+	}
 }
 
 func writePlan(w io.Writer, p NodePlan) error {

@@ -330,12 +330,17 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 	case "HTTP":
 		pod := strings.TrimPrefix(names, "hook of pod ")
 		ns, name, _ := strings.Cut(pod, "/")
+		fix := "nothing, while it makes progress; if it fails or does not answer, see the app's logs (kubectl logs -n " + ns + " " + name +
+			"); the pod is not evicted until its hook says Completed, or until the drain is cancelled"
+		if refusesCaller(blockers[0].Detail) {
+			fix = "the hook refuses vacate-controller's token: check the callers it trusts (vacate-hook's auth.callers, by default vacate-system/vacate-controller) " +
+				"and that it can read the cluster's service-account keys (its log: kubectl logs -n " + ns + " " + name + " -c vacate-hook; docs/recipes/README.md, \"Who may call\")"
+		}
 		return []Finding{{Subject: subject, Since: since,
-			Cause: "waiting for the pod's own evacuation hook to answer Completed: " + blockers[0].Detail,
-			Fix: "nothing, while it makes progress; if it fails or does not answer, see the app's logs (kubectl logs -n " + ns + " " + name +
-				"); the pod is not evicted until its hook says Completed, or until the drain is cancelled"}}
+			Cause: "waiting for the pod's own evacuation hook to answer Completed: " + blockers[0].Detail + hookCaller(in.Drain, pod),
+			Fix:   fix}}
 	case "ReplicaSet":
-		if f, ok := surgeFinding(subject, names, blockers[0], since); ok {
+		if f, ok := surgeFinding(subject, names, blockers[0], since, in); ok {
 			return []Finding{f}
 		}
 		return []Finding{{Subject: subject, Cause: "held by " + holder + ": " + blockers[0].Detail, Since: since}}
@@ -352,8 +357,19 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 
 // surgeFinding explains a pod that waits for its replacement (DrainPolicy
 // surge).
-func surgeFinding(subject, replicaSet string, b v1alpha1.Blocker, since time.Time) (Finding, bool) {
+func surgeFinding(subject, replicaSet string, b v1alpha1.Blocker, since time.Time, in Input) (Finding, bool) {
 	ns, _, _ := strings.Cut(replicaSet, "/")
+	if b.Reason == v1alpha1.BlockerSurgeFailed && createRefused(in.Drain, b.Pod) {
+		return Finding{Subject: subject, Since: since,
+			Cause: "the policy surges it, but vacate could not create its replacement, so the pod stays (evicting it would leave its Deployment with fewer Ready pods): " + b.Detail,
+			Fix: "if a ResourceQuota refused it, raise the quota or make room in namespace " + ns + " (kubectl describe resourcequota -n " + ns +
+				"); if vacate-controller may not create pods, bind the ClusterRole vacate-controller-surge " +
+				"('vacate manifests surge | kubectl apply -f -', or the Helm chart's controller.surge: true); if an admission policy refused it " +
+				"(vacate-controller-surge refuses host namespaces, hostPath, privileged containers, extra capabilities, host ports and the " +
+				"kube-system namespace; a policy of the cluster may forbid pods without a controller), that Deployment cannot be surged: " +
+				"relax its PodDisruptionBudget, or annotate its pods " + surge.Annotation + "=false where the policy honours annotations. " +
+				"vacate tries again every 30s (or surge.readyTimeout, if shorter)"}, true
+	}
 	switch b.Reason {
 	case v1alpha1.BlockerSurge:
 		return Finding{Subject: subject, Since: since,
@@ -369,6 +385,20 @@ func surgeFinding(subject, replicaSet string, b v1alpha1.Blocker, since time.Tim
 				"or annotate it " + surge.Annotation + "=false where the policy honours annotations"}, true
 	}
 	return Finding{}, false
+}
+
+// createRefused says whether the drain's record of the pod's surge is a
+// refused create: Failed, and no replacement was made.
+func createRefused(nd *v1alpha1.NodeDrain, pod string) bool {
+	if nd == nil {
+		return false
+	}
+	for _, rec := range nd.Status.Surges {
+		if rec.Pod == pod {
+			return rec.Phase == v1alpha1.SurgeFailed && rec.Replacement == ""
+		}
+	}
+	return false
 }
 
 func pdbFinding(subject, name string, b v1alpha1.Blocker, since time.Time, in Input) Finding {
@@ -460,4 +490,26 @@ func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition
 		}
 	}
 	return nil
+}
+
+// hookCaller says whether the pod's HTTP hook checks who calls it, as its
+// last answer said (status.hooks[].callerVerified); "" before an answer.
+func hookCaller(nd *v1alpha1.NodeDrain, pod string) string {
+	for _, h := range nd.Status.Hooks {
+		if h.Name != "pod/"+pod || h.CallerVerified == nil {
+			continue
+		}
+		if *h.CallerVerified {
+			return "; the hook verifies that vacate-controller calls it"
+		}
+		return "; the hook does not say that it checks who calls it: any pod that reaches it may start or cancel its evacuation " +
+			"(vacate-controller sends its token; pkg/hookauth checks it in a few lines, docs/evacuation.md)"
+	}
+	return ""
+}
+
+// refusesCaller reports whether a hook's problem is its refusal of the
+// caller's token (HTTP 401 or 403).
+func refusesCaller(detail string) bool {
+	return strings.Contains(detail, ": HTTP 401") || strings.Contains(detail, ": HTTP 403")
 }

@@ -33,7 +33,7 @@ type Auth struct {
 	TokenFile string `json:"tokenFile,omitempty"`
 	// Disabled serves every caller, as vacate-hook did before it checked
 	// them: any pod that reaches the sidecar may then start or cancel a
-	// drain's evacuation. Only for a vacate-controller older than v0.4,
+	// drain's evacuation. Only for a vacate-controller older than v0.2.0,
 	// which sends no token; the sidecar warns at every start.
 	Disabled bool `json:"disabled,omitempty"`
 }

@@ -49,6 +49,12 @@ func (d *discovery) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "etcd is away", http.StatusServiceUnavailable)
 		return
 	}
+	// As the API server: each document in its one media type, 406 otherwise.
+	want := map[string]string{"/.well-known/openid-configuration": "application/json", "/openid/v1/jwks": "application/jwk-set+json"}[r.URL.Path]
+	if want != "" && r.Header.Get("Accept") != want {
+		http.Error(w, "406: Not Acceptable\n\nAvailable representations: "+want, http.StatusNotAcceptable)
+		return
+	}
 	switch r.URL.Path {
 	case "/.well-known/openid-configuration":
 		_ = json.NewEncoder(w).Encode(map[string]string{"issuer": issuer, "jwks_uri": "https://elsewhere.example/keys"})

@@ -32,7 +32,8 @@ const (
 type Discovery struct {
 	// Server is the API server's URL, https://HOST:PORT.
 	Server string
-	// CAFile holds the certificates the API server's is checked against.
+	// CAFile holds the certificates the API server's certificate is
+	// checked against.
 	CAFile string
 	// TokenFile is a service-account token of the pod, read again at each
 	// fetch (the kubelet rotates it). Any service account will do: the
@@ -104,14 +105,14 @@ func (d *Discovery) Fetch(ctx context.Context) (string, *jose.JSONWebKeySet, err
 	var doc struct {
 		Issuer string `json:"issuer"`
 	}
-	if err := d.get(ctx, c, strings.TrimSpace(string(token)), "/.well-known/openid-configuration", &doc); err != nil {
+	if err := d.get(ctx, c, strings.TrimSpace(string(token)), "/.well-known/openid-configuration", "application/json", &doc); err != nil {
 		return "", nil, err
 	}
 	if doc.Issuer == "" {
 		return "", nil, errors.New("the API server's discovery document names no issuer")
 	}
 	var set jose.JSONWebKeySet
-	if err := d.get(ctx, c, strings.TrimSpace(string(token)), "/openid/v1/jwks", &set); err != nil {
+	if err := d.get(ctx, c, strings.TrimSpace(string(token)), "/openid/v1/jwks", "application/jwk-set+json", &set); err != nil {
 		return "", nil, err
 	}
 	var public []jose.JSONWebKey
@@ -126,15 +127,16 @@ func (d *Discovery) Fetch(ctx context.Context) (string, *jose.JSONWebKeySet, err
 	return doc.Issuer, &jose.JSONWebKeySet{Keys: public}, nil
 }
 
-// get reads one discovery document into out.
-func (d *Discovery) get(ctx context.Context, c *http.Client, token, path string, out any) error {
+// get reads one discovery document into out. The API server serves each
+// in one media type only, and answers 406 to an Accept without it.
+func (d *Discovery) get(ctx context.Context, c *http.Client, token, path, media string, out any) error {
 	u := strings.TrimSuffix(d.Server, "/") + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", media)
 	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", u, err)

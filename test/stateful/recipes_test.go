@@ -146,6 +146,23 @@ func checkSidecar(t *testing.T, objs []*unstructured.Unstructured, port string) 
 			t.Errorf("vacate-hook mounts nothing at %s (mounts: %v)", p, paths)
 		}
 	}
+	// Who may call (pkg/hookauth): the sidecar knows its pod and node from
+	// the downward API, and reads the cluster's keys with the pod's token.
+	env, _, _ := unstructured.NestedSlice(hook, "env")
+	fields := map[string]string{}
+	for _, e := range env {
+		e, _ := e.(map[string]any)
+		name, _ := e["name"].(string)
+		fields[name], _, _ = unstructured.NestedString(e, "valueFrom", "fieldRef", "fieldPath")
+	}
+	for name, path := range map[string]string{"POD_UID": "metadata.uid", "NODE_NAME": "spec.nodeName"} {
+		if fields[name] != path {
+			t.Errorf("vacate-hook's env %s is from %q, want the downward API's %s (it checks that callers address this pod and drain its node)", name, fields[name], path)
+		}
+	}
+	if mount, found, _ := unstructured.NestedBool(template, "spec", "automountServiceAccountToken"); found && !mount {
+		t.Error("the pod does not mount its service-account token: vacate-hook reads the cluster's keys with it, to check its callers")
+	}
 }
 
 // findTemplate finds, anywhere in an object, a pod template whose init

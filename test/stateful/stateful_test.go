@@ -352,6 +352,8 @@ func (a *app) startSidecar(t *testing.T, i int, recipe string, env []string) *si
 		t.Fatalf("%s/vacate-hook.yaml: %v", recipe, err)
 	}
 	work := t.TempDir()
+	cfg["auth"] = testenv.HookAuth(t, a.c, a.ns, "default", work)
+	env = append(testenv.HookEnv(&a.pods[i]), env...)
 	cfg["stateDir"] = filepath.Join(work, "state")
 	if err := os.Mkdir(cfg["stateDir"].(string), 0o755); err != nil {
 		t.Fatal(err)
