@@ -122,6 +122,20 @@ func TestExplain(t *testing.T) {
 			"kubectl get pods -n shop -l vacate.dev/surge-of",
 		},
 	}, {
+		name: "a pod whose replacement's create was refused",
+		in: Input{Drain: func() *v1alpha1.NodeDrain {
+			nd := stuck(v1alpha1.Blocker{Pod: "shop/web-1", Reason: v1alpha1.BlockerSurgeFailed, Holder: "ReplicaSet shop/web-abc",
+				Detail: `vacate could not create its replacement: pods "web-abc-x" is forbidden: exceeded quota: pods; trying again in 30s`,
+				Since:  metav1.NewTime(now)})
+			nd.Status.Surges = []v1alpha1.SurgeStatus{{Pod: "shop/web-1", PodUID: "u1", Phase: v1alpha1.SurgeFailed, Since: metav1.NewTime(now)}}
+			return nd
+		}()},
+		want: []string{
+			"pod shop/web-1", "vacate could not create its replacement, so the pod stays", "exceeded quota: pods",
+			"kubectl describe resourcequota -n shop", "vacate manifests surge | kubectl apply -f -", "controller.surge: true",
+			"vacate.dev/surge=false", "tries again every 30s",
+		},
+	}, {
 		name: "a failed drain says how to start again",
 		in:   Input{Drain: failed},
 		want: []string{"nodedrain/n1", "why:  the drain did not finish within 10m0s", "'vacate cancel n1' and request it again"},
@@ -181,6 +195,37 @@ func TestExplainEvacuations(t *testing.T) {
 		"kubectl get evacuation n1.replicated-volume",
 		"why:  waiting for the pod's own evacuation hook to answer Completed: HTTP hook http://127.64.0.2:7070/evacuate: last call: HTTP 500",
 		"kubectl logs -n shop broker-0",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestExplainSaysWhoMayCallAHook: a hook that does not say it verified
+// vacate-controller's token is named as open to any caller; one that
+// refuses the token is told apart from an app that is slow.
+func TestExplainSaysWhoMayCallAHook(t *testing.T) {
+	hookBlocker := func(pod, detail string) v1alpha1.Blocker {
+		return v1alpha1.Blocker{Pod: pod, Reason: v1alpha1.BlockerHTTPHook, Holder: "HTTP hook of pod " + pod, Detail: detail, Since: metav1.NewTime(now.Add(-time.Minute))}
+	}
+	nd := stuck(
+		hookBlocker("shop/open-0", "HTTP hook http://10.0.0.1:7070/evacuate: InProgress: moving"),
+		hookBlocker("shop/checked-0", "HTTP hook http://10.0.0.2:7070/evacuate: InProgress: moving"),
+		hookBlocker("shop/refuses-0", `HTTP hook http://10.0.0.3:7070/evacuate: last call: POST http://10.0.0.3:7070/evacuate: HTTP 403: "caller system:serviceaccount:vacate-system:vacate-controller is not trusted"`),
+	)
+	nd.Status.Hooks = []v1alpha1.HookStatus{
+		{Name: "pod/shop/open-0", Phase: "InProgress", CallerVerified: new(false)},
+		{Name: "pod/shop/checked-0", Phase: "InProgress", CallerVerified: new(true)},
+	}
+	var out bytes.Buffer
+	if err := Explain(Input{Drain: nd, Now: now}).Write(&out, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"InProgress: moving; the hook does not say that it checks who calls it: any pod that reaches it may start or cancel its evacuation",
+		"InProgress: moving; the hook verifies that vacate-controller calls it",
+		"the hook refuses vacate-controller's token: check the callers it trusts",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("explain lacks %q:\n%s", want, out.String())
