@@ -22,6 +22,9 @@
 //	GET    /evacuate?drain=UID      -> 200 {"state": "InProgress|Completed", "remaining": N} | 404 unknown drain
 //	DELETE /evacuate?drain=UID      stop, take publishes again -> 200
 //	POST   /fault?hook=none|error|garbage|hang   fault injection for tests
+//
+// With Callers set, the /evacuate calls are served only to vacate-controller
+// (pkg/hookauth: its token for this pod); anyone else gets 401 or 403.
 package broker
 
 import (
@@ -42,6 +45,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/vacate-dev/vacate/pkg/hookauth"
 )
 
 // MaxMessage bounds a message's size.
@@ -58,6 +63,9 @@ type Broker struct {
 	// the data), a crashed machine may. For tests on slow disks.
 	NoSync bool
 	Client *http.Client
+	// Callers, when set, checks who calls /evacuate (pkg/hookauth): the
+	// whole of what an app needs to answer vacate-controller alone.
+	Callers *hookauth.Verifier
 
 	mu    sync.Mutex
 	seq   int64
@@ -110,7 +118,11 @@ func (b *Broker) Handler() http.Handler {
 	mux.HandleFunc("GET /consume", b.consume)
 	mux.HandleFunc("POST /accept", b.accept)
 	mux.HandleFunc("GET /stats", b.stats)
-	mux.HandleFunc("/evacuate", b.evacuate)
+	var evacuate http.Handler = http.HandlerFunc(b.evacuate)
+	if b.Callers != nil {
+		evacuate = b.Callers.Require(evacuate)
+	}
+	mux.Handle("/evacuate", evacuate)
 	mux.HandleFunc("POST /fault", func(w http.ResponseWriter, r *http.Request) {
 		b.mu.Lock()
 		b.fault = r.URL.Query().Get("hook")

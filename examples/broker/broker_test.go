@@ -140,8 +140,12 @@ func TestBrokerEvacuationMovesEveryMessage(t *testing.T) {
 				peers = append(peers, fmt.Sprintf("http://%s:%d", pods[j].Status.PodIP, port))
 			}
 		}
+		// The broker answers vacate-controller alone (pkg/hookauth), reading
+		// the cluster's keys as its namespace's default service account.
+		auth := testenv.HookAuth(t, c, ns, "default", t.TempDir())
 		b.args = []string{"--name", b.name, "--listen", fmt.Sprintf("%s:%d", pods[i].Status.PodIP, port), "--data", b.dir,
-			"--peers", strings.Join(peers, ","), "--no-fsync"}
+			"--peers", strings.Join(peers, ","), "--no-fsync",
+			"--pod-uid", string(pods[i].UID), "--api-server", auth["apiServer"].(string), "--ca-file", auth["caFile"].(string), "--token-file", auth["tokenFile"].(string)}
 		if i == 0 {
 			b.args = append(b.args, "--forward-delay", "1ms") // slow enough to be killed mid-way
 		}
@@ -152,6 +156,15 @@ func TestBrokerEvacuationMovesEveryMessage(t *testing.T) {
 
 	published := publish(t, brokers)
 	t.Logf("published %d messages", len(published))
+	t.Log("a caller without vacate-controller's token cannot start an evacuation")
+	resp, err := http.Post(brokers[1].url+"/evacuate?drain=forged", "application/json", strings.NewReader(`{"drain":"forged","node":"x","mode":"Decommission"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if s, _ := brokers[1].stats(); resp.StatusCode != http.StatusUnauthorized || s.Evacuating {
+		t.Fatalf("an unauthenticated POST /evacuate: HTTP %d, broker-1 evacuating %v; want 401 and not evacuating", resp.StatusCode, s.Evacuating)
+	}
 	b0 := brokers[0]
 	before, err := b0.stats()
 	if err != nil || before.Stored == 0 {

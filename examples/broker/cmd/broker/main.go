@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/vacate-dev/vacate/examples/broker"
+	"github.com/vacate-dev/vacate/pkg/hookauth"
 )
 
 func main() {
@@ -25,6 +26,11 @@ func main() {
 	flag.StringVar(&b.Dir, "data", "", "data directory (required)")
 	flag.DurationVar(&b.ForwardDelay, "forward-delay", 0, "pause after forwarding each message (for tests)")
 	flag.BoolVar(&b.NoSync, "no-fsync", false, "do not fsync writes (survives a killed process, not a crashed machine)")
+	podUID := flag.String("pod-uid", "", "serve /evacuate only to vacate-controller's tokens for this pod (its UID, from the downward API); empty serves anyone")
+	keys := &hookauth.Discovery{}
+	flag.StringVar(&keys.Server, "api-server", "", "with --pod-uid, out of a pod: the API server whose service-account keys are read (https://HOST:PORT)")
+	flag.StringVar(&keys.CAFile, "ca-file", "", "with --api-server: its CA")
+	flag.StringVar(&keys.TokenFile, "token-file", "", "with --api-server: a service-account token to read the keys with")
 	flag.Parse()
 	if b.Name == "" || b.Dir == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: broker --name NAME --data DIR [--listen ADDR] [--peers URL,...]")
@@ -32,6 +38,18 @@ func main() {
 	}
 	if *peers != "" {
 		b.Peers = strings.Split(*peers, ",")
+	}
+	if *podUID != "" {
+		opts := hookauth.Options{Pod: *podUID}
+		if keys.Server != "" {
+			opts.Keys = keys
+		}
+		v, err := hookauth.New(opts)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "broker:", err)
+			os.Exit(2)
+		}
+		b.Callers = v
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
