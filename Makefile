@@ -70,15 +70,26 @@ images: ## Build the vacate-controller, vacate-agent and vacate-hook images (lin
 	$(GO) run ./hack/image --version $(VERSION) --repo $(IMAGE_REPO) --platforms $(IMAGE_PLATFORMS) --out dist/images
 
 # A release (docs/install.md, "Making a release"): the images with their
-# SBOMs and the chart pushed to REGISTRY, and the release page's files in
-# dist/release/VERSION. Credentials come from Docker's configuration.
+# SBOMs and the chart pushed to REGISTRY and signed with the cosign key
+# COSIGN_KEY (its password in the environment's COSIGN_PASSWORD), and the
+# release page's files in dist/release/VERSION (images named by digest,
+# checksums.txt signed). Credentials come from Docker's configuration.
+# UNSIGNED=1 makes a trial without signatures; `make release-key` a key for
+# trials in KEY_DIR.
 RELEASE_PLATFORMS ?= $(IMAGE_PLATFORMS)
 CLI_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64
+COSIGN_KEY ?=
+UNSIGNED ?=
+KEY_DIR ?= dist/release-key
 
 .PHONY: release
-release: ## Make release VERSION=vX.Y.Z REGISTRY=host/path: push the images (with SBOMs) and the OCI chart; write the CLI archives, krew manifest, install.yaml, checksums and notes into dist/release/VERSION
-	@[ "$(origin VERSION)" = "command line" ] || [ "$(origin VERSION)" = "environment" ] || { echo "make release: set VERSION=vX.Y.Z (and REGISTRY=...)"; exit 2; }
-	$(GO) run ./hack/release --version $(VERSION) --registry "$(REGISTRY)" --platforms $(RELEASE_PLATFORMS) --cli-platforms $(CLI_PLATFORMS) $(if $(ALLOW_DIRTY),--allow-dirty)
+release: ## Make release VERSION=vX.Y.Z REGISTRY=host/path COSIGN_KEY=cosign.key (password in COSIGN_PASSWORD; UNSIGNED=1 for an unsigned trial): push and sign the images (with SBOMs) and the OCI chart; write the CLI archives, krew manifest, install.yaml, agent.yaml and recipes (by digest), signed checksums, public key and notes into dist/release/VERSION
+	@[ "$(origin VERSION)" = "command line" ] || [ "$(origin VERSION)" = "environment" ] || { echo "make release: set VERSION=vX.Y.Z (and REGISTRY=..., COSIGN_KEY=...)"; exit 2; }
+	$(GO) run ./hack/release --version $(VERSION) --registry "$(REGISTRY)" --platforms $(RELEASE_PLATFORMS) --cli-platforms $(CLI_PLATFORMS) $(if $(ALLOW_DIRTY),--allow-dirty) $(if $(COSIGN_KEY),--key "$(COSIGN_KEY)") $(if $(UNSIGNED),--unsigned)
+
+.PHONY: release-key
+release-key: ## Make a cosign key pair for trial releases: KEY_DIR/cosign.key (encrypted with COSIGN_PASSWORD) and KEY_DIR/cosign.pub (KEY_DIR defaults to dist/release-key)
+	$(GO) run ./hack/release --generate-key "$(KEY_DIR)"
 
 .PHONY: tools
 tools: $(STATICCHECK) $(CONTROLLER_GEN) $(HELM_DOCS) controlplane ## Build the developer tools and the pinned control plane

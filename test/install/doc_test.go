@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,14 +39,6 @@ var shBlock = regexp.MustCompile("(?ms)^```sh\n(.*?)^```$")
 // registryLine is the one line a reader edits: where the images go.
 var registryLine = regexp.MustCompile(`(?m)^export REGISTRY=.*$`)
 
-// TestInstallDocCommands runs every ```sh block of docs/install.md, in
-// order, as a reader would, in a copy of the checkout, against the dev
-// cluster (with two simulated nodes, so the installed workloads run),
-// with REGISTRY set to a registry the test serves on loopback (and the
-// images built for this machine's platform only), and the
-// helm and kubectl binaries built from their pinned modules. Each
-// block must succeed; at the end every installation method has been
-// undone, so nothing of vacate is left in the cluster.
 // crStorageReady waits, in the document's shell, until every vacate CRD's
 // resources list (at most a minute), printing nothing.
 const crStorageReady = `for r in nodedrains drainpolicies evacuations evacuationproviders; do
@@ -53,7 +46,21 @@ const crStorageReady = `for r in nodedrains drainpolicies evacuations evacuation
 done
 `
 
+// TestInstallDocCommands runs every ```sh block of docs/install.md, in
+// order, as a reader would, in a copy of the checkout, against the dev
+// cluster (with two simulated nodes, so the installed workloads run),
+// with REGISTRY set to a registry the test serves on loopback (and the
+// images built for this machine's platform only), and the helm, cosign
+// and kubectl binaries built from their pinned modules. Each block must
+// succeed: the document makes a signed release and verifies it with
+// cosign before installing it. Then every image the release names is
+// pinned to the digest pushed, a changed checksums.txt or another key
+// fails cosign's verification, and every installation method has been
+// undone, so nothing of vacate is left in the cluster.
 func TestInstallDocCommands(t *testing.T) {
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Fatal("docs/install.md reads release.json with jq: install it (apt-get install jq)")
+	}
 	c, cl := startCluster(t)
 	testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "doc", Count: 2})
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
@@ -120,12 +127,16 @@ func TestInstallDocCommands(t *testing.T) {
 		t.Fatalf("ran %d of the %d blocks", len(outputs), len(blocks))
 	}
 
-	// Helm's chart and install.yaml, both from the release, run its image.
+	rel := filepath.Join(work, "dist", "release", "v0.1.0")
+	m := readRelease(t, rel)
+	pinned := m.pinned()
+	// Helm's chart and install.yaml, both from the release, run its image,
+	// by digest.
 	shown := 0
 	for i, out := range outputs {
 		if strings.Contains(string(blocks[i][1]), imageQuery) {
 			shown++
-			if want := regHost + "/vacate/vacate-controller:v0.1.0"; !strings.Contains(out.text, want) {
+			if want := pinned["vacate-controller"]; want == "" || !slices.Contains(strings.Split(out.text, "\n"), want) {
 				t.Errorf("docs/install.md block %d: the controller runs %q, want the release's %s", i+1, out.text, want)
 			}
 		}
@@ -133,6 +144,9 @@ func TestInstallDocCommands(t *testing.T) {
 	if shown != 2 {
 		t.Errorf("%d blocks show the controller's image, want 2 (Helm and install.yaml)", shown)
 	}
+
+	checkPinned(t, rel, m, regHost+"/vacate")
+	checkVerificationFails(t, tools, rel, m)
 
 	// The images the document pushed are image indexes of the platform
 	// built, each platform's image with its SBOM as a referrer.
@@ -294,8 +308,9 @@ func copyCheckout(t *testing.T) string {
 	return dst
 }
 
-// buildTools puts helm (built from hack/tools, at the version it pins) and
-// the dev cluster's kubectl in a directory for PATH. The document's
+// buildTools puts helm and cosign (built from hack/tools, at the versions
+// it pins) and the dev cluster's kubectl in a directory for PATH. The
+// document's
 // registry has TLS; the test's, on loopback, does not, so helm is a script
 // that adds --plain-http to the commands that name it (as a person would
 // with such a registry), and runs the real one.
@@ -315,6 +330,11 @@ for a in "$@"; do case "$a" in oci://%[1]s/*) extra=(--plain-http);; esac; done
 exec %[2]s "$@" "${extra[@]}"
 `, regHost, helm)
 	if err := os.WriteFile(filepath.Join(dir, "helm"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// cosign, as helm: linked once per machine (a cold build of its
+	// modules costs about 360 CPU-seconds, once), copied after.
+	if err := gobuild.Build(context.Background(), gobuild.Options{Dir: filepath.Join(repoRoot(t), "hack", "tools")}, "github.com/sigstore/cosign/v3/cmd/cosign", filepath.Join(dir, "cosign")); err != nil {
 		t.Fatal(err)
 	}
 	bins, err := devcluster.EnsureBinaries(context.Background(), os.Stderr)

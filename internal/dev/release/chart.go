@@ -23,35 +23,30 @@ const ChartDir = "charts/vacate"
 
 // defaultRepository matches a values.yaml line that names one of the
 // images of a release by its default repository.
-var defaultRepository = regexp.MustCompile(`(?m)^(\s+repository: )ghcr\.io/vacate-dev/(vacate-controller|vacate-agent)$`)
+var defaultRepository = regexp.MustCompile(`^(\s+repository: )ghcr\.io/vacate-dev/(vacate-controller|vacate-agent)$`)
 
 // PackageChart packages the chart at dir as a release's: version (without
 // the "v") and appVersion (with it) set, the controller's and the agent's
-// image repositories in registry, every file dated created. It returns the
+// image repositories in registry and their digests (by image name) as the
+// default image.digest values, every file dated created. It returns the
 // archive's path under out.
-func PackageChart(dir, out, version, registryPath string, created time.Time) (string, error) {
+func PackageChart(dir, out, version, registryPath string, digests map[string]string, created time.Time) (string, error) {
 	ch, err := loader.LoadDir(dir)
 	if err != nil {
 		return "", fmt.Errorf("loading the chart %s: %w", dir, err)
 	}
 	ch.Metadata.Version = strings.TrimPrefix(version, "v")
 	ch.Metadata.AppVersion = version
-	replaced := 0
 	for _, f := range ch.Raw {
 		if f.Name != chartutil.ValuesfileName {
 			continue
 		}
-		f.Data = defaultRepository.ReplaceAllFunc(f.Data, func(line []byte) []byte {
-			replaced++
-			m := defaultRepository.FindSubmatch(line)
-			return []byte(string(m[1]) + registryPath + "/" + string(m[2]))
-		})
+		if f.Data, err = pinValues(f.Data, registryPath, digests); err != nil {
+			return "", fmt.Errorf("the chart's values.yaml: %w", err)
+		}
 		if err := yaml.Unmarshal(f.Data, &ch.Values); err != nil {
 			return "", fmt.Errorf("the chart's values: %w", err)
 		}
-	}
-	if replaced != 2 {
-		return "", fmt.Errorf("the chart's values.yaml names the default repositories of vacate-controller and vacate-agent %d times, want once each", replaced)
 	}
 	dateChart(ch, created)
 	path, err := chartutil.Save(ch, out)
@@ -59,6 +54,53 @@ func PackageChart(dir, out, version, registryPath string, created time.Time) (st
 		return "", fmt.Errorf("packaging the chart: %w", err)
 	}
 	return path, nil
+}
+
+// pinValues rewrites values.yaml's image blocks of vacate-controller and
+// vacate-agent ({repository, tag, digest} with the default repository
+// ghcr.io/vacate-dev/NAME): the repository in registryPath, and the
+// block's digest line (`digest: ""`) set to digests[NAME]. The text is
+// changed line by line, so its comments (helm-docs' descriptions) stay.
+func pinValues(values []byte, registryPath string, digests map[string]string) ([]byte, error) {
+	lines := strings.Split(string(values), "\n")
+	found := map[string]int{}
+	for i := 0; i < len(lines); i++ {
+		m := defaultRepository.FindStringSubmatch(lines[i])
+		if m == nil {
+			continue
+		}
+		img := m[2]
+		found[img]++
+		lines[i] = m[1] + registryPath + "/" + img
+		indent := m[1][:len(m[1])-len(strings.TrimLeft(m[1], " "))]
+		digest, ok := digests[img]
+		if !ok {
+			return nil, fmt.Errorf("no digest for %s", img)
+		}
+		pinned := false
+		for j := i + 1; j < len(lines); j++ {
+			l := lines[j]
+			if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "#") {
+				continue
+			}
+			if !strings.HasPrefix(l, indent) {
+				break // less indented: the block ended
+			}
+			if rest := l[len(indent):]; strings.HasPrefix(rest, "digest:") {
+				lines[j] = indent + "digest: " + digest
+				pinned = true
+				break
+			}
+		}
+		if !pinned {
+			return nil, fmt.Errorf("the image block of %s has no digest value", img)
+		}
+	}
+	if found["vacate-controller"] != 1 || found["vacate-agent"] != 1 {
+		return nil, fmt.Errorf("it names the default repositories of vacate-controller and vacate-agent %d and %d times, want once each",
+			found["vacate-controller"], found["vacate-agent"])
+	}
+	return []byte(strings.Join(lines, "\n")), nil
 }
 
 // dateChart dates every file of the chart (the archive records them).

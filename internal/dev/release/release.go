@@ -1,9 +1,13 @@
 // Package release makes a release of vacate from Go alone (no Docker, no
-// crane): `make release VERSION=vX.Y.Z REGISTRY=...` (hack/release) builds
-// and pushes the images with their SBOMs and the chart as an OCI artifact,
-// and writes what a release page publishes: the CLI's archives with the
-// krew manifest, install.yaml and agent.yaml for kubectl apply, the
-// checksums, and the release notes from CHANGELOG.md.
+// crane, no cosign): `make release VERSION=vX.Y.Z REGISTRY=...
+// COSIGN_KEY=...` (hack/release) builds and pushes the images with their
+// SBOMs and the chart as an OCI artifact, signs each of them with the
+// key (sign.go: signatures `cosign verify --key` checks), and writes what
+// a release page publishes: the CLI's archives with the krew manifest,
+// install.yaml and agent.yaml for kubectl apply and the recipes'
+// manifests (every image of vacate's named by the digest pushed), the
+// checksums and their signature, the public key, and the release notes
+// from CHANGELOG.md.
 package release
 
 import (
@@ -12,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,7 +57,14 @@ type Options struct {
 	BaseURL string
 	// AllowDirty releases a checkout with uncommitted changes.
 	AllowDirty bool
-	Log        io.Writer
+	// Key is the cosign private key (cosign's encrypted PEM) that signs
+	// the release; KeyPassword decrypts it (COSIGN_PASSWORD).
+	Key         string
+	KeyPassword []byte
+	// Unsigned makes a release without signatures: a trial, never one to
+	// publish. Key or Unsigned must be set, not both.
+	Unsigned bool
+	Log      io.Writer
 }
 
 // semver is a release version.
@@ -60,21 +72,58 @@ var semver = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-
 
 // Manifest is release.json: what was pushed and written.
 type Manifest struct {
-	Version  string        `json:"version"`
-	Commit   string        `json:"commit,omitempty"`
-	Date     string        `json:"date"`
-	Images   []PushedImage `json:"images"`
-	Chart    PushedChart   `json:"chart"`
-	Files    []string      `json:"files"`
-	Checksum string        `json:"checksums"`
+	Version string        `json:"version"`
+	Commit  string        `json:"commit,omitempty"`
+	Date    string        `json:"date"`
+	Images  []PushedImage `json:"images"`
+	Chart   PushedChart   `json:"chart"`
+	// Files are the release page's files that checksums.txt lists (this
+	// file among them).
+	Files    []string `json:"files"`
+	Checksum string   `json:"checksums"`
+	// Signed is every OCI artifact the key signed, by digest
+	// (REGISTRY/NAME@sha256:...): each image index, each platform's image,
+	// each SBOM and the chart, in that order.
+	Signed []string `json:"signed,omitempty"`
+	// PublicKey is the file of the public key that verifies them (and
+	// checksums.txt's signature, ChecksumsSignature); KeyFingerprint the
+	// sha256 of its DER, in hex.
+	PublicKey          string `json:"publicKey,omitempty"`
+	KeyFingerprint     string `json:"keyFingerprint,omitempty"`
+	ChecksumsSignature string `json:"checksumsSignature,omitempty"`
+	// Unsigned: a trial made with UNSIGNED=1, nothing signed.
+	Unsigned bool `json:"unsigned,omitempty"`
+	// Recipes are the recipes' manifests (examples/*/manifests.yaml) with
+	// vacate's images pinned; UnpinnedImages the images they name that are
+	// not vacate's (the databases' and brokers' own), left as the recipes
+	// name them.
+	Recipes        []string `json:"recipes,omitempty"`
+	UnpinnedImages []string `json:"unpinnedImages,omitempty"`
 }
 
 // PushedImage is one image of a release.
 type PushedImage struct {
-	Name   string            `json:"name"`
-	Ref    string            `json:"ref"`
-	Digest string            `json:"digest"`
-	SBOMs  map[string]string `json:"sboms"`
+	Name string `json:"name"`
+	// Ref is the tag pushed; Digest its image index's.
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
+	// Platforms are each platform's image digest, SBOMs the digests of
+	// their SBOM artifacts, by platform (os/arch).
+	Platforms map[string]string `json:"platforms"`
+	SBOMs     map[string]string `json:"sboms"`
+}
+
+// Pinned is the image by the digest of its index: REGISTRY/NAME@sha256:...
+func (i PushedImage) Pinned() string {
+	return strings.TrimSuffix(i.Ref, ":"+tagOf(i.Ref)) + "@" + i.Digest
+}
+
+// tagOf is the tag of a reference REPO:TAG.
+func tagOf(ref string) string {
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[i+1:]
+	}
+	return ""
 }
 
 // Checksums is the file of sha256 sums, in sha256sum's format.
@@ -100,6 +149,15 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The key first: a wrong password stops the release before it builds.
+	var signer *Signer
+	if !o.Unsigned {
+		if signer, err = LoadSigner(o.Key, o.KeyPassword); err != nil {
+			return nil, err
+		}
+	} else {
+		fmt.Fprintln(o.Log, "UNSIGNED=1: nothing of this release is signed (a trial; never publish it)")
+	}
 	out := filepath.Join(o.Out, o.Version)
 	if err := os.RemoveAll(out); err != nil {
 		return nil, err
@@ -110,14 +168,14 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	reg := strings.TrimSuffix(o.Registry, "/")
 	regName, _ := name.NewRegistry(strings.SplitN(reg, "/", 2)[0])
 	plain := PlainHTTP(regName)
-	m := &Manifest{Version: o.Version, Commit: src.Commit, Date: src.DateString()}
+	m := &Manifest{Version: o.Version, Commit: src.Commit, Date: src.DateString(), Unsigned: o.Unsigned}
 	ldflags := version.LDFlags(o.Version, src.Commit, src.DateString())
 
 	if m.Images, err = o.images(ctx, out, reg, src, ldflags); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "packaging the chart %s\n", ChartDir)
-	chart, err := PackageChart(filepath.Join(o.ModuleDir, ChartDir), out, o.Version, reg, src.Date)
+	chart, err := PackageChart(filepath.Join(o.ModuleDir, ChartDir), out, o.Version, reg, digests(m.Images), src.Date)
 	if err != nil {
 		return nil, err
 	}
@@ -127,21 +185,44 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	}
 	m.Chart = *pushed
 	fmt.Fprintf(o.Log, "  %s --version %s (%s)\n", pushed.Ref, pushed.Version, pushed.Digest)
+	if signer != nil {
+		if m.Signed, err = signArtifacts(ctx, signer, m, o.Log); err != nil {
+			return nil, err
+		}
+	}
 
 	if _, err := Archives(ctx, ArchiveOptions{ModuleDir: o.ModuleDir, Out: out, Version: o.Version, LDFlags: ldflags,
 		BaseURL: o.BaseURL, Platforms: o.CLIPlatforms, Created: src.Date, Log: o.Log}); err != nil {
 		return nil, err
 	}
-	if err := writeManifests(out, reg, o.Version); err != nil {
+	if err := writeManifests(out, m.Images); err != nil {
 		return nil, err
+	}
+	if m.Recipes, m.UnpinnedImages, err = writeRecipes(o.ModuleDir, out, m.Images); err != nil {
+		return nil, err
+	}
+	if signer != nil {
+		pub, err := signer.PublicKeyPEM()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(out, PublicKeyFile), pub, 0o644); err != nil {
+			return nil, err
+		}
+		m.PublicKey, m.KeyFingerprint = PublicKeyFile, signer.Fingerprint()
 	}
 	if err := os.WriteFile(filepath.Join(out, "RELEASE_NOTES.md"), []byte(releaseNotes(o, m, notes)), 0o644); err != nil {
 		return nil, err
 	}
-	if m.Files, err = writeChecksums(out); err != nil {
+	// release.json is one of the files checksums.txt lists, so that what
+	// it says (the digests) is vouched for by the signed checksums.
+	if m.Files, err = releaseFiles(out); err != nil {
 		return nil, err
 	}
 	m.Checksum = Checksums
+	if signer != nil {
+		m.ChecksumsSignature = Checksums + BundleSuffix
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
@@ -149,14 +230,66 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	if err := os.WriteFile(filepath.Join(out, "release.json"), append(b, '\n'), 0o644); err != nil {
 		return nil, err
 	}
+	if err := writeChecksums(out, m.Files); err != nil {
+		return nil, err
+	}
+	if signer != nil {
+		if _, err := signer.SignBlob(filepath.Join(out, Checksums)); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Log, "signed %s (%s) with the key %s\n", Checksums, m.ChecksumsSignature, m.KeyFingerprint)
+	}
 	fmt.Fprintf(o.Log, "release %s: pushed to %s; its files (for the release page) are in %s\n", o.Version, reg, out)
 	return m, nil
+}
+
+// digests are the images' index digests by name.
+func digests(images []PushedImage) map[string]string {
+	d := map[string]string{}
+	for _, i := range images {
+		d[i.Name] = i.Digest
+	}
+	return d
+}
+
+// signArtifacts signs every OCI artifact of the release: each image's index, each
+// platform's image and SBOM, and the chart; it returns their references.
+func signArtifacts(ctx context.Context, s *Signer, m *Manifest, log io.Writer) ([]string, error) {
+	var refs []string
+	for _, i := range m.Images {
+		repo := strings.TrimSuffix(i.Ref, ":"+tagOf(i.Ref))
+		refs = append(refs, repo+"@"+i.Digest)
+		for _, platforms := range []map[string]string{i.Platforms, i.SBOMs} {
+			for _, p := range slices.Sorted(maps.Keys(platforms)) {
+				refs = append(refs, repo+"@"+platforms[p])
+			}
+		}
+	}
+	refs = append(refs, strings.TrimPrefix(m.Chart.Ref, "oci://")+"@"+m.Chart.Digest)
+	auth := remote.WithAuthFromKeychain(authn.DefaultKeychain)
+	for _, r := range refs {
+		d, err := name.NewDigest(r, name.StrictValidation)
+		if err != nil {
+			return nil, fmt.Errorf("signing %s: %w", r, err)
+		}
+		if err := s.SignDigest(ctx, d, auth); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(log, "signed %d artifacts (the images' indexes, each platform's image and SBOM, the chart) with the key %s\n", len(refs), s.Fingerprint())
+	return refs, nil
 }
 
 func (o *Options) validate() error {
 	var errs []error
 	if !semver.MatchString(o.Version) {
 		errs = append(errs, fmt.Errorf("VERSION %q is not a release version such as v0.2.0 or v0.2.0-rc.1", o.Version))
+	}
+	switch {
+	case o.Key == "" && !o.Unsigned:
+		errs = append(errs, fmt.Errorf("COSIGN_KEY is not set: a release is signed with a cosign private key, its password in %s (`make release-key` makes one for a trial; UNSIGNED=1 makes an unsigned trial)", PasswordEnv))
+	case o.Key != "" && o.Unsigned:
+		errs = append(errs, errors.New("COSIGN_KEY and UNSIGNED=1 are both set: a release is either signed or a trial"))
 	}
 	if o.Registry == "" {
 		errs = append(errs, errors.New("REGISTRY is not set: name where the images and the chart go, such as ghcr.io/acme"))
@@ -204,9 +337,16 @@ func (o *Options) images(ctx context.Context, out, reg string, src Source, ldfla
 		if err != nil {
 			return nil, err
 		}
-		pi := PushedImage{Name: prog.Name, Ref: p.Ref, Digest: p.Digest.String(), SBOMs: map[string]string{}}
+		pi := PushedImage{Name: prog.Name, Ref: p.Ref, Digest: p.Digest.String(), Platforms: map[string]string{}, SBOMs: map[string]string{}}
 		for platform, h := range p.SBOMs {
 			pi.SBOMs[platform] = h.String()
+		}
+		for _, img := range b.Images {
+			h, err := img.Image.Digest()
+			if err != nil {
+				return nil, err
+			}
+			pi.Platforms[img.Platform.String()] = h.String()
 		}
 		fmt.Fprintf(o.Log, "  pushed %s@%s with %d SBOM(s)\n", p.Ref, p.Digest, len(p.SBOMs))
 		pushed = append(pushed, pi)
@@ -215,58 +355,96 @@ func (o *Options) images(ctx context.Context, out, reg string, src Source, ldfla
 }
 
 // writeManifests writes install.yaml (the controller and all it needs) and
-// agent.yaml (vacate-agent on every node) for the release's images.
-func writeManifests(out, reg, v string) error {
-	docs, err := bundle.Install(reg+"/vacate-controller:"+v, false)
+// agent.yaml (vacate-agent on every node), naming the release's images by
+// digest.
+func writeManifests(out string, images []PushedImage) error {
+	pinned := map[string]string{}
+	for _, i := range images {
+		pinned[i.Name] = i.Pinned()
+	}
+	docs, err := bundle.Install(pinned["vacate-controller"], false)
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "install.yaml"), []byte(bundle.Join(docs)), 0o644); err != nil {
 		return err
 	}
-	a, err := agent.YAML(reg + "/vacate-agent:" + v)
+	a, err := agent.YAML(pinned["vacate-agent"])
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(out, "agent.yaml"), []byte(bundle.Join([]string{a})), 0o644)
 }
 
-// writeChecksums writes checksums.txt for the release's files (those
-// directly in out) and returns their names.
-func writeChecksums(out string) ([]string, error) {
+// releaseFiles are the files of the release page (those directly in out)
+// that checksums.txt lists: all but it and its signature, and with
+// release.json, written after.
+func releaseFiles(out string) ([]string, error) {
 	entries, err := os.ReadDir(out)
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	var b strings.Builder
+	names := []string{"release.json"}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == Checksums || e.Name() == "release.json" {
+		if !e.Type().IsRegular() || e.Name() == Checksums || e.Name() == Checksums+BundleSuffix || e.Name() == "release.json" {
 			continue
 		}
-		sum, err := sha256File(filepath.Join(out, e.Name()))
-		if err != nil {
-			return nil, err
-		}
 		names = append(names, e.Name())
-		fmt.Fprintf(&b, "%s  %s\n", sum, e.Name())
 	}
 	slices.Sort(names)
-	return names, os.WriteFile(filepath.Join(out, Checksums), []byte(b.String()), 0o644)
+	return names, nil
 }
 
-// releaseNotes are the changelog's section and how to install what was
-// pushed.
+// writeChecksums writes checksums.txt for the files named.
+func writeChecksums(out string, names []string) error {
+	var b strings.Builder
+	for _, n := range names {
+		sum, err := sha256File(filepath.Join(out, n))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s  %s\n", sum, n)
+	}
+	return os.WriteFile(filepath.Join(out, Checksums), []byte(b.String()), 0o644)
+}
+
+// releaseNotes are the changelog's section, how to verify and install what
+// was pushed, and the digests.
 func releaseNotes(o Options, m *Manifest, notes string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# vacate %s\n\n%s\n## Install\n\n", o.Version, notes)
-	fmt.Fprintf(&b, "```sh\nhelm install vacate %s --version %s --namespace vacate-system --create-namespace\n", m.Chart.Ref, m.Chart.Version)
-	fmt.Fprintf(&b, "# or\nkubectl apply --server-side -f %s/%s/install.yaml\n```\n\n", strings.TrimSuffix(o.BaseURL, "/"), o.Version)
-	fmt.Fprintf(&b, "The CLI: `kubectl krew install vacate`, or an archive below (`kubectl-vacate_%s_<os>_<arch>.tar.gz`).\n\n", o.Version)
+	base := strings.TrimSuffix(o.BaseURL, "/") + "/" + o.Version
+	fmt.Fprintf(&b, "# vacate %s\n\n", o.Version)
+	if m.Unsigned {
+		b.WriteString("**UNSIGNED: a trial release (UNSIGNED=1). Nothing here is signed; do not install it anywhere that matters.**\n\n")
+	}
+	fmt.Fprintf(&b, "%s\n", notes)
+	if !m.Unsigned {
+		fmt.Fprintf(&b, "## Verify\n\nEverything is signed with the cosign key %s (sha256 of its public key: `%s`), with no transparency log: verify with the copy of `%s` you trust (docs/install.md, \"Verifying a release\"), and cosign 3's `--insecure-ignore-tlog`:\n\n",
+			m.PublicKey, m.KeyFingerprint, m.PublicKey)
+		fmt.Fprintf(&b, "```sh\ncosign verify-blob --key %s --insecure-ignore-tlog --bundle %s %s\nsha256sum --check %s\n", m.PublicKey, m.ChecksumsSignature, Checksums, Checksums)
+		for _, i := range m.Images {
+			fmt.Fprintf(&b, "cosign verify --key %s --insecure-ignore-tlog %s\n", m.PublicKey, i.Pinned())
+		}
+		fmt.Fprintf(&b, "cosign verify --key %s --insecure-ignore-tlog %s@%s\n```\n\n", m.PublicKey, strings.TrimPrefix(m.Chart.Ref, "oci://"), m.Chart.Digest)
+		fmt.Fprintf(&b, "`release.json` lists every signed artifact (`signed`: each image index, each platform's image, each SBOM, the chart).\n\n")
+	}
+	b.WriteString("## Install\n\n")
+	fmt.Fprintf(&b, "```sh\nhelm install vacate %s@%s --version %s --namespace vacate-system --create-namespace\n", m.Chart.Ref, m.Chart.Digest, m.Chart.Version)
+	fmt.Fprintf(&b, "# or\nkubectl apply --server-side -f %s/install.yaml\n```\n\n", base)
+	b.WriteString("The chart, `install.yaml`, `agent.yaml` and the recipes' manifests (`recipe-*.yaml`) name vacate's images by digest.\n")
+	if len(m.UnpinnedImages) > 0 {
+		b.WriteString("The recipes also name images that are not vacate's, by tag as the recipes do (pin them to the digests your registry serves):")
+		for _, i := range m.UnpinnedImages {
+			fmt.Fprintf(&b, " `%s`", i)
+		}
+		b.WriteString(".\n")
+	}
+	fmt.Fprintf(&b, "\nThe CLI: `kubectl krew install vacate`, or an archive below (`kubectl-vacate_%s_<os>_<arch>.tar.gz`).\n\n", o.Version)
 	b.WriteString("## Images\n\n| image | digest |\n| --- | --- |\n")
 	for _, i := range m.Images {
 		fmt.Fprintf(&b, "| `%s` | `%s` |\n", i.Ref, i.Digest)
 	}
+	fmt.Fprintf(&b, "| `%s:%s` (chart) | `%s` |\n", strings.TrimPrefix(m.Chart.Ref, "oci://"), m.Chart.Version, m.Chart.Digest)
 	fmt.Fprintf(&b, "\nEach platform's image has an SPDX SBOM attached as an OCI referrer (artifactType %s).\n", image.SBOMArtifactType)
 	if m.Commit != "" {
 		fmt.Fprintf(&b, "\nBuilt from commit %s (%s).\n", m.Commit, m.Date)

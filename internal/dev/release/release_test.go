@@ -52,15 +52,21 @@ func TestOptionsAreChecked(t *testing.T) {
 		{Options{Version: "v0.2.0"}, "REGISTRY is not set"},
 		{Options{Version: "v0.2.0", Registry: "https://ghcr.io/acme"}, `REGISTRY "https://ghcr.io/acme" is not a registry`},
 		{Options{Version: "v0.2.0", Registry: "ghcr.io/Acme"}, `REGISTRY "ghcr.io/Acme" is not`},
+		{Options{Version: "v0.2.0", Registry: "ghcr.io/acme"}, "COSIGN_KEY is not set"},
+		{Options{Version: "v0.2.0", Registry: "ghcr.io/acme", Key: "cosign.key", Unsigned: true}, "COSIGN_KEY and UNSIGNED=1 are both set"},
 	} {
 		err := c.o.validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.o, err, c.want)
 		}
 	}
-	ok := Options{Version: "v0.2.0-rc.1", Registry: "127.0.0.1:5000/vacate/"}
-	if err := ok.validate(); err != nil {
-		t.Errorf("%+v: %v", ok, err)
+	for _, ok := range []Options{
+		{Version: "v0.2.0-rc.1", Registry: "127.0.0.1:5000/vacate/", Key: "cosign.key"},
+		{Version: "v0.2.0-rc.1", Registry: "127.0.0.1:5000/vacate/", Unsigned: true},
+	} {
+		if err := ok.validate(); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
 	}
 }
 
@@ -72,11 +78,11 @@ func TestChartIsPackagedAndPushed(t *testing.T) {
 	t.Cleanup(reg.Close)
 	host := strings.TrimPrefix(reg.URL, "http://")
 	created := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	path, err := PackageChart(filepath.Join("..", "..", "..", ChartDir), t.TempDir(), "v1.2.3", host+"/acme", created)
+	path, err := PackageChart(filepath.Join("..", "..", "..", ChartDir), t.TempDir(), "v1.2.3", host+"/acme", digests(pushed), created)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := PackageChart(filepath.Join("..", "..", "..", ChartDir), t.TempDir(), "v1.2.3", host+"/acme", created)
+	again, err := PackageChart(filepath.Join("..", "..", "..", ChartDir), t.TempDir(), "v1.2.3", host+"/acme", digests(pushed), created)
 	if err != nil {
 		t.Fatal(err)
 	}
