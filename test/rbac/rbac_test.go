@@ -344,7 +344,7 @@ func TestControllerChangesOnlyItsOwnOnNodes(t *testing.T) {
 	const (
 		labels      = "vacate-controller may not change a Node's labels"
 		annotations = "vacate-controller may change only its own annotations (vacate.dev/...) on a Node"
-		taints      = "vacate-controller may change only its own taints (vacate.dev/drain, vacate.dev/draining) on a Node"
+		taints      = "vacate-controller may add or change only its taint vacate.dev/draining, with effect NoSchedule, on a Node"
 		finalizers  = "vacate-controller may change only its own finalizer (vacate.dev/drain) on a Node"
 		spec        = "vacate-controller may change only spec.unschedulable and its own taint in a Node's spec"
 	)
@@ -377,7 +377,7 @@ func TestControllerChangesOnlyItsOwnOnNodes(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		taints, err := json.Marshal(append(n.Spec.Taints, corev1.Taint{Key: "vacate.dev/drain", Effect: corev1.TaintEffectNoSchedule}))
+		taints, err := json.Marshal(append(n.Spec.Taints, corev1.Taint{Key: "vacate.dev/draining", Value: "rbac-test", Effect: corev1.TaintEffectNoSchedule}))
 		if err != nil {
 			return false, err
 		}
