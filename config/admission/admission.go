@@ -1,6 +1,7 @@
 // Package admission embeds vacate's ValidatingAdmissionPolicies: they limit
 // what RBAC cannot, field by field. nodes.yaml: vacate-controller changes on
-// Nodes only the cordon and what is vacate's own. pods.yaml: through
+// Nodes only the cordon and what is vacate's own. tokens.yaml: its own
+// tokens only for one pod's HTTP hook, ten minutes long. pods.yaml: through
 // pods/status, only its own condition vacate.dev/serving. webhook.yaml: in
 // its MutatingWebhookConfiguration, only the webhooks' CA bundle.
 // users.yaml: people name a DrainPolicy only with the verb use on it, change
@@ -35,6 +36,13 @@ var WebhookYAML string
 //go:embed evacuation-status.yaml
 var EvacuationStatusYAML string
 
+// TokensYAML is the policy vacate-controller-tokens and its binding: the
+// controller's own service-account tokens only for one pod's HTTP hook, ten
+// minutes long.
+//
+//go:embed tokens.yaml
+var TokensYAML string
+
 // UsersYAML is the policies vacate-nodedrains and vacate-evacuations and
 // their bindings.
 //
@@ -43,5 +51,5 @@ var UsersYAML string
 
 // YAML is every policy and binding, for `vacate manifests admission`.
 func YAML() string {
-	return NodesYAML + "---\n" + PodsYAML + "---\n" + WebhookYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
+	return NodesYAML + "---\n" + PodsYAML + "---\n" + TokensYAML + "---\n" + WebhookYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
 }

@@ -60,6 +60,7 @@ func run() error {
 		"config/manager/webhook.yaml":             "files/webhook.yaml",
 		"config/admission/nodes.yaml":             "files/admission/nodes.yaml",
 		"config/admission/pods.yaml":              "files/admission/pods.yaml",
+		"config/admission/tokens.yaml":            "files/admission/tokens.yaml",
 		"config/admission/webhook.yaml":           "files/admission/webhook.yaml",
 		"config/admission/users.yaml":             "files/admission/users.yaml",
 		"config/admission/evacuation-status.yaml": "files/admission/evacuation-status.yaml",
