@@ -419,7 +419,7 @@ func releaseNotes(o Options, m *Manifest, notes string) string {
 	}
 	fmt.Fprintf(&b, "%s\n", notes)
 	if !m.Unsigned {
-		fmt.Fprintf(&b, "## Verify\n\nEverything is signed with the cosign key %s (sha256 of its public key: `%s`), with no transparency log: verify with the copy of `%s` you trust (docs/install.md, \"Verifying a release\"), and cosign 3's `--insecure-ignore-tlog`:\n\n",
+		fmt.Fprintf(&b, "## Verify\n\nEverything is signed with the cosign key whose public half is %s (the sha256 of its DER: `%s`), with no transparency log: verify with the copy of `%s` you trust (docs/install.md, \"Verifying a release\"), and cosign 3's `--insecure-ignore-tlog`:\n\n",
 			m.PublicKey, m.KeyFingerprint, m.PublicKey)
 		fmt.Fprintf(&b, "```sh\ncosign verify-blob --key %s --insecure-ignore-tlog --bundle %s %s\nsha256sum --check %s\n", m.PublicKey, m.ChecksumsSignature, Checksums, Checksums)
 		for _, i := range m.Images {
