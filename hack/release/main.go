@@ -55,7 +55,7 @@ func main() {
 		}
 		o.ImagePlatforms = append(o.ImagePlatforms, *p)
 	}
-	if o.Key != "" {
+	if o.Key != "" && !o.Unsigned {
 		password, err := keyPassword()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "release: %v\n", err)
