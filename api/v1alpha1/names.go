@@ -145,8 +145,11 @@ const (
 	// become Ready elsewhere, or for room under its Deployment's maxSurge.
 	BlockerSurge = "Surge"
 	// BlockerSurgeFailed: a pod's replacement did not become Ready within
-	// surge.readyTimeout and was removed; the pod stays until a new one
-	// does, or its PodDisruptionBudget allows its eviction.
+	// surge.readyTimeout and was removed, or the API server refused to
+	// create it (a ResourceQuota, an admission policy, vacate-controller's
+	// RBAC: the detail carries the API's message); the pod stays until a
+	// new one is Ready, or its PodDisruptionBudget allows its eviction. The
+	// drain's other pods go on.
 	BlockerSurgeFailed = "SurgeFailed"
 	// HolderThrottling is the holder of an EvictionThrottled blocker.
 	HolderThrottling = "API server throttling"
@@ -167,9 +170,12 @@ const (
 	EventFailed          = "Failed"
 	// EventSurgeStarted: a replacement was brought up for a pod
 	// (DrainPolicy surge); EventSurgeFailed: it was not Ready in time and
-	// was removed.
+	// was removed, or creating it was refused; EventSurgeLeft: an undo
+	// left a replacement in place, its removal refused until
+	// timeouts.cancel passed (a Warning naming the pod).
 	EventSurgeStarted = "SurgeStarted"
 	EventSurgeFailed  = "SurgeFailed"
+	EventSurgeLeft    = "SurgeLeft"
 	EventForceDeleted = "ForceDeleted"
 	// EventEndpointsTimeout: an endpoint-aware pod was evicted when
 	// endpoints.timeout passed with an EndpointSlice still showing it ready.

@@ -20,7 +20,9 @@ import (
 //go:embed nodes.yaml
 var NodesYAML string
 
-// PodsYAML is the policy vacate-controller-pods and its binding.
+// PodsYAML is the policies vacate-controller-pods, vacate-controller-surge
+// (the controller creates and changes only true surge replacements) and
+// vacate-surge-replacements (no one else makes one), and their bindings.
 //
 //go:embed pods.yaml
 var PodsYAML string

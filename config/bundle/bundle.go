@@ -17,8 +17,9 @@ import (
 // objects, so that the Role in it applies), the RBAC, the admission
 // policies, and the controller with its webhook; with forceDelete, the
 // binding that lets it delete pods (DrainPolicies with
-// timeouts.onTimeout: ForceDelete). An image that is not an image reference
-// is an error.
+// timeouts.onTimeout: ForceDelete). The ClusterRole vacate-controller-surge
+// is shipped, not bound (manager.SurgeYAML binds it). An image that is not
+// an image reference is an error.
 func Install(image string, forceDelete bool) ([]string, error) {
 	crds, err := crd.YAML()
 	if err != nil {
@@ -29,7 +30,7 @@ func Install(image string, forceDelete bool) ([]string, error) {
 		return nil, err
 	}
 	all := []string{string(crds), manager.NamespaceYAML, string(rbac.ControllerRoleYAML), string(rbac.ForceDeleteRoleYAML),
-		string(rbac.UserRoleYAML), admission.YAML(), workload}
+		string(rbac.SurgeRoleYAML), string(rbac.UserRoleYAML), admission.YAML(), workload}
 	if forceDelete {
 		all = append(all, manager.ForceDeleteYAML)
 	}

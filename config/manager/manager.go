@@ -4,7 +4,9 @@
 // left for the installer to set; the endpoint-aware webhook's configuration
 // (webhook.yaml, written by `make generate` from internal/webhook); and the
 // binding that grants pod delete, only for policies with onTimeout:
-// ForceDelete (force-delete/force-delete.yaml, a kustomize component).
+// ForceDelete (force-delete/force-delete.yaml, a kustomize component); and
+// the binding that grants pod create and patch, only for policies that
+// surge (surge/surge.yaml, a kustomize component).
 package manager
 
 import (
@@ -26,6 +28,11 @@ var NamespaceYAML string
 //
 //go:embed force-delete/force-delete.yaml
 var ForceDeleteYAML string
+
+// SurgeYAML is the ClusterRoleBinding vacate-controller-surge.
+//
+//go:embed surge/surge.yaml
+var SurgeYAML string
 
 // webhookYAML is the MutatingWebhookConfiguration, as `make generate` wrote
 // it (WebhookConfigurationYAML).

@@ -1,8 +1,10 @@
 // Package rbac embeds vacate's RBAC: vacate-controller's ClusterRole and its
 // Role for the leader Lease (role.yaml, written by `make generate` from the
-// controllers' RBAC markers), the ClusterRole vacate-controller-force-delete
+// controllers' RBAC markers), the ClusterRoles vacate-controller-force-delete
 // (force-delete-role.yaml: pod delete, bound only where a policy forces) and
-// vacate-user's (user-role.yaml, hand-written: what the CLI needs).
+// vacate-controller-surge (surge-role.yaml: pod create and patch, bound only
+// where a policy surges) and vacate-user's (user-role.yaml, hand-written:
+// what the CLI needs).
 package rbac
 
 import (
@@ -25,6 +27,11 @@ var ControllerRoleYAML []byte
 //go:embed force-delete-role.yaml
 var ForceDeleteRoleYAML []byte
 
+// SurgeRoleYAML is the ClusterRole vacate-controller-surge.
+//
+//go:embed surge-role.yaml
+var SurgeRoleYAML []byte
+
 // MetricsAuthRoleYAML holds the ClusterRoles of --metrics-secure:
 // vacate-controller-metrics-auth (the controller's token and access
 // reviews) and vacate-metrics-reader (for Prometheus).
@@ -41,6 +48,7 @@ var UserRoleYAML []byte
 const (
 	ControllerRoleName  = "vacate-controller"
 	ForceDeleteRoleName = "vacate-controller-force-delete"
+	SurgeRoleName       = "vacate-controller-surge"
 	UserRoleName        = "vacate-user"
 	// MetricsAuthRoleName and MetricsReaderRoleName are the ClusterRoles of
 	// --metrics-secure.
@@ -101,6 +109,9 @@ func LeaderElectionRole(namespace, lease string) (*rbacv1.Role, error) {
 func ForceDeleteRole() (*rbacv1.ClusterRole, error) {
 	return decode(ForceDeleteRoleYAML, ForceDeleteRoleName)
 }
+
+// SurgeRole returns the ClusterRole vacate-controller-surge.
+func SurgeRole() (*rbacv1.ClusterRole, error) { return decode(SurgeRoleYAML, SurgeRoleName) }
 
 // UserRole returns the ClusterRole vacate-user.
 func UserRole() (*rbacv1.ClusterRole, error) { return decode(UserRoleYAML, UserRoleName) }

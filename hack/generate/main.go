@@ -75,13 +75,14 @@ func run() error {
 	}
 	// RBAC rules, without their roles' names and namespaces, which the
 	// chart sets: the controller's ClusterRole and Role (controller-gen's),
-	// force-delete's, the people's and the agent's.
+	// force-delete's, surge's, the people's and the agent's.
 	rules := []struct {
 		from, kind, name, to string
 	}{
 		{"config/rbac/role.yaml", "ClusterRole", "vacate-controller", "files/rbac/controller.yaml"},
 		{"config/rbac/role.yaml", "Role", "vacate-controller", "files/rbac/controller-namespaced.yaml"},
 		{"config/rbac/force-delete-role.yaml", "ClusterRole", "vacate-controller-force-delete", "files/rbac/force-delete.yaml"},
+		{"config/rbac/surge-role.yaml", "ClusterRole", "vacate-controller-surge", "files/rbac/surge.yaml"},
 		{"config/rbac/user-role.yaml", "ClusterRole", "vacate-user", "files/rbac/user.yaml"},
 		{"config/rbac/metrics-auth-role.yaml", "ClusterRole", "vacate-controller-metrics-auth", "files/rbac/metrics-auth.yaml"},
 		{"config/rbac/metrics-auth-role.yaml", "ClusterRole", "vacate-metrics-reader", "files/rbac/metrics-reader.yaml"},

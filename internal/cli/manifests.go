@@ -16,22 +16,32 @@ import (
 )
 
 // manifestKinds are what 'vacate manifests' prints.
-var manifestKinds = []string{"install", "crds", "controller-role", "controller", "user-role", "admission", "force-delete", "agent", "agent-unit"}
+var manifestKinds = []string{"install", "crds", "controller-role", "controller", "user-role", "admission", "force-delete", "surge", "agent", "agent-unit"}
+
+// bindings are the optional ClusterRoleBindings 'manifests install' adds.
+type bindings struct {
+	// forceDelete binds vacate-controller-force-delete (pod delete).
+	forceDelete bool
+	// surge binds vacate-controller-surge (pod create and patch).
+	surge bool
+}
 
 func newManifestsCommand(s Streams) *cobra.Command {
 	var image, agentImage string
-	var forceDelete bool
+	var binds bindings
 	cmd := &cobra.Command{
-		Use:   "manifests install|crds|controller-role|controller|user-role|admission|force-delete|agent|agent-unit...",
+		Use:   "manifests install|crds|controller-role|controller|user-role|admission|force-delete|surge|agent|agent-unit...",
 		Short: "Print the manifests vacate needs in a cluster, for kubectl apply",
 		Long: `Prints, as YAML for 'kubectl apply -f -', the manifests built into this vacate:
-  install          everything below but force-delete, in order: what a cluster
-                   needs to run vacate (--force-delete adds force-delete)
+  install          everything below but force-delete and surge, in order: what
+                   a cluster needs to run vacate (--force-delete adds
+                   force-delete, --surge adds surge)
   crds             the NodeDrain and DrainPolicy CustomResourceDefinitions
   controller-role  namespace vacate-system, the ClusterRole vacate-controller,
                    its Role for the leader Lease (get and update of the Lease
-                   vacate-controller only) and the ClusterRole
-                   vacate-controller-force-delete (pod delete; not bound)
+                   vacate-controller only) and the ClusterRoles
+                   vacate-controller-force-delete (pod delete) and
+                   vacate-controller-surge (pod create and patch), not bound
   controller       namespace vacate-system, service account, role bindings, a
                    Deployment of vacate-controller (needs --image) and its PDB,
                    the endpoint-aware webhook's Service, certificate Secret
@@ -39,13 +49,18 @@ func newManifestsCommand(s Streams) *cobra.Command {
   user-role        the ClusterRole vacate-user, for the people who run this CLI
   admission        ValidatingAdmissionPolicies: vacate-controller changes on
                    Nodes only the cordon and vacate's own annotations, taint
-                   and finalizer, and in a Pod's status only its condition
-                   vacate.dev/serving; people name a DrainPolicy only with the verb
-                   use on it, change only their own requesters, and set only
-                   spec.release on an Evacuation, as themselves
+                   and finalizer, in a Pod's status only its condition
+                   vacate.dev/serving, and creates and changes only true surge
+                   replacements, which no one else may make; people name a
+                   DrainPolicy only with the verb use on it, change only their
+                   own requesters, and set only spec.release on an Evacuation,
+                   as themselves
   force-delete     the binding of vacate-controller-force-delete to the
                    controller: needed only by a DrainPolicy with
                    timeouts.onTimeout: ForceDelete
+  surge            the binding of vacate-controller-surge to the controller:
+                   needed only by a DrainPolicy that surges (surge.pods
+                   Annotated or All)
   agent            vacate-agent on every node (needs --agent-image): service
                    account, ClusterRole, DaemonSet, and the admission policy
                    that keeps each agent to its own node; after install
@@ -56,6 +71,9 @@ func newManifestsCommand(s Streams) *cobra.Command {
 
   # The same, for policies with timeouts.onTimeout: ForceDelete
   vacate manifests install --force-delete --image ghcr.io/acme/vacate-controller:v0.1.0 | kubectl apply -f -
+
+  # The same, for policies that surge (surge.pods Annotated or All)
+  vacate manifests install --surge --image ghcr.io/acme/vacate-controller:v0.1.0 | kubectl apply -f -
 
   # Only the CRDs (to run the controller elsewhere, with --kubeconfig)
   vacate manifests crds | kubectl apply -f -
@@ -94,7 +112,7 @@ func newManifestsCommand(s Streams) *cobra.Command {
 			}
 			var parts []string
 			for _, a := range args {
-				docs, err := manifest(a, image, agentImage, forceDelete)
+				docs, err := manifest(a, image, agentImage, binds)
 				if err != nil {
 					return err
 				}
@@ -106,32 +124,39 @@ func newManifestsCommand(s Streams) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&image, "image", "", "the vacate-controller image, for controller and install")
 	cmd.Flags().StringVar(&agentImage, "agent-image", "", "the vacate-agent image, for agent")
-	cmd.Flags().BoolVar(&forceDelete, "force-delete", false,
+	cmd.Flags().BoolVar(&binds.forceDelete, "force-delete", false,
 		"install: also bind the ClusterRole vacate-controller-force-delete (pod delete), for DrainPolicies with timeouts.onTimeout: ForceDelete")
+	cmd.Flags().BoolVar(&binds.surge, "surge", false,
+		"install: also bind the ClusterRole vacate-controller-surge (pod create and patch), for DrainPolicies that surge (surge.pods Annotated or All)")
 	return cmd
 }
 
 // manifest returns the documents of one kind. install lists the namespace
 // once, first, so that the Role in it applies.
-func manifest(kind, image, agentImage string, forceDelete bool) ([]string, error) {
+func manifest(kind, image, agentImage string, binds bindings) ([]string, error) {
 	switch kind {
 	case "install":
-		all, err := bundle.Install(image, forceDelete)
+		all, err := bundle.Install(image, binds.forceDelete)
 		if err != nil {
 			return nil, usageError{err}
+		}
+		if binds.surge {
+			all = append(all, manager.SurgeYAML)
 		}
 		return all, nil
 	case "crds":
 		b, err := crd.YAML()
 		return []string{string(b)}, err
 	case "controller-role":
-		return []string{manager.NamespaceYAML, string(rbac.ControllerRoleYAML), string(rbac.ForceDeleteRoleYAML)}, nil
+		return []string{manager.NamespaceYAML, string(rbac.ControllerRoleYAML), string(rbac.ForceDeleteRoleYAML), string(rbac.SurgeRoleYAML)}, nil
 	case "user-role":
 		return []string{string(rbac.UserRoleYAML)}, nil
 	case "admission":
 		return []string{admission.YAML()}, nil
 	case "force-delete":
 		return []string{manager.ForceDeleteYAML}, nil
+	case "surge":
+		return []string{manager.SurgeYAML}, nil
 	case "agent":
 		y, err := agent.YAML(agentImage)
 		if err != nil {

@@ -73,9 +73,10 @@ no node behind:
      triggers.onNodeDelete: Drain) from every node; other finalizers are
      kept.
   4. the DrainPolicies, the namespace, service account and RBAC objects,
-     the ClusterRoles vacate-controller, vacate-controller-force-delete and
-     vacate-user, the ValidatingAdmissionPolicies, and the CRDs
-     (--keep-crds keeps the CRDs and the DrainPolicies).
+     the ClusterRoles vacate-controller, vacate-controller-force-delete,
+     vacate-controller-surge and vacate-user, the
+     ValidatingAdmissionPolicies, and the CRDs (--keep-crds keeps the CRDs
+     and the DrainPolicies).
 
 With --force, uninstall finishes where the controller is gone or stuck.
 It still asks the controller first (step 1, for at most --timeout); then,
@@ -244,11 +245,11 @@ func (u *uninstaller) explain(err error, doing string) error {
 
 // installedObjects decodes what 'vacate manifests install' prints.
 func installedObjects() (installed, error) {
-	docs, err := manifest("install", "vacate-controller", "", true) // with the force-delete binding, if any
+	docs, err := manifest("install", "vacate-controller", "", bindings{forceDelete: true, surge: true}) // with the optional bindings, if any
 	if err != nil {
 		return installed{}, err
 	}
-	agentDocs, err := manifest("agent", "", "vacate-agent", false) // and the agent, if installed
+	agentDocs, err := manifest("agent", "", "vacate-agent", bindings{}) // and the agent, if installed
 	if err != nil {
 		return installed{}, err
 	}

@@ -361,7 +361,7 @@ func surgeFinding(subject, replicaSet string, b v1alpha1.Blocker, since time.Tim
 	ns, _, _ := strings.Cut(replicaSet, "/")
 	if b.Reason == v1alpha1.BlockerSurgeFailed && createRefused(in.Drain, b.Pod) {
 		return Finding{Subject: subject, Since: since,
-			Cause: "the policy surges it, but vacate could not create its replacement, so the pod stays (evicting it would leave its Deployment with fewer Ready pods): " + b.Detail,
+			Cause: "the policy surges it, but the API server refused its replacement, so the pod stays (evicting it would leave its Deployment with fewer Ready pods): " + b.Detail,
 			Fix: "if a ResourceQuota refused it, raise the quota or make room in namespace " + ns + " (kubectl describe resourcequota -n " + ns +
 				"); if vacate-controller may not create pods, bind the ClusterRole vacate-controller-surge " +
 				"('vacate manifests surge | kubectl apply -f -', or the Helm chart's controller.surge: true); if an admission policy refused it " +

@@ -131,7 +131,7 @@ func TestExplain(t *testing.T) {
 			return nd
 		}()},
 		want: []string{
-			"pod shop/web-1", "vacate could not create its replacement, so the pod stays", "exceeded quota: pods",
+			"pod shop/web-1", "the API server refused its replacement, so the pod stays", "exceeded quota: pods",
 			"kubectl describe resourcequota -n shop", "vacate manifests surge | kubectl apply -f -", "controller.surge: true",
 			"vacate.dev/surge=false", "tries again every 30s",
 		},

@@ -12,6 +12,12 @@
 // reference is the NodeDrain's (not a controller reference). When the old
 // pod has left, the replacement gets its ReplicaSet's pod-template-hash and
 // the ReplicaSet adopts it, as it adopts any orphan its selector matches.
+//
+// The labels find replacements; they do not prove one. Anyone who may
+// create pods can label one: a pod is a drain's replacement only with the
+// proof Mine checks (its namespace, and the drain's owner reference or the
+// drain's own record of it). A pod that carries the labels without it is
+// not vacate's: never evicted, patched or waited on.
 package surge
 
 import (
@@ -120,14 +126,91 @@ const (
 	RefusedVolume   = "ExclusiveVolume"
 	RefusedSelector = "NoTemplateHash"
 	RefusedDeleting = "WorkloadDeleting"
+	// RefusedNamespace: the pod is in a namespace of the cluster's own
+	// (SystemNamespaces), where vacate-controller never creates pods.
+	RefusedNamespace = "SystemNamespace"
+	// RefusedPrivileged: the pod's template asks for more than a
+	// replacement may have (Privileged): vacate-controller may not create
+	// such a pod (admission policy vacate-controller-surge).
+	RefusedPrivileged = "PrivilegedTemplate"
 )
+
+// SystemNamespaces are the namespaces whose pods are never surged: the
+// admission policy vacate-controller-surge refuses the controller's pod
+// creates there.
+var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// BaselineCapabilities are the capabilities a replacement's containers may
+// add: those of the Pod Security Standards' baseline level.
+var BaselineCapabilities = []corev1.Capability{"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+	"NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+// Privileged says what in a pod spec a replacement may not have, "" if
+// nothing: a node of its own (nodeName), the host's network, PID or IPC
+// namespace, a hostPath volume, a privileged container, a capability
+// beyond the baseline's, a host port. The admission policy
+// vacate-controller-surge refuses the same for the controller's creates,
+// so that a stolen controller token cannot run such a pod; a Deployment
+// whose pods need them is not surged.
+func Privileged(spec *corev1.PodSpec) string {
+	switch {
+	case spec.NodeName != "":
+		return "its template names a node (nodeName " + spec.NodeName + ")"
+	case spec.HostNetwork:
+		return "its template uses the host's network (hostNetwork)"
+	case spec.HostPID:
+		return "its template uses the host's PID namespace (hostPID)"
+	case spec.HostIPC:
+		return "its template uses the host's IPC namespace (hostIPC)"
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			return "its template mounts a hostPath volume (" + v.Name + ")"
+		}
+	}
+	var containers []corev1.Container
+	containers = append(containers, spec.InitContainers...)
+	containers = append(containers, spec.Containers...)
+	for _, c := range spec.EphemeralContainers {
+		containers = append(containers, corev1.Container(c.EphemeralContainerCommon))
+	}
+	for _, c := range containers {
+		if why := privilegedContainer(c); why != "" {
+			return "its container " + c.Name + " " + why
+		}
+	}
+	return ""
+}
+
+func privilegedContainer(c corev1.Container) string {
+	if sc := c.SecurityContext; sc != nil {
+		if sc.Privileged != nil && *sc.Privileged {
+			return "is privileged"
+		}
+		if sc.Capabilities != nil {
+			for _, cap := range sc.Capabilities.Add {
+				if !slices.Contains(BaselineCapabilities, cap) {
+					return "adds the capability " + string(cap)
+				}
+			}
+		}
+	}
+	for _, p := range c.Ports {
+		if p.HostPort != 0 {
+			return fmt.Sprintf("uses a host port (%d)", p.HostPort)
+		}
+	}
+	return ""
+}
 
 // Eligible says whether a pod can be surged at all: a Deployment's pod
 // (through its ReplicaSet) whose Deployment allows extra pods (its
 // rollingUpdate maxSurge is not 0, its strategy is not Recreate) and whose
 // volumes a second pod can mount. StatefulSets' pods (a stable identity:
 // two pods of one name cannot run), Jobs' pods and pods of no controller
-// are never surged.
+// are never surged, nor pods of the cluster's own namespaces
+// (SystemNamespaces) or pods whose template asks for more than a
+// replacement may have (Privileged).
 func Eligible(pod *corev1.Pod, w Workload) *Refusal {
 	ref := metav1.GetControllerOfNoCopy(pod)
 	switch {
@@ -147,6 +230,13 @@ func Eligible(pod *corev1.Pod, w Workload) *Refusal {
 		return &Refusal{RefusedKind, "its ReplicaSet " + ref.Name + " belongs to no Deployment"}
 	}
 	rs, dep := w.ReplicaSet, w.Deployment
+	if slices.Contains(SystemNamespaces, pod.Namespace) {
+		return &Refusal{RefusedNamespace, "a pod of namespace " + pod.Namespace + ": vacate never creates pods in the cluster's own namespaces (" +
+			strings.Join(SystemNamespaces, ", ") + ")"}
+	}
+	if why := Privileged(&rs.Spec.Template.Spec); why != "" {
+		return &Refusal{RefusedPrivileged, why + ": vacate-controller may not create such a pod"}
+	}
 	if !rs.DeletionTimestamp.IsZero() || !dep.DeletionTimestamp.IsZero() {
 		return &Refusal{RefusedDeleting, "its Deployment or ReplicaSet is being deleted"}
 	}
@@ -268,6 +358,62 @@ func Replacement(pod *corev1.Pod, w Workload, nd *v1alpha1.NodeDrain) *corev1.Po
 
 // Of is the UID of the pod a replacement replaces; "" if p is none.
 func Of(p *corev1.Pod) string { return p.Labels[LabelOf] }
+
+// DrainRef is a replacement's owner reference to the NodeDrain that
+// brought it up: group vacate.dev, kind NodeDrain, named as its label
+// LabelDrain, not a controller reference. Nil if it has none.
+func DrainRef(p *corev1.Pod) *metav1.OwnerReference {
+	for i, ref := range p.OwnerReferences {
+		if ref.Kind == "NodeDrain" && strings.HasPrefix(ref.APIVersion, v1alpha1.GroupVersion.Group+"/") &&
+			ref.Name == p.Labels[LabelDrain] && ref.Name != "" && (ref.Controller == nil || !*ref.Controller) {
+			return &p.OwnerReferences[i]
+		}
+	}
+	return nil
+}
+
+// Record is the drain's record of the surge of the pod of this UID
+// (status.surges); nil if none.
+func Record(nd *v1alpha1.NodeDrain, podUID string) *v1alpha1.SurgeStatus {
+	for i := range nd.Status.Surges {
+		if nd.Status.Surges[i].PodUID == podUID {
+			return &nd.Status.Surges[i]
+		}
+	}
+	return nil
+}
+
+// Mine says whether p is a replacement the drain nd brought up. Its
+// labels name nd and the UID of the pod it replaces; that is not enough,
+// since anyone who may create a pod may label it. The proof is what a
+// tenant cannot forge for another namespace's pods (one who may read
+// NodeDrains knows nd's UID, but can then stand in only for its own pods on
+// the node, in its own namespace):
+//   - p is in the namespace of the pod it replaces: replaced (that pod as
+//     read, by the name p's annotation gives; nil if not found) has p's
+//     label's UID, that namespace and nd's node; or nd's own record of the
+//     surge (status.surges, which only vacate writes) names p in that
+//     namespace;
+//   - and p carries the (non-controller) owner reference to nd's UID, or,
+//     handed over to its ReplicaSet (which drops that reference: the
+//     garbage collector must not take it with the drain), nd's record
+//     names it.
+func Mine(p *corev1.Pod, nd *v1alpha1.NodeDrain, replaced *corev1.Pod) bool {
+	uid := Of(p)
+	if uid == "" || p.Labels[LabelDrain] != nd.Name {
+		return false
+	}
+	recorded := false
+	if rec := Record(nd, uid); rec != nil {
+		ns, _, _ := strings.Cut(rec.Pod, "/")
+		recorded = rec.Replacement == p.Name && ns == p.Namespace
+	}
+	if ref := DrainRef(p); ref != nil && ref.UID == nd.UID {
+		return recorded || replaced != nil && string(replaced.UID) == uid && replaced.Namespace == p.Namespace &&
+			replaced.Spec.NodeName == nd.Spec.NodeName
+	}
+	return recorded && p.Labels[HashLabel] != ""
+}
 
 // Ready says whether a pod is Ready.
 func Ready(p *corev1.Pod) bool {

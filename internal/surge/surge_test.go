@@ -83,6 +83,29 @@ func TestEligible(t *testing.T) {
 				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}},
 			reason: RefusedVolume, says: "ReadWriteOnce"},
 		{name: "claim not found", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, claim()), reason: RefusedVolume, says: "not found"},
+		{name: "kube-system", pod: func() *corev1.Pod { p := ownedPod("ReplicaSet", "web-abc", nil); p.Namespace = "kube-system"; return p }(),
+			w: workload(1, nil), reason: RefusedNamespace, says: "kube-system"},
+		{name: "host network", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, func(rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+			rs.Spec.Template.Spec.HostNetwork = true
+		}), reason: RefusedPrivileged, says: "hostNetwork"},
+		{name: "hostPath", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, func(rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+			rs.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}), reason: RefusedPrivileged, says: "hostPath volume (root)"},
+		{name: "privileged init container", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, func(rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+			rs.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}
+		}), reason: RefusedPrivileged, says: "container init is privileged"},
+		{name: "SYS_ADMIN", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, func(rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+			rs.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE", "SYS_ADMIN"}}}
+		}), reason: RefusedPrivileged, says: "SYS_ADMIN"},
+		{name: "NET_BIND_SERVICE", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, func(rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+			rs.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}
+		})},
+		{name: "host port", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, func(rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+			rs.Spec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+		}), reason: RefusedPrivileged, says: "host port (8080)"},
+		{name: "node name", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, func(rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+			rs.Spec.Template.Spec.NodeName = "n1"
+		}), reason: RefusedPrivileged, says: "nodeName n1"},
 		{name: "ReadWriteMany claim", pod: ownedPod("ReplicaSet", "web-abc", nil), w: workload(1, claim()),
 			claims: map[string]*corev1.PersistentVolumeClaim{"data": {ObjectMeta: metav1.ObjectMeta{Name: "data"},
 				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}}}},
@@ -187,5 +210,60 @@ func TestReplacement(t *testing.T) {
 	}
 	if w.ReplicaSet.Spec.Template.Labels[HashLabel] != "abc" {
 		t.Error("the ReplicaSet's template was changed")
+	}
+}
+
+// TestMine: the labels find a replacement, the proof makes it the drain's:
+// the drain's owner reference and the replaced pod's namespace (from the
+// pod itself, or from the drain's record); once handed over (no owner
+// reference), the drain's record alone.
+func TestMine(t *testing.T) {
+	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "nd-uid"}, Spec: v1alpha1.NodeDrainSpec{NodeName: "n1"}}
+	replaced := ownedPod("ReplicaSet", "web-abc", nil)
+	replaced.Spec.NodeName = "n1"
+	real := Replacement(replaced, workload(1, nil), nd)
+	real.Name = "web-abc-r"
+	recorded := nd.DeepCopy()
+	recorded.Status.Surges = []v1alpha1.SurgeStatus{{Pod: "shop/web-abc-1", PodUID: "uid-1", Replacement: "web-abc-r", Phase: v1alpha1.SurgeReady}}
+	with := func(f func(*corev1.Pod)) *corev1.Pod {
+		p := real.DeepCopy()
+		f(p)
+		return p
+	}
+	elsewhere := replaced.DeepCopy()
+	elsewhere.Namespace = "tenant"
+	otherNode := replaced.DeepCopy()
+	otherNode.Spec.NodeName = "n2"
+	handedOver := with(func(p *corev1.Pod) { p.OwnerReferences = nil; p.Labels[HashLabel] = "abc" })
+	for _, tc := range []struct {
+		name     string
+		p        *corev1.Pod
+		nd       *v1alpha1.NodeDrain
+		replaced *corev1.Pod
+		want     bool
+	}{
+		{"vacate's, its pod here", real, nd, replaced, true},
+		{"vacate's, its pod gone, recorded", real, recorded, nil, true},
+		{"vacate's, its pod gone, not recorded", real, nd, nil, false},
+		{"no owner reference", with(func(p *corev1.Pod) { p.OwnerReferences = nil }), nd, replaced, false},
+		{"another drain's UID", with(func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" }), nd, replaced, false},
+		{"a controller reference to the drain", with(func(p *corev1.Pod) { p.OwnerReferences[0].Controller = ptr.To(true) }), nd, replaced, false},
+		{"another drain's label", with(func(p *corev1.Pod) { p.Labels[LabelDrain] = "n2" }), nd, replaced, false},
+		{"in another namespace than its pod", with(func(p *corev1.Pod) { p.Namespace = "tenant" }), nd, replaced, false},
+		// A tenant who knows the drain's UID can stand in only for its own
+		// pods on the node, in its own namespace.
+		{"naming a pod of its own namespace on the node", with(func(p *corev1.Pod) { p.Namespace = "tenant" }), nd, elsewhere, true},
+		{"naming a pod of its namespace that is not the one replaced", with(func(p *corev1.Pod) { p.Namespace = "tenant" }), nd,
+			func() *corev1.Pod { p := elsewhere.DeepCopy(); p.UID = "uid-x"; return p }(), false},
+		{"naming a pod of another node", real, nd, otherNode, false},
+		{"in another namespace than its record", with(func(p *corev1.Pod) { p.Namespace = "tenant" }), recorded, nil, false},
+		{"another name than its record", with(func(p *corev1.Pod) { p.Name = "decoy" }), recorded, nil, false},
+		{"handed over, recorded", handedOver, recorded, nil, true},
+		{"handed over, not recorded", handedOver, nd, replaced, false},
+		{"no label", with(func(p *corev1.Pod) { delete(p.Labels, LabelOf) }), recorded, replaced, false},
+	} {
+		if got := Mine(tc.p, tc.nd, tc.replaced); got != tc.want {
+			t.Errorf("%s: %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/config/rbac"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
@@ -122,6 +125,7 @@ func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 		}
 	}
 	sel := labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "web"})
+	bindSurgeRole(t, e)
 	ctrl := startController(t, e.c, s.prefix+"-1", true, s.prefix) // endpoint-aware pods are Ready once it says they serve
 	if s.gate {
 		waitPods(t, e, ns, sel, int(s.replicas), func(p *corev1.Pod) bool { return p.Status.PodIP != "" })
@@ -147,6 +151,28 @@ func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 	}
 	spare := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: s.prefix + "-b", Count: 1, Labels: nodeSel, PodCIDR: spareCIDR})
 	return &surgeEnv{env: e, ns: ns, node: first[0], spare: spare, sel: sel, ctrl: ctrl}
+}
+
+// bindSurgeRole binds the ClusterRole vacate-controller-surge (pod create
+// and patch, which surge drains need and the ClusterRole vacate-controller
+// does not grant) to controllerUser, for the rest of the package's tests.
+func bindSurgeRole(t *testing.T, e *env) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	role, err := rbac.SurgeRole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: controllerUser}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := e.cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitPods waits until count pods match sel and ok.

@@ -41,9 +41,9 @@ func kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 func TestKustomizations(t *testing.T) {
 	_, cl := startCluster(t)
 	installPrometheusOperatorCRDs(t, cl)
-	base := map[string]int{"CustomResourceDefinition": 4, "Namespace": 1, "ClusterRole": 3, "Role": 1, "ServiceAccount": 1,
+	base := map[string]int{"CustomResourceDefinition": 4, "Namespace": 1, "ClusterRole": 4, "Role": 1, "ServiceAccount": 1,
 		"ClusterRoleBinding": 1, "RoleBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "Secret": 1,
-		"MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 7, "ValidatingAdmissionPolicyBinding": 7}
+		"MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 9, "ValidatingAdmissionPolicyBinding": 9}
 	with := func(extras ...map[string]int) map[string]int {
 		out := map[string]int{}
 		for k, n := range base {

@@ -38,7 +38,6 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/requests"
-	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -646,83 +645,4 @@ func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// TestControllerCreatesAndChangesOnlyReplacements (issue 26): RBAC lets
-// vacate-controller create and patch pods for surge drains; the policy
-// vacate-controller-surge keeps that to replacements. It may create a pod
-// labelled vacate.dev/surge-of, without pod-template-hash or a controller
-// reference, and change such a pod's labels; it may not create any other
-// pod, change another pod, or change a replacement's spec. It may not
-// delete a pod at all (it removes a replacement through the Eviction API).
-func TestControllerCreatesAndChangesOnlyReplacements(t *testing.T) {
-	c := testenv.Start(t)
-	install(t, c)
-	ctx := testenv.Context(t)
-	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "rbac-surge", Count: 1})[0]
-	ns := testenv.Namespace(t, c)
-	other := devcluster.BarePod(ns, "someone", node)
-	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, other, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	replacement := devcluster.BarePod(ns, "replacement", node)
-	replacement.Labels[surge.LabelOf] = "uid-1"
-	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, replacement, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	sa := clientset(t, asServiceAccount(c)).CoreV1().Pods(ns)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	const (
-		creates = "vacate-controller may create only surge replacements"
-		changes = "vacate-controller may change only the metadata of its surge replacements"
-	)
-	create := func(mutate func(*corev1.Pod), refusal string) error {
-		p := devcluster.BarePod(ns, "", node)
-		p.Name, p.GenerateName = "", "web-abc-"
-		p.Labels[surge.LabelOf] = "uid-2"
-		mutate(p)
-		_, err := sa.Create(ctx, p, dry)
-		if refusal == "" {
-			return err
-		}
-		return refused(err, refusal)
-	}
-	check(t, "the policy refusing a pod without the label", func() error {
-		return create(func(p *corev1.Pod) { delete(p.Labels, surge.LabelOf) }, creates)
-	})
-	for _, tc := range []struct {
-		what    string
-		mutate  func(*corev1.Pod)
-		refusal string
-	}{
-		{"a replacement", func(*corev1.Pod) {}, ""},
-		{"a pod with pod-template-hash", func(p *corev1.Pod) { p.Labels[surge.HashLabel] = "abc" }, creates},
-		{"a pod with a controller", func(p *corev1.Pod) {
-			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "rs", Controller: ptr.To(true)}}
-		}, creates},
-	} {
-		if err := create(tc.mutate, tc.refusal); err != nil {
-			t.Errorf("creating %s: %v", tc.what, err)
-		}
-	}
-	patch := func(name, p, refusal string) error {
-		_, err := sa.Patch(ctx, name, types.StrategicMergePatchType, []byte(p), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		if refusal == "" {
-			return err
-		}
-		return refused(err, refusal)
-	}
-	for _, tc := range []struct{ what, pod, patch, refusal string }{
-		{"label a replacement", "replacement", `{"metadata":{"labels":{"pod-template-hash":"abc"}}}`, ""},
-		{"label another pod", "someone", `{"metadata":{"labels":{"pod-template-hash":"abc"}}}`, changes},
-		{"change a replacement's spec", "replacement", `{"spec":{"activeDeadlineSeconds":5}}`, changes},
-	} {
-		if err := patch(tc.pod, tc.patch, tc.refusal); err != nil {
-			t.Errorf("%s: %v", tc.what, err)
-		}
-	}
-	err := sa.Delete(ctx, "replacement", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
-	if !apierrors.IsForbidden(err) {
-		t.Errorf("vacate-controller deleting a pod: %v, want Forbidden (RBAC)", err)
-	}
 }

@@ -3,6 +3,7 @@ package nodedrain
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -29,7 +31,10 @@ import (
 	"github.com/vacate-dev/vacate/internal/surge"
 )
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=create;patch
+// The pod create and patch a surge needs are the ClusterRole
+// vacate-controller-surge (config/rbac/surge-role.yaml), bound only where a
+// DrainPolicy surges: without it, a replacement's create is refused and the
+// pod is blocked (SurgeFailed) saying so.
 // +kubebuilder:rbac:groups=apps,resources=replicasets;deployments,verbs=get
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 
@@ -50,13 +55,23 @@ import (
 //     its own labels (HandedOver).
 //
 // A replacement not Ready within surge.readyTimeout is removed (Failed) and
-// tried again after as long; on cancel, or when its pod no longer leaves,
-// it is removed (Cancelled). The replacement pods are the state a restarted
-// controller reads back (index.Surge); status.surges records what happened.
+// tried again after as long; one whose create is refused (a ResourceQuota,
+// an admission policy, RBAC) blocks its pod alone (Failed, with the API's
+// message) and is tried again after surgeCreateRetry; on cancel, or when
+// its pod no longer leaves, it is removed (Cancelled), and an undo that
+// cannot remove it by timeouts.cancel leaves it in place, no longer
+// vacate's (leaveReplacements). The replacement pods are the state a
+// restarted controller reads back (index.Surge), each checked to be the
+// drain's own (surge.Mine: the labels alone prove nothing); status.surges
+// records what happened.
 
 // surgeRecheck bounds the wait for the next pass while a surge waits: a
 // replacement's EndpointSlices may be ones no drain is woken by.
 const surgeRecheck = 2 * time.Second
+
+// surgeCreateRetry bounds the wait before a refused create is tried again
+// (surge.readyTimeout, if shorter).
+const surgeCreateRetry = 30 * time.Second
 
 // surgePass is what a pass knows of the drain's surges.
 type surgePass struct {
@@ -66,6 +81,20 @@ type surgePass struct {
 	// workloads are the ReplicaSets and Deployments read this pass, by
 	// namespace/ReplicaSet.
 	workloads map[string]surge.Workload
+	// refused are the API's refusals of removing a replacement this pass,
+	// by the replacement's UID; left names the replacements an undo left
+	// (leaveReplacements).
+	refused map[types.UID]string
+	left    []string
+}
+
+// leftMessage says which replacements an undo left in place; "" if none.
+func (p *surgePass) leftMessage() string {
+	if p == nil || len(p.left) == 0 {
+		return ""
+	}
+	return "left replacement(s) " + strings.Join(p.left, ", ") + " in place: their removal was refused until timeouts.cancel passed; " +
+		"they are no longer vacate's: delete them once their Deployment can spare them"
 }
 
 // surges reads the drain's replacements from the cache, once per pass.
@@ -77,12 +106,57 @@ func (r *Reconciler) surges(ctx context.Context, s *scope) (*surgePass, error) {
 	if err := r.Client.List(ctx, list, client.MatchingFields{index.Surge: s.drain.Name}); err != nil {
 		return nil, fmt.Errorf("listing the replacements of drain %s: %w", s.drain.Name, err)
 	}
-	p := &surgePass{byPod: map[string]*corev1.Pod{}, workloads: map[string]surge.Workload{}}
+	p := &surgePass{byPod: map[string]*corev1.Pod{}, workloads: map[string]surge.Workload{}, refused: map[types.UID]string{}}
 	for i := range list.Items {
-		p.byPod[surge.Of(&list.Items[i])] = &list.Items[i]
+		rep := &list.Items[i]
+		mine, err := r.mine(ctx, s.drain, rep)
+		if err != nil {
+			return nil, err
+		}
+		if !mine {
+			s.log.V(1).Info("surge: ignoring a pod that carries the drain's labels but is not its replacement", "pod", klog.KObj(rep))
+			continue
+		}
+		p.byPod[surge.Of(rep)] = rep
 	}
 	s.surge = p
 	return p, nil
+}
+
+// mine says whether rep, which carries the drain's labels, is the drain's
+// replacement (surge.Mine), reading the pod it names as the one it
+// replaces from the cache.
+func (r *Reconciler) mine(ctx context.Context, nd *v1alpha1.NodeDrain, rep *corev1.Pod) (bool, error) {
+	var replaced *corev1.Pod
+	if ref := surge.DrainRef(rep); ref != nil && ref.UID == nd.UID && rep.Annotations[surge.AnnotationPod] != "" {
+		p := &corev1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: rep.Namespace, Name: rep.Annotations[surge.AnnotationPod]}, p)
+		switch {
+		case err == nil:
+			replaced = p
+		case !apierrors.IsNotFound(err):
+			return false, err
+		}
+	}
+	return surge.Mine(rep, nd, replaced), nil
+}
+
+// broughtUp says whether rep carries the owner reference of a NodeDrain
+// that exists (this one, or another drain's, read from the cache): a
+// replacement that counts against its Deployment's maxSurge.
+func (r *Reconciler) broughtUp(ctx context.Context, nd *v1alpha1.NodeDrain, rep *corev1.Pod) (bool, error) {
+	ref := surge.DrainRef(rep)
+	switch {
+	case ref == nil:
+		return false, nil
+	case ref.UID == nd.UID:
+		return true, nil
+	}
+	other := &v1alpha1.NodeDrain{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, other); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return other.UID == ref.UID, nil
 }
 
 // replacementsOf lists the namespace's replacements from the API server.
@@ -142,6 +216,9 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	}
 	timeout := s.policy.SurgeReadyTimeout
 	if rec := surgeRecord(s.drain, uid); rec != nil && rec.Phase == v1alpha1.SurgeFailed {
+		if rec.Replacement == "" { // its create was refused
+			timeout = min(timeout, surgeCreateRetry)
+		}
 		if left := timeout - s.now.Sub(rec.Since.Time); left > 0 {
 			s.surgeBlocker(d, v1alpha1.BlockerSurgeFailed, rec.Since.Time,
 				fmt.Sprintf("%s; trying again in %s", rec.Message, left.Round(time.Second)))
@@ -159,10 +236,16 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	busy := 0
 	for i := range up {
 		switch {
-		case surge.Of(&up[i]) == uid:
+		case surge.Mine(&up[i], s.drain, d.Pod):
 			return r.awaitReplacement(ctx, s, d, &up[i])
 		case up[i].Annotations[surge.AnnotationDeployment] == w.Deployment.Name && up[i].Labels[surge.HashLabel] == "":
-			busy++
+			counts, err := r.broughtUp(ctx, s.drain, &up[i])
+			if err != nil {
+				return false, err
+			}
+			if counts {
+				busy++
+			}
 		}
 	}
 	if allowed := surge.MaxSurge(w.Deployment); busy >= allowed {
@@ -173,13 +256,58 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	}
 	rep := surge.Replacement(d.Pod, w, s.drain)
 	if err := r.Client.Create(ctx, rep); err != nil {
-		return false, fmt.Errorf("creating a replacement for pod %s: %w", d.Key(), err)
+		if ctx.Err() != nil {
+			return false, fmt.Errorf("creating a replacement for pod %s: %w", d.Key(), err)
+		}
+		r.createRefused(ctx, s, d, err)
+		return true, nil
 	}
 	s.log.Info("surge: replacement created", "pod", d.Key(), "replacement", rep.Name, "why", why)
 	sp.byPod[uid] = rep
 	r.surgeStep(s, d, rep.Name, v1alpha1.SurgeStarting, corev1.EventTypeNormal, v1alpha1.EventSurgeStarted, v1alpha1.BlockerSurge,
 		fmt.Sprintf("replacement %s created (%s)", rep.Name, why), surgeRecheck)
 	return true, nil
+}
+
+// createRefused makes a refused create of the pod's replacement its
+// blocker (SurgeFailed, with the API server's message), tried again after
+// surgeCreateRetry: the drain's other pods go on. When RBAC refuses it,
+// the message names the role to bind.
+func (r *Reconciler) createRefused(ctx context.Context, s *scope, d drain.Decision, err error) {
+	msg := "vacate could not create its replacement: " + apiMessage(err)
+	if apierrors.IsForbidden(err) {
+		if may, rerr := r.mayCreatePods(ctx, d.Pod.Namespace); rerr == nil && !may {
+			msg += "; vacate-controller may not create pods: bind the ClusterRole vacate-controller-surge " +
+				"('vacate manifests surge | kubectl apply -f -', or the Helm chart's controller.surge: true)"
+		}
+	}
+	retry := min(s.policy.SurgeReadyTimeout, surgeCreateRetry)
+	s.log.Info("surge: creating a replacement was refused", "pod", d.Key(), "error", err.Error(), "retryIn", retry)
+	r.surgeStep(s, d, "", v1alpha1.SurgeFailed, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, v1alpha1.BlockerSurgeFailed, msg, retry)
+	s.surgeBlocker(d, v1alpha1.BlockerSurgeFailed, s.now, fmt.Sprintf("%s; trying again in %s", msg, retry))
+}
+
+// apiMessage is the API server's own message of an error (the Status it
+// returned), or the error.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
+	}
+	return err.Error()
+}
+
+// mayCreatePods asks the API server (a SelfSubjectAccessReview, which any
+// authenticated user may create) whether the controller may create pods in
+// the namespace.
+func (r *Reconciler) mayCreatePods(ctx context.Context, namespace string) (bool, error) {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "create", Resource: "pods"},
+	}}
+	if err := r.Client.Create(ctx, review); err != nil {
+		return false, fmt.Errorf("asking whether the controller may create pods: %w", err)
+	}
+	return review.Status.Allowed, nil
 }
 
 // surgeStep records a surge's new phase, its event once the status
@@ -417,11 +545,23 @@ func (r *Reconciler) handOverNow(o eviction.Outcome) {
 	ctx := context.Background()
 	list := &corev1.PodList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(o.Pod.Namespace), client.MatchingFields{index.Surge: o.Node},
-		client.MatchingLabels{surge.LabelOf: string(o.UID)}); err != nil || len(list.Items) != 1 {
+		client.MatchingLabels{surge.LabelOf: string(o.UID)}); err != nil || len(list.Items) == 0 {
 		return
 	}
-	rep := &list.Items[0]
-	if rep.Labels[surge.HashLabel] != "" || !rep.DeletionTimestamp.IsZero() || !surge.Ready(rep) {
+	nd := &v1alpha1.NodeDrain{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: o.Node}, nd); err != nil { // a drain is named after its node
+		return
+	}
+	// The pod this drain evicted, as the eviction queue knew it.
+	evicted := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Pod.Namespace, Name: o.Pod.Name, UID: o.UID},
+		Spec: corev1.PodSpec{NodeName: nd.Spec.NodeName}}
+	var rep *corev1.Pod
+	for i := range list.Items {
+		if surge.Mine(&list.Items[i], nd, evicted) {
+			rep = &list.Items[i]
+		}
+	}
+	if rep == nil || rep.Labels[surge.HashLabel] != "" || !rep.DeletionTimestamp.IsZero() || !surge.Ready(rep) {
 		return
 	}
 	if err := r.handOver(ctx, rep); err != nil {
@@ -503,22 +643,71 @@ func withoutDrain(refs []metav1.OwnerReference) []metav1.OwnerReference {
 
 // removeReplacement evicts a replacement, by its UID: vacate-controller
 // may not delete pods (RBAC), and the eviction API lets a pod that is not
-// Ready go while its PDB keeps its healthy pods. A refusal leaves it for a
-// later pass (removed is false; s, when set, rechecks soon).
+// Ready go while its PDB keeps its healthy pods. A refusal by the API
+// server (its PDB: 429; a policy) leaves it for a later pass (removed is
+// false; s, when set, rechecks soon and keeps the refusal's message for
+// an undo that gives up: leaveReplacements).
 func (r *Reconciler) removeReplacement(ctx context.Context, s *scope, rep *corev1.Pod) (removed bool, err error) {
 	ev := &policyv1.Eviction{DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rep.UID}}}
 	err = r.Client.SubResource("eviction").Create(ctx, rep, ev)
+	var status apierrors.APIStatus
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return true, nil
-	case apierrors.IsTooManyRequests(err):
+	case errors.As(err, &status) && ctx.Err() == nil:
 		if s != nil {
 			s.log.Info("surge: removing a replacement was refused; trying again", "replacement", klog.KObj(rep), "why", err.Error())
 			s.recheckIn(gateRetry)
+			if s.surge != nil {
+				s.surge.refused[rep.UID] = apiMessage(err)
+			}
 		}
 		return false, nil
 	}
 	return false, fmt.Errorf("removing replacement %s/%s: %w", rep.Namespace, rep.Name, err)
+}
+
+// leaveReplacements ends an undo's wait for the drain's replacements once
+// timeouts.cancel has passed (limit): one whose removal is still refused
+// (its PodDisruptionBudget counts on it, or a policy keeps it) is left in
+// place, no longer vacate's: its labels and the drain's owner reference are
+// removed, so that the garbage collector does not delete it with the
+// drain, past its PodDisruptionBudget, and no later drain takes it for a
+// replacement. Each is reported (a Warning event, the log, its record in
+// status.surges, and leftMessage for the drain's condition). One handed
+// over to its ReplicaSet and not yet adopted loses vacate's labels and
+// stays the ReplicaSet's to adopt; one terminating is left to go.
+func (r *Reconciler) leaveReplacements(ctx context.Context, s *scope, limit time.Duration) error {
+	sp, err := r.surges(ctx, s)
+	if err != nil {
+		return err
+	}
+	for uid, rep := range sp.byPod {
+		if !rep.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.releaseReplacement(ctx, rep); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if rep.Labels[surge.HashLabel] != "" {
+			continue // handed over: its ReplicaSet adopts it
+		}
+		key := rep.Namespace + "/" + rep.Name
+		why := sp.refused[rep.UID]
+		if why == "" {
+			why = "not removed yet"
+		}
+		msg := fmt.Sprintf("replacement %s left in place: removing it through the Eviction API was refused until timeouts.cancel (%s) passed (%s); "+
+			"it no longer carries vacate's labels: delete it once its Deployment can spare it (kubectl delete pod -n %s %s)",
+			key, limit, why, rep.Namespace, rep.Name)
+		s.log.Info("surge: undo leaves a replacement in place", "replacement", klog.KObj(rep), "why", why)
+		r.Events.Eventf(s.drain, rep, corev1.EventTypeWarning, v1alpha1.EventSurgeLeft, "Restore", "%s", msg)
+		pod := rep.Namespace + "/" + rep.Annotations[surge.AnnotationPod]
+		s.setSurgeOf(pod, uid, rep.Name, v1alpha1.SurgeCancelled, msg)
+		sp.left = append(sp.left, key)
+	}
+	sort.Strings(sp.left)
+	return nil
 }
 
 // surgeRecord is the drain's record of the pod's surge; nil if none.

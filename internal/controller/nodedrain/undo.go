@@ -87,10 +87,17 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{RequeueAfter: min(wait, 2*time.Second)}, err
 	}
 	// Replacements whose pod stays are removed; those whose pod left go
-	// to its ReplicaSet (surge.go). Not bounded by timeouts.cancel: each
-	// is one write of vacate's own.
-	if pending, err := r.tendSurges(ctx, s, nil, true); err != nil || pending > 0 {
-		return reconcile.Result{RequeueAfter: time.Second}, err
+	// to its ReplicaSet (surge.go). A removal the Eviction API refuses is
+	// tried until timeouts.cancel; then the replacement is left in place,
+	// reported, and the node given back.
+	if pending, err := r.tendSurges(ctx, s, nil, true); err != nil {
+		return reconcile.Result{}, err
+	} else if pending > 0 && !u.expired {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	} else if pending > 0 {
+		if err := r.leaveReplacements(ctx, s, u.limit); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	if !nodeGone {
@@ -138,7 +145,11 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
 	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
 	nd.Status.UndoStartTime, nd.Status.Mode, nd.Status.Deadline, nd.Status.Run = nil, "", nil, nil
-	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonRestored, "no requester is left; vacate undid its changes")
+	restored := "no requester is left; vacate undid its changes"
+	if left := s.surge.leftMessage(); left != "" {
+		restored += "; " + left
+	}
+	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonRestored, restored)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
