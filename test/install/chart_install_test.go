@@ -17,9 +17,11 @@ import (
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -124,6 +126,10 @@ func TestChartInstallDrainsAsItsServiceAccount(t *testing.T) {
 			t.Errorf("pod %s/%s still on the drained node", p.Namespace, p.Name)
 		}
 	}
+	// The HTTP hooks' tokens: the controller requests its own service
+	// account's (the release's), which the chart's Role and the policy
+	// vacate-controller-tokens let it mint for one pod's hook only.
+	checkHookTokens(t, c, args, kubeconfig)
 	// The certificate rotation wrote the Secret and the CA bundle, as the
 	// service account.
 	wh := &unstructured.Unstructured{}
@@ -337,4 +343,39 @@ func rbacCRDNames(ctx context.Context, cl client.Client) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkHookTokens: the chart names the release's service account as the
+// one whose tokens the controller sends to HTTP hooks, and that account,
+// with the chart's rights, may mint ten-minute tokens for one pod's hook
+// and nothing else (the policy vacate-controller-tokens, with the release's
+// names).
+func checkHookTokens(t *testing.T, c *devcluster.Cluster, args []string, kubeconfig string) {
+	t.Helper()
+	want := releaseNamespace + "/vacate-controller"
+	if got := flagOr(args, "hook-service-account"); got != want {
+		t.Fatalf("the chart runs the controller with --hook-service-account=%q, want %q (its own service account)", got, want)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(audiences []string) error {
+		_, err := cs.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(context.Background(), "vacate-controller",
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+		return err
+	}
+	if err := mint([]string{"vacate.dev/hook", "vacate.dev/hook/a-pod-uid"}); err != nil {
+		t.Errorf("the chart's controller requesting a hook token: %v", err)
+	}
+	testutil.Eventually(t, patience, "the policy refusing the chart's controller a token for the API server", func() error {
+		if err := mint(nil); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only for the HTTP hook of one pod") {
+			return fmt.Errorf("a token for the API server: %v, want refused by vacate-controller-tokens", err)
+		}
+		return nil
+	})
 }
