@@ -3,10 +3,14 @@
 // Nodes only the cordon and what is vacate's own. tokens.yaml: its own
 // tokens only for one pod's HTTP hook, ten minutes long. pods.yaml: through
 // pods/status, only its own condition vacate.dev/serving. webhook.yaml: in
-// its MutatingWebhookConfiguration, only the webhooks' CA bundle.
-// users.yaml: people name a DrainPolicy only with the verb use on it, change
-// only their own requesters, set a deadline only with the verb force, and
-// set only spec.release on an Evacuation, as themselves.
+// its MutatingWebhookConfiguration, only the webhooks' CA bundle;
+// nodedrain-webhook.yaml: the same in its ValidatingWebhookConfiguration.
+// users.yaml: people name, change or clear a DrainPolicy only with the verb
+// use on it, change only their own requesters, set a deadline only with the
+// verb force, an override only with its verb, Decommission only with the
+// verb decommission, never add finalizers or owner references nor remove
+// vacate's finalizers, and set only spec.release on an Evacuation, as
+// themselves.
 // evacuation-status.yaml: only a provider's reporter writes its Evacuations'
 // status.
 package admission
@@ -32,6 +36,13 @@ var PodsYAML string
 //go:embed webhook.yaml
 var WebhookYAML string
 
+// NodeDrainWebhookYAML is the policy vacate-controller-nodedrain-webhook and
+// its binding: in the NodeDrain policy webhook's configuration, only the CA
+// bundle.
+//
+//go:embed nodedrain-webhook.yaml
+var NodeDrainWebhookYAML string
+
 // EvacuationStatusYAML is the policy vacate-evacuation-status and its
 // binding: only a provider's reporter writes its Evacuations' status.
 //
@@ -53,5 +64,5 @@ var UsersYAML string
 
 // YAML is every policy and binding, for `vacate manifests admission`.
 func YAML() string {
-	return NodesYAML + "---\n" + PodsYAML + "---\n" + TokensYAML + "---\n" + WebhookYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
+	return NodesYAML + "---\n" + PodsYAML + "---\n" + TokensYAML + "---\n" + WebhookYAML + "---\n" + NodeDrainWebhookYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
 }

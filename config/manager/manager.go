@@ -1,12 +1,13 @@
 // Package manager embeds the manifests that run vacate-controller in a
 // cluster: its namespace (namespace.yaml); its service account, role
 // bindings, Deployment, PDB and Services (controller.yaml), with the image
-// left for the installer to set; the endpoint-aware webhook's configuration
-// (webhook.yaml, written by `make generate` from internal/webhook); and the
-// binding that grants pod delete, only for policies with onTimeout:
-// ForceDelete (force-delete/force-delete.yaml, a kustomize component); and
-// the binding that grants pod create and patch, only for policies that
-// surge (surge/surge.yaml, a kustomize component).
+// left for the installer to set; the configurations of its webhooks, the
+// endpoint-aware one (webhook.yaml) and the NodeDrain policy one
+// (nodedrain-webhook.yaml), written by `make generate` from
+// internal/webhook; and the binding that grants pod delete, only for
+// policies with onTimeout: ForceDelete (force-delete/force-delete.yaml, a
+// kustomize component); and the binding that grants pod create and patch,
+// only for policies that surge (surge/surge.yaml, a kustomize component).
 package manager
 
 import (
@@ -40,6 +41,12 @@ var SurgeYAML string
 //go:embed webhook.yaml
 var webhookYAML string
 
+// nodeDrainWebhookYAML is the ValidatingWebhookConfiguration of the
+// NodeDrain policy webhook, as `make generate` wrote it.
+//
+//go:embed nodedrain-webhook.yaml
+var nodeDrainWebhookYAML string
+
 // validImage is a loose check of an image reference: no spaces, quotes or
 // YAML syntax that could change the document.
 var validImage = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:@-]*$`)
@@ -61,7 +68,7 @@ func WorkloadYAML(image string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return y + "---\n" + webhookYAML, nil
+	return y + "---\n" + webhookYAML + "---\n" + nodeDrainWebhookYAML, nil
 }
 
 // Namespace is vacate-controller's namespace.

@@ -4,6 +4,8 @@
 //
 //   - config/manager/webhook.yaml: the MutatingWebhookConfiguration of the
 //     endpoint-aware webhook, from internal/webhook;
+//   - config/manager/nodedrain-webhook.yaml: the ValidatingWebhookConfiguration
+//     of the NodeDrain policy webhook, from internal/webhook;
 //   - charts/vacate/crds and charts/vacate/files: the Helm chart's copies of
 //     the CRDs, the RBAC rules, the admission policies, the dashboard and the
 //     alerts, which the chart's templates read (a chart cannot read files
@@ -43,6 +45,9 @@ func run() error {
 	if err := writeWebhook("config/manager/webhook.yaml"); err != nil {
 		return err
 	}
+	if err := writeNodeDrainWebhook("config/manager/nodedrain-webhook.yaml"); err != nil {
+		return err
+	}
 	// The chart's CRDs are exact copies: helm installs crds/ as they are.
 	crds, err := filepath.Glob("config/crd/bases/*.yaml")
 	if err != nil {
@@ -58,6 +63,8 @@ func run() error {
 	}
 	copies := map[string]string{
 		"config/manager/webhook.yaml":             "files/webhook.yaml",
+		"config/manager/nodedrain-webhook.yaml":   "files/nodedrain-webhook.yaml",
+		"config/admission/nodedrain-webhook.yaml": "files/admission/nodedrain-webhook.yaml",
 		"config/admission/nodes.yaml":             "files/admission/nodes.yaml",
 		"config/admission/pods.yaml":              "files/admission/pods.yaml",
 		"config/admission/tokens.yaml":            "files/admission/tokens.yaml",
@@ -108,6 +115,23 @@ func writeWebhook(path string) error {
 	}
 	head := fmt.Sprintf(header, "internal/webhook") +
 		"# The endpoint-aware admission webhook (docs/endpoint-aware.md): fails open,\n# called only for pods that opted in; vacate-controller injects the CA bundle.\n"
+	return write(path, append([]byte(head), b...))
+}
+
+// writeNodeDrainWebhook writes the NodeDrain policy webhook's
+// configuration, calling the Service vacate-webhook in vacate-system.
+func writeNodeDrainWebhook(path string) error {
+	p := webhook.NodeDrainPath
+	cfg := webhook.NodeDrainConfiguration(admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+		Namespace: namespace, Name: webhook.ServiceName, Path: &p, Port: ptr.To[int32](443)}})
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	head := fmt.Sprintf(header, "internal/webhook") +
+		"# The NodeDrain policy webhook (docs/policies.md, \"Which policy a drain may name\"): fails closed,\n" +
+		"# called only when a person (no verb manage on nodedrains) sets or changes a drain's spec.policyName;\n" +
+		"# vacate-controller injects the CA bundle.\n"
 	return write(path, append([]byte(head), b...))
 }
 

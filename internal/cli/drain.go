@@ -288,6 +288,13 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 			node, conflictFields(err))
 	case apierrors.IsInvalid(err):
 		return nil, fmt.Errorf("the API server refused the drain of node %s: %s", node, apiMessage(err))
+	case apierrors.IsInternalError(err) && policyName != "" && (!found || policyName != existing.Spec.PolicyName):
+		// Naming a policy sends the request to vacate-controller's webhook
+		// (a person may name only a policy that selects the node), which
+		// fails closed.
+		return nil, fmt.Errorf("the API server could not check that DrainPolicy %s may govern node %s: vacate-controller's admission webhook checks it "+
+			"and did not answer (is vacate-controller running? 'vacate version' says); drain without --policy to use the policy that selects the node, "+
+			"or try again once it runs (%s)", policyName, node, apiMessage(err))
 	case err != nil:
 		return nil, s.explain(err, "requesting the drain of node "+node)
 	case o.dryRun.server():

@@ -44,6 +44,10 @@ type Options struct {
 	// ExtraDNSNames are more names the rotated certificate is valid for,
 	// besides the Service's (a webhook reached on localhost).
 	ExtraDNSNames []string
+	// RotatorName names cert-controller's controller (default
+	// cert-rotator): a process that runs several managers with Rotate
+	// (tests) needs a name for each.
+	RotatorName string
 }
 
 // Enabled reports whether the webhook is served.
@@ -68,13 +72,20 @@ func (o Options) Server() (crwebhook.Server, error) {
 // DNSName is the name the API server calls the webhook by in a cluster.
 func (o Options) DNSName() string { return ServiceName + "." + o.Namespace + ".svc" }
 
-// Register serves the PodGate on the manager's webhook server. Under
-// Rotate it first waits, in the background, for cert-controller to have
-// written the certificate (the server reads it when it starts).
+// Register serves the PodGate and the PolicyGate on the manager's webhook
+// server. Under Rotate it first waits, in the background, for
+// cert-controller to have written the certificate (the server reads it
+// when it starts), which it injects into both configurations.
 func Register(mgr manager.Manager, o Options) error {
-	handler := &crwebhook.Admission{Handler: &PodGate{Namespaces: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme())}}
+	decoder := admission.NewDecoder(mgr.GetScheme())
+	pods := &crwebhook.Admission{Handler: &PodGate{Namespaces: mgr.GetClient(), Decoder: decoder}}
+	drains := &crwebhook.Admission{Handler: &PolicyGate{Reader: mgr.GetAPIReader(), Decoder: decoder}}
+	register := func() {
+		mgr.GetWebhookServer().Register(Path, pods)
+		mgr.GetWebhookServer().Register(NodeDrainPath, drains)
+	}
 	if !o.Rotate {
-		mgr.GetWebhookServer().Register(Path, handler)
+		register()
 		return nil
 	}
 	ready := make(chan struct{})
@@ -86,7 +97,9 @@ func Register(mgr manager.Manager, o Options) error {
 		DNSName:        o.DNSName(),
 		ExtraDNSNames:  o.ExtraDNSNames,
 		IsReady:        ready,
-		Webhooks:       []rotator.WebhookInfo{{Name: ConfigurationName, Type: rotator.Mutating}},
+		ControllerName: o.RotatorName,
+		Webhooks: []rotator.WebhookInfo{{Name: ConfigurationName, Type: rotator.Mutating},
+			{Name: NodeDrainConfigurationName, Type: rotator.Validating}},
 	})
 	if err != nil {
 		return fmt.Errorf("setting up the webhook's certificate rotation: %w", err)
@@ -94,14 +107,15 @@ func Register(mgr manager.Manager, o Options) error {
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		select {
 		case <-ready:
-			mgr.GetWebhookServer().Register(Path, handler)
+			register()
 		case <-ctx.Done():
 		}
 		return nil
 	}))
 }
 
-// Local is the webhook installed on the dev cluster, reached on loopback.
+// Local is a webhook configuration installed on the dev cluster, reached
+// on loopback.
 type Local struct {
 	install envtest.WebhookInstallOptions
 }
@@ -114,14 +128,22 @@ func (l *Local) Addr() string {
 // CertDir holds the serving certificate.
 func (l *Local) CertDir() string { return l.install.LocalServingCertDir }
 
-// Uninstall deletes the MutatingWebhookConfiguration and the certificate
+// Uninstall deletes the configuration it installed and the certificate
 // directory.
 func (l *Local) Uninstall(ctx context.Context, cs kubernetes.Interface) error {
-	err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, ConfigurationName, metav1.DeleteOptions{})
-	if apierrors.IsNotFound(err) {
-		err = nil
+	var errs []error
+	for _, m := range l.install.MutatingWebhooks {
+		errs = append(errs, cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, m.Name, metav1.DeleteOptions{}))
 	}
-	return errors.Join(err, l.install.Cleanup())
+	for _, v := range l.install.ValidatingWebhooks {
+		errs = append(errs, cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, v.Name, metav1.DeleteOptions{}))
+	}
+	for i, err := range errs {
+		if apierrors.IsNotFound(err) {
+			errs[i] = nil
+		}
+	}
+	return errors.Join(append(errs, l.install.Cleanup())...)
 }
 
 // InstallLocal installs the MutatingWebhookConfiguration on a cluster
@@ -139,6 +161,24 @@ func InstallLocal(cfg *rest.Config, controllerNamespace string) (*Local, error) 
 	}}
 	if err := l.install.Install(cfg); err != nil {
 		return nil, fmt.Errorf("installing the endpoint-aware webhook on the dev cluster: %w", err)
+	}
+	return l, nil
+}
+
+// InstallLocalNodeDrainPolicy installs the NodeDrain policy webhook's
+// ValidatingWebhookConfiguration on the dev cluster, as InstallLocal does
+// the endpoint-aware one: with a serving certificate for localhost of its
+// own and a free port, where a controller must then serve its webhooks.
+func InstallLocalNodeDrainPolicy(cfg *rest.Config, controllerNamespace string) (*Local, error) {
+	path := NodeDrainPath
+	cc := admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+		Namespace: controllerNamespace, Name: ServiceName, Path: &path}}
+	l := &Local{install: envtest.WebhookInstallOptions{
+		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{NodeDrainConfiguration(cc)},
+		LocalServingHost:   "127.0.0.1",
+	}}
+	if err := l.install.Install(cfg); err != nil {
+		return nil, fmt.Errorf("installing the NodeDrain policy webhook on the dev cluster: %w", err)
 	}
 	return l, nil
 }

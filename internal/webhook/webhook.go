@@ -1,5 +1,10 @@
-// Package webhook is vacate-controller's mutating admission webhook for
-// endpoint-aware eviction: it adds the readiness gate vacate.dev/serving
+// Package webhook holds vacate-controller's admission webhooks, served by
+// one server with one certificate: the mutating webhook for endpoint-aware
+// eviction (below), and the validating NodeDrain policy webhook
+// (nodedrain.go: a person names only a DrainPolicy that selects the
+// drain's node).
+//
+// The endpoint-aware webhook adds the readiness gate vacate.dev/serving
 // to pods created in namespaces labelled vacate.dev/endpoint-aware=true,
 // or annotated so themselves (docs/endpoint-aware.md).
 //

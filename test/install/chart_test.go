@@ -373,9 +373,15 @@ func checkRendered(t *testing.T, name string, vals map[string]any, objs []*unstr
 		if _, ok := all["Secret "+releaseNamespace+"/vacate-webhook-cert"]; ok == cm {
 			t.Errorf("%s: the chart's Secret vacate-webhook-cert rendered %t, certManager.enabled %t", name, ok, cm)
 		}
-		mwc := all["MutatingWebhookConfiguration /vacate-endpoint-aware"]
-		if inject := mwc.GetAnnotations()["cert-manager.io/inject-ca-from"]; (inject == releaseNamespace+"/vacate-webhook") != cm {
-			t.Errorf("%s: the webhook configuration's inject-ca-from %q, certManager.enabled %t", name, inject, cm)
+		for _, key := range []string{"MutatingWebhookConfiguration /vacate-endpoint-aware", "ValidatingWebhookConfiguration /vacate-nodedrain-policy"} {
+			wc := all[key]
+			if wc == nil {
+				t.Errorf("%s: no %s with webhook.enabled", name, key)
+				continue
+			}
+			if inject := wc.GetAnnotations()["cert-manager.io/inject-ca-from"]; (inject == releaseNamespace+"/vacate-webhook") != cm {
+				t.Errorf("%s: %s's inject-ca-from %q, certManager.enabled %t", name, key, inject, cm)
+			}
 		}
 		if cert != nil {
 			secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
@@ -388,6 +394,9 @@ func checkRendered(t *testing.T, name string, vals map[string]any, objs []*unstr
 				t.Errorf("%s: the Certificate names the Issuer %s, not rendered", name, issuer)
 			}
 		}
+	} else if _, ok := all["ValidatingWebhookConfiguration /vacate-nodedrain-policy"]; ok {
+		// It fails closed: without the server, no person could name a policy.
+		t.Errorf("%s: the NodeDrain policy webhook's configuration rendered without webhook.enabled", name)
 	}
 	_, pdb := all["PodDisruptionBudget "+releaseNamespace+"/vacate-controller"]
 	if pdb != dig(vals, "controller", "podDisruptionBudget", "enabled").(bool) {
@@ -519,7 +528,7 @@ func firstNonEmpty(s ...string) string {
 func namespaced(kind string) bool {
 	switch kind {
 	case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Namespace", "MutatingWebhookConfiguration",
-		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DrainPolicy":
+		"ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DrainPolicy":
 		return false
 	}
 	return true

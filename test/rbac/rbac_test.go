@@ -66,9 +66,11 @@ func vacate(t *testing.T, kubeconfig string, args ...string) (int, string) {
 var installOnce sync.Once
 
 // install applies what 'vacate manifests install' prints (with the given
-// extra arguments), except the CRDs (testenv installs them) and the
+// extra arguments), except the CRDs (testenv installs them), the
 // controller's Deployment and PDB (the tests run the controller in
-// process, as its service account).
+// process, as its service account) and the NodeDrain policy webhook's
+// configuration, which fails closed: a test that runs the controller
+// installs it on loopback (serveController).
 func install(t *testing.T, c *devcluster.Cluster, args ...string) client.Client {
 	t.Helper()
 	cl := testenv.DrainClient(t, c)
@@ -91,7 +93,7 @@ func applyYAML(t *testing.T, cl client.Client, text string) {
 	t.Helper()
 	for _, obj := range testenv.Objects(t, text) {
 		switch obj.GetKind() {
-		case "CustomResourceDefinition", "Deployment", "PodDisruptionBudget":
+		case "CustomResourceDefinition", "Deployment", "PodDisruptionBudget", "ValidatingWebhookConfiguration":
 			continue
 		}
 		err := cl.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("rbac-test"), client.ForceOwnership)
@@ -474,10 +476,12 @@ func TestUsersKeepToTheirOwn(t *testing.T) {
 	c := testenv.Start(t)
 	cl := install(t, c)
 	ctx := testenv.Context(t)
-	startController(t, c)
-	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "rbac-user", Count: 1})[0]
+	serveController(t, c)
+	// The policy selects the node: a person may name only such a policy
+	// (TestNamedPolicyMustSelectTheNode).
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "rbac-user", Count: 1, Labels: map[string]string{"rbac-test": "special"}})[0]
 	special := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rbac-special"},
-		Spec: v1alpha1.DrainPolicySpec{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rbac-test": "none"}}}}
+		Spec: v1alpha1.DrainPolicySpec{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rbac-test": "special"}}}}
 	if err := cl.Create(ctx, special); err != nil {
 		t.Fatal(err)
 	}
