@@ -44,17 +44,23 @@ func newManifestsCommand(s Streams) *cobra.Command {
                    vacate-controller-surge (pod create and patch), not bound
   controller       namespace vacate-system, service account, role bindings, a
                    Deployment of vacate-controller (needs --image) and its PDB,
-                   the endpoint-aware webhook's Service, certificate Secret
-                   and MutatingWebhookConfiguration
+                   its webhooks' Service and certificate Secret, the
+                   endpoint-aware MutatingWebhookConfiguration and the
+                   ValidatingWebhookConfiguration vacate-nodedrain-policy
+                   (people name only a DrainPolicy that selects the node)
   user-role        the ClusterRole vacate-user, for the people who run this CLI
   admission        ValidatingAdmissionPolicies: vacate-controller changes on
                    Nodes only the cordon and vacate's own annotations, taint
                    and finalizer, in a Pod's status only its condition
                    vacate.dev/serving, and creates and changes only true surge
-                   replacements, which no one else may make; people name a
-                   DrainPolicy only with the verb use on it, change only their
-                   own requesters, and set only spec.release on an Evacuation,
-                   as themselves
+                   replacements, which no one else may make, and in its
+                   webhook configurations only the CA bundle; people name,
+                   change or clear a DrainPolicy only with the verb use on it,
+                   change only their own requesters, set a deadline, an
+                   override or Decommission only with its verb, add no
+                   finalizer or owner reference to a drain and remove none of
+                   vacate's, and set only spec.release on an Evacuation, as
+                   themselves
   force-delete     the binding of vacate-controller-force-delete to the
                    controller: needed only by a DrainPolicy with
                    timeouts.onTimeout: ForceDelete
