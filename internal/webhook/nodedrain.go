@@ -38,8 +38,8 @@ import (
 // unchanged and are not sent), and vacate's own requesters (the agent at a
 // shutdown, the triggers: managers) are never sent.
 
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
-// +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get;list;watch
 // cert-controller injects the CA into this configuration too (update by
 // name only; the admission policy vacate-controller-nodedrain-webhook
 // limits the update to the webhook's CA bundle).
@@ -60,9 +60,11 @@ const (
 // PolicyGate answers whether a drain may name the DrainPolicy it names:
 // only one that may govern its node (MayName).
 type PolicyGate struct {
-	// Reader reads the node and the policy. vacate-controller passes the
-	// API reader, not its cache: a node relabelled or a policy changed an
-	// instant ago is judged as it is, and the calls are rare.
+	// Reader reads the node and the policy: vacate-controller's cache,
+	// which its controllers decide from too. Not the API reader: anyone
+	// who reaches the webhook's port can send it requests, and each must
+	// not become calls to the API server that throttle the controller's
+	// own (its drains).
 	Reader  client.Reader
 	Decoder admission.Decoder
 }

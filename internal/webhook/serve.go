@@ -79,7 +79,7 @@ func (o Options) DNSName() string { return ServiceName + "." + o.Namespace + ".s
 func Register(mgr manager.Manager, o Options) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	pods := &crwebhook.Admission{Handler: &PodGate{Namespaces: mgr.GetClient(), Decoder: decoder}}
-	drains := &crwebhook.Admission{Handler: &PolicyGate{Reader: mgr.GetAPIReader(), Decoder: decoder}}
+	drains := &crwebhook.Admission{Handler: &PolicyGate{Reader: mgr.GetClient(), Decoder: decoder}}
 	register := func() {
 		mgr.GetWebhookServer().Register(Path, pods)
 		mgr.GetWebhookServer().Register(NodeDrainPath, drains)
