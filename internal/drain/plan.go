@@ -428,13 +428,27 @@ func controllerOf(p *corev1.Pod) *metav1.OwnerReference {
 	return nil
 }
 
+// ownedByADrain reports whether the pod names a NodeDrain as an owner, as
+// a surge replacement does until its ReplicaSet adopts it (the admission
+// policy vacate-surge-replacements lets only vacate-controller write one).
+func ownedByADrain(p *corev1.Pod) bool {
+	for _, ref := range p.OwnerReferences {
+		if ref.Kind == "NodeDrain" && strings.HasPrefix(ref.APIVersion, "vacate.dev/") {
+			return true
+		}
+	}
+	return false
+}
+
 func unmanagedPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
 	if controllerOf(p) != nil {
 		return Decision{}, false
 	}
-	if p.Labels[SurgeReplacementLabel] != "" {
+	if p.Labels[SurgeReplacementLabel] != "" && ownedByADrain(p) {
 		// Not a pod of no controller for long: its ReplicaSet adopts it
 		// (then it is drained as that ReplicaSet's), or its drain removes it.
+		// The label alone is anyone's to write: a pod that only carries it
+		// is planned as any bare pod, so a decoy cannot stall the drain.
 		return Decision{Action: Wait, Reason: ReasonSurgeReplacement,
 			Detail: "a replacement another drain brought up (surge): its ReplicaSet adopts it, or that drain removes it"}, true
 	}

@@ -42,6 +42,15 @@ func (b *PodBuilder) OwnedBy(kind, name string) *PodBuilder {
 	return b
 }
 
+// OwnedByDrain adds a non-controller owner reference to the NodeDrain
+// name, as a surge replacement has until its ReplicaSet adopts it.
+func (b *PodBuilder) OwnedByDrain(name string) *PodBuilder {
+	b.p.OwnerReferences = append(b.p.OwnerReferences, metav1.OwnerReference{
+		APIVersion: "vacate.dev/v1alpha1", Kind: "NodeDrain", Name: name, UID: types.UID("uid-" + name),
+	})
+	return b
+}
+
 // Labels adds label key/value pairs.
 func (b *PodBuilder) Labels(kv ...string) *PodBuilder {
 	if b.p.Labels == nil {
