@@ -440,11 +440,32 @@ func ownedByADrain(p *corev1.Pod) bool {
 	return false
 }
 
-func unmanagedPods(p *corev1.Pod, r Rules, _ time.Time) (Decision, bool) {
+// adoptionWait is how long a replacement handed over to its ReplicaSet
+// (the drain's owner reference dropped, the template's hash label set) is
+// waited on as a replacement before its ReplicaSet adopts it: adoption
+// takes moments; a pod that only looks handed over is planned as the bare
+// pod it is after that.
+const adoptionWait = 2 * time.Minute
+
+// surgeReplacement reports whether a pod without a controller is a surge
+// replacement in flight: it carries the surge label and the drain's owner
+// reference, or, handed over, the template's hash, for adoptionWait.
+func surgeReplacement(p *corev1.Pod, now time.Time) bool {
+	if p.Labels[SurgeReplacementLabel] == "" {
+		return false
+	}
+	if ownedByADrain(p) {
+		return true
+	}
+	_, handedOver := p.Labels["pod-template-hash"]
+	return handedOver && now.Sub(p.CreationTimestamp.Time) < adoptionWait
+}
+
+func unmanagedPods(p *corev1.Pod, r Rules, now time.Time) (Decision, bool) {
 	if controllerOf(p) != nil {
 		return Decision{}, false
 	}
-	if p.Labels[SurgeReplacementLabel] != "" && ownedByADrain(p) {
+	if surgeReplacement(p, now) {
 		// Not a pod of no controller for long: its ReplicaSet adopts it
 		// (then it is drained as that ReplicaSet's), or its drain removes it.
 		// The label alone is anyone's to write: a pod that only carries it

@@ -34,6 +34,8 @@ func TestPlanDecidesEachKindOfPod(t *testing.T) {
 		{"a surge's replacement is waited on", pod("web-abc-x").Labels(SurgeReplacementLabel, "uid-1").OwnedByDrain("n1").Obj(), Rules{DeleteUnmanaged: true}, Wait, ReasonSurgeReplacement},
 		{"a pod with the surge label alone is a bare pod (a decoy)", pod("decoy").Labels(SurgeReplacementLabel, "uid-1").Obj(), Rules{DeleteUnmanaged: true}, Evict, ReasonUnmanaged},
 		{"a decoy blocks as a bare pod does", pod("decoy").Labels(SurgeReplacementLabel, "uid-1").Obj(), Rules{}, Block, ReasonUnmanaged},
+		{"a replacement handed over, not yet adopted, is waited on", pod("web-abc-x").Labels(SurgeReplacementLabel, "uid-1", "pod-template-hash", "abc").Created(now.Add(-time.Minute)).Obj(), Rules{DeleteUnmanaged: true}, Wait, ReasonSurgeReplacement},
+		{"a pod that only looks handed over, for minutes, is a bare pod", pod("decoy").Labels(SurgeReplacementLabel, "uid-1", "pod-template-hash", "abc").Created(now.Add(-3 * time.Minute)).Obj(), Rules{}, Block, ReasonUnmanaged},
 		{"emptyDir blocks", pod("cache-1").OwnedBy("ReplicaSet", "cache").EmptyDir("scratch").Obj(), Rules{}, Block, ReasonLocalStorage},
 		{"emptyDir evicted by policy", pod("cache-1").OwnedBy("ReplicaSet", "cache").EmptyDir("scratch").Obj(), Rules{EvictLocalStorage: true}, Evict, ReasonLocalStorage},
 		{"succeeded pod", pod("job-1").OwnedBy("Job", "j").Phase(corev1.PodSucceeded).Obj(), Rules{}, Skip, ReasonCompleted},

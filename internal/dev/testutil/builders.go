@@ -51,6 +51,12 @@ func (b *PodBuilder) OwnedByDrain(name string) *PodBuilder {
 	return b
 }
 
+// Created sets the creation time.
+func (b *PodBuilder) Created(t time.Time) *PodBuilder {
+	b.p.CreationTimestamp = metav1.NewTime(t)
+	return b
+}
+
 // Labels adds label key/value pairs.
 func (b *PodBuilder) Labels(kv ...string) *PodBuilder {
 	if b.p.Labels == nil {
