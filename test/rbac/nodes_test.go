@@ -83,4 +83,6 @@ func TestControllerCannotTaintNodesEmpty(t *testing.T) {
 // isConflictOrTestFailed: the node changed since it was read (the patch's
 // test operation failed: 422), so the patch is built again. The policy
 // refuses with 403.
-func isConflictOrTestFailed(err error) bool { return apierrors.IsInvalid(err) || apierrors.IsConflict(err) }
+func isConflictOrTestFailed(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsConflict(err)
+}
