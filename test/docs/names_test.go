@@ -27,7 +27,7 @@ const root = "../.."
 // checkedDocs name code a newcomer follows: every Go name, file and path
 // they cite must exist. docs/agent.md is not among them: it cites the
 // kubelet's own code and configuration, which this module does not hold.
-var checkedDocs = []string{"docs/architecture.md", "docs/operations.md", "docs/performance.md", "docs/evacuation.md", "docs/dev/test-suite.md", "docs/alerts.md", "docs/cli.md", "docs/endpoint-aware.md", "docs/install.md", "docs/policies.md", "README.md"}
+var checkedDocs = []string{"docs/architecture.md", "docs/operations.md", "docs/performance.md", "docs/evacuation.md", "docs/dev/test-suite.md", "docs/alerts.md", "docs/cli.md", "docs/endpoint-aware.md", "docs/install.md", "docs/policies.md", "docs/dev/security.md", "README.md"}
 
 // topDirs are the repository's own folders: a path that starts with one
 // is checked, any other (vacate.dev/drain, ~/.cache/...) is not a path of

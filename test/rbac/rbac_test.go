@@ -1,8 +1,11 @@
-// Package rbac proves vacate's least privilege on the real dev cluster:
-// every rule of the RBAC and the ValidatingAdmissionPolicies that
-// 'vacate manifests install' ships is tried as the controller's service
-// account (impersonated) and as people bound to vacate-user, and each
-// change they must not make is refused by the API server.
+// Package rbac holds the abuse tests of vacate's powers on the real dev
+// cluster (docs/dev/security.md lists every power with its test): every
+// rule of the RBAC and the ValidatingAdmissionPolicies that 'vacate
+// manifests install' ships is tried as the controller's service account
+// (impersonated), as people bound to vacate-user and as tenants, and each
+// change they must not make is refused by the API server; the real
+// vacate-hook is called by forged callers (hook_test.go). A new power gets
+// its line in security.md and its test here, or beside the code it guards.
 package rbac
 
 import (
