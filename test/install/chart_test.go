@@ -421,6 +421,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"replicas without a leader", "controller:\n  replicas: 2\n  leaderElection:\n    enabled: false\n", "leaderElection.enabled"},
 		// The agent's own policy is what keeps it to its own node.
 		{"agent without admission policies", "agent:\n  enabled: true\nadmissionPolicies:\n  enabled: false\n", "admissionPolicies.enabled"},
+		{"surge without admission policies", "controller:\n  surge: true\nadmissionPolicies:\n  enabled: false\n", "controller.surge=true needs admissionPolicies.enabled=true"},
 		// One installation per cluster, with fixed names (docs/install.md).
 		{"nameOverride", "nameOverride: drains\n", "nameOverride"},
 		{"an issuer without a name", "webhook:\n  certManager:\n    enabled: true\n    issuerRef:\n      kind: ClusterIssuer\n", "issuerRef needs a name"},
