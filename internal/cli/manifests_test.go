@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -57,11 +58,16 @@ func TestInstallManifestsAreAccepted(t *testing.T) {
 		}
 		kinds[obj.GetKind()]++
 		if obj.GetKind() == "Namespace" {
+			// Another test's controller may have made it already (its
+			// service account requests the hooks' tokens).
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: obj.GetName()}}
-			if err := cl.Create(ctx, ns); err != nil {
+			switch err := cl.Create(ctx, ns); {
+			case apierrors.IsAlreadyExists(err):
+			case err != nil:
 				t.Fatal(err)
+			default:
+				t.Cleanup(func() { _ = cl.Delete(context.Background(), ns) })
 			}
-			t.Cleanup(func() { _ = cl.Delete(context.Background(), ns) })
 			continue
 		}
 		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("manifests-test"), client.ForceOwnership, client.DryRunAll); err != nil {

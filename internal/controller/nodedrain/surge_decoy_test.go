@@ -114,9 +114,25 @@ func TestSurgeIgnoresDecoys(t *testing.T) {
 		_ = e.cl.Get(ctx, types.NamespacedName{Name: f.node}, got)
 		t.Errorf("the drain's undo did not end within a minute: %s", testenv.DescribeDrain(got))
 	}
+	events, err := devcluster.ReadAudit(c.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted := devcluster.SuccessfulEvictions(events)
 	for _, d := range decoys {
+		key := d.Namespace + "/" + d.Name
+		if evicted[key] > 0 {
+			t.Errorf("decoy %s was evicted", key)
+		}
 		now, err := c.Client.CoreV1().Pods(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
 		switch {
+		case (apierrors.IsNotFound(err) || err == nil && !now.DeletionTimestamp.IsZero()) && len(d.OwnerReferences) > 0:
+			// A decoy that names the drain as its owner is removed by
+			// Kubernetes' garbage collector once the drain is gone: that
+			// is no one's doing but the collector's.
+			if who := deletedBy(events, d.Namespace, d.Name); who != "" {
+				t.Errorf("decoy %s was deleted by %s, not by the garbage collector", key, who)
+			}
 		case err != nil:
 			t.Errorf("decoy %s/%s: %v", d.Namespace, d.Name, err)
 		case !now.DeletionTimestamp.IsZero():
@@ -125,4 +141,19 @@ func TestSurgeIgnoresDecoys(t *testing.T) {
 			t.Errorf("decoy %s/%s was changed: labels %v annotations %v owners %v", d.Namespace, d.Name, now.Labels, now.Annotations, now.OwnerReferences)
 		}
 	}
+}
+
+// deletedBy names who deleted the pod, if anyone did besides the garbage
+// collector and kwok (which finishes a deleted simulated pod).
+func deletedBy(events []devcluster.AuditEvent, ns, name string) string {
+	for _, e := range events {
+		if e.Verb != "delete" || e.ObjectRef == nil || e.ObjectRef.Resource != "pods" || e.ObjectRef.Subresource != "" ||
+			e.ObjectRef.Namespace != ns || e.ObjectRef.Name != name || !e.Succeeded() {
+			continue
+		}
+		if u := e.User.Username; u != "system:serviceaccount:kube-system:generic-garbage-collector" && u != "kwok" {
+			return u
+		}
+	}
+	return ""
 }
