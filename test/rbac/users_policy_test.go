@@ -260,7 +260,7 @@ func TestControllerChangesOnlyCABundleOfItsPolicyWebhook(t *testing.T) {
 	t.Log("the controller, as the service account, injects its CA")
 	opts := operator.InProcessOptions()
 	opts.Webhook = webhook.Options{Addr: testutil.FreeAddr(t), CertDir: t.TempDir(), Rotate: true, Namespace: namespace,
-		RotatorName: "cert-rotator-policy-webhook-test"}
+		RotatorName: rotatorName("policy-webhook-test")}
 	stop, err := operator.Start(context.Background(), asServiceAccount(c), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -180,7 +181,8 @@ func TestControllerChangesOnlyCABundleOfItsWebhook(t *testing.T) {
 	// The controller, as the service account, generates its certificate
 	// and injects the CA into every webhook: through the policy.
 	opts := operator.InProcessOptions()
-	opts.Webhook = webhook.Options{Addr: testutil.FreeAddr(t), CertDir: t.TempDir(), Rotate: true, Namespace: namespace}
+	opts.Webhook = webhook.Options{Addr: testutil.FreeAddr(t), CertDir: t.TempDir(), Rotate: true, Namespace: namespace,
+		RotatorName: rotatorName("webhook-test")}
 	stop, err := operator.Start(context.Background(), asServiceAccount(c), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -210,4 +212,14 @@ func TestControllerChangesOnlyCABundleOfItsWebhook(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// rotations counts the certificate rotators this test process started.
+var rotations atomic.Int32
+
+// rotatorName is a name for a test's certificate rotator that no earlier
+// one in the process had: controller-runtime refuses a controller name
+// twice in a process, and go test -count=N runs a test N times in one.
+func rotatorName(what string) string {
+	return fmt.Sprintf("cert-rotator-%s-%d", what, rotations.Add(1))
 }
