@@ -84,7 +84,7 @@ func TestPostgreSQLPatroni(t *testing.T) {
 		sidecars[i].stop()
 		pc.StopMember(i, 10*time.Second)
 	})
-	probe := newPatroniProbe(pc, dcs)
+	probe := newPatroniProbe(pc)
 	t.Cleanup(probe.close)
 	view := sampleView(t, 20*time.Millisecond, probe.view)
 	load, err := pc.StartLoad(ctx, 0)
@@ -307,9 +307,9 @@ type patroniProbe struct {
 	conns map[int]*pgx.Conn // used by the sampler's goroutine only
 }
 
-func newPatroniProbe(pc *patroni.Cluster, dcs netip.Addr) *patroniProbe {
+func newPatroniProbe(pc *patroni.Cluster) *patroniProbe {
 	return &patroniProbe{pc: pc, http: &http.Client{Timeout: time.Second}, conns: map[int]*pgx.Conn{},
-		dcs: "http://" + netip.AddrPortFrom(dcs, 2379).String() + "/v3/kv/range",
+		dcs: pc.DCSURL() + "/v3/kv/range",
 		// Patroni's etcd3 keys: /<namespace>/<scope>/leader, by default
 		// /service/vacate/leader for the harness's scope.
 		key: base64.StdEncoding.EncodeToString([]byte("/service/vacate/leader"))}

@@ -10,6 +10,7 @@ package stateful_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -55,9 +56,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// hookPort is where each sidecar serves the protocol, as the recipes'
-// manifests say.
-const hookPort = 7070
+// hookPort is a port free on every address, where an app's sidecars serve
+// the protocol on their pods' IPs (its pods' vacate.dev/evacuate-port): not
+// the recipes' 7070, so that two runs on one machine never collide, even
+// when their dev clusters' pod ranges coincide. The recipes take it as
+// vacate-hook's --listen, as they would any port.
+func hookPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatalf("finding a free port for the sidecars: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
 
 var buildHook sync.Once
 
@@ -93,6 +105,8 @@ type app struct {
 	ns    string
 	name  string
 	nodes []string
+	// port is where the sidecars serve the protocol (hookPort).
+	port int
 	// pods[i] is the StatefulSet's pod of ordinal i, on nodes[i].
 	pods []corev1.Pod
 
@@ -108,7 +122,7 @@ type app struct {
 func newApp(t *testing.T, name string, tune ...func(*v1alpha1.DrainPolicySpec)) *app {
 	t.Helper()
 	c := testenv.Start(t)
-	a := &app{c: c, cl: testenv.Controller(t, c), ns: testenv.Namespace(t, c), name: name, evicted: map[string]time.Time{}}
+	a := &app{c: c, cl: testenv.Controller(t, c), ns: testenv.Namespace(t, c), name: name, port: hookPort(t), evicted: map[string]time.Time{}}
 	ctx := testenv.Context(t)
 	a.nodes = testenv.Nodes(t, c, devcluster.NodeSet{Prefix: name, Count: 3, Labels: map[string]string{"pool": name}})
 	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.DrainPolicySpec{
@@ -128,7 +142,7 @@ func newApp(t *testing.T, name string, tune ...func(*v1alpha1.DrainPolicySpec)) 
 	}
 	sts := devcluster.StatefulSet(a.ns, name, 3)
 	spec := &sts.Spec.Template.Spec
-	sts.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(hookPort)}
+	sts.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(a.port)}
 	spec.NodeSelector = map[string]string{"pool": name}
 	spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
@@ -325,6 +339,7 @@ func (a *app) explainPod(t *testing.T, nd *v1alpha1.NodeDrain, i int) string {
 // directory that outlives a restart of the sidecar (an emptyDir).
 type sidecarProc struct {
 	bin, config, ip string
+	port            int
 	env             []string
 	log             *os.File
 
@@ -370,7 +385,7 @@ func (a *app) startSidecar(t *testing.T, i int, recipe string, env []string) *si
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sidecarProc{bin: vacateHook(t), config: config, ip: a.pods[i].Status.PodIP, env: env, log: log}
+	s := &sidecarProc{bin: vacateHook(t), config: config, ip: a.pods[i].Status.PodIP, port: a.port, env: env, log: log}
 	s.start(t)
 	t.Cleanup(func() {
 		s.kill()
@@ -383,14 +398,14 @@ func (a *app) startSidecar(t *testing.T, i int, recipe string, env []string) *si
 	return s
 }
 
-func (s *sidecarProc) url() string { return fmt.Sprintf("http://%s:%d", s.ip, hookPort) }
+func (s *sidecarProc) url() string { return "http://" + net.JoinHostPort(s.ip, fmt.Sprint(s.port)) }
 
 // start runs the sidecar and waits until it answers /healthz.
 func (s *sidecarProc) start(t *testing.T) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cmd = exec.Command(s.bin, "--config", s.config, "--listen", fmt.Sprintf("%s:%d", s.ip, hookPort))
+	s.cmd = exec.Command(s.bin, "--config", s.config, "--listen", net.JoinHostPort(s.ip, fmt.Sprint(s.port)))
 	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	// A test killed at its timeout runs no cleanup: the kernel kills the

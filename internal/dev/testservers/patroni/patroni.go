@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -43,17 +44,6 @@ import (
 	"time"
 
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
-)
-
-// Fixed ports: each member binds them on its own IP only, as a pod would.
-const (
-	// PostgresPort is every member's PostgreSQL port.
-	PostgresPort = 5432
-	// RESTPort is every member's Patroni REST API port.
-	RESTPort = 8008
-	// etcdClientPort and etcdPeerPort are the DCS's ports on Options.DCSIP.
-	etcdClientPort = 2379
-	etcdPeerPort   = 2380
 )
 
 // Where Debian's packages put the servers.
@@ -79,12 +69,19 @@ type Options struct {
 	// directory are made traversable (o+x) so that the postgres user
 	// reaches its own subdirectories.
 	Dir string
-	// DCSIP is the loopback IP the etcd listens on (ports 2379 and 2380).
+	// DCSIP is the loopback IP the etcd listens on (on DCSPort and
+	// DCSPeerPort).
 	DCSIP netip.Addr
 	// MemberIPs holds one loopback IP per member (the pods' IPs); member i
-	// is named Name(i) and listens on MemberIPs[i] (PostgreSQL on 5432,
-	// Patroni's REST API on 8008).
+	// is named Name(i) and listens on MemberIPs[i] (PostgreSQL on
+	// PostgresPort, Patroni's REST API on RESTPort).
 	MemberIPs []netip.Addr
+	// PostgresPort and RESTPort are every member's PostgreSQL and Patroni
+	// REST API ports, on its own IP, as in a pod; DCSPort and DCSPeerPort
+	// are etcd's client and peer ports. Each that is 0 is a port Start
+	// finds free on every address (not 5432, 8008, 2379 or 2380), so that
+	// two clusters on one machine never collide, even on the same IPs.
+	PostgresPort, RESTPort, DCSPort, DCSPeerPort int
 	// Scope is the Patroni cluster's name (default "vacate").
 	Scope string
 	// LoopWait, TTL and RetryTimeout are Patroni's loop_wait, ttl and
@@ -125,6 +122,21 @@ func (o *Options) defaults() error {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	for _, port := range []*int{&o.PostgresPort, &o.RESTPort, &o.DCSPort, &o.DCSPeerPort} {
+		if *port < 0 || *port > 65535 {
+			return fmt.Errorf("patroni: port %d is not a TCP port (1 to 65535, or 0 for a free one)", *port)
+		}
+		if *port != 0 {
+			continue
+		}
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return fmt.Errorf("patroni: finding a free port: %w", err)
+		}
+		// Held until every port is chosen, so that they differ.
+		defer l.Close()
+		*port = l.Addr().(*net.TCPAddr).Port
 	}
 	return nil
 }
@@ -249,8 +261,8 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	client := "http://" + netip.AddrPortFrom(c.opts.DCSIP, etcdClientPort).String()
-	peer := "http://" + netip.AddrPortFrom(c.opts.DCSIP, etcdPeerPort).String()
+	client := c.DCSURL()
+	peer := "http://" + netip.AddrPortFrom(c.opts.DCSIP, uint16(c.opts.DCSPeerPort)).String()
 	p, err := startProcess(bins[devcluster.Etcd], []string{
 		"--name=dcs",
 		"--data-dir=" + filepath.Join(dir, "data"),
@@ -286,8 +298,8 @@ func (c *Cluster) writeConfig(m *member) error {
 		return err
 	}
 	secs := func(d time.Duration) int { return int(d.Round(time.Second) / time.Second) }
-	pg := netip.AddrPortFrom(m.ip, PostgresPort).String()
-	rest := netip.AddrPortFrom(m.ip, RESTPort).String()
+	pg := netip.AddrPortFrom(m.ip, uint16(c.opts.PostgresPort)).String()
+	rest := netip.AddrPortFrom(m.ip, uint16(c.opts.RESTPort)).String()
 	cfg := fmt.Sprintf(`scope: %[1]s
 name: %[2]s
 log:
@@ -339,7 +351,7 @@ postgresql:
   - local all all trust
   - host all all 127.0.0.0/8 md5
   - host replication %[13]s 127.0.0.0/8 md5
-`, c.opts.Scope, m.name, rest, netip.AddrPortFrom(c.opts.DCSIP, etcdClientPort),
+`, c.opts.Scope, m.name, rest, netip.AddrPortFrom(c.opts.DCSIP, uint16(c.opts.DCSPort)),
 		secs(c.opts.TTL), secs(c.opts.LoopWait), secs(c.opts.RetryTimeout),
 		pg, m.dir, postgresBin, Superuser, SuperuserPassword, replicationUser, replicationPass)
 	path := filepath.Join(m.dir, "patroni.yml")
@@ -365,7 +377,13 @@ func (c *Cluster) Index(name string) int {
 
 // RESTURL is the base URL of member i's Patroni REST API.
 func (c *Cluster) RESTURL(i int) string {
-	return "http://" + netip.AddrPortFrom(c.members[i].ip, RESTPort).String()
+	return "http://" + netip.AddrPortFrom(c.members[i].ip, uint16(c.opts.RESTPort)).String()
+}
+
+// DCSURL is the base URL of the DCS's etcd client API (its v3 JSON
+// gateway answers under /v3/).
+func (c *Cluster) DCSURL() string {
+	return "http://" + netip.AddrPortFrom(c.opts.DCSIP, uint16(c.opts.DCSPort)).String()
 }
 
 // SidecarEnv is what a sidecar beside member i adds to its own environment
@@ -388,7 +406,7 @@ func (c *Cluster) SidecarEnv(i int) []string {
 func (c *Cluster) DSN() string {
 	hosts := make([]string, len(c.members))
 	for i, m := range c.members {
-		hosts[i] = netip.AddrPortFrom(m.ip, PostgresPort).String()
+		hosts[i] = netip.AddrPortFrom(m.ip, uint16(c.opts.PostgresPort)).String()
 	}
 	return fmt.Sprintf("postgres://%s:%s@%s/postgres?target_session_attrs=read-write&connect_timeout=2&sslmode=disable",
 		Superuser, SuperuserPassword, strings.Join(hosts, ","))
@@ -397,7 +415,7 @@ func (c *Cluster) DSN() string {
 // MemberDSN is a connection string for the superuser to member i alone.
 func (c *Cluster) MemberDSN(i int) string {
 	return fmt.Sprintf("postgres://%s:%s@%s/postgres?connect_timeout=2&sslmode=disable",
-		Superuser, SuperuserPassword, netip.AddrPortFrom(c.members[i].ip, PostgresPort))
+		Superuser, SuperuserPassword, netip.AddrPortFrom(c.members[i].ip, uint16(c.opts.PostgresPort)))
 }
 
 // StartMember starts member i's Patroni (which starts its PostgreSQL, a

@@ -1,7 +1,9 @@
 // Package redis runs Redis with Sentinel as local processes, as a Kubernetes
 // StatefulSet runs it: member i is one pod with its own loopback IP, holding a
-// redis-server (port 6379) and a redis-sentinel (port 26379), both announcing
-// that IP. Member 0 starts as the primary, the others as its replicas, and the
+// redis-server and a redis-sentinel, both announcing that IP. Every member
+// uses the same two ports, as pods do; Start picks them free (not Redis's
+// 6379 and 26379), so that two clusters on one machine never collide, even
+// on the same IPs. Member 0 starts as the primary, the others as its replicas, and the
 // sentinels monitor it under one name. The tests of the recipe in
 // examples/redis-sentinel (docs/recipes/redis-sentinel.md) use it, and so can
 // a dev-cluster test or a benchmark that passes its simulated pods' IPs.
@@ -15,6 +17,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,12 +30,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-)
-
-// Ports every member uses on its own IP, as in a pod.
-const (
-	ServerPort   = 6379
-	SentinelPort = 26379
 )
 
 // Config describes a cluster to start.
@@ -52,6 +49,10 @@ type Config struct {
 	// FailoverTimeout their failover-timeout (default 30 s). Quorum is a
 	// majority of the members.
 	DownAfter, FailoverTimeout time.Duration
+	// ServerPort and SentinelPort are the ports every member's server and
+	// sentinel listen on, on the member's IP (0: a port Start finds free
+	// on every address).
+	ServerPort, SentinelPort int
 }
 
 // Cluster is a running Redis with Sentinel. Its methods are safe for
@@ -87,6 +88,18 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.FailoverTimeout == 0 {
 		cfg.FailoverTimeout = 30 * time.Second
+	}
+	for _, port := range []int{cfg.ServerPort, cfg.SentinelPort} {
+		if port < 0 || port > 65535 {
+			return nil, fmt.Errorf("port %d is not a TCP port (1 to 65535, or 0 for a free one)", port)
+		}
+	}
+	if cfg.ServerPort == 0 || cfg.SentinelPort == 0 {
+		ports, err := freePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ServerPort, cfg.SentinelPort = cmp.Or(cfg.ServerPort, ports[0]), cmp.Or(cfg.SentinelPort, ports[1])
 	}
 	c := &Cluster{cfg: cfg, clients: map[string]*goredis.Client{}}
 	for i, ip := range cfg.IPs {
@@ -129,7 +142,7 @@ func (c *Cluster) configure(i int, ip string) (*Member, error) {
 	pw := c.cfg.Password
 	server := []string{
 		"bind " + ip,
-		fmt.Sprintf("port %d", ServerPort),
+		fmt.Sprintf("port %d", c.cfg.ServerPort),
 		"protected-mode no",
 		"daemonize no",
 		"dir " + filepath.Join(dir, "data"),
@@ -143,18 +156,18 @@ func (c *Cluster) configure(i int, ip string) (*Member, error) {
 		server = append(server, "requirepass "+pw, "masterauth "+pw)
 	}
 	if i > 0 {
-		server = append(server, fmt.Sprintf("replicaof %s %d", c.cfg.IPs[0], ServerPort))
+		server = append(server, fmt.Sprintf("replicaof %s %d", c.cfg.IPs[0], c.cfg.ServerPort))
 	}
 	name := c.cfg.MasterName
 	sentinel := []string{
 		"bind " + ip,
-		fmt.Sprintf("port %d", SentinelPort),
+		fmt.Sprintf("port %d", c.cfg.SentinelPort),
 		"protected-mode no",
 		"daemonize no",
 		"dir " + dir,
 		"sentinel announce-ip " + ip,
-		fmt.Sprintf("sentinel announce-port %d", SentinelPort),
-		fmt.Sprintf("sentinel monitor %s %s %d %d", name, c.cfg.IPs[0], ServerPort, len(c.cfg.IPs)/2+1),
+		fmt.Sprintf("sentinel announce-port %d", c.cfg.SentinelPort),
+		fmt.Sprintf("sentinel monitor %s %s %d %d", name, c.cfg.IPs[0], c.cfg.ServerPort, len(c.cfg.IPs)/2+1),
 		fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, c.cfg.DownAfter.Milliseconds()),
 		fmt.Sprintf("sentinel failover-timeout %s %d", name, c.cfg.FailoverTimeout.Milliseconds()),
 		fmt.Sprintf("sentinel parallel-syncs %s 1", name),
@@ -173,11 +186,11 @@ func (c *Cluster) configure(i int, ip string) (*Member, error) {
 	return &Member{
 		IP: ip,
 		Server: &Process{
-			Name: fmt.Sprintf("redis-%d", i), Addr: net.JoinHostPort(ip, strconv.Itoa(ServerPort)),
+			Name: fmt.Sprintf("redis-%d", i), Addr: net.JoinHostPort(ip, strconv.Itoa(c.cfg.ServerPort)),
 			bin: "redis-server", args: []string{serverConf}, logPath: filepath.Join(dir, "redis.log"),
 		},
 		Sentinel: &Process{
-			Name: fmt.Sprintf("sentinel-%d", i), Addr: net.JoinHostPort(ip, strconv.Itoa(SentinelPort)),
+			Name: fmt.Sprintf("sentinel-%d", i), Addr: net.JoinHostPort(ip, strconv.Itoa(c.cfg.SentinelPort)),
 			bin: "redis-sentinel", args: []string{sentinelConf}, logPath: filepath.Join(dir, "sentinel.log"),
 		},
 	}, nil
@@ -209,7 +222,7 @@ func (c *Cluster) SidecarEnv(i int) []string {
 	env := []string{
 		"POD_IP=" + m.IP,
 		"REDIS_HOST=" + m.IP,
-		fmt.Sprintf("REDIS_PORT=%d", ServerPort),
+		fmt.Sprintf("REDIS_PORT=%d", c.cfg.ServerPort),
 		"SENTINEL_MASTER=" + c.cfg.MasterName,
 		"SENTINELS=" + strings.Join(c.SentinelAddrs(), " "),
 	}
@@ -311,3 +324,18 @@ func (c *Cluster) client(addr string) *goredis.Client {
 // Client is a plain connection to one address (a member's server or
 // sentinel), with the cluster's password; the cluster closes it on Stop.
 func (c *Cluster) Client(addr string) *goredis.Client { return c.client(addr) }
+
+// freePorts returns n distinct TCP ports the kernel says are free on every
+// address (each taken on 0.0.0.0 while the next is chosen).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
