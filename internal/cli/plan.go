@@ -747,16 +747,20 @@ func podKeys(pods []*corev1.Pod) []string {
 func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol policy.Policy, mode v1alpha1.DrainMode, plan drain.Plan,
 	originals map[types.UID]*corev1.Pod, labelsOf policy.NamespaceLabels) (map[types.UID]hold.HookState, int, map[types.UID]bool, error) {
 	completed := map[string]string{} // the hooks this drain's run saw Completed, by pod
+	last := map[string]string{}      // what the others last said in this drain's run
 	verified := map[string]*bool{}   // whether they said they verified their caller
 	if existing != nil {
 		for _, h := range existing.Status.Hooks {
 			pod, ok := strings.CutPrefix(h.Name, "pod/")
-			if ok && h.Phase == string(v1alpha1.EvacuationCompleted) {
+			switch {
+			case !ok:
+				continue
+			case h.Phase == string(v1alpha1.EvacuationCompleted):
 				completed[pod] = h.Message
+			case h.Message != "":
+				last[pod] = h.Message
 			}
-			if ok {
-				verified[pod] = h.CallerVerified
-			}
+			verified[pod] = h.CallerVerified
 		}
 	}
 	run := hook.Run{Node: np.Node, Mode: string(mode)}
@@ -791,6 +795,9 @@ func (o *planOptions) planHooks(np *NodePlan, existing *v1alpha1.NodeDrain, pol 
 		default:
 			hp.Called, hp.URL, hp.Holds = true, t.URL(), true
 			hp.Why = "called at " + t.URL() + " before the pod's eviction (POST, then GET until it answers); the pod is evicted only once it answers Completed"
+			if msg, ok := last[hp.Pod]; ok {
+				hp.Why += "; in this drain's run so far: " + msg
+			}
 		}
 		if hp.Called {
 			hp.Caller = hookCaller(verified[hp.Pod])

@@ -2,6 +2,7 @@ package stateful_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,8 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/clock"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/cli"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testservers/rabbitmq"
@@ -67,9 +70,30 @@ func TestRabbitMQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Classic queues, each living only on the member that declared it:
+	// live-i carries a load of its own during the Decommission of member
+	// i, stored-i holds messages nobody consumes until the test does.
+	stored := map[int][]string{}
+	for i := range rc.Size() {
+		for _, q := range []string{fmt.Sprintf("live-%d", i), fmt.Sprintf("stored-%d", i)} {
+			if err := rc.DeclareClassicQueue(i, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids, err := rc.Fill(i, fmt.Sprintf("stored-%d", i), fmt.Sprintf("stored-%d", i), 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored[i] = ids
+	}
 	sidecars := make([]*sidecarProc, len(a.pods))
 	for i := range a.pods {
-		sidecars[i] = a.startSidecar(t, i, "rabbitmq", rc.Env(i))
+		env := rc.Env(i)
+		if i == 0 {
+			// Node 0's Maintenance waits until its classic queues are empty.
+			env = append(env, "CLASSIC_QUEUES_IN_MAINTENANCE=wait")
+		}
+		sidecars[i] = a.startSidecar(t, i, "rabbitmq", env)
 	}
 	// An evicted pod's containers stop: its sidecar and its node.
 	a.setOnEvict(func(i int) {
@@ -94,7 +118,24 @@ func TestRabbitMQ(t *testing.T) {
 	t.Log("1. a drain of node 0's node, held by the PDB after RabbitMQ put node 0 in maintenance, is cancelled")
 	rabbitmqSetPDB(ctx, t, a, 0)
 	a.drain(t, 0, v1alpha1.ModeMaintenance)
-	nd := a.waitDrain(t, 0, "held by the PDB with node 0 drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+	t.Log("   node 0's sidecar waits until the classic queues that live only on node 0 are empty")
+	nd := a.waitDrain(t, 0, "held until node 0's classic queues are empty", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, ok := rabbitmqHook(nd, a.pods[0].Name)
+		return ok && h.Phase == string(v1alpha1.EvacuationInProgress) && strings.Contains(h.Message, "waiting until the classic queue(s)") &&
+			strings.Contains(h.Message, "'stored-0'")
+	})
+	if said := a.explainPod(t, nd, 0); !strings.Contains(said, "'stored-0'") {
+		t.Errorf("vacate explain says of %s %q: want the classic queue it waits for", a.pods[0].Name, said)
+	}
+	if _, ok := a.evictedAt(0); ok {
+		t.Fatal("node 0's pod was evicted while its classic queue held messages")
+	}
+	took, err := rc.Take(1, "stored-0")
+	if err != nil || !slices.Equal(took, stored[0]) {
+		t.Fatalf("consuming stored-0 through node 1: %v (%d of %d messages, in order: %v)", err, len(took), len(stored[0]), slices.Equal(took, stored[0]))
+	}
+	delete(stored, 0)
+	nd = a.waitDrain(t, 0, "held by the PDB with node 0 drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		h, ok := rabbitmqHook(nd, a.pods[0].Name)
 		return ok && h.Phase == string(v1alpha1.EvacuationCompleted) && rabbitmqBlocked(nd, a.pods[0].Name, v1alpha1.BlockerPDB)
 	})
@@ -129,9 +170,17 @@ func TestRabbitMQ(t *testing.T) {
 	t.Logf("2. Maintenance of node %d's node (%s, pod %s), which leads %v", x, a.nodes[x], a.pods[x].Name, leads.ledBy(x))
 	drainStart := time.Now()
 	a.drain(t, x, v1alpha1.ModeMaintenance)
+	completed := ""
 	nd = a.waitDrain(t, x, "Drained", 3*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		if h, ok := rabbitmqHook(nd, a.pods[x].Name); ok && h.Phase == string(v1alpha1.EvacuationCompleted) {
+			completed = h.Message
+		}
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
+	storedX := fmt.Sprintf("'stored-%d'", x)
+	if !strings.Contains(completed, "live only on "+rc.NodeName(x)+" and are unavailable until it returns") || !strings.Contains(completed, storedX+" in vhost '/' (40 messages)") {
+		t.Errorf("the hook's Completed said %q: want the classic queues unavailable while node %d is away, %s with its 40 messages among them", completed, x, storedX)
+	}
 	evicted, ok := a.evictedAt(x)
 	if !ok {
 		t.Fatalf("the drain is %s but pod %s was not seen evicted", nd.Status.Phase, a.pods[x].Name)
@@ -153,6 +202,25 @@ func TestRabbitMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := rabbitmqLeader(t, rabbitmqParseView(rv.view(ctx)), (x+1)%3, (x+2)%3)
+	// Publishers keep publishing to live-y, a classic queue that lives only
+	// on node y, all through its move; an exclusive queue there holds
+	// messages that cannot be moved.
+	liveY := fmt.Sprintf("live-%d", y)
+	load2 := rabbitmq.StartLoad(rabbitmq.LoadConfig{URLs: rc.URLs(), Queues: []string{liveY}, Pause: 50 * time.Millisecond})
+	stopped2 := false
+	t.Cleanup(func() {
+		if !stopped2 {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			load2.Stop(sctx)
+		}
+	})
+	rabbitmqWaitAcks(ctx, t, load2, "the load on "+liveY+" to write")
+	exclusive, exclusiveConn, err := rc.HoldExclusive(y, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exclusiveConn.Close() })
 	decomStart := time.Now()
 	a.drain(t, y, v1alpha1.ModeDecommission)
 	nd = a.waitDrain(t, y, "held by RabbitMQ's refusal", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
@@ -174,6 +242,26 @@ func TestRabbitMQ(t *testing.T) {
 	if err := rc.StartMember(ctx, x); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("   node %d is back; the exclusive queue %s on node %d, with 3 messages, holds the drain", x, exclusive, y)
+	nd = a.waitDrain(t, y, "held by the exclusive queue", 4*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, ok := rabbitmqHook(nd, a.pods[y].Name)
+		return ok && h.Phase == string(v1alpha1.EvacuationInProgress) && strings.Contains(h.Message, "'"+exclusive+"'") && strings.Contains(h.Message, "cannot be moved")
+	})
+	h, _ = rabbitmqHook(nd, a.pods[y].Name)
+	said = a.explainPod(t, nd, y)
+	t.Logf("held: status.hooks %q; vacate explain: %q", h.Message, said)
+	if !strings.Contains(said, "'"+exclusive+"'") {
+		t.Errorf("vacate explain says of %s %q: want the exclusive queue that holds it", a.pods[y].Name, said)
+	}
+	if planned := rabbitmqPlan(t, a, y); !strings.Contains(planned, "'"+exclusive+"'") {
+		t.Errorf("vacate plan says %q: want the hook's last answer, naming the exclusive queue", planned)
+	}
+	if _, ok := a.evictedAt(y); ok {
+		t.Fatalf("pod %s was evicted while its exclusive queue held messages", a.pods[y].Name)
+	}
+	if err := exclusiveConn.Close(); err != nil {
+		t.Fatal(err)
+	}
 	nd = a.waitDrain(t, y, "Drained", 4*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
@@ -182,8 +270,17 @@ func TestRabbitMQ(t *testing.T) {
 		t.Fatalf("the drain is %s but pod %s was not seen evicted", nd.Status.Phase, a.pods[y].Name)
 	}
 	before, _ = view.before(evicted)
-	if v := rabbitmqParseView(before); len(v.withMember(y)) > 0 || len(v.queues) != len(queues) {
+	v := rabbitmqParseView(before)
+	if len(v.withMember(y)) > 0 || len(v.queues) != len(queues) {
 		t.Fatalf("when its pod was evicted, RabbitMQ said %q: want node %d a member of none of %d queues; views:%s", before, y, len(queues), view.changes())
+	}
+	for _, q := range []string{liveY, fmt.Sprintf("stored-%d", y)} {
+		if c, ok := v.classic(q); !ok || c.home == y || c.home < 0 {
+			t.Fatalf("when its pod was evicted, RabbitMQ said %q: want classic queue %s living on another node than %d", before, q, y)
+		}
+	}
+	if !rabbitmqSampledSince(view, decomStart, func(v rabbitmqView) bool { c, ok := v.classic(liveY); return ok && c.home == y }) {
+		t.Fatalf("the views sampled during the Decommission never showed %s on node %d:%s", liveY, y, view.changes())
 	}
 	if !rabbitmqSampledSince(view, decomStart, func(v rabbitmqView) bool { return len(v.withMember(y)) == len(queues) }) {
 		t.Fatalf("the views sampled during the Decommission never showed node %d a member of every queue:%s", y, view.changes())
@@ -200,6 +297,28 @@ func TestRabbitMQ(t *testing.T) {
 	}
 	decomTook := evicted.Sub(decomStart)
 	rabbitmqWaitAcks(ctx, t, load, "the load to write after the Decommission")
+	rabbitmqWaitAcks(ctx, t, load2, "the load on "+liveY+" to write after the Decommission")
+	sctx2, cancel2 := context.WithTimeout(ctx, time.Minute)
+	defer cancel2()
+	rep2 := load2.Stop(sctx2)
+	stopped2 = true
+	t.Logf("%s: %s; %d redeliveries", liveY, rep2, load2.Redeliveries())
+	if err := rep2.OK(); err != nil {
+		t.Errorf("the load on %s, moved off node %d: %v", liveY, y, err)
+	}
+	// The messages stored on node y moved with their queue; those of node x
+	// stayed on it through its Maintenance, and are there again.
+	for i, from := range map[int]int{y: (y + 1) % 3, x: x} {
+		if i == 0 {
+			continue // consumed in step 1
+		}
+		took, err := rc.Take(from, fmt.Sprintf("stored-%d", i))
+		if err != nil || !slices.Equal(took, stored[i]) {
+			t.Errorf("consuming stored-%d through node %d: %v (%d of %d messages, the same in order: %v)", i, from, err, len(took), len(stored[i]), slices.Equal(took, stored[i]))
+		} else {
+			t.Logf("stored-%d: all %d messages consumed through node %d", i, len(took), from)
+		}
+	}
 
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -210,6 +329,18 @@ func TestRabbitMQ(t *testing.T) {
 	if err := rep.OK(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rabbitmqPlan is what `vacate plan` prints for the node of an ordinal.
+func rabbitmqPlan(t *testing.T, a *app, i int) string {
+	t.Helper()
+	var out bytes.Buffer
+	code := cli.Run(testenv.Context(t), []string{"plan", a.nodes[i], "--allow-loopback-hooks", "--kubeconfig", a.c.Kubeconfig},
+		cli.Streams{In: strings.NewReader(""), Out: &out, Err: &out}, clock.RealClock{})
+	if code != cli.ExitOK {
+		t.Fatalf("vacate plan %s: exit %d: %s", a.nodes[i], code, out.String())
+	}
+	return out.String()
 }
 
 // rabbitmqWaitAcks waits until the load has 20 more messages confirmed.
@@ -304,6 +435,25 @@ type rabbitmqView struct {
 	running     []int
 	maintenance []int
 	queues      []rabbitmqQueue
+	// classics are the classic queues: where each lives (its master's
+	// node) and its synchronised mirrors.
+	classics []rabbitmqClassic
+}
+
+type rabbitmqClassic struct {
+	name    string
+	home    int
+	mirrors []int
+}
+
+// classic is the classic queue of that name, if the view has it.
+func (v rabbitmqView) classic(name string) (rabbitmqClassic, bool) {
+	for _, c := range v.classics {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return rabbitmqClassic{}, false
 }
 
 type rabbitmqQueue struct {
@@ -348,6 +498,9 @@ func (v rabbitmqView) String() string {
 	for _, q := range v.queues {
 		b += fmt.Sprintf(" | %s leader %d members %s online %s", q.name, q.leader, rabbitmqList(q.members), rabbitmqList(q.online))
 	}
+	for _, c := range v.classics {
+		b += fmt.Sprintf(" | classic %s home %d mirrors %s", c.name, c.home, rabbitmqList(c.mirrors))
+	}
 	return b
 }
 
@@ -385,6 +538,11 @@ func rabbitmqParseView(s string) rabbitmqView {
 	v.running, v.maintenance = rabbitmqParseList(f[1]), rabbitmqParseList(f[3])
 	for _, p := range parts[1:] {
 		f := strings.Fields(p)
+		if len(f) == 6 && f[0] == "classic" {
+			home, _ := strconv.Atoi(f[3])
+			v.classics = append(v.classics, rabbitmqClassic{name: f[1], home: home, mirrors: rabbitmqParseList(f[5])})
+			continue
+		}
 		if len(f) != 7 {
 			return rabbitmqView{err: "unreadable view: " + s}
 		}
@@ -414,16 +572,24 @@ type rabbitmqViewer struct {
 // "error ...".
 const rabbitmqViewCode = `
 Nodes = NODES,
-J = fun(L) -> lists:join(",", [atom_to_list(X) || X <- lists:sort(L)]) end,
+J = fun(L) when is_list(L) -> lists:join(",", [atom_to_list(X) || X <- lists:sort(L)]); (_) -> "" end,
 Ask = fun(N) ->
   case rpc:call(N, rabbit_nodes, all_running, [], 2000) of
     Running when is_list(Running) ->
       Maint = [M || M <- Nodes, rpc:call(N, rabbit_maintenance, is_being_drained_local_read, [M], 2000) =:= true],
-      case rpc:call(N, rabbit_amqqueue, info_all, [<<"/">>, [name, type, leader, members, online]], 5000) of
+      case rpc:call(N, rabbit_amqqueue, info_all, [<<"/">>, [name, type, leader, members, online, pid, synchronised_slave_pids]], 5000) of
         Infos when is_list(Infos) ->
-          Qs = [[";q=", element(4, proplists:get_value(name, I)), "/", io_lib:format("~w", [proplists:get_value(type, I)]), "/",
-                 atom_to_list(proplists:get_value(leader, I)), "/", J(proplists:get_value(members, I, [])), "/",
-                 J(proplists:get_value(online, I, []))] || I <- Infos],
+          Qs = [case proplists:get_value(type, I) of
+                  % rabbit_classic_queue: a classic queue whose home node is down
+                  T when T =:= classic; T =:= rabbit_classic_queue ->
+                    Mirrors = case proplists:get_value(synchronised_slave_pids, I) of L when is_list(L) -> [node(P) || P <- L, is_pid(P)]; _ -> [] end,
+                    Home = case proplists:get_value(pid, I) of P when is_pid(P) -> atom_to_list(node(P)); _ -> "" end,
+                    [";c=", element(4, proplists:get_value(name, I)), "/", Home, "/", J(Mirrors)];
+                  _ ->
+                    [";q=", element(4, proplists:get_value(name, I)), "/", io_lib:format("~w", [proplists:get_value(type, I)]), "/",
+                     atom_to_list(proplists:get_value(leader, I)), "/", J(proplists:get_value(members, I, [])), "/",
+                     J(proplists:get_value(online, I, []))]
+                end || I <- Infos],
           {ok, ["running=", J(Running), ";maintenance=", J(Maint), Qs]};
         E -> {error, E}
       end;
@@ -529,6 +695,12 @@ func (v *rabbitmqViewer) parse(line string) rabbitmqView {
 			r.running = list(val)
 		case "maintenance":
 			r.maintenance = list(val)
+		case "c":
+			p := strings.Split(val, "/")
+			if len(p) != 3 {
+				return rabbitmqView{err: "unreadable classic queue " + val}
+			}
+			r.classics = append(r.classics, rabbitmqClassic{name: p[0], home: index(p[1]), mirrors: list(p[2])})
 		case "q":
 			p := strings.Split(val, "/")
 			if len(p) != 5 {
@@ -541,5 +713,6 @@ func (v *rabbitmqViewer) parse(line string) rabbitmqView {
 		}
 	}
 	slices.SortFunc(r.queues, func(a, b rabbitmqQueue) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(r.classics, func(a, b rabbitmqClassic) int { return strings.Compare(a.name, b.name) })
 	return r
 }
