@@ -53,18 +53,39 @@ role() {
 	ROLE=$(field "$_i" role)
 }
 
+# why OUTPUT: a short reason for a reply that is not an answer (redis-cli's error, or nothing
+# when timeout killed it).
+why() {
+	case $1 in
+	'') say "no answer in 3s" ;;
+	*"Connection refused"*) say "refused" ;;
+	*NOAUTH* | *WRONGPASS* | *"invalid password"* | *"invalid username"*) say "wrong password" ;;
+	*) printf '%s\n' "$1" | sed -n '1s/^\(.\{0,40\}\).*/\1/p' ;;
+	esac
+}
+
 # sentinels: ask every sentinel for the primary. Sets ANSWERED, TOTAL, PRIMARIES (the distinct
 # addresses named), OTHER (one of them that is not this member), FAILING (set when a sentinel
-# runs a failover) and FIRST (the first sentinel that answered, host port).
+# runs a failover), FIRST (the first sentinel that answered, host port) and SILENT (those that
+# did not, each with why).
 sentinels() {
-	ANSWERED=0 TOTAL=0 PRIMARIES= OTHER= FAILING= FIRST=
+	ANSWERED=0 TOTAL=0 PRIMARIES= OTHER= FAILING= FIRST= SILENT=
 	for _s in $SENTINELS; do
 		TOTAL=$((TOTAL + 1))
 		_sh=${_s%:*} _sp=${_s##*:}
-		_a=$(cli "$_sh" "$_sp" SENTINEL get-master-addr-by-name "$NAME") || continue
+		_a=$(cli "$_sh" "$_sp" SENTINEL get-master-addr-by-name "$NAME") || {
+			SILENT="${SILENT:+$SILENT, }$_s ($(why "$_a"))"
+			continue
+		}
 		_a=$(printf '%s\n' "$_a" | sed -n '1h;2{H;x;s/\n/:/p;}')
-		[ -n "$_a" ] || continue
-		_m=$(cli "$_sh" "$_sp" SENTINEL master "$NAME") || continue
+		[ -n "$_a" ] || {
+			SILENT="${SILENT:+$SILENT, }$_s (does not monitor $NAME)"
+			continue
+		}
+		_m=$(cli "$_sh" "$_sp" SENTINEL master "$NAME") || {
+			SILENT="${SILENT:+$SILENT, }$_s ($(why "$_m"))"
+			continue
+		}
 		case $(printf '%s\n' "$_m" | sed -n '/^flags$/{n;p;q;}') in
 		*failover_in_progress*) FAILING=$_s ;;
 		esac
@@ -76,12 +97,16 @@ sentinels() {
 	[ "$TOTAL" -gt 0 ] || fail "SENTINELS is empty: list the sentinels as host:port"
 }
 majority() { [ $((ANSWERED * 2)) -gt "$TOTAL" ]; }
+# quorum: fail unless a majority of the sentinels answered, naming those that did not.
+quorum() {
+	majority || fail "only $ANSWERED of $TOTAL sentinels answered; $SILENT did not: a failover needs a majority"
+}
 
-# candidates: the replicas the first sentinel would promote (not down, not disconnected,
-# priority not 0), one host:port a line.
+# candidates SENTINEL_REPLICAS: every replica in the first sentinel's SENTINEL REPLICAS reply,
+# one a line: "+ host:port" for those it could promote, "- host:port is why" for the others
+# (down, disconnected, priority 0).
 candidates() {
-	# shellcheck disable=SC2086
-	cli $FIRST SENTINEL replicas "$NAME" | {
+	printf '%s\n' "$1" | {
 		_ip= _port= _flags= _prio=
 		while IFS= read -r _k && IFS= read -r _v; do
 			case $_k in
@@ -100,8 +125,12 @@ candidates() {
 }
 emit() {
 	[ -n "$_ip" ] || return 0
-	case ",$_flags," in *,s_down,* | *,o_down,* | *,disconnected,*) return 0 ;; esac
-	[ "$_prio" = 0 ] || say "$_ip:$_port"
+	case ",$_flags," in
+	*,o_down,*) say "- $_ip:$_port is down for a quorum of sentinels (o_down)" ;;
+	*,s_down,*) say "- $_ip:$_port is down (s_down)" ;;
+	*,disconnected,*) say "- $_ip:$_port is unreachable (disconnected)" ;;
+	*) if [ "$_prio" = 0 ]; then say "- $_ip:$_port has replica-priority 0"; else say "+ $_ip:$_port"; fi ;;
+	esac
 }
 
 # replica INFO HOST:PORT: the "state offset" the primary reports for that replica, if connected.
@@ -110,17 +139,30 @@ replica() {
 		sed -n 's/.*state=\([^,]*\).*offset=\([0-9]*\).*/\1 \2/p'
 }
 
-# ready: every replica a sentinel could promote is online, or fail saying which is not.
+# ready: every replica a sentinel could promote is online, or fail saying which is not; with
+# none, fail saying why each replica cannot be promoted.
 ready() {
-	_c=$(candidates)
-	[ -n "$_c" ] || fail "failover of $SELF refused: the sentinels know no healthy replica to promote"
+	# shellcheck disable=SC2086
+	_all=$(cli $FIRST SENTINEL replicas "$NAME") || fail "sentinel ${FIRST% *} does not list the replicas: $_all"
+	_all=$(candidates "$_all")
+	_c= _no=
+	while IFS= read -r _l; do
+		case $_l in
+		"+ "*) _c="${_c:+$_c
+}${_l#+ }" ;;
+		"- "*) _no="${_no:+$_no, }${_l#- }" ;;
+		esac
+	done <<EOF
+$_all
+EOF
+	[ -n "$_c" ] || fail "no replica can take over from $SELF: ${_no:-the sentinels know no replica of $NAME}"
 	_i=$(me INFO replication) || fail "cannot reach Redis at $SELF: $_i"
 	for _r in $_c; do
 		_st=$(replica "$_i" "$_r")
 		case $_st in
 		online*) ;;
-		"") fail "failover of $SELF refused: replica $_r is not connected to it" ;;
-		*) fail "failover of $SELF refused: replica $_r is not in sync (${_st% *})" ;;
+		"") fail "failover of $SELF refused: replica $_r is not connected to it (the sentinels still count it)" ;;
+		*) fail "failover of $SELF refused: replica $_r is still syncing (state ${_st% *})" ;;
 		esac
 	done
 	CANDIDATES=$_c
@@ -143,7 +185,7 @@ check() {
 		exit 0
 	}
 	sentinels
-	majority || fail "only $ANSWERED of $TOTAL sentinels answered"
+	quorum
 	if [ -n "$OTHER" ] || [ -n "$FAILING" ]; then
 		say "a failover of $SELF has started"
 		exit 0
@@ -176,7 +218,7 @@ failover() {
 		exit 0
 	fi
 	sentinels
-	majority || fail "only $ANSWERED of $TOTAL sentinels answered"
+	quorum
 	if [ -n "$OTHER" ] || [ -n "$FAILING" ]; then
 		wait_switch
 		return
@@ -191,18 +233,26 @@ failover() {
 		_behind=
 		for _r in $CANDIDATES; do
 			_st=$(replica "$_i" "$_r")
-			[ "$_st" = "online $_off" ] || _behind="$_r at ${_st:-nothing} of $_off"
+			case $_st in
+			"online $_off") ;;
+			online*) _behind="$_r is $((_off - ${_st#* })) bytes behind (at ${_st#* } of $_off)" ;;
+			*) _behind="$_r is ${_st:-disconnected}" ;;
+			esac
 		done
 		[ -n "$_behind" ] || break
 		if [ "$(date +%s)" -ge "$_end" ]; then
 			me CLIENT UNPAUSE >/dev/null
-			fail "failover of $SELF refused: replica $_behind did not catch up in ${CATCHUP}s; writes resumed"
+			fail "failover of $SELF refused: replica $_behind after ${CATCHUP}s of paused writes; writes resumed"
 		fi
 		sleep 0.05
 	done
 	# shellcheck disable=SC2086
 	_f=$(cli $FIRST SENTINEL failover "$NAME") || {
 		me CLIENT UNPAUSE >/dev/null
+		case $_f in
+		*NOGOODSLAVE*) _f="it finds no replica it may promote (NOGOODSLAVE: each is down, disconnected, priority 0 or was cut off from the primary too long)" ;;
+		*INPROG*) _f="a failover already runs (INPROG)" ;;
+		esac
 		fail "failover of $SELF refused by sentinel ${FIRST% *}: $_f; writes resumed"
 	}
 	say "replicas caught up at offset $_off; sentinel ${FIRST% *} promotes one"
@@ -217,7 +267,7 @@ status() {
 	_role=$(field "$_i" role)
 	sentinels
 	if ! majority; then
-		printf 'InProgress\nonly %s of %s sentinels answered\n' "$ANSWERED" "$TOTAL"
+		printf 'InProgress\nonly %s of %s sentinels answered; %s did not\n' "$ANSWERED" "$TOTAL" "$SILENT"
 	elif [ "$PRIMARIES" != "$OTHER" ]; then
 		printf 'InProgress\nthe sentinels name %s as primary\n' "$PRIMARIES"
 	elif [ -n "$FAILING" ]; then
@@ -237,7 +287,7 @@ cancel() {
 		exit 0
 	fi
 	sentinels
-	majority || fail "only $ANSWERED of $TOTAL sentinels answered"
+	quorum
 	if [ -n "$OTHER" ]; then
 		demote "$OTHER"
 		return

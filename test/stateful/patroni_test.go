@@ -35,10 +35,15 @@ import (
 //  1. a replica's node drains: its hook is Completed at the first status,
 //     nothing switches over (the leader and its timeline stay), the pod is
 //     evicted and the drain is Drained;
-//  2. the primary's node drains while the replica's pod is still gone, so
-//     the PodDisruptionBudget refuses the eviction: Patroni switches over to
-//     the other replica first, and the drain, cancelled then, is undone as
-//     the recipe's page says: nothing switches back, the old primary rejoins
+//  2. the primary's node drains while the replica's pod is still gone and
+//     the other replica, the only candidate, lags (its WAL receiver frozen
+//     while the primary writes about 12 MB): Patroni refuses the
+//     switchover, and status.hooks and `vacate explain` name that replica
+//     and its lag in bytes, over maximum_lag_on_failover, while the pod
+//     stays; thawed, it catches up and the retry switches over, the
+//     PodDisruptionBudget then refuses the eviction (the first replica's
+//     pod is gone), and the drain, cancelled then, is undone as the
+//     recipe's page says: nothing switches back, the old primary rejoins
 //     as a replica, its pod stays and its node is schedulable again;
 //  3. the new primary's node drains with its Patroni frozen (SIGSTOP): the
 //     recipe's evacuate cannot reach it, and the drain's status.hooks and
@@ -130,11 +135,38 @@ func TestPostgreSQLPatroni(t *testing.T) {
 		t.Errorf("draining a replica switched something: before %s, after %s", first, v)
 	}
 
-	t.Log("2. the primary's node drains while the replica's pod is gone: the switchover, the PDB refuses the eviction, the drain is cancelled")
+	t.Log("2. the primary's node drains while the replica's pod is gone and the only healthy replica lags: the drain holds, saying which replica lags and by how much")
+	thaw, err := pc.FreezeWALReceiver(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(thaw)
+	lag := patroniWriteWAL(ctx, t, pc, primary, patroni.Name(other))
 	from = time.Now()
 	a.drain(t, primary, v1alpha1.ModeMaintenance)
+	nd = a.waitDrain(t, primary, "status.hooks to say why the switchover was refused", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, _ := podHook(nd, a, primary)
+		return strings.Contains(h.Message, "patroni.sh evacuate exited 1")
+	})
+	h, _ := podHook(nd, a, primary)
+	said := a.explainPod(t, nd, primary)
+	t.Logf("with %s lagging %d bytes (Patroni's /cluster): status.hooks %s %q; vacate explain: %s", patroni.Name(other), lag, h.Phase, h.Message, said)
+	if _, ok := a.evictedAt(primary); ok || h.Phase == hook.Completed {
+		t.Fatalf("with the only candidate lagging, the primary's hook is %s and its pod evicted: %v", h.Phase, ok)
+	}
+	for where, msg := range map[string]string{"status.hooks": h.Message, "vacate explain": said} {
+		if said := patroniLagSaid(msg, patroni.Name(other)); said <= patroniMaxLag {
+			t.Errorf("%s says %q: want %s named as lagging by more than maximum_lag_on_failover (%d bytes)", where, msg, patroni.Name(other), patroniMaxLag)
+		}
+	}
+	if v := patroniMustView(ctx, t, pc); v.Leader != first.Leader {
+		t.Fatalf("the refused switchover moved the leader: %s", v)
+	}
+	thaw()
+
+	t.Log("2. the replica catches up: the switchover, the PDB refuses the eviction, the drain is cancelled")
 	nd = a.waitDrain(t, primary, "the hook Completed and the eviction refused by the PDB", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		h, _ := patroniHook(nd, a, primary)
+		h, _ := podHook(nd, a, primary)
 		return h.Phase == hook.Completed && patroniBlockedBy(nd, a, primary, v1alpha1.BlockerPDB)
 	})
 	switched := patroniMustView(ctx, t, pc)
@@ -180,11 +212,11 @@ func TestPostgreSQLPatroni(t *testing.T) {
 	from = time.Now()
 	a.drain(t, old, v1alpha1.ModeMaintenance)
 	nd = a.waitDrain(t, old, "status.hooks to say Patroni cannot be reached", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		h, _ := patroniHook(nd, a, old)
+		h, _ := podHook(nd, a, old)
 		return strings.Contains(h.Message, "cannot reach Patroni")
 	})
-	h, _ := patroniHook(nd, a, old)
-	said := a.explainPod(t, nd, old)
+	h, _ = podHook(nd, a, old)
+	said = a.explainPod(t, nd, old)
 	if !strings.Contains(said, "cannot reach Patroni") {
 		t.Errorf("vacate explain says of %s: %q; want the hook's message", a.pods[old].Name, said)
 	}
@@ -238,6 +270,52 @@ func patroniDCSIP(t *testing.T, a *app) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
+// patroniMaxLag is the harness's maximum_lag_on_failover, in bytes.
+const patroniMaxLag = 1 << 20
+
+// patroniWriteWAL writes about 12 MB of WAL on member primary, and waits
+// until Patroni reports member lagging by more than maximum_lag_on_failover
+// (GET /cluster, which Patroni updates every loop); it returns that lag.
+func patroniWriteWAL(ctx context.Context, t *testing.T, pc *patroni.Cluster, primary int, lagging string) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, pc.MemberDSN(primary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE TABLE vacate_filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 50000) g"); err != nil {
+		t.Fatalf("writing WAL on %s: %v", patroni.Name(primary), err)
+	}
+	var lag int64
+	testutil.Eventually(t, time.Minute, "Patroni to report "+lagging+" lagging", func() error {
+		v, err := pc.View(ctx)
+		if err != nil {
+			return err
+		}
+		m, _ := v.Member(lagging)
+		if lag = m.Lag; lag > patroniMaxLag {
+			return nil
+		}
+		return errors.New(v.String())
+	})
+	return lag
+}
+
+// patroniLagSaid is the lag in bytes a message says member has ("NAME lags
+// N bytes"), or -1.
+func patroniLagSaid(msg, member string) int64 {
+	_, rest, ok := strings.Cut(msg, member+" lags ")
+	if !ok {
+		return -1
+	}
+	n, _, _ := strings.Cut(rest, " bytes")
+	lag, err := strconv.ParseInt(n, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return lag
+}
+
 func patroniMustView(ctx context.Context, t *testing.T, pc *patroni.Cluster) patroni.View {
 	t.Helper()
 	var v patroni.View
@@ -254,9 +332,9 @@ func patroniTimeline(v patroni.View, name string) int {
 	return m.Timeline
 }
 
-// patroniHook is what the drain's status.hooks says of the pod of an
+// podHook is what the drain's status.hooks says of the pod of an
 // ordinal.
-func patroniHook(nd *v1alpha1.NodeDrain, a *app, i int) (v1alpha1.HookStatus, bool) {
+func podHook(nd *v1alpha1.NodeDrain, a *app, i int) (v1alpha1.HookStatus, bool) {
 	for _, h := range nd.Status.Hooks {
 		if strings.Contains(h.Name, a.pods[i].Name) {
 			return h, true

@@ -16,6 +16,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testservers/redis"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
+	"github.com/vacate-dev/vacate/internal/hook"
 )
 
 // TestRedisSentinel drains Redis with Sentinel (a primary, two replicas,
@@ -23,6 +24,11 @@ import (
 // examples/redis-sentinel under a client load whose every write is
 // acknowledged by WAIT 1:
 //
+//  0. with both replicas' servers stopped, a drain of the primary's node
+//     holds before anything is paused, and status.hooks and `vacate
+//     explain` name each replica and why it cannot take over; with two of
+//     the three sentinels stopped too, they name the sentinels that do not
+//     answer; the drain is cancelled and the members started again;
 //  1. a drain of the primary's node is cancelled while the failover holds
 //     the primary's writes paused (a replica is frozen, so it cannot catch
 //     up): vacate-hook kills the failover and its cancel resumes the
@@ -80,6 +86,9 @@ func TestRedisSentinel(t *testing.T) {
 	frozen := (primary + 1) % len(a.pods)
 	primaryAddr := rc.Member(primary).Server.Addr
 	t.Logf("the primary is %s, on %s (pod %s)", primaryAddr, a.nodes[primary], a.pods[primary].Name)
+
+	t.Log("0. a drain of the primary's node while no replica can take over: it holds, and says which replicas and why, then which sentinels do not answer")
+	redisRefusals(ctx, t, a, rc, sidecars, primary)
 
 	t.Log("1. a drain of the primary's node, cancelled while the failover holds writes paused")
 	if err := rc.Member(frozen).Server.Freeze(); err != nil {
@@ -155,6 +164,127 @@ func TestRedisSentinel(t *testing.T) {
 	if err := rep.OK(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// redisRefusals is part 0 of TestRedisSentinel: the refusals of the
+// recipe's check, as the drain shows them, with the real servers and
+// sentinels. It leaves every member running and the drain undone.
+func redisRefusals(ctx context.Context, t *testing.T, a *app, rc *redis.Cluster, sidecars []*sidecarProc, primary int) {
+	t.Helper()
+	primaryAddr := rc.Member(primary).Server.Addr
+	var replicas []int
+	for i := range rc.Members() {
+		if i != primary {
+			replicas = append(replicas, i)
+		}
+	}
+	for _, r := range replicas {
+		if err := rc.Member(r).Server.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every sentinel sees both replicas gone (its link to each is
+	// disconnected) before the drain, so the first check already says so.
+	testutil.Eventually(t, time.Minute, "the sentinels to see the replicas disconnected", func() error {
+		for _, s := range rc.SentinelAddrs() {
+			flags, err := redisReplicaFlags(ctx, rc, s)
+			if err != nil {
+				return err
+			}
+			for _, r := range replicas {
+				if f := flags[rc.Member(r).Server.Addr]; !strings.Contains(f, "disconnected") {
+					return fmt.Errorf("sentinel %s: replica %s has flags %q", s, rc.Member(r).Server.Addr, f)
+				}
+			}
+		}
+		return nil
+	})
+	a.drain(t, primary, v1alpha1.ModeMaintenance)
+	mark := len(sidecars[primary].logText())
+	nd := a.waitDrain(t, primary, "status.hooks to say why the failover was refused", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, _ := podHook(nd, a, primary)
+		return strings.Contains(h.Message, "redis-sentinel.sh check exited 1")
+	})
+	h, _ := podHook(nd, a, primary)
+	said := a.explainPod(t, nd, primary)
+	t.Logf("with both replicas stopped: status.hooks %s %q; vacate explain: %s", h.Phase, h.Message, said)
+	for where, msg := range map[string]string{"status.hooks": h.Message, "vacate explain": said} {
+		want := []string{"no replica can take over from " + primaryAddr, "unreachable"}
+		for _, r := range replicas {
+			want = append(want, rc.Member(r).Server.Addr)
+		}
+		for _, w := range want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s says %q: want %q (each replica named, and why it cannot take over)", where, msg, w)
+			}
+		}
+	}
+	if _, ok := a.evictedAt(primary); ok || h.Phase == hook.Completed {
+		t.Fatalf("with no replica to promote, the primary's hook is %s and its pod evicted: %v", h.Phase, ok)
+	}
+	if strings.Contains(sidecars[primary].logText()[mark:], "redis-sentinel.sh failover") {
+		t.Errorf("the failover ran although check refused:\n%s", sidecars[primary].logText()[mark:])
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := rc.Client(primaryAddr).Set(wctx, "vacate-probe", "x", 0).Err(); err != nil {
+		t.Errorf("a write to the primary while the drain holds: %v; want it taken (check refuses before pausing)", err)
+	}
+
+	var sentinels []string
+	for _, r := range replicas {
+		if err := rc.Member(r).Sentinel.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		sentinels = append(sentinels, rc.Member(r).Sentinel.Addr)
+	}
+	nd = a.waitDrain(t, primary, "status.hooks to say which sentinels do not answer", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, _ := podHook(nd, a, primary)
+		return strings.Contains(h.Message, "sentinels answered")
+	})
+	h, _ = podHook(nd, a, primary)
+	said = a.explainPod(t, nd, primary)
+	t.Logf("with two sentinels stopped too: status.hooks %s %q; vacate explain: %s", h.Phase, h.Message, said)
+	for where, msg := range map[string]string{"status.hooks": h.Message, "vacate explain": said} {
+		for _, w := range append([]string{"only 1 of 3 sentinels answered"}, sentinels...) {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s says %q: want %q (the sentinels that do not answer named)", where, msg, w)
+			}
+		}
+	}
+
+	a.cancel(t, primary)
+	for _, r := range replicas {
+		if err := rc.StartMember(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rc.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUndone(ctx, t, a, primary)
+	if p, err := rc.View(ctx).PrimaryIndex(); err != nil || p != primary {
+		t.Fatalf("after the refused drain the primary is member %d (%v), want %d, unmoved", p, err, primary)
+	}
+}
+
+// redisReplicaFlags is each replica's flags as a sentinel says them
+// (SENTINEL REPLICAS), by host:port.
+func redisReplicaFlags(ctx context.Context, rc *redis.Cluster, sentinel string) (map[string]string, error) {
+	list, err := rc.Client(sentinel).Do(ctx, "SENTINEL", "REPLICAS", rc.MasterName()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("sentinel %s: %w", sentinel, err)
+	}
+	out := map[string]string{}
+	for _, item := range list {
+		fields, _ := item.([]any)
+		kv := map[string]string{}
+		for i := 0; i+1 < len(fields); i += 2 {
+			kv[fmt.Sprint(fields[i])] = fmt.Sprint(fields[i+1])
+		}
+		out[kv["ip"]+":"+kv["port"]] = kv["flags"]
+	}
+	return out, nil
 }
 
 // waitPaused waits until a write to the primary blocks: the failover has

@@ -471,6 +471,40 @@ func (c *Cluster) Running(i int) bool {
 	return m.proc != nil && !m.proc.exited()
 }
 
+// FreezeWALReceiver stops member i's WAL receiver (SIGSTOP), as a replica
+// whose link to the primary stalls: it receives no more WAL, so it lags
+// behind as the primary writes, while its Patroni and PostgreSQL answer
+// as before. thaw resumes it; call it before the primary's walsender gives
+// up on the silent receiver (wal_sender_timeout, 60 s).
+func (c *Cluster) FreezeWALReceiver(i int) (thaw func(), err error) {
+	m := c.members[i]
+	m.mu.Lock()
+	p := m.proc
+	m.mu.Unlock()
+	if p == nil {
+		return nil, fmt.Errorf("member %s is stopped", m.name)
+	}
+	pg := p.postgresPIDs()
+	for _, pid := range pg {
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil || !strings.Contains(string(cmdline), "walreceiver") {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("freezing the WAL receiver of %s: %w", m.name, err)
+		}
+		fmt.Fprintf(c.opts.Log, "the WAL receiver of %s (pid %d) is frozen\n", m.name, pid)
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+				fmt.Fprintf(c.opts.Log, "the WAL receiver of %s is thawed\n", m.name)
+			})
+		}, nil
+	}
+	return nil, fmt.Errorf("member %s runs no WAL receiver (is it a streaming replica?): its PostgreSQL's processes are %v", m.name, pg)
+}
+
 // Logs are the tails of every process's output, for a failed test.
 func (c *Cluster) Logs() string {
 	var b strings.Builder
