@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -330,4 +332,55 @@ func logLine(log string, parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestRedisTwoClustersOnTheSameAddresses starts two clusters of the
+// harness on the same IPs, as two runs of this package on one machine do
+// when their dev clusters' pod ranges coincide: each must listen on ports
+// of its own, so that every process of both runs and each keeps its own
+// data. It needs no dev cluster.
+func TestRedisTwoClustersOnTheSameAddresses(t *testing.T) {
+	// Outside the dev clusters' pod ranges (127.64.0.0 to 127.191.255.255).
+	ips := []string{"127.250.41.1", "127.250.41.2"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var clusters []*redis.Cluster
+	for range 2 {
+		c, err := redis.Start(ctx, redis.Config{IPs: ips, Dir: t.TempDir(), Password: "two-runs"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Stop)
+		clusters = append(clusters, c)
+	}
+	for n, c := range clusters {
+		for _, m := range c.Members() {
+			for _, p := range []*redis.Process{m.Server, m.Sentinel} {
+				if !p.Running() {
+					t.Errorf("cluster %d: %s (%s) exited:\n%s", n, p.Name, p.Addr, p.Log())
+				}
+			}
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	a, b := clusters[0], clusters[1]
+	if a.Member(0).Server.Addr == b.Member(0).Server.Addr || a.SentinelAddrs()[0] == b.SentinelAddrs()[0] {
+		t.Fatalf("both clusters listen on %s and %s", a.Member(0).Server.Addr, a.SentinelAddrs()[0])
+	}
+	pa, err := a.View(ctx).AgreedPrimary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := b.View(ctx).AgreedPrimary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Client(pa).Set(ctx, "written-to", "the first cluster", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.Client(pb).Get(ctx, "written-to").Result(); !errors.Is(err, goredis.Nil) {
+		t.Fatalf("the second cluster's primary %s has the first's key: %q (%v)", pb, v, err)
+	}
 }

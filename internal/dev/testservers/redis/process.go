@@ -58,6 +58,16 @@ func (p *Process) Start() error {
 	return nil
 }
 
+// Log is the end of what the process wrote (its last 4 KB), for a failed
+// test.
+func (p *Process) Log() string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data[max(0, len(data)-4096):])
+}
+
 // Running says whether the process was started and has not exited.
 func (p *Process) Running() bool {
 	p.mu.Lock()
