@@ -1,7 +1,7 @@
 #!/bin/sh
 # The steps of vacate's RabbitMQ recipe that argv alone cannot express
-# (docs/recipes/rabbitmq.md). POSIX sh, rabbitmqctl, rabbitmq-queues, sed
-# and awk only; writes no file. The node is the one this sidecar serves,
+# (docs/recipes/rabbitmq.md). POSIX sh, rabbitmqctl, rabbitmq-queues, sed,
+# awk and od only; writes no file. The node is the one this sidecar serves,
 # $RABBITMQ_NODENAME.
 #
 #   rabbitmq.sh status maintenance   Completed once the node leads no quorum
@@ -16,14 +16,16 @@
 #   rabbitmq.sh exclusive            refuses while an exclusive queue on the
 #                                    node holds messages (it cannot be moved)
 #   rabbitmq.sh shrink               removes the node from every quorum queue,
-#                                    once every other member of each is online
+#                                    once every other member of each is online,
+#                                    and records which (for grow)
 #   rabbitmq.sh move                 moves every classic queue that lives only
 #                                    on the node, with its messages, to the
 #                                    other nodes (classic mirroring: RabbitMQ
 #                                    3.x), keeping its name
 #   rabbitmq.sh unmove               takes away the policies move set
-#   rabbitmq.sh grow                 makes the node a member of every quorum
-#                                    queue again
+#   rabbitmq.sh grow                 makes the node a member again of the
+#                                    quorum queues this drain's shrink took it
+#                                    out of, and of no other
 set -eu
 node=${RABBITMQ_NODENAME:?RABBITMQ_NODENAME must name the node this sidecar serves}
 # How long one run of move waits for the queues to move before it exits
@@ -211,6 +213,72 @@ unmove() {
 	done
 }
 
+# What shrink took away is recorded in the cluster itself, where a restarted
+# sidecar or a replaced pod finds it: the global runtime parameter
+# vacate-shrunk-NODE, a JSON array whose first string is the drain's UID
+# (VACATE_DRAIN) and each other one a queue's vhost and name, separated by a
+# unit separator, in hexadecimal (any character may be in either).
+record="vacate-shrunk-$node"
+drain=${VACATE_DRAIN:-by-hand}
+us=$(printf '\037')
+hex() { od -An -v -tx1 | tr -d ' \n'; }
+unhex() {
+	LC_ALL=C awk '{
+		s = ""
+		for (i = 1; i < length($0); i += 2)
+			s = s sprintf("%c", (index("0123456789abcdef", substr($0, i, 1)) - 1) * 16 + index("0123456789abcdef", substr($0, i + 1, 1)) - 1)
+		print s
+	}'
+}
+
+# recorded prints the record's strings, one a line (the queues still in
+# hexadecimal), if there is one.
+recorded() {
+	rabbitmqctl -q list_global_parameters --no-table-headers |
+		awk -F '\t' -v r="$record" '$1 == r { v = $2; gsub(/[][" ]/, "", v); n = split(v, s, ","); for (i = 1; i <= n; i++) print s[i] }'
+}
+
+# remember records the quorum queues the node is a member of now, with those
+# this drain recorded before (a shrink run again), before shrink.
+remember() {
+	before=$(recorded)
+	if [ "$(printf '%s\n' "$before" | head -n 1)" = "$drain" ]; then
+		before=$(printf '%s\n' "$before" | tail -n +2)
+	else
+		before=""
+	fi
+	now=$(queues | awk -F '\t' -v node="$node" -v us="$us" '
+		{ m = $3; gsub(/^\[|\]$/, "", m); n = split(m, ms, ", "); for (i = 1; i <= n; i++) if (ms[i] == node) { name = $5; for (j = 6; j <= NF; j++) name = name "\t" $j; print $1 us name } }' |
+		while IFS= read -r q; do printf '%s' "$q" | hex; echo; done)
+	value=$(printf '%s\n%s\n' "$before" "$now" | awk -v d="$drain" 'BEGIN { printf "[\"%s\"", d } NF && !seen[$0]++ { printf ",\"%s\"", $0 } END { print "]" }')
+	rabbitmqctl -q set_global_parameter "$record" "$value" >/dev/null
+}
+
+# grow gives the node back the quorum queues this drain's shrink took it out
+# of, then forgets the record. A queue deleted since is skipped.
+grow() {
+	rec=$(recorded)
+	if [ -z "$rec" ] || [ "$(printf '%s\n' "$rec" | head -n 1)" != "$drain" ]; then
+		echo "this drain took $node out of no quorum queue"
+		return 0
+	fi
+	printf '%s\n' "$rec" | tail -n +2 | unhex | while IFS=$us read -r vh name; do
+		if out=$(rabbitmq-queues -q add_member --vhost "$vh" "$name" "$node" </dev/null 2>&1); then
+			echo "$node is a member of quorum queue '$name' in vhost '$vh' again"
+			continue
+		fi
+		case "$out" in
+		*already*) ;;
+		*not_found* | *"not found"*) echo "quorum queue '$name' in vhost '$vh' is gone: nothing to give back" ;;
+		*)
+			echo "not giving $node back quorum queue '$name' in vhost '$vh': $(printf '%s\n' "$out" | tail -n 1)"
+			exit 1
+			;;
+		esac
+	done
+	rabbitmqctl -q clear_global_parameter "$record" >/dev/null
+}
+
 move() {
 	deadline=$(($(date +%s) + move_wait))
 	while :; do
@@ -228,7 +296,6 @@ move() {
 		fi
 		# vhost and name, split by a unit separator: tabs collapse when read
 		# splits on them, and a field may be empty.
-		us=$(printf '\037')
 		printf '%s\n' "$left" | awk -F '\t' -v us="$us" '{ n = $7; for (i = 8; i <= NF; i++) n = n "\t" $i; print $1 us n }' |
 			while IFS=$us read -r vh name; do
 				move_one "$vh" "$name" "$p" </dev/null # rabbitmqctl would read the loop's input
@@ -265,6 +332,7 @@ shrink)
 		echo "not removing $node from its quorum queues: $(printf '%s\n' "$blocked" | head -n 1)"
 		exit 1
 	fi
+	remember
 	rabbitmq-queues shrink "$node" --errors-only
 	left=$(queues | judge decommission)
 	case "$left" in
@@ -279,7 +347,7 @@ unmove)
 	unmove
 	;;
 grow)
-	exec rabbitmq-queues grow "$node" all
+	grow
 	;;
 *)
 	echo "usage: $0 status maintenance|decommission | exclusive | shrink | move | unmove | grow" >&2

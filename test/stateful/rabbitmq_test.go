@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -29,31 +32,47 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
-// TestRabbitMQ drains RabbitMQ (three nodes, three quorum queues, the real
-// servers, one node per pod) with examples/rabbitmq under a client load of
-// publishers whose every message is confirmed by the broker and a consumer:
+// TestRabbitMQ drains RabbitMQ (three nodes, the real servers, one node
+// per pod of the RabbitMQ Cluster Operator's shape, its preStop included)
+// with examples/rabbitmq under a client load of publishers whose every
+// message is confirmed by the broker and a consumer, on three quorum
+// queues; each node is also the only home of two classic queues, stored-i
+// (40 messages nobody consumes until the test does) and live-i:
 //
-//  1. a Maintenance drain of node 0's node, held by a tightened PDB once
-//     RabbitMQ answered Completed (node 0 in maintenance), is cancelled:
-//     vacate-hook revives node 0, which takes clients again, and its pod
-//     stays;
-//  2. a Maintenance drain of the node of a member that leads queues: the
+//  1. node 0's Maintenance (its sidecar with CLASSIC_QUEUES_IN_MAINTENANCE
+//     =wait) waits until stored-0 is empty, then, held by a tightened PDB
+//     once RabbitMQ answered Completed (node 0 in maintenance), is
+//     cancelled: vacate-hook revives node 0, which takes clients again, and
+//     its pod stays;
+//  2. the Maintenance of the node of a member x that leads queues: the
 //     member is in maintenance and leads no quorum queue before its pod is
-//     evicted, and the drain is Drained;
+//     evicted; the hook's Completed names the classic queues unavailable
+//     while it is away; the drain is Drained;
 //  3. that node comes back (the drain is cancelled, its pod replaced) but
 //     its RabbitMQ member is still stopped: a Decommission of another
-//     member that leads queues is held by RabbitMQ's own refusal (it is
-//     quorum-critical), shown in status.hooks and by `vacate explain`, with
-//     the pod in place; once the stopped member starts, the drain goes on:
-//     the member is removed from every quorum queue, only while the other
-//     members hold each one, before its pod is evicted;
-//  4. every confirmed message is consumed, none twice.
+//     member y that leads queues is held by RabbitMQ's own refusal (it is
+//     quorum-critical), then, once x starts, by an exclusive queue on y
+//     holding messages (status.hooks, `vacate explain`, `vacate plan`);
+//  4. once that queue's connection closes, y is shrunk away and its classic
+//     queues move, with their messages, while publishers keep publishing to
+//     live-y; held there by a step the test adds after the recipe's, the
+//     Decommission is cancelled: y is a member of its quorum queues again,
+//     and of no queue it was not in (the shrink's record is gone);
+//  5. y's Decommission again, to the end: y leaves every quorum queue, only
+//     while the other members hold each one, and is the home of no classic
+//     queue before its pod is evicted; each evicted pod's preStop ends at
+//     once;
+//  6. every confirmed message is consumed, none twice, and every stored
+//     message is there (through another node for y's).
 //
 // RabbitMQ's own view (running nodes, maintenance, each queue's leader,
-// members and online members) is sampled throughout through one Erlang
-// node connected to the cluster.
+// members and online members, each classic queue's home) is sampled
+// throughout through one Erlang node connected to the cluster.
 func TestRabbitMQ(t *testing.T) {
-	a := newApp(t, "rabbitmq")
+	// The operator's pods carry emptyDir volumes (the cookie, the plugins
+	// file, the sidecar's state) holding nothing to keep: the nodes' policy
+	// evicts such pods, as docs/recipes/rabbitmq.md says to set it.
+	a := newShapedApp(t, "rabbitmq", rabbitmqOperatorShape(t), func(p *v1alpha1.DrainPolicySpec) { p.Pods.LocalStorage = "Evict" })
 	ctx := testenv.Context(t)
 	start := time.Now()
 	rc, err := rabbitmq.Start(ctx, rabbitmq.Config{IPs: a.IPs(), Dir: t.TempDir()})
@@ -87,20 +106,37 @@ func TestRabbitMQ(t *testing.T) {
 		stored[i] = ids
 	}
 	sidecars := make([]*sidecarProc, len(a.pods))
+	holds := make([]string, len(a.pods))
 	for i := range a.pods {
 		env := rc.Env(i)
 		if i == 0 {
 			// Node 0's Maintenance waits until its classic queues are empty.
 			env = append(env, "CLASSIC_QUEUES_IN_MAINTENANCE=wait")
 		}
-		sidecars[i] = a.startSidecar(t, i, "rabbitmq", env)
+		holds[i] = filepath.Join(t.TempDir(), "hold")
+		sidecars[i] = a.startSidecarWith(t, i, "rabbitmq", env, rabbitmqHoldAfterMove(holds[i]))
 	}
-	// An evicted pod's containers stop: its sidecar and its node.
+	// An evicted pod's containers stop as the kubelet stops them: the
+	// node's preStop hook (the operator's, as the recipe overrides it) runs
+	// first, then the node stops, then its native sidecar.
+	preStops := make([][]string, len(a.pods))
+	for i := range a.pods {
+		preStops[i] = rabbitmqPreStop(t, a, i)
+		if !strings.Contains(strings.Join(preStops[i], " "), "is_under_maintenance") {
+			t.Fatalf("pod %s's preStop is %q: want the operator's with the recipe's line for a node in maintenance", a.pods[i].Name, preStops[i])
+		}
+	}
+	var preStopMu sync.Mutex
+	var preStopRuns []preStopRun
 	a.setOnEvict(func(i int) {
-		sidecars[i].stop()
+		run := rabbitmqRunPreStop(a, rc, preStops[i], i)
+		preStopMu.Lock()
+		preStopRuns = append(preStopRuns, run)
+		preStopMu.Unlock()
 		if err := rc.StopMember(i); err != nil {
 			t.Errorf("stopping member %d: %v", i, err)
 		}
+		sidecars[i].stop()
 	})
 	rv := rabbitmqStartViewer(t, rc)
 	view := sampleView(t, 200*time.Millisecond, rv.view)
@@ -259,9 +295,58 @@ func TestRabbitMQ(t *testing.T) {
 	if _, ok := a.evictedAt(y); ok {
 		t.Fatalf("pod %s was evicted while its exclusive queue held messages", a.pods[y].Name)
 	}
+	// A quorum queue of another vhost that node y is no member of: the
+	// cancel below gives y back what its shrink took, and nothing more.
+	invoices := rabbitmqQuorumQueueWithout(ctx, t, rc, x, y, "billing", "invoices")
+
+	t.Logf("4. node %d's Decommission, held after its shrink and move, is cancelled: node %d is a member of its quorum queues again", y, y)
+	if err := os.WriteFile(holds[y], nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := exclusiveConn.Close(); err != nil {
 		t.Fatal(err)
 	}
+	nd = a.waitDrain(t, y, "held after node y's shrink and move", 6*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, ok := rabbitmqHook(nd, a.pods[y].Name)
+		return ok && h.Phase == string(v1alpha1.EvacuationInProgress) && strings.Contains(h.Message, rabbitmqHeld)
+	})
+	v := rabbitmqParseView(rv.view(ctx))
+	if len(v.withMember(y)) > 0 {
+		t.Fatalf("after the shrink RabbitMQ says %s: want node %d a member of no quorum queue", v, y)
+	}
+	for _, q := range []string{liveY, fmt.Sprintf("stored-%d", y)} {
+		if c, ok := v.classic(q); !ok || c.home == y || c.home < 0 {
+			t.Fatalf("after the move RabbitMQ says %s: want classic queue %s living on another node than %d", v, q, y)
+		}
+	}
+	a.cancel(t, y)
+	waitUndone(ctx, t, a, y)
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("node %d revived, a member of its quorum queues again", y), func() error {
+		v := rabbitmqParseView(rv.view(ctx))
+		if !v.inMaintenance(y) && len(v.withMember(y)) == len(queues) && len(v.withOnline(y)) == len(queues) && rc.AcceptsClients(y) {
+			return nil
+		}
+		return errors.New("seen:\n" + rv.view(ctx) + "\n" + sidecars[y].logText())
+	})
+	if !logLine(sidecars[y].logText(), "rabbitmq.sh", "grow") {
+		t.Errorf("vacate-hook did not run the recipe's cancel (rabbitmq.sh grow):\n%s", sidecars[y].logText())
+	}
+	if members := rabbitmqMembers(ctx, t, rc, x, "billing", invoices); slices.Contains(members, rc.NodeName(y)) {
+		t.Errorf("the cancel made node %d a member of %s in vhost billing, which it never was: members %v", y, invoices, members)
+	}
+	if out, err := rc.CLI(ctx, x, "rabbitmqctl", "-q", "list_global_parameters", "--no-table-headers"); err != nil || strings.Contains(string(out), "vacate-shrunk-") {
+		t.Errorf("after the cancel, the cluster's global parameters are %q (%v): want the shrink's record gone", out, err)
+	}
+	if _, ok := a.evictedAt(y); ok {
+		t.Fatalf("pod %s was evicted by a cancelled drain", a.pods[y].Name)
+	}
+	if err := os.Remove(holds[y]); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Logf("5. node %d's Decommission again, to the end", y)
+	decomStart2 := time.Now()
+	a.drain(t, y, v1alpha1.ModeDecommission)
 	nd = a.waitDrain(t, y, "Drained", 4*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
@@ -270,7 +355,7 @@ func TestRabbitMQ(t *testing.T) {
 		t.Fatalf("the drain is %s but pod %s was not seen evicted", nd.Status.Phase, a.pods[y].Name)
 	}
 	before, _ = view.before(evicted)
-	v := rabbitmqParseView(before)
+	v = rabbitmqParseView(before)
 	if len(v.withMember(y)) > 0 || len(v.queues) != len(queues) {
 		t.Fatalf("when its pod was evicted, RabbitMQ said %q: want node %d a member of none of %d queues; views:%s", before, y, len(queues), view.changes())
 	}
@@ -295,7 +380,7 @@ func TestRabbitMQ(t *testing.T) {
 			}
 		}
 	}
-	decomTook := evicted.Sub(decomStart)
+	decomTook := evicted.Sub(decomStart2)
 	rabbitmqWaitAcks(ctx, t, load, "the load to write after the Decommission")
 	rabbitmqWaitAcks(ctx, t, load2, "the load on "+liveY+" to write after the Decommission")
 	sctx2, cancel2 := context.WithTimeout(ctx, time.Minute)
@@ -320,15 +405,99 @@ func TestRabbitMQ(t *testing.T) {
 		}
 	}
 
+	// The preStop of each evicted pod (the node was in maintenance after
+	// vacate's drain) ended at once, without waiting for quorum replicas.
+	// Each runs after its pod was seen evicted, as the kubelet runs it:
+	// wait for the last one to end.
+	var runs []preStopRun
+	testutil.Eventually(t, 2*time.Minute, "the preStops of the Maintenance and the Decommission evictions to end", func() error {
+		preStopMu.Lock()
+		runs = slices.Clone(preStopRuns)
+		preStopMu.Unlock()
+		if len(runs) == 2 {
+			return nil
+		}
+		return fmt.Errorf("%d ended: %+v", len(runs), runs)
+	})
+	for _, r := range runs {
+		t.Logf("preStop of member %d: %v after %s: %q", r.ordinal, r.err, r.took.Round(time.Millisecond), r.output)
+		if r.err != nil || strings.Contains(r.output, "timed out") {
+			t.Errorf("the preStop of member %d: %v, output %q: want it to end at once, the node being in maintenance", r.ordinal, r.err, r.output)
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	rep := load.Stop(sctx)
 	stopped = true
-	t.Logf("%s; %d redeliveries; Maintenance took %s, Decommission %s (from the request to the eviction); views:%s",
+	t.Logf("%s; %d redeliveries; Maintenance took %s, the last Decommission %s (from the request to the eviction); views:%s",
 		rep, load.Redeliveries(), maintenanceTook.Round(time.Millisecond), decomTook.Round(time.Millisecond), view.changes())
 	if err := rep.OK(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rabbitmqHeld is what the step rabbitmqHoldAfterMove adds says.
+const rabbitmqHeld = "held by the test after shrink and move"
+
+// rabbitmqHoldAfterMove adds a last step to the recipe's Decommission
+// evacuate that fails while the file hold exists: the only way to hold a
+// Decommission at will between its shrink and its hook's Completed (vacate
+// does not cancel a Decommission whose hook answered Completed: what it
+// moved stays moved).
+func rabbitmqHoldAfterMove(hold string) func(map[string]any) {
+	return func(cfg map[string]any) {
+		d := cfg["decommission"].(map[string]any)
+		d["evacuate"] = append(d["evacuate"].([]any), map[string]any{
+			"command": []any{"sh", "-c", fmt.Sprintf("if [ -e %q ]; then echo %q; exit 1; fi", hold, rabbitmqHeld)},
+			"timeout": "10s",
+		})
+	}
+}
+
+// rabbitmqQuorumQueueWithout declares a quorum queue in a vhost of its own
+// through member via, then takes member without out of it.
+func rabbitmqQuorumQueueWithout(ctx context.Context, t *testing.T, rc *rabbitmq.Cluster, via, without int, vhost, name string) string {
+	t.Helper()
+	for _, args := range [][]string{{"add_vhost", vhost}, {"set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"}} {
+		if _, err := rc.CLI(ctx, via, "rabbitmqctl", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := amqp.Dial(rc.URL(via) + vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.CLI(ctx, via, "rabbitmq-queues", "delete_member", "--vhost", vhost, name, rc.NodeName(without)); err != nil {
+		t.Fatal(err)
+	}
+	if members := rabbitmqMembers(ctx, t, rc, via, vhost, name); len(members) < 2 || slices.Contains(members, rc.NodeName(without)) {
+		t.Fatalf("quorum queue %s in vhost %s has members %v: want at least two, without %s", name, vhost, members, rc.NodeName(without))
+	}
+	return name
+}
+
+// rabbitmqMembers lists a quorum queue's members, as RabbitMQ says.
+func rabbitmqMembers(ctx context.Context, t *testing.T, rc *rabbitmq.Cluster, via int, vhost, name string) []string {
+	t.Helper()
+	out, err := rc.CLI(ctx, via, "rabbitmqctl", "-q", "list_queues", "-p", vhost, "--no-table-headers", "name", "members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if q, m, ok := strings.Cut(l, "\t"); ok && q == name {
+			return strings.Split(strings.Trim(m, "[]"), ", ")
+		}
+	}
+	t.Fatalf("no quorum queue %s in vhost %s: %q", name, vhost, out)
+	return nil
 }
 
 // rabbitmqPlan is what `vacate plan` prints for the node of an ordinal.

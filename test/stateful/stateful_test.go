@@ -121,6 +121,13 @@ type app struct {
 
 func newApp(t *testing.T, name string, tune ...func(*v1alpha1.DrainPolicySpec)) *app {
 	t.Helper()
+	return newShapedApp(t, name, nil, tune...)
+}
+
+// newShapedApp is newApp with the StatefulSet's pod template shaped as an
+// operator would make it (shape runs last, on the template newApp builds).
+func newShapedApp(t *testing.T, name string, shape func(*corev1.PodTemplateSpec), tune ...func(*v1alpha1.DrainPolicySpec)) *app {
+	t.Helper()
 	c := testenv.Start(t)
 	a := &app{c: c, cl: testenv.Controller(t, c), ns: testenv.Namespace(t, c), name: name, port: hookPort(t), evicted: map[string]time.Time{}}
 	ctx := testenv.Context(t)
@@ -150,6 +157,9 @@ func newApp(t *testing.T, name string, tune ...func(*v1alpha1.DrainPolicySpec)) 
 			TopologyKey:   devcluster.HostnameLabel,
 		}},
 	}}
+	if shape != nil {
+		shape(&sts.Spec.Template)
+	}
 	if _, err := c.Client.CoreV1().Services(a.ns).Create(ctx, devcluster.HeadlessService(a.ns, name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -357,6 +367,13 @@ type sidecarProc struct {
 // env is what the pod's containers would have (the app's CLI settings).
 func (a *app) startSidecar(t *testing.T, i int, recipe string, env []string) *sidecarProc {
 	t.Helper()
+	return a.startSidecarWith(t, i, recipe, env, nil)
+}
+
+// startSidecarWith is startSidecar with the recipe's configuration changed
+// by edit first (nil: as it is).
+func (a *app) startSidecarWith(t *testing.T, i int, recipe string, env []string, edit func(cfg map[string]any)) *sidecarProc {
+	t.Helper()
 	dir := recipeDir(t, recipe)
 	text, err := os.ReadFile(filepath.Join(dir, "vacate-hook.yaml"))
 	if err != nil {
@@ -365,6 +382,9 @@ func (a *app) startSidecar(t *testing.T, i int, recipe string, env []string) *si
 	var cfg map[string]any
 	if err := yaml.Unmarshal(text, &cfg); err != nil {
 		t.Fatalf("%s/vacate-hook.yaml: %v", recipe, err)
+	}
+	if edit != nil {
+		edit(cfg)
 	}
 	work := t.TempDir()
 	cfg["auth"] = testenv.HookAuth(t, a.c, a.ns, "default", work)
