@@ -6,10 +6,13 @@
 //
 // Every node of a cluster shares one epmd that the cluster starts on a port
 // of its own, listening on the members' IPs (and, as epmd always does, on
-// 127.0.0.1 and ::1 at that port); nothing listens on all interfaces. A
-// node's AMQP listener is IP:5672, its distribution port is one the kernel
-// chose, and the CLI tools run beside member i (Env) listen on member i's IP
-// only.
+// 127.0.0.1 and ::1 at that port); nothing listens on all interfaces. Every
+// node's AMQP listener is its IP at the cluster's AMQP port, as in pods (by
+// default one the kernel said was free, not 5672), its distribution port is
+// one the kernel chose, and the CLI tools run beside member i (Env) listen on
+// member i's IP only, in a range of ports the cluster holds for them on
+// 127.0.0.1. So two clusters on one machine never collide, even on the same
+// IPs.
 package rabbitmq
 
 import (
@@ -36,8 +39,13 @@ import (
 // wrapper's switch to the rabbitmq user.
 const BinDir = "/usr/lib/rabbitmq/bin"
 
-// AMQPPort is every member's AMQP port, on the member's own IP, as in a pod.
-const AMQPPort = 5672
+// CtlDistPorts is how many distribution ports a cluster gives the CLI tools
+// (RABBITMQ_CTL_DIST_PORT_MIN to _MAX), RabbitMQ's own default width. Each
+// run of a tool is an Erlang VM listening on the first of them free on its
+// member's IP, so the limit is on the tools running at once beside one
+// member: its sidecar's (one command at a time per drain) and the test's
+// own calls, a few at most.
+const CtlDistPorts = 11
 
 // ErlArgs are the runtime flags every node runs with: one scheduler, no busy
 // waiting (an idle node then costs little CPU on a shared machine).
@@ -55,6 +63,10 @@ type Config struct {
 	// takes about 25 s on an idle 2-core machine, and a restart in a
 	// suite that keeps both cores busy once took over 2 minutes (CI).
 	StartTimeout time.Duration
+	// AMQPPort is every member's AMQP port, on the member's own IP, as in
+	// pods (0: a port Start finds free on every address, not 5672, so that
+	// two clusters on the same IPs do not collide).
+	AMQPPort int
 }
 
 // Cluster is a running RabbitMQ cluster. Its methods are safe for
@@ -65,6 +77,11 @@ type Cluster struct {
 	epmdPort int
 	epmd     *exec.Cmd
 	epmdDone chan struct{}
+	// ctlDistMin is the first of the CtlDistPorts ports of the CLI tools'
+	// distribution listeners, which ctlDistHold holds on 127.0.0.1 until
+	// Stop (reserveCtlDistPorts).
+	ctlDistMin  int
+	ctlDistHold []net.Listener
 
 	mu      sync.Mutex
 	members []*member
@@ -87,19 +104,22 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if len(cfg.IPs) == 0 || cfg.Dir == "" {
 		return nil, errors.New("rabbitmq: Config needs IPs and Dir")
 	}
+	if cfg.AMQPPort < 0 || cfg.AMQPPort > 65535 {
+		return nil, fmt.Errorf("rabbitmq: port %d is not a TCP port (1 to 65535, or 0 for a free one)", cfg.AMQPPort)
+	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 4 * time.Minute
 	}
 	c := &Cluster{cfg: cfg, home: filepath.Join(cfg.Dir, "home")}
-	if err := c.prepare(); err != nil {
-		return nil, err
-	}
 	ok := false
 	defer func() {
 		if !ok {
 			_ = c.Stop()
 		}
 	}()
+	if err := c.prepare(); err != nil {
+		return nil, err
+	}
 	if err := c.startEPMD(); err != nil {
 		return nil, err
 	}
@@ -133,18 +153,27 @@ func (c *Cluster) prepare() error {
 	if err := os.WriteFile(filepath.Join(c.home, ".erlang.cookie"), []byte(strings.ToUpper(hex.EncodeToString(cookie))), 0o400); err != nil {
 		return fmt.Errorf("writing the Erlang cookie: %w", err)
 	}
+	for _, ip := range c.cfg.IPs {
+		if a := net.ParseIP(ip); a.To4() == nil || a.Equal(net.IPv4(127, 0, 0, 1)) {
+			return fmt.Errorf("rabbitmq: %q is not an IPv4 address other than 127.0.0.1", ip)
+		}
+	}
+	// First, so that the ports chosen next are none of the CLI tools'.
 	var err error
-	if c.epmdPort, err = freePort(); err != nil {
+	if c.ctlDistMin, c.ctlDistHold, err = reserveCtlDistPorts(c.cfg.IPs); err != nil {
 		return err
 	}
+	ports, err := freePorts(2 + len(c.cfg.IPs))
+	if err != nil {
+		return err
+	}
+	c.epmdPort = ports[0]
+	if c.cfg.AMQPPort == 0 {
+		c.cfg.AMQPPort = ports[1]
+	}
 	for i, ip := range c.cfg.IPs {
-		if net.ParseIP(ip).To4() == nil {
-			return fmt.Errorf("rabbitmq: %q is not an IPv4 address", ip)
-		}
 		m := &member{index: i, ip: ip, name: fmt.Sprintf("rabbit-%d@%s", i, ip), dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("member-%d", i))}
-		if m.distPort, err = freePort(); err != nil {
-			return err
-		}
+		m.distPort = ports[2+i]
 		for _, d := range []string{"mnesia", "log"} {
 			if err := os.MkdirAll(filepath.Join(m.dir, d), 0o755); err != nil {
 				return err
@@ -164,16 +193,73 @@ func (c *Cluster) prepare() error {
 	return nil
 }
 
-// freePort returns a TCP port the kernel says is free on every address.
-// The distribution port must be: a node checks it on all interfaces before
-// it binds it on its own IP.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+// freePorts returns n distinct TCP ports the kernel says are free on every
+// address (each taken on 0.0.0.0 while the next is chosen). A node's
+// distribution port must be: a node checks it on all interfaces before it
+// binds it on its own IP.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
+}
+
+// reserveCtlDistPorts reserves CtlDistPorts consecutive ports for the CLI
+// tools' distribution listeners: it holds them, listening on 127.0.0.1,
+// until the cluster stops. No other cluster, of this run or another, can
+// then reserve them (its listener on 127.0.0.1 would fail) or be given one
+// by the kernel (freePorts listens on every address), while the tools, on
+// their member's IP, can listen on them (hence no member may be 127.0.0.1).
+// A range only checked free, or RabbitMQ's fixed 35672, would be shared by
+// two clusters started at once on the same IPs. The first port is one the
+// kernel picks free; a block with a port taken, on 127.0.0.1 or on a
+// member's IP, is given up for another.
+func reserveCtlDistPorts(ips []string) (first int, hold []net.Listener, err error) {
+	release := func() {
+		for _, l := range hold {
+			l.Close()
+		}
+		hold = nil
+	}
+	for range 100 {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return 0, nil, fmt.Errorf("reserving the CLI tools' distribution ports: %w", err)
+		}
+		hold = append(hold, l)
+		first = l.Addr().(*net.TCPAddr).Port
+		if first+CtlDistPorts-1 > 65535 {
+			release()
+			continue
+		}
+		free := true
+		for p := first + 1; free && p < first+CtlDistPorts; p++ {
+			l, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", fmt.Sprint(p)))
+			if free = err == nil; free {
+				hold = append(hold, l)
+			}
+		}
+		for p := first; free && p < first+CtlDistPorts; p++ {
+			for _, ip := range ips {
+				l, err := net.Listen("tcp4", net.JoinHostPort(ip, fmt.Sprint(p)))
+				if free = err == nil; !free {
+					break
+				}
+				l.Close()
+			}
+		}
+		if free {
+			return first, hold, nil
+		}
+		release()
+	}
+	return 0, nil, fmt.Errorf("reserving the CLI tools' distribution ports: found no %d consecutive free ports in 100 tries", CtlDistPorts)
 }
 
 func (c *Cluster) startEPMD() error {
@@ -213,13 +299,17 @@ func (c *Cluster) startEPMD() error {
 // Size is the number of members.
 func (c *Cluster) Size() int { return len(c.members) }
 
+// AMQPPort is every member's AMQP port, on its own IP (Config.AMQPPort, or
+// the one Start chose).
+func (c *Cluster) AMQPPort() int { return c.cfg.AMQPPort }
+
 // NodeName is member i's Erlang node name, such as rabbit-0@127.210.0.1.
 func (c *Cluster) NodeName(i int) string { return c.members[i].name }
 
 // URL is member i's AMQP URL (the default guest user, allowed from any
 // address here).
 func (c *Cluster) URL(i int) string {
-	return fmt.Sprintf("amqp://guest:guest@%s/", net.JoinHostPort(c.members[i].ip, fmt.Sprint(AMQPPort)))
+	return fmt.Sprintf("amqp://guest:guest@%s/", net.JoinHostPort(c.members[i].ip, fmt.Sprint(c.cfg.AMQPPort)))
 }
 
 // URLs are every member's AMQP URL, in member order.
@@ -250,13 +340,15 @@ func (c *Cluster) commonEnv(m *member) []string {
 // as vacate-hook in the RabbitMQ image would: the RabbitMQ CLI tools on
 // PATH (run directly, no su), RABBITMQ_NODENAME naming member i (the tools'
 // default target), the cluster's cookie in $HOME, the cluster's epmd, and
-// the tools' own distribution listener on member i's IP only.
+// the tools' own distribution listener on member i's IP only, in the
+// cluster's range (reserveCtlDistPorts). The recipe needs no AMQP port: it
+// runs the CLI tools only.
 func (c *Cluster) Env(i int) []string {
 	m := c.members[i]
 	ipTuple := "{" + strings.ReplaceAll(m.ip, ".", ",") + "}"
 	return append(c.commonEnv(m),
-		"RABBITMQ_CTL_DIST_PORT_MIN=35672",
-		"RABBITMQ_CTL_DIST_PORT_MAX=35682",
+		"RABBITMQ_CTL_DIST_PORT_MIN="+fmt.Sprint(c.ctlDistMin),
+		"RABBITMQ_CTL_DIST_PORT_MAX="+fmt.Sprint(c.ctlDistMin+CtlDistPorts-1),
 		"RABBITMQ_CTL_ERL_ARGS=+sbwt none +sbwtdcpu none +sbwtdio none -kernel inet_dist_use_interface "+ipTuple,
 		"POD_IP="+m.ip,
 	)
@@ -266,7 +358,7 @@ func (c *Cluster) serverEnv(m *member) []string {
 	ipTuple := "{" + strings.ReplaceAll(m.ip, ".", ",") + "}"
 	return append(c.commonEnv(m),
 		"RABBITMQ_NODE_IP_ADDRESS="+m.ip,
-		"RABBITMQ_NODE_PORT="+fmt.Sprint(AMQPPort),
+		"RABBITMQ_NODE_PORT="+fmt.Sprint(c.cfg.AMQPPort),
 		"RABBITMQ_DIST_PORT="+fmt.Sprint(m.distPort),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(m.dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(m.dir, "log"),
@@ -404,7 +496,8 @@ func (c *Cluster) Running(i int) bool {
 }
 
 // Stop stops every member (SIGTERM, then SIGKILL after 30 s) and the
-// cluster's epmd. It may be called more than once.
+// cluster's epmd, and frees the CLI tools' ports. It may be called more
+// than once.
 func (c *Cluster) Stop() error {
 	var wg sync.WaitGroup
 	for i := range c.members {
@@ -414,6 +507,13 @@ func (c *Cluster) Stop() error {
 	wg.Wait()
 	if c.epmd != nil {
 		_ = stopGroup(c.epmd, c.epmdDone, syscall.SIGKILL, 0)
+	}
+	c.mu.Lock()
+	hold := c.ctlDistHold
+	c.ctlDistHold = nil
+	c.mu.Unlock()
+	for _, l := range hold {
+		l.Close()
 	}
 	return nil
 }
