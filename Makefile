@@ -179,7 +179,7 @@ bench-endpoints: controlplane ## Requests a drain drops: kubectl drain, vacate w
 	$(GO) run ./hack/bench-endpoints $(BENCH_ENDPOINTS_FLAGS)
 
 .PHONY: bench-stateful
-bench-stateful: controlplane stateful-servers ## Real RabbitMQ, PostgreSQL (Patroni) and Redis (Sentinel) under client load: the leader's node drained by kubectl drain (with the operators' preStop) and by vacate with its recipe; writes lost, longest outage, drain time
+bench-stateful: controlplane stateful-servers ## Real RabbitMQ, PostgreSQL (Patroni) and Redis (Sentinel) under client load: the leader's node drained by kubectl drain (with the operators' preStop) and by vacate with its recipe, and the only node of RabbitMQ classic queues decommissioned; writes lost, longest outage, drain time
 	$(GO) test -tags stateful_bench -count=1 -v -timeout 60m -run TestBenchStateful ./test/stateful
 
 .PHONY: bench-admission

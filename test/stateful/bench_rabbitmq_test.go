@@ -57,15 +57,21 @@ func (r *rabbitBench) progress(ctx context.Context) error {
 	return waitErr(ctx, func() bool { return r.load.Acked() >= target })
 }
 
-// preStop is the RabbitMQ Cluster Operator's preStop hook: wait until the
-// node's quorum queues have a quorum plus one online, then drain the node.
 func (r *rabbitBench) preStop(ctx context.Context, i int) error {
+	return rabbitmqOperatorPreStop(ctx, r.rc, i)
+}
+
+// rabbitmqOperatorPreStop is the RabbitMQ Cluster Operator's preStop hook:
+// wait until the node's quorum queues have a quorum plus one online and its
+// mirrored classic queues a synchronised mirror, then drain the node (put
+// it in maintenance).
+func rabbitmqOperatorPreStop(ctx context.Context, rc *rabbitmq.Cluster, i int) error {
 	for _, args := range [][]string{
 		{"await_online_quorum_plus_one", "-t", "604800"},
 		{"await_online_synchronized_mirror", "-t", "604800"},
 		{"drain", "-t", "604800"},
 	} {
-		if _, err := r.rc.CLI(ctx, i, "rabbitmq-upgrade", args...); err != nil {
+		if _, err := rc.CLI(ctx, i, "rabbitmq-upgrade", args...); err != nil {
 			return err
 		}
 	}

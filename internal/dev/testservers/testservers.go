@@ -30,13 +30,26 @@ type Report struct {
 	// attempt that failed and the next one acknowledged: how long clients
 	// could not write.
 	LongestOutage time.Duration
+	// OutageOpen says the clients' last outage had not ended when the load
+	// stopped (they never wrote again, as to a queue whose only node is
+	// gone): LongestOutage then counts it up to the stop, a lower bound.
+	OutageOpen bool
 	// Errors counts write attempts that failed (and were retried).
 	Errors int
 }
 
 func (r Report) String() string {
 	return fmt.Sprintf("%s: %d attempted, %d acknowledged, %d lost, %d duplicated, %d errors, longest outage %s",
-		r.System, r.Attempted, r.Acked, r.Lost, r.Duplicated, r.Errors, r.LongestOutage.Round(time.Millisecond))
+		r.System, r.Attempted, r.Acked, r.Lost, r.Duplicated, r.Errors, r.Outage())
+}
+
+// Outage is LongestOutage as a person reads it: rounded to the millisecond,
+// and "never ended (at least ...)" when OutageOpen.
+func (r Report) Outage() string {
+	if r.OutageOpen {
+		return fmt.Sprintf("never ended (at least %s)", r.LongestOutage.Round(time.Millisecond))
+	}
+	return r.LongestOutage.Round(time.Millisecond).String()
 }
 
 // OK is nil when no acknowledged write was lost or duplicated.

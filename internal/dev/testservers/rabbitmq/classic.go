@@ -22,6 +22,22 @@ func (c *Cluster) DeclareClassicQueue(i int, name string) error {
 	return nil
 }
 
+// CheckQueue declares a queue passively through member i: nil when the
+// queue is there and usable, else what the broker answered, such as an
+// *amqp.Error with Code amqp.NotFound for a durable classic queue whose home
+// node is down ("home node ... is down or inaccessible").
+func (c *Cluster) CheckQueue(i int, name string) error {
+	conn, ch, err := dial(c.URL(i))
+	if err != nil {
+		return fmt.Errorf("checking %s through %s: %w", name, c.members[i].name, err)
+	}
+	defer conn.Close()
+	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("checking %s through %s: %w", name, c.members[i].name, err)
+	}
+	return nil
+}
+
 // Fill publishes n persistent messages to a queue through member i, each
 // confirmed by the broker before the next, and returns their ids (the
 // message's MessageId, prefix-0 to prefix-(n-1)).

@@ -18,8 +18,9 @@ type LoadConfig struct {
 	// connection fails or is closed (a node going into maintenance closes
 	// its clients' connections and takes no new ones).
 	URLs []string
-	// Queues are existing quorum queues of the default virtual host; the
-	// publishers write to them in turn, the consumer reads them all.
+	// Queues are existing queues (quorum or classic) of the default virtual
+	// host; the publishers write to them in turn, the consumer reads them
+	// all.
 	Queues []string
 	// Publishers is the number of publishers; default len(URLs).
 	Publishers int
@@ -49,6 +50,8 @@ type Load struct {
 	duplicated   int
 	redeliveries int
 	longest      time.Duration
+	// failing is, per publisher still failing, when its failure started.
+	failing map[int]time.Time
 }
 
 // StartLoad starts the publishers and the consumer.
@@ -60,7 +63,7 @@ func StartLoad(cfg LoadConfig) *Load {
 		cfg.Pause = 10 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Load{cfg: cfg, cancel: cancel, stopC: make(chan struct{}), acked: map[string]bool{}, seen: map[string]int{}}
+	l := &Load{cfg: cfg, cancel: cancel, stopC: make(chan struct{}), acked: map[string]bool{}, seen: map[string]int{}, failing: map[int]time.Time{}}
 	for k := 0; k < cfg.Publishers; k++ {
 		l.pubs.Add(1)
 		go l.publish(ctx, k)
@@ -75,6 +78,23 @@ func (l *Load) Acked() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.acked)
+}
+
+// FailingSince is when the oldest outage still going on started: the
+// earliest start of a failed attempt, over the publishers whose last
+// attempt failed (zero if none). After Stop it is as the publishers left
+// it: an outage that never ended (Stop's LongestOutage counts only outages
+// that a confirm ended).
+func (l *Load) FailingSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var since time.Time
+	for _, at := range l.failing {
+		if since.IsZero() || at.Before(since) {
+			since = at
+		}
+	}
+	return since
 }
 
 // Redeliveries is the number of deliveries flagged redelivered of messages
@@ -110,10 +130,11 @@ func (l *Load) publish(ctx context.Context, k int) {
 	fail := func(start time.Time) {
 		l.mu.Lock()
 		l.errors++
-		l.mu.Unlock()
 		if failStart.IsZero() {
 			failStart = start
+			l.failing[k] = start
 		}
+		l.mu.Unlock()
 		if conn != nil {
 			conn.Close()
 			conn, ch = nil, nil
@@ -169,6 +190,7 @@ func (l *Load) publish(ctx context.Context, k int) {
 		if !failStart.IsZero() {
 			l.longest = max(l.longest, time.Since(failStart))
 		}
+		delete(l.failing, k)
 		l.mu.Unlock()
 		failStart = time.Time{}
 		select {
