@@ -1,7 +1,7 @@
 // Package rabbitmq runs a real RabbitMQ cluster (Debian's rabbitmq-server)
 // as local processes, one node per simulated pod on that pod's loopback IP,
 // with a client load of publishers (publisher confirms) and a consumer on
-// quorum queues, for the tests and benchmarks that prove
+// quorum or classic queues, for the tests and benchmarks that prove
 // examples/rabbitmq (docs/recipes/rabbitmq.md).
 //
 // Every node of a cluster shares one epmd that the cluster starts on a port
