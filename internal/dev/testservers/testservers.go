@@ -2,12 +2,14 @@
 // Patroni, Redis with Sentinel) as local processes, one per simulated pod on
 // that pod's loopback IP, for the tests and benchmarks that prove the recipes
 // of examples/ (docs/recipes). Each system has its own package below this
-// one; this package holds what they share: what a client load saw.
+// one; this package holds what they share: what a client load saw, and free
+// ports.
 package testservers
 
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -137,4 +139,21 @@ func Children(pid int) []int {
 		}
 	}
 	return out
+}
+
+// FreePorts returns n distinct TCP ports the kernel says are free on every
+// address (each taken on 0.0.0.0 while the next is chosen). A port two
+// clusters could share (a fixed one, or one free on one address only) would
+// let two test runs on one machine collide.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

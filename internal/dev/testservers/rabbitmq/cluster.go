@@ -33,6 +33,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/vacate-dev/vacate/internal/dev/testservers"
 )
 
 // BinDir holds the RabbitMQ scripts run directly, without the Debian
@@ -163,7 +165,7 @@ func (c *Cluster) prepare() error {
 	if c.ctlDistMin, c.ctlDistHold, err = reserveCtlDistPorts(c.cfg.IPs); err != nil {
 		return err
 	}
-	ports, err := freePorts(2 + len(c.cfg.IPs))
+	ports, err := testservers.FreePorts(2 + len(c.cfg.IPs))
 	if err != nil {
 		return err
 	}
@@ -191,23 +193,6 @@ func (c *Cluster) prepare() error {
 		c.members = append(c.members, m)
 	}
 	return nil
-}
-
-// freePorts returns n distinct TCP ports the kernel says are free on every
-// address (each taken on 0.0.0.0 while the next is chosen). A node's
-// distribution port must be: a node checks it on all interfaces before it
-// binds it on its own IP.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp4", "0.0.0.0:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // reserveCtlDistPorts reserves CtlDistPorts consecutive ports for the CLI

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/vacate-dev/vacate/internal/dev/testservers"
 )
 
 // Config describes a cluster to start.
@@ -95,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	if cfg.ServerPort == 0 || cfg.SentinelPort == 0 {
-		ports, err := freePorts(2)
+		ports, err := testservers.FreePorts(2)
 		if err != nil {
 			return nil, err
 		}
@@ -324,18 +326,3 @@ func (c *Cluster) client(addr string) *goredis.Client {
 // Client is a plain connection to one address (a member's server or
 // sentinel), with the cluster's password; the cluster closes it on Stop.
 func (c *Cluster) Client(addr string) *goredis.Client { return c.client(addr) }
-
-// freePorts returns n distinct TCP ports the kernel says are free on every
-// address (each taken on 0.0.0.0 while the next is chosen).
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp4", "0.0.0.0:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
