@@ -11,8 +11,9 @@
 #                                    with CLASSIC_QUEUES_IN_MAINTENANCE=wait,
 #                                    waits until they are empty)
 #   rabbitmq.sh status decommission  Completed once the node is a member of no
-#                                    quorum queue and the home of no classic
-#                                    queue that lives nowhere else
+#                                    quorum queue, the home of no classic
+#                                    queue that lives nowhere else, and the
+#                                    only online replica of no stream
 #   rabbitmq.sh exclusive            refuses while an exclusive queue on the
 #                                    node holds messages (it cannot be moved)
 #   rabbitmq.sh shrink               removes the node from every quorum queue,
@@ -49,13 +50,15 @@ each_vhost() {
 	IFS=$saved
 }
 
-# queues prints, for every quorum queue: vhost TAB leader TAB [members] TAB
-# [online] TAB name.
-quorum_of() {
+# replicated prints, for every quorum queue and stream: vhost TAB type TAB
+# leader TAB [members] TAB [online] TAB name; only TYPE keeps the lines of
+# one type, without it. queues prints the quorum queues' lines.
+replicated_of() {
 	rabbitmqctl -q list_queues -p "$1" --no-table-headers type leader members online name |
-		awk -F '\t' '$1 == "quorum" { sub(/^quorum\t/, ""); print }'
+		awk -F '\t' '$1 == "quorum" || $1 == "stream"'
 }
-queues() { each_vhost quorum_of; }
+only() { awk -F '\t' -v t="$1" '$2 == t { s = $1; for (i = 3; i <= NF; i++) s = s "\t" $i; print s }'; }
+queues() { each_vhost replicated_of | only quorum; }
 
 # classic prints, for every classic queue: vhost TAB home TAB mirrors (the
 # nodes of its synchronised mirrors, comma-separated) TAB exclusive TAB
@@ -85,8 +88,8 @@ alone() {
 	}'
 }
 
-# judge reads queues' lines, then a line "--", then alone's lines, and
-# prints the verdict for one question: status maintenance or decommission
+# judge reads queues' lines, then a line "--", then alone's lines, then a
+# line "--", then the streams' lines (as queues'), and prints the verdict for one question: status maintenance or decommission
 # (JSON, as vacate-hook reads it), shrink (the quorum queues that block a
 # shrink, one a line) or exclusive (the exclusive queues with messages).
 judge() {
@@ -94,8 +97,8 @@ judge() {
 	function nodes(list, arr) { gsub(/^\[|\]$/, "", list); if (list == "") return 0; return split(list, arr, ", ") }
 	function json(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); gsub(/[\001-\037]/, " ", s); return s }
 	function qname(name, vh) { return "queue \047" name "\047 in vhost \047" vh "\047" }
-	$0 == "--" { part = 2; next }
-	part != 2 && NF >= 5 {
+	$0 == "--" { part++; next }
+	part == 0 && NF >= 5 {
 		name = $5; for (i = 6; i <= NF; i++) name = name " " $i
 		q = qname(name, $1)
 		nm = nodes($3, m); no = nodes($4, o)
@@ -109,7 +112,7 @@ judge() {
 		else if (up < nm - 1) blocked[++nb] = q " has " up " of its " nm - 1 " other members online"
 		next
 	}
-	part == 2 && NF >= 7 {
+	part == 1 && NF >= 7 {
 		name = $7; for (i = 8; i <= NF; i++) name = name " " $i
 		q = "classic " qname(name, $1) " (" $5 " message" ($5 == 1 ? "" : "s") ")"
 		if ($4 == "true") {
@@ -118,15 +121,37 @@ judge() {
 		}
 		classics++; msgs += $5
 		if (cl == "") cl = q; else if (classics <= 5) cl = cl ", " q
-		if ($5 > 0) { full++; fmsgs += $5; if (fl == "") fl = q; else if (full <= 5) fl = fl ", " q }
+		if ($5 > 0) { full++; fmsgs += $5; if (fl == "") fl = q; else if (full <= 5) fl = fl ", " q; fi[full] = q }
+		else ei[++empty] = q
+		next
+	}
+	part == 2 && NF >= 5 {
+		name = $5; for (i = 6; i <= NF; i++) name = name " " $i
+		nm = nodes($3, m); no = nodes($4, o)
+		member = 0; for (i = 1; i <= nm; i++) if (m[i] == node) member = 1
+		up = 0; for (i = 1; i <= no; i++) if (o[i] != node) up++
+		if (!member || up > 0) next
+		# A stream with no replica online but the one on this node: its messages are here only.
+		streams++; q = "stream \047" name "\047 in vhost \047" $1 "\047"
+		if (sl == "") sl = q; else if (streams <= 5) sl = sl ", " q
+		si[streams] = q
 	}
 	function say(state, msg, remaining) { printf "{\"state\":\"%s\",\"message\":\"%s\",\"remaining\":%d}\n", state, json(msg), remaining }
 	function more(n, shown) { return n > shown ? " and " n - shown " more" : "" }
+	# unavailable lists what lives only on the node, those holding messages
+	# first: at most five, then how many more.
+	function unavailable(   l, n, i) {
+		for (i = 1; i <= full && n < 5; i++) { l = l (n++ ? ", " : "") fi[i] }
+		for (i = 1; i <= streams && n < 5; i++) { l = l (n++ ? ", " : "") si[i] }
+		for (i = 1; i <= empty && n < 5; i++) { l = l (n++ ? ", " : "") ei[i] }
+		return l more(classics + streams, n)
+	}
 	END {
 		if (what == "shrink") { for (i = 1; i <= nb; i++) print blocked[i]; exit }
 		if (what == "exclusive") { for (i = 1; i <= ne; i++) print excl[i]; exit }
 		if (what == "decommission") {
 			if (ne > 0) say("InProgress", "the " excl[1] " lives only on " node " and cannot be moved: its messages go with its connection; consume them or close the connection" more(ne, 1), exmsgs)
+			else if (streams > 0) say("InProgress", "the " sl more(streams, 5) " has no replica online but on " node ", and this recipe moves no stream: add a replica on another node (rabbitmq-streams add_replica) or delete it", streams)
 			else if (classics > 0) say("InProgress", node " is still the only home of " classics " classic queue(s) (" msgs " messages): " cl more(classics, 5) "; moving them to the other nodes", msgs + classics)
 			else if (queues > 0) say("InProgress", node " is still a member of " queues " quorum queue(s), such as " mq, queues)
 			else say("Completed", node " is a member of no quorum queue and the only home of no classic queue", 0)
@@ -135,18 +160,22 @@ judge() {
 		if (critical > 0) { say("InProgress", cq, leads + critical); exit }
 		if (leads > 0) { say("InProgress", node " still leads " leads " quorum queue(s), such as " lq, leads); exit }
 		done = node " leads none of its " queues + 0 " quorum queue(s); each keeps a majority without it"
-		if (wait == "wait" && full > 0) { say("InProgress", done "; waiting until the classic queue(s) that live only on " node " are empty (CLASSIC_QUEUES_IN_MAINTENANCE=wait): " fl more(full, 5), fmsgs); exit }
-		if (classics > 0) done = done "; " classics " classic queue(s) live only on " node " and are unavailable until it returns (" msgs " messages): " cl more(classics, 5)
+		if (wait == "wait" && full > 0) { say("InProgress", "waiting until the classic queue(s) that live only on " node " are empty (CLASSIC_QUEUES_IN_MAINTENANCE=wait): " fl more(full, 5) "; it leads none of its " queues + 0 " quorum queue(s)", fmsgs); exit }
+		# What is unavailable first: a status message is cut after 256 characters.
+		if (classics + streams > 0) done = "unavailable until " node " returns, living only there (" msgs " messages): " unavailable() "; it leads none of its " queues + 0 " quorum queue(s), each keeps a majority without it"
 		say("Completed", done, 0)
 	}'
 }
 
 # verdict QUESTION: the judge's verdict on the cluster as it is now.
 verdict() {
+	replicated=$(each_vhost replicated_of)
 	{
-		queues
+		printf '%s\n' "$replicated" | only quorum
 		echo "--"
 		classic | alone
+		echo "--"
+		printf '%s\n' "$replicated" | only stream
 	} | judge "$1"
 }
 

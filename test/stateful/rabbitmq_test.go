@@ -46,8 +46,9 @@ import (
 //     its pod stays;
 //  2. the Maintenance of the node of a member x that leads queues: the
 //     member is in maintenance and leads no quorum queue before its pod is
-//     evicted; the hook's Completed names the classic queues unavailable
-//     while it is away; the drain is Drained;
+//     evicted; the hook's Completed names what is unavailable while it is
+//     away (its classic queues, a stream whose only replica is there); the
+//     drain is Drained;
 //  3. that node comes back (the drain is cancelled, its pod replaced) but
 //     its RabbitMQ member is still stopped: a Decommission of another
 //     member y that leads queues is held by RabbitMQ's own refusal (it is
@@ -58,10 +59,11 @@ import (
 //     live-y; held there by a step the test adds after the recipe's, the
 //     Decommission is cancelled: y is a member of its quorum queues again,
 //     and of no queue it was not in (the shrink's record is gone);
-//  5. y's Decommission again, to the end: y leaves every quorum queue, only
-//     while the other members hold each one, and is the home of no classic
-//     queue before its pod is evicted; each evicted pod's preStop ends at
-//     once;
+//  5. y's Decommission again, held while a stream has its only replica on
+//     y, until the test adds one on another node, then to the end: y leaves
+//     every quorum queue, only while the other members hold each one, and
+//     is the home of no classic queue before its pod is evicted; each
+//     evicted pod's preStop ends at once;
 //  6. every confirmed message is consumed, none twice, and every stored
 //     message is there (through another node for y's).
 //
@@ -204,6 +206,8 @@ func TestRabbitMQ(t *testing.T) {
 	leads := rabbitmqParseView(rv.view(ctx))
 	x := rabbitmqLeader(t, leads, 1, 2)
 	t.Logf("2. Maintenance of node %d's node (%s, pod %s), which leads %v", x, a.nodes[x], a.pods[x].Name, leads.ledBy(x))
+	// A stream whose only replica is node x's: unavailable while x is away.
+	streamX := rabbitmqDeclareStream(t, rc, x, fmt.Sprintf("stream-%d", x))
 	drainStart := time.Now()
 	a.drain(t, x, v1alpha1.ModeMaintenance)
 	completed := ""
@@ -214,8 +218,9 @@ func TestRabbitMQ(t *testing.T) {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
 	storedX := fmt.Sprintf("'stored-%d'", x)
-	if !strings.Contains(completed, "live only on "+rc.NodeName(x)+" and are unavailable until it returns") || !strings.Contains(completed, storedX+" in vhost '/' (40 messages)") {
-		t.Errorf("the hook's Completed said %q: want the classic queues unavailable while node %d is away, %s with its 40 messages among them", completed, x, storedX)
+	if !strings.Contains(completed, "unavailable until "+rc.NodeName(x)+" returns, living only there") || !strings.Contains(completed, storedX+" in vhost '/' (40 messages)") ||
+		!strings.Contains(completed, "stream '"+streamX+"' in vhost '/'") {
+		t.Errorf("the hook's Completed said %q: want what is unavailable while node %d is away: %s with its 40 messages, stream %s", completed, x, storedX, streamX)
 	}
 	evicted, ok := a.evictedAt(x)
 	if !ok {
@@ -348,9 +353,24 @@ func TestRabbitMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Logf("5. node %d's Decommission again, to the end", y)
+	t.Logf("5. node %d's Decommission again, held by a stream whose only replica is on node %d until it has another, then to the end", y, y)
+	streamY := rabbitmqDeclareStream(t, rc, y, fmt.Sprintf("stream-%d", y))
 	decomStart2 := time.Now()
 	a.drain(t, y, v1alpha1.ModeDecommission)
+	nd = a.waitDrain(t, y, "held by the stream on node y alone", 4*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		h, ok := rabbitmqHook(nd, a.pods[y].Name)
+		return ok && h.Phase == string(v1alpha1.EvacuationInProgress) && strings.Contains(h.Message, "stream '"+streamY+"'") &&
+			strings.Contains(h.Message, "moves no stream")
+	})
+	h, _ = rabbitmqHook(nd, a.pods[y].Name)
+	t.Logf("held: status.hooks %q", h.Message)
+	if _, ok := a.evictedAt(y); ok {
+		t.Fatalf("pod %s was evicted while its stream had no other replica", a.pods[y].Name)
+	}
+	z := 3 - x - y
+	if _, err := rc.CLI(ctx, z, "rabbitmq-streams", "add_replica", "--vhost", "/", streamY, rc.NodeName(z)); err != nil {
+		t.Fatal(err)
+	}
 	nd = a.waitDrain(t, y, "Drained", 4*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	})
@@ -456,6 +476,25 @@ func rabbitmqHoldAfterMove(hold string) func(map[string]any) {
 			"timeout": "10s",
 		})
 	}
+}
+
+// rabbitmqDeclareStream declares a stream through member via, its only
+// replica there.
+func rabbitmqDeclareStream(t *testing.T, rc *rabbitmq.Cluster, via int, name string) string {
+	t.Helper()
+	conn, err := amqp.Dial(rc.URL(via))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "stream", "x-initial-cluster-size": 1}); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // rabbitmqQuorumQueueWithout declares a quorum queue in a vhost of its own
@@ -758,6 +797,8 @@ Ask = fun(N) ->
                     Mirrors = case proplists:get_value(synchronised_slave_pids, I) of L when is_list(L) -> [node(P) || P <- L, is_pid(P)]; _ -> [] end,
                     Home = case proplists:get_value(pid, I) of P when is_pid(P) -> atom_to_list(node(P)); _ -> "" end,
                     [";c=", element(4, proplists:get_value(name, I)), "/", Home, "/", J(Mirrors)];
+                  % streams: not in the view
+                  T when T =:= stream; T =:= rabbit_stream_queue -> [];
                   _ ->
                     [";q=", element(4, proplists:get_value(name, I)), "/", io_lib:format("~w", [proplists:get_value(type, I)]), "/",
                      atom_to_list(proplists:get_value(leader, I)), "/", J(proplists:get_value(members, I, [])), "/",
