@@ -315,6 +315,8 @@ func TestRabbitMQ(t *testing.T) {
 		h, ok := rabbitmqHook(nd, a.pods[y].Name)
 		return ok && h.Phase == string(v1alpha1.EvacuationInProgress) && strings.Contains(h.Message, rabbitmqHeld)
 	})
+	h, _ = rabbitmqHook(nd, a.pods[y].Name)
+	t.Logf("held: status.hooks %q", h.Message)
 	v := rabbitmqParseView(rv.view(ctx))
 	if len(v.withMember(y)) > 0 {
 		t.Fatalf("after the shrink RabbitMQ says %s: want node %d a member of no quorum queue", v, y)
@@ -482,7 +484,15 @@ func rabbitmqHoldAfterMove(hold string) func(map[string]any) {
 // replica there.
 func rabbitmqDeclareStream(t *testing.T, rc *rabbitmq.Cluster, via int, name string) string {
 	t.Helper()
-	conn, err := amqp.Dial(rc.URL(via))
+	rabbitmqDeclare(t, rc, via, "", name, amqp.Table{"x-queue-type": "stream", "x-initial-cluster-size": 1})
+	return name
+}
+
+// rabbitmqDeclare declares a durable queue in a vhost ("" for "/")
+// through member via.
+func rabbitmqDeclare(t *testing.T, rc *rabbitmq.Cluster, via int, vhost, name string, args amqp.Table) {
+	t.Helper()
+	conn, err := amqp.Dial(rc.URL(via) + vhost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,10 +501,9 @@ func rabbitmqDeclareStream(t *testing.T, rc *rabbitmq.Cluster, via int, name str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "stream", "x-initial-cluster-size": 1}); err != nil {
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 		t.Fatal(err)
 	}
-	return name
 }
 
 // rabbitmqQuorumQueueWithout declares a quorum queue in a vhost of its own
@@ -506,18 +515,7 @@ func rabbitmqQuorumQueueWithout(ctx context.Context, t *testing.T, rc *rabbitmq.
 			t.Fatal(err)
 		}
 	}
-	conn, err := amqp.Dial(rc.URL(via) + vhost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-		t.Fatal(err)
-	}
+	rabbitmqDeclare(t, rc, via, vhost, name, amqp.Table{"x-queue-type": "quorum"})
 	if _, err := rc.CLI(ctx, via, "rabbitmq-queues", "delete_member", "--vhost", vhost, name, rc.NodeName(without)); err != nil {
 		t.Fatal(err)
 	}
