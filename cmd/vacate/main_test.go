@@ -45,10 +45,24 @@ var devTooling = []string{
 	"github.com/vacate-dev/vacate/test",
 }
 
+// testHarnesses are test harnesses no shipped program may link: they start
+// control planes, write certificates, fake clusters or run tests.
+// (k8s.io/client-go/testing is not one of them: client-go's own typed
+// clients link it, through k8s.io/client-go/gentype.)
+var testHarnesses = []string{
+	"testing",
+	"sigs.k8s.io/controller-runtime/pkg/envtest",
+	"sigs.k8s.io/controller-runtime/pkg/internal/testing",
+	"sigs.k8s.io/controller-runtime/pkg/client/fake",
+	"k8s.io/client-go/kubernetes/fake",
+	"k8s.io/client-go/dynamic/fake",
+}
+
 // TestUserCLIHasNoDevelopmentCode: neither vacate nor internal/cli depends
-// on a devOnly package, and no other shipped program (the controller, the
-// agent, vacate-hook) on development tooling. Each devOnly entry must exist
-// (a renamed package would otherwise drop out of the guard unnoticed).
+// on a devOnly package, no other shipped program (the controller, the
+// agent, vacate-hook) on development tooling, and none on a test harness.
+// Each devOnly entry and each test harness must exist (a renamed package
+// would otherwise drop out of the guard unnoticed).
 func TestUserCLIHasNoDevelopmentCode(t *testing.T) {
 	out, err := exec.Command("go", "list", "-e", "-f", "{{.ImportPath}} {{if .Error}}missing{{end}}", "../../...").CombinedOutput()
 	if err != nil {
@@ -59,15 +73,22 @@ func TestUserCLIHasNoDevelopmentCode(t *testing.T) {
 			t.Errorf("devOnly names %s, which is no package of this module (nor a folder of one)", p)
 		}
 	}
+	for _, h := range testHarnesses {
+		if out, err := exec.Command("go", "list", h+"/...").Output(); err != nil || len(strings.Fields(string(out))) == 0 {
+			t.Errorf("testHarnesses names %s, which is no package (nor a folder of packages) this module can import: %v", h, err)
+		}
+	}
+	userBanned := append(slices.Clone(devOnly), testHarnesses...)
+	programBanned := append(slices.Clone(devTooling), testHarnesses...)
 	for _, tc := range []struct {
 		pkg    string
 		banned []string
 	}{
-		{".", devOnly},
-		{"../../internal/cli", devOnly},
-		{"../vacate-controller", devTooling},
-		{"../vacate-agent", devTooling},
-		{"../vacate-hook", devTooling},
+		{".", userBanned},
+		{"../../internal/cli", userBanned},
+		{"../vacate-controller", programBanned},
+		{"../vacate-agent", programBanned},
+		{"../vacate-hook", programBanned},
 	} {
 		out, err := exec.Command("go", "list", "-deps", tc.pkg).CombinedOutput()
 		if err != nil {

@@ -13,8 +13,8 @@
 // in (a namespace selector, and CEL match conditions on the annotation; the
 // control plane's own namespaces are never included), and it only ever
 // adds the gate. Its serving certificate comes from cert-controller in a
-// cluster (Rotator) and from controller-runtime's envtest certificates on
-// the dev cluster (InstallLocal).
+// cluster (Rotator), and on the dev cluster from controller-runtime's envtest
+// certificates (internal/dev/devwebhook, which vacate-controller does not link).
 package webhook
 
 import (

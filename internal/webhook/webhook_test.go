@@ -16,6 +16,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devwebhook"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/serving"
@@ -71,7 +72,7 @@ func checkOptIn(t *testing.T, c *devcluster.Cluster, wantGates bool) {
 // open), without the gate.
 func TestWebhookGatesOptedInPods(t *testing.T) {
 	c := testenv.Start(t)
-	local, err := webhook.InstallLocal(c.RESTConfig, "vacate-system")
+	local, err := devwebhook.Install(c.RESTConfig, "vacate-system")
 	if err != nil {
 		t.Fatal(err)
 	}

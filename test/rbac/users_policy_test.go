@@ -18,6 +18,7 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/config/bundle"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/devwebhook"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/operator"
@@ -31,7 +32,7 @@ import (
 // install leaves out) calls it there until the test ends.
 func serveController(t *testing.T, c *devcluster.Cluster) (stop func()) {
 	t.Helper()
-	local, err := webhook.InstallLocalNodeDrainPolicy(c.RESTConfig, namespace)
+	local, err := devwebhook.InstallNodeDrainPolicy(c.RESTConfig, namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
