@@ -312,6 +312,26 @@ type DrainPolicyStatus struct {
 	Nodes int32 `json:"nodes,omitempty"`
 }
 
+// Condition types and reasons on a DrainPolicy; the DrainPolicy controller
+// is their only writer.
+const (
+	// ConditionValid: whether the policy's node selector parses.
+	ConditionValid            = "Valid"
+	ReasonValid               = "Valid"
+	ReasonInvalidNodeSelector = "InvalidNodeSelector"
+	// ConditionOverlapping: whether another policy selects some of the same
+	// nodes.
+	ConditionOverlapping   = "Overlapping"
+	ReasonSelectorsOverlap = "SelectorsOverlap"
+	ReasonNoOverlap        = "NoOverlap"
+	// ConditionForceDeletePermitted is on a policy with onTimeout:
+	// ForceDelete only: whether the controller may delete pods (the
+	// ClusterRole vacate-controller-force-delete is bound to it).
+	ConditionForceDeletePermitted = "ForceDeletePermitted"
+	ReasonForceDeletePermitted    = "Permitted"
+	ReasonMissingForceDeleteRole  = "MissingForceDeleteRole"
+)
+
 // DrainPolicy says how vacate drains a group of nodes.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

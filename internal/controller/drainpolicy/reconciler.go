@@ -34,21 +34,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
-// Condition types and reasons on a DrainPolicy.
 const (
-	ConditionOverlapping = "Overlapping"
-	ConditionValid       = "Valid"
-
-	ReasonOverlaps  = "SelectorsOverlap"
-	ReasonNoOverlap = "NoOverlap"
-	ReasonValid     = "Valid"
-	ReasonInvalid   = "InvalidNodeSelector"
-	// ConditionForceDeletePermitted is on a policy with onTimeout:
-	// ForceDelete only: whether the controller may delete pods (the
-	// ClusterRole vacate-controller-force-delete is bound to it).
-	ConditionForceDeletePermitted = "ForceDeletePermitted"
-	ReasonPermitted               = "Permitted"
-	ReasonMissingForceDeleteRole  = "MissingForceDeleteRole"
 	// forceDeleteRecheck is how often the right is asked again for a
 	// policy that uses it, so a binding made or removed later shows.
 	forceDeleteRecheck  = time.Minute
@@ -92,7 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		reportForceDelete(dp, allowed)
 		result.RequeueAfter = forceDeleteRecheck
 	} else {
-		meta.RemoveStatusCondition(&dp.Status.Conditions, ConditionForceDeletePermitted)
+		meta.RemoveStatusCondition(&dp.Status.Conditions, v1alpha1.ConditionForceDeletePermitted)
 	}
 	if equality.Semantic.DeepEqual(before.Status, dp.Status) {
 		return result, nil
@@ -125,10 +111,10 @@ func (r *Reconciler) mayDeletePods(ctx context.Context) (bool, error) {
 // reportForceDelete sets ForceDeletePermitted on a policy that uses
 // ForceDelete.
 func reportForceDelete(dp *v1alpha1.DrainPolicy, allowed bool) {
-	c := metav1.Condition{Type: ConditionForceDeletePermitted, Status: metav1.ConditionTrue, Reason: ReasonPermitted,
+	c := metav1.Condition{Type: v1alpha1.ConditionForceDeletePermitted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonForceDeletePermitted,
 		Message: "the controller may delete pods, as onTimeout: ForceDelete needs", ObservedGeneration: dp.Generation}
 	if !allowed {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonMissingForceDeleteRole
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonMissingForceDeleteRole
 		c.Message = "onTimeout: ForceDelete, but the controller may not delete pods: a drain that times out under this policy " +
 			"fails (ForceDeleteForbidden) instead; bind the ClusterRole vacate-controller-force-delete to the controller " +
 			"('vacate manifests force-delete | kubectl apply -f -')"
@@ -147,17 +133,17 @@ func (r *Reconciler) report(dp *v1alpha1.DrainPolicy, policies []v1alpha1.DrainP
 	if dp.Spec.NodeSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(dp.Spec.NodeSelector)
 		if err != nil {
-			set(ConditionValid, metav1.ConditionFalse, ReasonInvalid, fmt.Sprintf("spec.nodeSelector: %v; drains that this policy might govern wait until it is fixed", err))
-			meta.RemoveStatusCondition(&st.Conditions, ConditionOverlapping)
+			set(v1alpha1.ConditionValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidNodeSelector, fmt.Sprintf("spec.nodeSelector: %v; drains that this policy might govern wait until it is fixed", err))
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionOverlapping)
 			st.Nodes = 0
 			return
 		}
 		own = sel
 	}
 	if _, err := schedule.ParseSchedule(dp.Spec.Schedule); err != nil {
-		set(ConditionValid, metav1.ConditionFalse, schedule.InvalidSchedule, fmt.Sprintf("spec.%v; no drain under this policy is admitted until it is fixed", err))
+		set(v1alpha1.ConditionValid, metav1.ConditionFalse, schedule.InvalidSchedule, fmt.Sprintf("spec.%v; no drain under this policy is admitted until it is fixed", err))
 	} else {
-		set(ConditionValid, metav1.ConditionTrue, ReasonValid, "the nodeSelector and schedule are valid")
+		set(v1alpha1.ConditionValid, metav1.ConditionTrue, v1alpha1.ReasonValid, "the nodeSelector and schedule are valid")
 	}
 
 	governed := int32(0)
@@ -179,10 +165,10 @@ func (r *Reconciler) report(dp *v1alpha1.DrainPolicy, policies []v1alpha1.DrainP
 	}
 	st.Nodes = governed
 	if len(shared) == 0 {
-		set(ConditionOverlapping, metav1.ConditionFalse, ReasonNoOverlap, "no other DrainPolicy selects the nodes this one selects")
+		set(v1alpha1.ConditionOverlapping, metav1.ConditionFalse, v1alpha1.ReasonNoOverlap, "no other DrainPolicy selects the nodes this one selects")
 		return
 	}
-	set(ConditionOverlapping, metav1.ConditionTrue, ReasonOverlaps, overlapMessage(shared))
+	set(v1alpha1.ConditionOverlapping, metav1.ConditionTrue, v1alpha1.ReasonSelectorsOverlap, overlapMessage(shared))
 }
 
 // overlapMessage names the other policies and some of the shared nodes,

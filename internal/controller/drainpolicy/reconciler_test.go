@@ -137,16 +137,16 @@ func TestOverlappingSelectorsAreReportedOnEveryPolicyInvolved(t *testing.T) {
 		{"by-name-only", false, nil},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
-			c := meta.FindStatusCondition(reported(tc.policy, all, cluster).Status.Conditions, ConditionOverlapping)
+			c := meta.FindStatusCondition(reported(tc.policy, all, cluster).Status.Conditions, v1alpha1.ConditionOverlapping)
 			if c == nil {
 				t.Fatal("no Overlapping condition")
 			}
 			if got := c.Status == metav1.ConditionTrue; got != tc.overlapping {
 				t.Fatalf("Overlapping %s (%s: %s), want overlapping %v", c.Status, c.Reason, c.Message, tc.overlapping)
 			}
-			wantReason := ReasonNoOverlap
+			wantReason := v1alpha1.ReasonNoOverlap
 			if tc.overlapping {
-				wantReason = ReasonOverlaps
+				wantReason = v1alpha1.ReasonSelectorsOverlap
 			}
 			if c.Reason != wantReason {
 				t.Errorf("reason %s, want %s", c.Reason, wantReason)
@@ -164,11 +164,11 @@ func TestOverlappingSelectorsAreReportedOnEveryPolicyInvolved(t *testing.T) {
 	// A default that carries a nodeSelector (one written before the API
 	// refused it) still governs only what the others leave: never an overlap.
 	withSelector := items(drainPolicy(v1alpha1.DefaultPolicyName, "pool", "gpu"), drainPolicy("gpu", "pool", "gpu"))
-	if c := meta.FindStatusCondition(reported(v1alpha1.DefaultPolicyName, withSelector, cluster).Status.Conditions, ConditionOverlapping); c == nil || c.Status != metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(reported(v1alpha1.DefaultPolicyName, withSelector, cluster).Status.Conditions, v1alpha1.ConditionOverlapping); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("a default with a nodeSelector: Overlapping %+v, want False", c)
 	}
 	// Without the empty selector, gpu and web share no node: no overlap.
-	if c := meta.FindStatusCondition(reported("web", items(drainPolicy("gpu", "pool", "gpu"), drainPolicy("web", "pool", "web")), cluster).Status.Conditions, ConditionOverlapping); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNoOverlap {
+	if c := meta.FindStatusCondition(reported("web", items(drainPolicy("gpu", "pool", "gpu"), drainPolicy("web", "pool", "web")), cluster).Status.Conditions, v1alpha1.ConditionOverlapping); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonNoOverlap {
 		t.Errorf("disjoint selectors: Overlapping %+v, want False NoOverlap", c)
 	}
 }
@@ -221,8 +221,8 @@ func TestOverlapMessageIsBoundedAndStable(t *testing.T) {
 	ps := items(drainPolicy("a", "pool", "gpu"), drainPolicy("b", "pool", "gpu"))
 	reversed := slices.Clone(cluster)
 	slices.Reverse(reversed)
-	one := meta.FindStatusCondition(reported("a", ps, cluster).Status.Conditions, ConditionOverlapping)
-	other := meta.FindStatusCondition(reported("a", ps, reversed).Status.Conditions, ConditionOverlapping)
+	one := meta.FindStatusCondition(reported("a", ps, cluster).Status.Conditions, v1alpha1.ConditionOverlapping)
+	other := meta.FindStatusCondition(reported("a", ps, reversed).Status.Conditions, v1alpha1.ConditionOverlapping)
 	if one == nil || other == nil || one.Message != other.Message {
 		t.Errorf("the message depends on the nodes' order: %+v vs %+v", one, other)
 	}
@@ -247,19 +247,19 @@ func TestValidConditionSaysWhetherTheSelectorAndScheduleCanBeRead(t *testing.T) 
 		wantNodes       int32
 		wantOverlapping bool // the condition is there
 	}{
-		{"selector and no schedule", drainPolicy("gpu", "pool", "gpu"), metav1.ConditionTrue, ReasonValid, 3, true},
-		{"selector and a schedule", goodSchedule, metav1.ConditionTrue, ReasonValid, 3, true},
+		{"selector and no schedule", drainPolicy("gpu", "pool", "gpu"), metav1.ConditionTrue, v1alpha1.ReasonValid, 3, true},
+		{"selector and a schedule", goodSchedule, metav1.ConditionTrue, v1alpha1.ReasonValid, 3, true},
 		{"an unknown time zone", badZone, metav1.ConditionFalse, schedule.InvalidSchedule, 3, true},
-		{"an unreadable nodeSelector", broken("gpu"), metav1.ConditionFalse, ReasonInvalid, 0, false},
+		{"an unreadable nodeSelector", broken("gpu"), metav1.ConditionFalse, v1alpha1.ReasonInvalidNodeSelector, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dp := tc.dp.DeepCopy()
 			dp.Generation = 7
 			// What an earlier pass wrote, when the policy was fine.
 			dp.Status.Nodes = 3
-			dp.Status.Conditions = []metav1.Condition{{Type: ConditionOverlapping, Status: metav1.ConditionFalse, Reason: ReasonNoOverlap, ObservedGeneration: 6}}
+			dp.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionOverlapping, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNoOverlap, ObservedGeneration: 6}}
 			(&Reconciler{}).report(dp, items(dp), cluster)
-			valid := meta.FindStatusCondition(dp.Status.Conditions, ConditionValid)
+			valid := meta.FindStatusCondition(dp.Status.Conditions, v1alpha1.ConditionValid)
 			if valid == nil || valid.Status != tc.wantStatus || valid.Reason != tc.wantReason {
 				t.Fatalf("Valid %+v, want %s %s", valid, tc.wantStatus, tc.wantReason)
 			}
@@ -269,7 +269,7 @@ func TestValidConditionSaysWhetherTheSelectorAndScheduleCanBeRead(t *testing.T) 
 			if dp.Status.Nodes != tc.wantNodes {
 				t.Errorf("status.nodes %d, want %d", dp.Status.Nodes, tc.wantNodes)
 			}
-			overlapping := meta.FindStatusCondition(dp.Status.Conditions, ConditionOverlapping)
+			overlapping := meta.FindStatusCondition(dp.Status.Conditions, v1alpha1.ConditionOverlapping)
 			if (overlapping != nil) != tc.wantOverlapping {
 				t.Errorf("Overlapping %+v, want it present: %v", overlapping, tc.wantOverlapping)
 			}
@@ -374,10 +374,10 @@ func TestReconcileWritesTheStatusFromAllPoliciesAndNodes(t *testing.T) {
 	if dp.Status.Nodes != 3 || dp.Status.ObservedGeneration != 1 {
 		t.Errorf("status.nodes %d for generation %d, want 3 for generation 1", dp.Status.Nodes, dp.Status.ObservedGeneration)
 	}
-	if c := meta.FindStatusCondition(dp.Status.Conditions, ConditionOverlapping); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "zone-a") {
+	if c := meta.FindStatusCondition(dp.Status.Conditions, v1alpha1.ConditionOverlapping); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "zone-a") {
 		t.Errorf("Overlapping %+v, want True naming zone-a", c)
 	}
-	if !meta.IsStatusConditionTrue(dp.Status.Conditions, ConditionValid) {
+	if !meta.IsStatusConditionTrue(dp.Status.Conditions, v1alpha1.ConditionValid) {
 		t.Errorf("Valid is not True: %+v", dp.Status.Conditions)
 	}
 	if dp.Spec.NodeSelector == nil || dp.Spec.NodeSelector.MatchLabels["pool"] != "gpu" {
@@ -408,8 +408,8 @@ func TestForceDeletePermittedFollowsTheControllersRightToDeletePods(t *testing.T
 		status  metav1.ConditionStatus
 		reason  string
 	}{
-		{"bound", true, metav1.ConditionTrue, ReasonPermitted},
-		{"not bound", false, metav1.ConditionFalse, ReasonMissingForceDeleteRole},
+		{"bound", true, metav1.ConditionTrue, v1alpha1.ReasonForceDeletePermitted},
+		{"not bound", false, metav1.ConditionFalse, v1alpha1.ReasonMissingForceDeleteRole},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rv := &reviews{allowed: tc.allowed}
@@ -425,7 +425,7 @@ func TestForceDeletePermittedFollowsTheControllersRightToDeletePods(t *testing.T
 			if len(rv.asked) != 1 || rv.asked[0] != want {
 				t.Errorf("asked %+v, want one review of %+v (every namespace)", rv.asked, want)
 			}
-			c := meta.FindStatusCondition(stored(t, cl, "gpu").Status.Conditions, ConditionForceDeletePermitted)
+			c := meta.FindStatusCondition(stored(t, cl, "gpu").Status.Conditions, v1alpha1.ConditionForceDeletePermitted)
 			if c == nil || c.Status != tc.status || c.Reason != tc.reason {
 				t.Fatalf("ForceDeletePermitted %+v, want %s %s", c, tc.status, tc.reason)
 			}
@@ -447,7 +447,7 @@ func TestForceDeletePermittedFollowsTheControllersRightToDeletePods(t *testing.T
 			if len(rv.asked) != 1 {
 				t.Errorf("a policy without ForceDelete asked again (%d reviews)", len(rv.asked))
 			}
-			if c := meta.FindStatusCondition(stored(t, cl, "gpu").Status.Conditions, ConditionForceDeletePermitted); c != nil {
+			if c := meta.FindStatusCondition(stored(t, cl, "gpu").Status.Conditions, v1alpha1.ConditionForceDeletePermitted); c != nil {
 				t.Errorf("ForceDeletePermitted %+v left on a policy under Fail", c)
 			}
 		})
@@ -466,9 +466,9 @@ func TestForceDeleteRightFlipsTheConditionWhenTheBindingChanges(t *testing.T) {
 	if _, err := reconcilePolicy(t, cl, "gpu"); err != nil {
 		t.Fatal(err)
 	}
-	c := meta.FindStatusCondition(stored(t, cl, "gpu").Status.Conditions, ConditionForceDeletePermitted)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonMissingForceDeleteRole {
-		t.Errorf("after the binding went: ForceDeletePermitted %+v, want False %s", c, ReasonMissingForceDeleteRole)
+	c := meta.FindStatusCondition(stored(t, cl, "gpu").Status.Conditions, v1alpha1.ConditionForceDeletePermitted)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonMissingForceDeleteRole {
+		t.Errorf("after the binding went: ForceDeletePermitted %+v, want False %s", c, v1alpha1.ReasonMissingForceDeleteRole)
 	}
 }
 

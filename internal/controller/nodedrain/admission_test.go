@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
@@ -515,7 +514,7 @@ func TestMaintenanceWindow(t *testing.T) {
 	}}
 	create(t, e, bad)
 	waitPolicy(t, e, bad.Name, "reported invalid", func(dp *v1alpha1.DrainPolicy) bool {
-		c := meta.FindStatusCondition(dp.Status.Conditions, drainpolicy.ConditionValid)
+		c := meta.FindStatusCondition(dp.Status.Conditions, v1alpha1.ConditionValid)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == schedule.InvalidSchedule &&
 			strings.Contains(c.Message, `"Mars/Olympus" is not a known time zone`)
 	})

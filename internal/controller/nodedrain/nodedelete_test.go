@@ -19,7 +19,6 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/metrics"
@@ -212,7 +211,7 @@ func TestNodeDeletionBoundedUnderAmbiguousPolicy(t *testing.T) {
 		Timeouts:     v1alpha1.Timeouts{NodeDeletion: &metav1.Duration{Duration: 4 * time.Second}},
 	}})
 	waitPolicy(t, e, "nd-unclear-too", "reported overlapping", func(dp *v1alpha1.DrainPolicy) bool {
-		return meta.IsStatusConditionTrue(dp.Status.Conditions, drainpolicy.ConditionOverlapping)
+		return meta.IsStatusConditionTrue(dp.Status.Conditions, v1alpha1.ConditionOverlapping)
 	})
 	counted := promtest.ToFloat64(metrics.NodeDeletionTimeouts)
 

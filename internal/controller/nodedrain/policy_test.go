@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
@@ -44,7 +43,7 @@ func TestPolicyChosenByNodeSelectorAndOverlapsHold(t *testing.T) {
 		Pods:         v1alpha1.PodPolicy{Unmanaged: "Delete"}}}
 	create(t, e, loose)
 	waitPolicy(t, e, loose.Name, "governing 2 nodes without overlap", func(dp *v1alpha1.DrainPolicy) bool {
-		return dp.Status.Nodes == 2 && meta.IsStatusConditionFalse(dp.Status.Conditions, drainpolicy.ConditionOverlapping)
+		return dp.Status.Nodes == 2 && meta.IsStatusConditionFalse(dp.Status.Conditions, v1alpha1.ConditionOverlapping)
 	})
 
 	first := testutil.NodeDrain(nodes[0], "", "cli:test")
@@ -61,7 +60,7 @@ func TestPolicyChosenByNodeSelectorAndOverlapsHold(t *testing.T) {
 	create(t, e, also)
 	for name, other := range map[string]string{loose.Name: also.Name, also.Name: loose.Name} {
 		waitPolicy(t, e, name, "Overlapping with "+other, func(dp *v1alpha1.DrainPolicy) bool {
-			c := meta.FindStatusCondition(dp.Status.Conditions, drainpolicy.ConditionOverlapping)
+			c := meta.FindStatusCondition(dp.Status.Conditions, v1alpha1.ConditionOverlapping)
 			return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "DrainPolicy "+other+" also selects") &&
 				strings.Contains(c.Message, nodes[1])
 		})
@@ -86,7 +85,7 @@ func TestPolicyChosenByNodeSelectorAndOverlapsHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPolicy(t, e, loose.Name, "no longer overlapping", func(dp *v1alpha1.DrainPolicy) bool {
-		return meta.IsStatusConditionFalse(dp.Status.Conditions, drainpolicy.ConditionOverlapping)
+		return meta.IsStatusConditionFalse(dp.Status.Conditions, v1alpha1.ConditionOverlapping)
 	})
 	e.waitDrain(t, nodes[1], "Drained once one policy selects it", time.Minute, func(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.PhaseDrained })
 }
