@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The questions every part of vacate asks of a drain or an evacuation,
@@ -24,6 +25,17 @@ func (nd *NodeDrain) Requested() bool {
 // condition is True).
 func (nd *NodeDrain) Admitted() bool {
 	return meta.IsStatusConditionTrue(nd.Status.Conditions, ConditionAdmitted)
+}
+
+// AdmissionHold returns the Admitted condition while admission holds the
+// drain (written, and not True: its reason says why), and nil once the drain
+// is admitted or before admission has looked at it.
+func (nd *NodeDrain) AdmissionHold() *metav1.Condition {
+	c := meta.FindStatusCondition(nd.Status.Conditions, ConditionAdmitted)
+	if c == nil || c.Status == metav1.ConditionTrue {
+		return nil
+	}
+	return c
 }
 
 // Running reports whether the drain is under way or waiting to be: requested,

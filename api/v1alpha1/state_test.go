@@ -87,6 +87,34 @@ func TestNodeDrainState(t *testing.T) {
 	}
 }
 
+func TestAdmissionHold(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		conditions []metav1.Condition
+		want       string // the reason of the condition returned; "" for none
+	}{
+		{name: "not looked at yet"},
+		{name: "admitted", conditions: []metav1.Condition{{Type: ConditionAdmitted, Status: metav1.ConditionTrue, Reason: ReasonAdmitted}}},
+		{name: "queued", conditions: []metav1.Condition{{Type: ConditionAdmitted, Status: metav1.ConditionFalse, Reason: ReasonWaitingForBatch}}, want: ReasonWaitingForBatch},
+		{name: "unknown", conditions: []metav1.Condition{{Type: ConditionAdmitted, Status: metav1.ConditionUnknown, Reason: ReasonPolicyNotFound}}, want: ReasonPolicyNotFound},
+		{name: "another condition only", conditions: []metav1.Condition{{Type: ConditionCordoned, Status: metav1.ConditionFalse, Reason: ReasonNodeNotFound}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nd := &NodeDrain{Status: NodeDrainStatus{Conditions: tc.conditions}}
+			got := ""
+			if c := nd.AdmissionHold(); c != nil {
+				got = c.Reason
+			}
+			if got != tc.want {
+				t.Errorf("AdmissionHold() has reason %q, want %q", got, tc.want)
+			}
+			if held := nd.AdmissionHold() != nil; held && nd.Admitted() {
+				t.Error("both admitted and held")
+			}
+		})
+	}
+}
+
 func TestCordonRecord(t *testing.T) {
 	nd := &NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1"}, Spec: NodeDrainSpec{NodeName: "n1"}}
 	recorded := nd.DeepCopy()

@@ -229,7 +229,7 @@ func releasable(t *releaseTarget) error {
 	switch {
 	case ev.Spec.DrainUID != string(nd.UID) || (ev.Spec.NodeUID != "" && ev.Spec.NodeUID != string(t.node.UID)):
 		return refuse("belongs to no running drain of node %s (an earlier drain, or the node before it was re-created, left it): nothing to release", node)
-	case !nd.DeletionTimestamp.IsZero() || len(nd.Spec.Requesters) == 0:
+	case !nd.Requested():
 		return refuse("belongs to a drain of node %s that is being cancelled and undone: nothing to release", node)
 	case ev.Spec.Release != nil:
 		r := ev.Spec.Release

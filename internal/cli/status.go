@@ -369,8 +369,8 @@ func phaseCell(nd *v1alpha1.NodeDrain) (cell string) {
 	if r := nd.Status.Run; r != nil && r.Reason != "" && !nd.Ended() && len(nd.Spec.Requesters) > 0 {
 		defer func() { cell += " (again: " + r.Reason + ")" }()
 	}
-	c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted)
-	if nd.Status.Phase != v1alpha1.PhasePending || c == nil || c.Status != "False" || len(nd.Spec.Requesters) == 0 {
+	c := nd.AdmissionHold()
+	if nd.Status.Phase != v1alpha1.PhasePending || c == nil || c.Status != metav1.ConditionFalse || len(nd.Spec.Requesters) == 0 {
 		return phase
 	}
 	if nd.Status.QueuePosition > 0 {

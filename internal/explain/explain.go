@@ -148,7 +148,7 @@ func deadlineFinding(nd *v1alpha1.NodeDrain, now time.Time) (Finding, bool) {
 	if st.Blocked > 0 {
 		late = append(late, fmt.Sprintf("%d blocked pod(s) will not leave in time unless what holds them (below) changes", st.Blocked))
 	}
-	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAdmitted); c == nil || c.Status != metav1.ConditionTrue {
+	if !nd.Admitted() {
 		late = append(late, "the drain is not admitted yet")
 	} else if st.StartTime != nil && st.Remaining > 0 && st.Evicted > 0 {
 		ran := now.Sub(st.StartTime.Time)
@@ -214,8 +214,7 @@ func drainFindings(nd *v1alpha1.NodeDrain) []Finding {
 			Fix: "request it again with 'vacate drain " + nd.Spec.NodeName + "', or delete the NodeDrain"})
 	}
 	// A missing node is explained once, below, from the Cordoned condition.
-	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse &&
-		c.Reason != v1alpha1.ReasonNodeNotFound {
+	if c := nd.AdmissionHold(); c != nil && c.Status == metav1.ConditionFalse && c.Reason != v1alpha1.ReasonNodeNotFound {
 		fix := "the drain starts when this is resolved"
 		switch c.Reason {
 		case v1alpha1.ReasonPolicyNotFound:

@@ -147,7 +147,7 @@ func (t *Tracker) Observe(nd *v1alpha1.NodeDrain, now time.Time) {
 	}
 	st := nd.Status
 	n.Seen = true
-	n.Cancelled = len(nd.Spec.Requesters) == 0 || !nd.DeletionTimestamp.IsZero()
+	n.Cancelled = !nd.Requested()
 	n.Phase = st.Phase
 	if n.Phase == "" {
 		n.Phase = v1alpha1.PhasePending

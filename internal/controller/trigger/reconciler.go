@@ -33,8 +33,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -314,7 +312,7 @@ func drainState(nd *v1alpha1.NodeDrain) string {
 	if nd.Status.Remaining > 0 || nd.Status.Blocked > 0 {
 		state += fmt.Sprintf(" with %d pod(s) remaining, %d blocked", nd.Status.Remaining, nd.Status.Blocked)
 	}
-	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status != metav1.ConditionTrue {
+	if c := nd.AdmissionHold(); c != nil {
 		state += fmt.Sprintf(", not admitted (%s)", c.Reason)
 	}
 	return state

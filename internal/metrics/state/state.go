@@ -231,7 +231,7 @@ type resolver struct {
 // it, or it will never meet it.
 func (r *resolver) deadline(nd *v1alpha1.NodeDrain) (time.Time, bool) {
 	st := nd.Status
-	if len(nd.Spec.Requesters) == 0 || !nd.DeletionTimestamp.IsZero() ||
+	if !nd.Requested() ||
 		st.Phase == v1alpha1.PhaseDrained || st.Phase == v1alpha1.PhaseRestoring {
 		return time.Time{}, false
 	}
