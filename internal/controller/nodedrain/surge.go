@@ -214,17 +214,8 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	if !need {
 		return false, nil
 	}
-	timeout := s.policy.SurgeReadyTimeout
-	if rec := surgeRecord(s.drain, uid); rec != nil && rec.Phase == v1alpha1.SurgeFailed {
-		if rec.Replacement == "" { // its create was refused
-			timeout = min(timeout, surgeCreateRetry)
-		}
-		if left := timeout - s.now.Sub(rec.Since.Time); left > 0 {
-			s.surgeBlocker(d, v1alpha1.BlockerSurgeFailed, rec.Since.Time,
-				fmt.Sprintf("%s; trying again in %s", rec.Message, left.Round(time.Second)))
-			s.recheckIn(left)
-			return true, nil
-		}
+	if r.surgeFailedWaits(s, d) {
+		return true, nil
 	}
 	// At most maxSurge replacements of one Deployment at once, the
 	// Deployment's own idea of extra pods, and one per pod: counted around
@@ -263,10 +254,44 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 		return true, nil
 	}
 	s.log.Info("surge: replacement created", "pod", d.Key(), "replacement", rep.Name, "why", why)
+	r.ledger.surgeCreated(d.Pod.UID)
 	sp.byPod[uid] = rep
 	r.surgeStep(s, d, rep.Name, v1alpha1.SurgeStarting, corev1.EventTypeNormal, v1alpha1.EventSurgeStarted, v1alpha1.BlockerSurge,
 		fmt.Sprintf("replacement %s created (%s)", rep.Name, why), surgeRecheck)
 	return true, nil
+}
+
+// surgeFailedWaits says whether the pod's surge failed (its replacement
+// refused, or not Ready in time) too recently to try again; its blocker
+// says when it will be. A refused create is remembered by the controller
+// too: a status write that conflicted may have lost its record, which is
+// then written again, since it was.
+func (r *Reconciler) surgeFailedWaits(s *scope, d drain.Decision) bool {
+	rec := surgeRecord(s.drain, string(d.Pod.UID))
+	if refused := r.ledger.surgeRefusal(d.Pod.UID); !refused.at.IsZero() && (rec == nil || rec.Phase != v1alpha1.SurgeFailed) {
+		s.setSurge(d, "", v1alpha1.SurgeFailed, refused.msg)
+		rec = surgeRecord(s.drain, string(d.Pod.UID))
+		rec.Since = metav1.NewTime(refused.at)
+		nd, pod := s.drain, d.Pod
+		s.afterWrite(func() {
+			r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, "Surge", "%s", refused.msg)
+		})
+	}
+	if rec == nil || rec.Phase != v1alpha1.SurgeFailed {
+		return false
+	}
+	timeout := s.policy.SurgeReadyTimeout
+	if rec.Replacement == "" { // its create was refused
+		timeout = min(timeout, surgeCreateRetry)
+	}
+	left := timeout - s.now.Sub(rec.Since.Time)
+	if left <= 0 {
+		return false
+	}
+	s.surgeBlocker(d, v1alpha1.BlockerSurgeFailed, rec.Since.Time,
+		fmt.Sprintf("%s; trying again in %s", rec.Message, left.Round(time.Second)))
+	s.recheckIn(left)
+	return true
 }
 
 // createRefused makes a refused create of the pod's replacement its
@@ -281,6 +306,7 @@ func (r *Reconciler) createRefused(ctx context.Context, s *scope, d drain.Decisi
 				"('vacate manifests surge | kubectl apply -f -', or the Helm chart's controller.surge: true)"
 		}
 	}
+	r.ledger.refuseSurge(d.Pod, s.now, msg)
 	retry := min(s.policy.SurgeReadyTimeout, surgeCreateRetry)
 	s.log.Info("surge: creating a replacement was refused", "pod", d.Key(), "error", err.Error(), "retryIn", retry)
 	r.surgeStep(s, d, "", v1alpha1.SurgeFailed, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, v1alpha1.BlockerSurgeFailed, msg, retry)
