@@ -100,7 +100,6 @@ func serveHook(t *testing.T, pod *corev1.Pod, port int, app http.Handler) {
 // given back.
 func TestHTTPHookHoldsThePodUntilCompleted(t *testing.T) {
 	e := startEnv(t)
-	ctx := testenv.Context(t)
 	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "hook", Count: 2, Labels: map[string]string{"pool": "hook"}})
 	ns := testenv.Namespace(t, e.c)
 	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "hook"}, Spec: v1alpha1.DrainPolicySpec{
@@ -109,47 +108,11 @@ func TestHTTPHookHoldsThePodUntilCompleted(t *testing.T) {
 		HTTPHooks:    v1alpha1.HTTPHooks{Enabled: true},
 	}})
 	const port = 18080
-	apps := map[string]*hookApp{}
-	pods := map[string]*corev1.Pod{}
-	for _, n := range nodes {
-		d := devcluster.Deployment(ns, "broker-"+n, 1)
-		d.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: n}
-		d.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(port), hook.AnnotationPath: "/v1/evacuate"}
-		if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		ready, err := devcluster.WaitForPodsReady(ctx, e.c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "broker-" + n}), 1, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[n] = &ready[0]
-		apps[n] = &hookApp{answer: answer(200, `{"state":"InProgress","message":"forwarding stored messages","remaining":120}`)}
-		serveHook(t, pods[n], port, apps[n])
-		t.Logf("broker on %s serves its hook at %s:%d", n, pods[n].Status.PodIP, port)
-	}
+	apps, pods := startBrokers(t, e, ns, nodes, port)
 	target, other := nodes[0], nodes[1]
 
 	// The guard: the broker's pod must not be evicted before its hook said Completed.
-	wctx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
-	w, err := e.c.Client.CoreV1().Pods(ns).Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pods[target].Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evictedEarly := make(chan string, 1)
-	go func() {
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok && p.DeletionTimestamp != nil {
-				app := apps[target]
-				app.mu.Lock()
-				if !app.completed {
-					evictedEarly <- "the broker's pod was evicted before its hook answered Completed"
-				}
-				app.mu.Unlock()
-				return
-			}
-		}
-	}()
+	evictedEarly := watchEvictedEarly(t, e, ns, pods[target], apps[target])
 
 	requestAll(t, e, []string{target})
 	held := func(detail string) func(*v1alpha1.NodeDrain) bool {
@@ -182,37 +145,106 @@ func TestHTTPHookHoldsThePodUntilCompleted(t *testing.T) {
 		t.Error(msg)
 	default:
 	}
-	app := apps[target]
-	app.mu.Lock()
-	if len(app.posts) == 0 || app.posts[0]["node"] != target || app.posts[0]["mode"] != "Maintenance" || app.posts[0]["drain"] == "" ||
-		app.posts[0]["drain"] != app.posts[0]["query"] {
-		t.Errorf("POST bodies %v: want drain (also in ?drain=), node %s and mode Maintenance", app.posts, target)
-	}
-	app.mu.Unlock()
+	checkHookPosts(t, apps[target], target)
 
 	t.Log("a drain cancelled mid-evacuation sends DELETE before the node is given back")
-	requestAll(t, e, []string{other})
-	e.waitDrain(t, other, "evacuating", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Phase == string(v1alpha1.EvacuationInProgress)
-	})
-	if err := e.cl.Delete(ctx, &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: other}}); err != nil {
+	cancelMidEvacuation(t, e, ns, other, apps[other], pods[other])
+}
+
+// startBrokers runs on each node a broker: a Deployment of one pod there,
+// annotated with its HTTP hook on port, whose hook (served on the pod's IP)
+// answers InProgress until the test sets another answer.
+func startBrokers(t *testing.T, e *env, ns string, nodes []string, port int) (map[string]*hookApp, map[string]*corev1.Pod) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	apps := map[string]*hookApp{}
+	pods := map[string]*corev1.Pod{}
+	for _, n := range nodes {
+		d := devcluster.Deployment(ns, "broker-"+n, 1)
+		d.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: n}
+		d.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(port), hook.AnnotationPath: "/v1/evacuate"}
+		if _, err := e.c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ready, err := devcluster.WaitForPodsReady(ctx, e.c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "broker-" + n}), 1, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[n] = &ready[0]
+		apps[n] = &hookApp{answer: answer(200, `{"state":"InProgress","message":"forwarding stored messages","remaining":120}`)}
+		serveHook(t, pods[n], port, apps[n])
+		t.Logf("broker on %s serves its hook at %s:%d", n, pods[n].Status.PodIP, port)
+	}
+	return apps, pods
+}
+
+// watchEvictedEarly watches pod until the test ends and sends on the
+// channel it returns if the pod is deleted before app's hook answered
+// Completed.
+func watchEvictedEarly(t *testing.T, e *env, ns string, pod *corev1.Pod, app *hookApp) <-chan string {
+	t.Helper()
+	wctx, stopWatch := context.WithCancel(context.Background())
+	t.Cleanup(stopWatch)
+	w, err := e.c.Client.CoreV1().Pods(ns).Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Name})
+	if err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(e.cl.Get(ctx, types.NamespacedName{Name: other}, &v1alpha1.NodeDrain{})), nil
+	evictedEarly := make(chan string, 1)
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.DeletionTimestamp != nil {
+				app.mu.Lock()
+				if !app.completed {
+					evictedEarly <- "the broker's pod was evicted before its hook answered Completed"
+				}
+				app.mu.Unlock()
+				return
+			}
+		}
+	}()
+	return evictedEarly
+}
+
+// checkHookPosts checks that the drain of node started app's evacuation
+// with a POST naming the drain (also in ?drain=), the node and the mode.
+func checkHookPosts(t *testing.T, app *hookApp, node string) {
+	t.Helper()
+	app.mu.Lock()
+	defer app.mu.Unlock()
+	if len(app.posts) == 0 || app.posts[0]["node"] != node || app.posts[0]["mode"] != "Maintenance" || app.posts[0]["drain"] == "" ||
+		app.posts[0]["drain"] != app.posts[0]["query"] {
+		t.Errorf("POST bodies %v: want drain (also in ?drain=), node %s and mode Maintenance", app.posts, node)
+	}
+}
+
+// cancelMidEvacuation requests a drain of node, deletes it while the hook
+// of the node's broker (app, pod) is in progress, and checks that the hook
+// got a DELETE, the node was given back and the broker's pod stayed.
+func cancelMidEvacuation(t *testing.T, e *env, ns, node string, app *hookApp, pod *corev1.Pod) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	requestAll(t, e, []string{node})
+	e.waitDrain(t, node, "evacuating", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return len(nd.Status.Hooks) == 1 && nd.Status.Hooks[0].Phase == string(v1alpha1.EvacuationInProgress)
+	})
+	if err := e.cl.Delete(ctx, &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(e.cl.Get(ctx, types.NamespacedName{Name: node}, &v1alpha1.NodeDrain{})), nil
 	})
 	if err != nil {
 		t.Fatal("the cancelled drain was not released")
 	}
-	apps[other].mu.Lock()
-	if apps[other].deletes == 0 {
+	app.mu.Lock()
+	if app.deletes == 0 {
 		t.Error("the hook got no DELETE when its drain was cancelled")
 	}
-	apps[other].mu.Unlock()
-	if n, err := e.c.Client.CoreV1().Nodes().Get(ctx, other, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
-		t.Errorf("node %s not given back (%v)", other, err)
+	app.mu.Unlock()
+	if n, err := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
+		t.Errorf("node %s not given back (%v)", node, err)
 	}
-	if _, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, pods[other].Name, metav1.GetOptions{}); err != nil {
+	if _, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the broker's pod on the cancelled node was evicted: %v", err)
 	}
 }

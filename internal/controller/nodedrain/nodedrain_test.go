@@ -60,6 +60,69 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	ns := testenv.Namespace(t, e.c)
 
 	t.Log("creating web (6 replicas, PDB maxUnavailable 1) on the test nodes, a DaemonSet, and on the target a bare pod, an emptyDir pod and a Job's pod")
+	createPolicyScenario(t, e, ns, target, sel)
+	guard := testenv.WatchPDBs(t, e.c, ns)
+
+	t.Log("draining the target with a strict policy (the defaults)")
+	strict := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "policy-test"}}
+	if err := e.cl.Create(ctx, strict); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), strict) })
+	nd := testutil.NodeDrain(target, strict.Name, "cli:test")
+	if err := e.cl.Create(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
+
+	blocked := e.waitDrain(t, target, "blocked only by the bare and emptyDir pods", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Remaining == 2 && nd.Status.Blocked == 2
+	})
+	t.Logf("status while blocked: %s", testenv.DescribeDrain(blocked))
+	checkBlockedByBareAndEmptyDir(t, e, ns, target, blocked)
+
+	t.Log("relaxing the policy: unmanaged pods Delete, localStorage Evict")
+	relaxPolicy(t, e, strict)
+	done := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
+	if done.Status.Remaining != 0 || done.Status.Blocked != 0 || done.Status.Total < 3 || done.Status.Evicted != done.Status.Total {
+		t.Errorf("counts when drained: %s", testenv.DescribeDrain(done))
+	}
+	left := podsOn(t, e, ns, target)
+	if hasApp(left, "web") || hasApp(left, "bare") || hasApp(left, "scratch") {
+		t.Errorf("pods that had to leave are still there: %v", names(left))
+	}
+
+	t.Log("deleting the NodeDrain: vacate uncordons the node it cordoned and lets go")
+	if err := e.cl.Delete(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, target)
+	node, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.Unschedulable {
+		t.Error("node still cordoned after the NodeDrain was deleted")
+	}
+	if _, ok := node.Annotations[v1alpha1.AnnotationCordonedBy]; ok {
+		t.Error("vacate's annotation left on the node")
+	}
+	waitEvents(t, e, target, v1alpha1.EventCordoned, v1alpha1.EventDrained, v1alpha1.EventRestored)
+	guard.Check(t)
+}
+
+// createPolicyScenario creates the workloads of the first scenario and
+// waits until they run: web (6 replicas spread over the nodes sel selects,
+// two on target, PDB maxUnavailable 1) and the agent DaemonSet, and on
+// target a bare pod, a Deployment's pod with an emptyDir and a Job's pod
+// that has succeeded.
+func createPolicyScenario(t *testing.T, e *env, ns, target string, sel map[string]string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	cs := e.c.Client
 	if err := devcluster.CreateWorkload(ctx, cs, devcluster.Workload{Namespace: ns, DeploymentReplicas: 6, StatefulSetReplicas: 0, NodeSelector: sel,
 		SpreadDeployment: true}); err != nil { // two web pods on each node, the target included
 		t.Fatal(err)
@@ -102,24 +165,16 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "web", 6, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	guard := testenv.WatchPDBs(t, e.c, ns)
+}
 
-	t.Log("draining the target with a strict policy (the defaults)")
-	strict := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "policy-test"}}
-	if err := e.cl.Create(ctx, strict); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), strict) })
-	nd := testutil.NodeDrain(target, strict.Name, "cli:test")
-	if err := e.cl.Create(ctx, nd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cl.Delete(context.Background(), nd) })
-
-	blocked := e.waitDrain(t, target, "blocked only by the bare and emptyDir pods", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Status.Remaining == 2 && nd.Status.Blocked == 2
-	})
-	t.Logf("status while blocked: %s", testenv.DescribeDrain(blocked))
+// checkBlockedByBareAndEmptyDir checks the drain of target under the
+// strict policy: the bare pod and the emptyDir pod block it, each with its
+// reason; its conditions say so and name the pods left in place; the node
+// is cordoned by the drain; web's pods left and the DaemonSet's and the
+// Job's stayed.
+func checkBlockedByBareAndEmptyDir(t *testing.T, e *env, ns, target string, blocked *v1alpha1.NodeDrain) {
+	t.Helper()
+	ctx := testenv.Context(t)
 	reasons := map[string]string{}
 	for _, b := range blocked.Status.Blockers {
 		reasons[strings.SplitN(b.Pod, "/", 2)[1]] = b.Reason + ": " + b.Detail
@@ -144,7 +199,7 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 		!strings.HasSuffix(c.Message, "left in place: 1 Completed, 1 DaemonSetPod") {
 		t.Errorf("PodsEvicted condition = %+v, want it to name the Completed and DaemonSet pods left in place", c)
 	}
-	node, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	node, err := e.c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +216,13 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	if !hasApp(left, "agent") || !hasApp(left, "report") {
 		t.Errorf("the DaemonSet pod and the completed Job pod should stay; left: %v", names(left))
 	}
+}
 
-	t.Log("relaxing the policy: unmanaged pods Delete, localStorage Evict")
+// relaxPolicy lets the policy delete unmanaged pods and evict pods with
+// local storage.
+func relaxPolicy(t *testing.T, e *env, strict *v1alpha1.DrainPolicy) {
+	t.Helper()
+	ctx := testenv.Context(t)
 	// The policy controller writes its status: update on the latest copy.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(strict), strict); err != nil {
@@ -173,35 +233,6 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	done := e.waitDrain(t, target, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Status.Phase == v1alpha1.PhaseDrained
-	})
-	t.Logf("status when drained: %s", testenv.DescribeDrain(done))
-	if done.Status.Remaining != 0 || done.Status.Blocked != 0 || done.Status.Total < 3 || done.Status.Evicted != done.Status.Total {
-		t.Errorf("counts when drained: %s", testenv.DescribeDrain(done))
-	}
-	left = podsOn(t, e, ns, target)
-	if hasApp(left, "web") || hasApp(left, "bare") || hasApp(left, "scratch") {
-		t.Errorf("pods that had to leave are still there: %v", names(left))
-	}
-
-	t.Log("deleting the NodeDrain: vacate uncordons the node it cordoned and lets go")
-	if err := e.cl.Delete(ctx, nd); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, e, target)
-	node, err = cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if node.Spec.Unschedulable {
-		t.Error("node still cordoned after the NodeDrain was deleted")
-	}
-	if _, ok := node.Annotations[v1alpha1.AnnotationCordonedBy]; ok {
-		t.Error("vacate's annotation left on the node")
-	}
-	waitEvents(t, e, target, v1alpha1.EventCordoned, v1alpha1.EventDrained, v1alpha1.EventRestored)
-	guard.Check(t)
 }
 
 // TestUndoLeavesSomeoneElsesCordon: a node cordoned before the drain stays

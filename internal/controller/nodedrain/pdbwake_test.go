@@ -80,45 +80,8 @@ func TestPDBChangeWakesOnlyItsDrains(t *testing.T) {
 	cs := c.Client
 
 	apps := []string{"a", "b", "c"}
-	nodes := map[string]string{}
-	spareLabels := map[string]string{}
-	for _, app := range apps {
-		pool := map[string]string{"pdbwake-" + app: "true"}
-		nodes[app] = testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "pdbwake-" + app, Count: 1, Labels: pool})[0]
-		spareLabels["pdbwake-"+app] = "true"
-		// A policy of its own, so each drain is admitted on its own.
-		create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "pdbwake-" + app}, Spec: v1alpha1.DrainPolicySpec{
-			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{devcluster.HostnameLabel: nodes[app]}},
-		}})
-	}
-	spare := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "pdbwake-spare", Count: 1, Labels: spareLabels})[0]
-	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = true })
-	// PDB a's Deployment grows below (not a disruption): it has a namespace
-	// of its own, which the PDB guard does not watch.
-	nsOf := map[string]string{"a": testenv.Namespace(t, c)}
-	ns := testenv.Namespace(t, c)
-	nsOf["b"], nsOf["c"] = ns, ns
-	for _, app := range apps {
-		ns := nsOf[app]
-		dep := devcluster.Deployment(ns, app, 2)
-		dep.Spec.Template.Spec.NodeSelector = map[string]string{"pdbwake-" + app: "true"}
-		if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, app, app, "", "0"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, app := range apps {
-		ns := nsOf[app]
-		if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: app}), 2, 2*time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := devcluster.WaitForPDB(ctx, cs, ns, app, 2, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
-	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+	nodes, nsOf := pdbWakeScenario(t, e, apps)
+	ns := nsOf["b"] // b's and c's
 	guard := testenv.WatchPDBs(t, c, ns)
 
 	for _, app := range apps {
@@ -149,16 +112,7 @@ func TestPDBChangeWakesOnlyItsDrains(t *testing.T) {
 	}
 	before := passes()
 	t.Logf("changing PDB a's status %d times (Deployment a grows on the spare node); passes so far: %v", steps, before)
-	for i := 1; i <= steps; i++ {
-		replicas := int32(2 + i)
-		patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
-		if _, err := cs.AppsV1().Deployments(nsOf["a"]).Patch(ctx, "a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := devcluster.WaitForPDB(ctx, cs, nsOf["a"], "a", replicas, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	growUnderPDB(t, e, nsOf["a"], "a", steps)
 	time.Sleep(2 * time.Second) // the passes a wrong mapping would cause are queued by now
 	woken := since(before)
 	t.Logf("passes while PDB a changed and allowed nothing: %v", woken)
@@ -187,6 +141,76 @@ func TestPDBChangeWakesOnlyItsDrains(t *testing.T) {
 		}
 	}
 	guard.Check(t)
+}
+
+// pdbWakeScenario makes, for each app, a node of its own under a policy of
+// its own (so each drain is admitted alone) with the app's Deployment of
+// two pods, guarded by the app's PDB allowing no disruption, and a spare
+// node the Deployments may grow on. It returns the nodes and namespaces by
+// app: a's namespace is its own, b and c share one.
+func pdbWakeScenario(t *testing.T, e *env, apps []string) (nodes, nsOf map[string]string) {
+	t.Helper()
+	c, cs := e.c, e.c.Client
+	ctx := testenv.Context(t)
+	nodes = map[string]string{}
+	spareLabels := map[string]string{}
+	for _, app := range apps {
+		pool := map[string]string{"pdbwake-" + app: "true"}
+		nodes[app] = testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "pdbwake-" + app, Count: 1, Labels: pool})[0]
+		spareLabels["pdbwake-"+app] = "true"
+		// A policy of its own, so each drain is admitted on its own.
+		create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "pdbwake-" + app}, Spec: v1alpha1.DrainPolicySpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{devcluster.HostnameLabel: nodes[app]}},
+		}})
+	}
+	spare := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "pdbwake-spare", Count: 1, Labels: spareLabels})[0]
+	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	// PDB a's Deployment grows below (not a disruption): it has a namespace
+	// of its own, which the PDB guard does not watch.
+	nsOf = map[string]string{"a": testenv.Namespace(t, c)}
+	ns := testenv.Namespace(t, c)
+	nsOf["b"], nsOf["c"] = ns, ns
+	for _, app := range apps {
+		ns := nsOf[app]
+		dep := devcluster.Deployment(ns, app, 2)
+		dep.Spec.Template.Spec.NodeSelector = map[string]string{"pdbwake-" + app: "true"}
+		if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, app, app, "", "0"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, app := range apps {
+		ns := nsOf[app]
+		if _, err := devcluster.WaitForPodsReady(ctx, cs, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: app}), 2, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := devcluster.WaitForPDB(ctx, cs, ns, app, 2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	updateNode(t, e, spare, func(n *corev1.Node) { n.Spec.Unschedulable = false })
+	return nodes, nsOf
+}
+
+// growUnderPDB scales the Deployment app (guarded by the PDB app of the same
+// pods) one replica at a time, steps times, waiting each time for the PDB's
+// status to count the new pod: its status changes, and it allows nothing
+// more.
+func growUnderPDB(t *testing.T, e *env, ns, app string, steps int) {
+	t.Helper()
+	ctx, cs := testenv.Context(t), e.c.Client
+	for i := 1; i <= steps; i++ {
+		replicas := int32(2 + i)
+		patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+		if _, err := cs.AppsV1().Deployments(ns).Patch(ctx, app, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := devcluster.WaitForPDB(ctx, cs, ns, app, replicas, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestEvictionEventsSettleIntoFewPasses: twenty pods evicted together send

@@ -35,19 +35,7 @@ import (
 // the scenario on a real control plane).
 func TestReplacedNodeWaitsForAdmission(t *testing.T) {
 	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
-	started := metav1.NewTime(now.Add(-time.Hour))
-	nd := testutil.NodeDrain("n1", "", "cli:test")
-	nd.UID = "drain-1"
-	nd.Finalizers = []string{v1alpha1.FinalizerRestore}
-	nd.Status = v1alpha1.NodeDrainStatus{Phase: v1alpha1.PhaseEvicting, NodeUID: "node-old", StartTime: &started, RequestTime: &started,
-		Total: 3, Evicted: 2, Remaining: 1, RunID: "run-1",
-		Conditions: []metav1.Condition{
-			{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAdmitted, Message: "admitted", LastTransitionTime: started},
-			{Type: v1alpha1.ConditionCordoned, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCordoned, Message: v1alpha1.MessageCordoned, LastTransitionTime: started},
-		}}
-	oldEvac := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.EvacuationName("n1", "store")},
-		Spec: v1alpha1.EvacuationSpec{NodeName: "n1", Provider: "store", Mode: v1alpha1.ModeMaintenance, DrainUID: "drain-1", NodeUID: "node-old"}}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-new"}}
+	nd, oldEvac, node := replacedNodeFixture(now)
 	cl := fake.NewClientBuilder().WithScheme(testutil.Scheme(t)).WithObjects(nd, oldEvac, node).
 		WithStatusSubresource(&v1alpha1.NodeDrain{}).Build()
 	rec := events.NewFakeRecorder(10)
@@ -133,4 +121,25 @@ func TestReplacedNodeWaitsForAdmission(t *testing.T) {
 	if reason, _ := admission.Held(got, node, nil); reason != "" {
 		t.Errorf("still held (%s) once the new node is recorded: its queue would never take it", reason)
 	}
+}
+
+// replacedNodeFixture is the drain of node n1 admitted an hour before now,
+// two of its three pods evicted, with an Evacuation of provider store, both
+// recorded for the node of UID node-old; and n1 as it is now, another node
+// (UID node-new) created under the name.
+func replacedNodeFixture(now time.Time) (nd *v1alpha1.NodeDrain, oldEvac *v1alpha1.Evacuation, node *corev1.Node) {
+	started := metav1.NewTime(now.Add(-time.Hour))
+	nd = testutil.NodeDrain("n1", "", "cli:test")
+	nd.UID = "drain-1"
+	nd.Finalizers = []string{v1alpha1.FinalizerRestore}
+	nd.Status = v1alpha1.NodeDrainStatus{Phase: v1alpha1.PhaseEvicting, NodeUID: "node-old", StartTime: &started, RequestTime: &started,
+		Total: 3, Evicted: 2, Remaining: 1, RunID: "run-1",
+		Conditions: []metav1.Condition{
+			{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAdmitted, Message: "admitted", LastTransitionTime: started},
+			{Type: v1alpha1.ConditionCordoned, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCordoned, Message: v1alpha1.MessageCordoned, LastTransitionTime: started},
+		}}
+	oldEvac = &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.EvacuationName("n1", "store")},
+		Spec: v1alpha1.EvacuationSpec{NodeName: "n1", Provider: "store", Mode: v1alpha1.ModeMaintenance, DrainUID: "drain-1", NodeUID: "node-old"}}
+	node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-new"}}
+	return nd, oldEvac, node
 }

@@ -35,7 +35,6 @@ func TestSurgeIgnoresDecoys(t *testing.T) {
 	e := &env{c: c, cl: testenv.DrainClient(t, c)}
 	ctx := testenv.Context(t)
 	f := newSurgeFixture(t, e, "surge-decoy", nil, nil)
-	rs := metav1.GetControllerOf(&f.pod).Name
 
 	// The drain exists before the controller runs: the decoys know its UID.
 	requestAll(t, e, []string{f.node})
@@ -44,31 +43,14 @@ func TestSurgeIgnoresDecoys(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := testenv.Namespace(t, c)
-	decoy := func(ns, name string, owned bool, of string) *corev1.Pod {
-		p := devcluster.BarePod(ns, name, f.spare)
-		if of != string(f.pod.UID) { // never scheduled
-			p.Spec.NodeName, p.Spec.NodeSelector = "", map[string]string{testLabel: "nowhere"}
-		}
-		p.Labels = map[string]string{devcluster.AppLabel: "decoy", surge.LabelOf: of, surge.LabelDrain: f.node}
-		p.Annotations = map[string]string{surge.AnnotationPod: f.pod.Name, surge.AnnotationReplicaSet: rs, surge.AnnotationDeployment: "web"}
-		p.Finalizers = []string{"test.vacate.dev/keep"}
-		if owned {
-			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeDrain", Name: nd.Name, UID: nd.UID}}
-		}
-		dropFinalizers(t, e, ns, name)
-		created, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return created
-	}
-	decoys := []*corev1.Pod{decoy(tenant, "decoy-elsewhere", true, string(f.pod.UID)), decoy(f.ns, "decoy-here", false, string(f.pod.UID))}
+	decoys := []*corev1.Pod{createDecoy(t, e, f, nd, tenant, "decoy-elsewhere", true, string(f.pod.UID)),
+		createDecoy(t, e, f, nd, f.ns, "decoy-here", false, string(f.pod.UID))}
 	for _, d := range decoys {
 		if _, err := devcluster.WaitForPodsReady(ctx, c.Client, d.Namespace, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "decoy"}), 1, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	decoys = append(decoys, decoy(tenant, "decoy-pending", false, "a-pod-that-left"))
+	decoys = append(decoys, createDecoy(t, e, f, nd, tenant, "decoy-pending", false, "a-pod-that-left"))
 	testenv.Controller(t, c)
 
 	// The pod waits for a replacement of vacate's own, in its namespace;
@@ -114,6 +96,42 @@ func TestSurgeIgnoresDecoys(t *testing.T) {
 		_ = e.cl.Get(ctx, types.NamespacedName{Name: f.node}, got)
 		t.Errorf("the drain's undo did not end within a minute: %s", testenv.DescribeDrain(got))
 	}
+	checkDecoysUntouched(t, e, decoys)
+}
+
+// createDecoy creates, in namespace ns, a tenant's pod labelled as the
+// drain nd's replacement of the pod of UID of, on f's spare node if of is
+// f's pod (else never scheduled), with a finalizer (dropped when the test
+// ends) and, if owned, an owner reference to nd.
+func createDecoy(t *testing.T, e *env, f *surgeFixture, nd *v1alpha1.NodeDrain, ns, name string, owned bool, of string) *corev1.Pod {
+	t.Helper()
+	ctx := testenv.Context(t)
+	rs := metav1.GetControllerOf(&f.pod).Name
+	p := devcluster.BarePod(ns, name, f.spare)
+	if of != string(f.pod.UID) { // never scheduled
+		p.Spec.NodeName, p.Spec.NodeSelector = "", map[string]string{testLabel: "nowhere"}
+	}
+	p.Labels = map[string]string{devcluster.AppLabel: "decoy", surge.LabelOf: of, surge.LabelDrain: f.node}
+	p.Annotations = map[string]string{surge.AnnotationPod: f.pod.Name, surge.AnnotationReplicaSet: rs, surge.AnnotationDeployment: "web"}
+	p.Finalizers = []string{"test.vacate.dev/keep"}
+	if owned {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeDrain", Name: nd.Name, UID: nd.UID}}
+	}
+	dropFinalizers(t, e, ns, name)
+	created, err := e.c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+// checkDecoysUntouched checks, from the audit log and the pods as they are
+// now, that no one evicted, deleted or changed a decoy, except the garbage
+// collector deleting one that names the (deleted) drain as its owner.
+func checkDecoysUntouched(t *testing.T, e *env, decoys []*corev1.Pod) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	c := e.c
 	events, err := devcluster.ReadAudit(c.AuditLog)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,132 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/condition"
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
+	"github.com/vacate-dev/vacate/internal/metrics"
+)
+
+// This file writes what a pass decided into the drains' status, each
+// drain under an optimistic lock (patch, which the pass of HeldKey uses
+// too): the verdicts, admissions first (write, record), and the Admitted
+// condition, which only this controller sets (setAdmitted). It also
+// recounts the queue gauge from the status written (publishQueued).
+
+// write records the verdicts in the drains' status, admissions first and
+// in the planner's order, each under an optimistic lock: a drain that
+// changed meanwhile is decided again by the next pass.
+func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p *plan) (reconcile.Result, error) {
+	byUID := map[types.UID]*member{}
+	for _, m := range q.waiting {
+		byUID[m.drain.UID] = m
+	}
+	order := append([]types.UID(nil), p.order...)
+	for _, m := range q.waiting {
+		if v, ok := p.verdicts[m.drain.UID]; ok && !v.Admit {
+			order = append(order, m.drain.UID)
+		}
+	}
+	res := reconcile.Result{}
+	for _, uid := range order {
+		m, v := byUID[uid], p.verdicts[uid]
+		written, err := r.record(ctx, q, m, v)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if !written && v.Admit {
+			res.RequeueAfter = requeue.ConflictRetry // decided again with what changed
+			continue
+		}
+		if written && v.Admit {
+			waited := q.now.Sub(requestTime(m.drain, q.now))
+			metrics.Admissions.Inc()
+			metrics.QueueWait.Observe(waited.Seconds())
+			logger.Info("starting drain", "node", m.node.Name, "policy", q.describe(m, p), "queued", waited.Round(time.Millisecond))
+		}
+	}
+	return res, nil
+}
+
+// record writes one verdict; it reports false when the drain changed
+// meanwhile (a conflict) or is gone.
+func (r *Reconciler) record(ctx context.Context, q *queue, m *member, v verdict) (bool, error) {
+	return r.patch(ctx, m.drain, func(nd *v1alpha1.NodeDrain) {
+		st := &nd.Status
+		if st.RequestTime == nil {
+			st.RequestTime = &metav1.Time{Time: q.now}
+		}
+		if !v.Admit {
+			wait(nd, v.Position, v.Reason, v.Message, q.now)
+			return
+		}
+		st.QueuePosition = 0
+		if st.StartTime == nil {
+			st.StartTime = &metav1.Time{Time: q.now}
+		}
+		setAdmitted(nd, true, v1alpha1.ReasonAdmitted, v.Message, q.now)
+	})
+}
+
+// patch writes what change does to the drain's status, under an optimistic
+// lock, and keeps it in nd (what the queue gauge counts at the end of the
+// pass). It reports false when the drain changed meanwhile (a conflict) or
+// is gone; true also when there was nothing to write.
+func (r *Reconciler) patch(ctx context.Context, nd *v1alpha1.NodeDrain, change func(*v1alpha1.NodeDrain)) (bool, error) {
+	after := nd.DeepCopy()
+	change(after)
+	if equality.Semantic.DeepEqual(nd.Status, after.Status) {
+		return true, nil
+	}
+	err := r.Client.Status().Patch(ctx, after, client.MergeFromWithOptions(nd.DeepCopy(), client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("recording the admission of NodeDrain %s: %w", nd.Name, err)
+	}
+	nd.Status = after.Status
+	return true, nil
+}
+
+// setAdmitted sets the Admitted condition, which only this controller writes.
+func setAdmitted(nd *v1alpha1.NodeDrain, admitted bool, reason, msg string, now time.Time) {
+	status := metav1.ConditionFalse
+	if admitted {
+		status = metav1.ConditionTrue
+	}
+	condition.Set(&nd.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionAdmitted, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: nd.Generation, LastTransitionTime: metav1.NewTime(now)})
+}
+
+// publishQueued sets vacate_drains_queued from the drains' status: every
+// requested drain not admitted, by the reason it waits.
+func publishQueued(all []v1alpha1.NodeDrain) {
+	counts := map[string]int{}
+	for i := range all {
+		nd := &all[i]
+		if !nd.Running() {
+			continue
+		}
+		if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse {
+			counts[c.Reason]++
+		}
+	}
+	metrics.DrainsQueued.Reset()
+	for reason, n := range counts {
+		metrics.DrainsQueued.WithLabelValues(reason).Set(float64(n))
+	}
+}
