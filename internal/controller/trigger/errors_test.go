@@ -30,26 +30,96 @@ import (
 // stop the finalizer (its bound applies even then), but nothing is
 // withdrawn in that pass.
 func TestReconcileHandlesAPIErrorsAsItsCommentsPromise(t *testing.T) {
-	forbidden := func(gr schema.GroupResource) error { return apierrors.NewForbidden(gr, "node-a", errors.New("no")) }
-	conflict := apierrors.NewConflict(nodesGR, "node-a", errors.New("stale"))
-	tainted := func() *corev1.Node {
-		return newNode("node-a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Obj()
+	for _, tc := range append(readErrorCases(), writeErrorCases()...) {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, tc.funcs, objects(tc.node, tc.nd, tc.policy)...)
+			w.applies.err = tc.applyErr
+			before := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts)
+			res, err := w.reconcile()
+			tc.checkResult(t, res, err)
+			if len(w.applies.got) != tc.wantApply {
+				t.Errorf("applied %v, want %d apply(s)", w.applies.got, tc.wantApply)
+			}
+			tc.checkFinalizers(t, w)
+			if got := w.recorded(); len(got) != 0 {
+				t.Errorf("events %q, want none", got)
+			}
+			if got := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts) - before; got != 0 {
+				t.Errorf("%v releases counted, want none", got)
+			}
+		})
 	}
-	expired := func() *corev1.Node {
-		return newNode("node-a").Finalizers(v1alpha1.FinalizerDrain).Deleted(2 * time.Hour).Obj()
+}
+
+// apiErrorCase is a node, its drain and its policy, the API's answers (an
+// interceptor's, and the applies'), and what the pass does with them.
+type apiErrorCase struct {
+	name       string
+	node       *corev1.Node
+	nd         *v1alpha1.NodeDrain
+	policy     *v1alpha1.DrainPolicy
+	funcs      interceptor.Funcs
+	applyErr   error
+	wantResult reconcile.Result
+	wantErr    func(error) bool // nil: no error
+	wantApply  int              // applies attempted
+	wantFin    []string         // the node's finalizers after; nil: not checked, empty: none
+}
+
+// checkResult checks that the pass returned the error the case wants (or
+// none) and asked for the requeue it wants.
+func (tc apiErrorCase) checkResult(t *testing.T, res reconcile.Result, err error) {
+	t.Helper()
+	switch {
+	case tc.wantErr == nil && err != nil:
+		t.Errorf("Reconcile = %v, want no error", err)
+	case tc.wantErr != nil && !tc.wantErr(err):
+		t.Errorf("Reconcile = %v, want the API's error returned", err)
 	}
-	for _, tc := range []struct {
-		name       string
-		node       *corev1.Node
-		nd         *v1alpha1.NodeDrain
-		policy     *v1alpha1.DrainPolicy
-		funcs      interceptor.Funcs
-		applyErr   error
-		wantResult reconcile.Result
-		wantErr    func(error) bool // nil: no error
-		wantApply  int              // applies attempted
-		wantFin    []string         // the node's finalizers after; nil: not checked, empty: none
-	}{
+	if res != tc.wantResult {
+		t.Errorf("Reconcile asked for %+v, want %+v", res, tc.wantResult)
+	}
+}
+
+// checkFinalizers checks the node's finalizers after the pass, when the
+// case names them.
+func (tc apiErrorCase) checkFinalizers(t *testing.T, w *world) {
+	t.Helper()
+	if tc.wantFin == nil {
+		return
+	}
+	n := w.node()
+	if n == nil {
+		t.Fatalf("the node is gone, want it with finalizers %v", tc.wantFin)
+	}
+	if !slices.Equal(n.Finalizers, tc.wantFin) {
+		t.Errorf("the node's finalizers %v, want %v", n.Finalizers, tc.wantFin)
+	}
+}
+
+// forbidden is the API's refusal of a call on gr.
+func forbidden(gr schema.GroupResource) error {
+	return apierrors.NewForbidden(gr, "node-a", errors.New("no"))
+}
+
+// nodeConflict is a lost optimistic lock on node-a.
+var nodeConflict = apierrors.NewConflict(nodesGR, "node-a", errors.New("stale"))
+
+// tainted is node-a with vacate's taint: a pass requests a drain for it.
+func tainted() *corev1.Node {
+	return newNode("node-a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Obj()
+}
+
+// expired is node-a deleted two hours ago and held by vacate's finalizer:
+// past the default bound, so a pass releases it.
+func expired() *corev1.Node {
+	return newNode("node-a").Finalizers(v1alpha1.FinalizerDrain).Deleted(2 * time.Hour).Obj()
+}
+
+// readErrorCases: reading the node or the drain, or listing the policies,
+// fails.
+func readErrorCases() []apiErrorCase {
+	return []apiErrorCase{
 		{
 			name:    "reading the node refused: returned, nothing asked",
 			node:    tainted(),
@@ -75,11 +145,18 @@ func TestReconcileHandlesAPIErrorsAsItsCommentsPromise(t *testing.T) {
 			funcs:   failOn("list", &v1alpha1.DrainPolicyList{}, apierrors.NewServiceUnavailable("etcd is away")),
 			wantErr: apierrors.IsServiceUnavailable,
 		},
+	}
+}
+
+// writeErrorCases: the finalizer's patch, a request, a withdrawal or a
+// release fails.
+func writeErrorCases() []apiErrorCase {
+	return []apiErrorCase{
 		{
 			name:       "the finalizer's patch conflicts: requeued",
 			node:       tainted(),
 			policy:     defaultPolicy(onDelete),
-			funcs:      failOn("patch", &corev1.Node{}, conflict),
+			funcs:      failOn("patch", &corev1.Node{}, nodeConflict),
 			wantResult: reconcile.Result{RequeueAfter: requeue.ConflictRetry},
 			wantApply:  1,
 			wantFin:    []string{},
@@ -141,40 +218,6 @@ func TestReconcileHandlesAPIErrorsAsItsCommentsPromise(t *testing.T) {
 			wantApply: 1, // the delete trigger's
 			wantFin:   []string{v1alpha1.FinalizerDrain},
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, tc.funcs, objects(tc.node, tc.nd, tc.policy)...)
-			w.applies.err = tc.applyErr
-			before := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts)
-			res, err := w.reconcile()
-			switch {
-			case tc.wantErr == nil && err != nil:
-				t.Errorf("Reconcile = %v, want no error", err)
-			case tc.wantErr != nil && !tc.wantErr(err):
-				t.Errorf("Reconcile = %v, want the API's error returned", err)
-			}
-			if res != tc.wantResult {
-				t.Errorf("Reconcile asked for %+v, want %+v", res, tc.wantResult)
-			}
-			if len(w.applies.got) != tc.wantApply {
-				t.Errorf("applied %v, want %d apply(s)", w.applies.got, tc.wantApply)
-			}
-			if tc.wantFin != nil {
-				n := w.node()
-				if n == nil {
-					t.Fatalf("the node is gone, want it with finalizers %v", tc.wantFin)
-				}
-				if !slices.Equal(n.Finalizers, tc.wantFin) {
-					t.Errorf("the node's finalizers %v, want %v", n.Finalizers, tc.wantFin)
-				}
-			}
-			if got := w.recorded(); len(got) != 0 {
-				t.Errorf("events %q, want none", got)
-			}
-			if got := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts) - before; got != 0 {
-				t.Errorf("%v releases counted, want none", got)
-			}
-		})
 	}
 }
 

@@ -31,23 +31,58 @@ import (
 // before that the pass asks to be woken when the bound passes. A deleted
 // node without the finalizer is not given one.
 func TestNodeFinalizerHoldsADeletedNodeUntilItsDrainIsDoneOrTheBoundPasses(t *testing.T) {
-	held := func(ago time.Duration) *corev1.Node {
-		return newNode("node-a").Finalizers(v1alpha1.FinalizerDrain).Deleted(ago).Obj()
+	for _, tc := range append(liveNodeFinalizerCases(), deletedNodeFinalizerCases()...) {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd, tc.policy)...)
+			before := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts)
+			res, err := w.reconcile()
+			if err != nil || res != tc.wantResult {
+				t.Fatalf("Reconcile = %+v, %v; want %+v and no error", res, err, tc.wantResult)
+			}
+			tc.checkNode(t, w.node())
+			w.checkEvent(tc.wantEvent)
+			wantCount := 0.0
+			if tc.wantEvent != "" {
+				wantCount = 1
+			}
+			if got := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts) - before; got != wantCount {
+				t.Errorf("releases counted %v, want %v", got, wantCount)
+			}
+		})
 	}
-	evicting := drain(v1alpha1.ModeDecommission, v1alpha1.RequesterDelete)
-	evicting.Status.Phase, evicting.Status.Mode, evicting.Status.Remaining, evicting.Status.Blocked = v1alpha1.PhaseEvicting, v1alpha1.ModeDecommission, 3, 1
-	staleDrained := drained(drain(v1alpha1.ModeDecommission, v1alpha1.RequesterDelete), v1alpha1.ModeDecommission)
-	staleDrained.Generation = 2
-	for _, tc := range []struct {
-		name       string
-		node       *corev1.Node
-		nd         *v1alpha1.NodeDrain
-		policy     *v1alpha1.DrainPolicy
-		wantResult reconcile.Result
-		wantGone   bool
-		wantFin    []string // the node's finalizers, when it stays
-		wantEvent  string   // a Warning's text, "" for none
-	}{
+}
+
+// finalizerCase is a node, its drain and its policy, and what one pass
+// leaves: its result, the node let go or its finalizers, the Warning.
+type finalizerCase struct {
+	name       string
+	node       *corev1.Node
+	nd         *v1alpha1.NodeDrain
+	policy     *v1alpha1.DrainPolicy
+	wantResult reconcile.Result
+	wantGone   bool
+	wantFin    []string // the node's finalizers, when it stays
+	wantEvent  string   // a Warning's text, "" for none
+}
+
+// checkNode checks that the node n read after the pass is let go when the
+// case says so, else still there with the finalizers it wants.
+func (tc finalizerCase) checkNode(t *testing.T, n *corev1.Node) {
+	t.Helper()
+	switch {
+	case tc.wantGone && n != nil:
+		t.Errorf("the node is still there with finalizers %v, want it let go", n.Finalizers)
+	case !tc.wantGone && n == nil:
+		t.Errorf("the node is gone, want it held with %v", tc.wantFin)
+	case !tc.wantGone && !slices.Equal(n.Finalizers, tc.wantFin):
+		t.Errorf("the node's finalizers %v, want %v", n.Finalizers, tc.wantFin)
+	}
+}
+
+// liveNodeFinalizerCases: a live node gets the finalizer under
+// onNodeDelete: Drain and loses it under Orphan.
+func liveNodeFinalizerCases() []finalizerCase {
+	return []finalizerCase{
 		{
 			name:    "a live node under onNodeDelete: Drain gets it",
 			node:    newNode("node-a").Finalizers(otherFinalizer).Obj(),
@@ -61,18 +96,32 @@ func TestNodeFinalizerHoldsADeletedNodeUntilItsDrainIsDoneOrTheBoundPasses(t *te
 			wantFin: []string{otherFinalizer},
 		},
 		{
-			name:     "a deleted node under Orphan: let go at once",
-			node:     held(time.Minute),
-			nd:       drain(v1alpha1.ModeMaintenance, "cli:alice"),
-			policy:   defaultPolicy(nil),
-			wantGone: true,
-		},
-		{
 			name:    "a live node whose drain is Drained in Decommission keeps it",
 			node:    newNode("node-a").Finalizers(v1alpha1.FinalizerDrain).Obj(),
 			nd:      drained(drain(v1alpha1.ModeDecommission, "cli:alice"), v1alpha1.ModeDecommission),
 			policy:  defaultPolicy(onDelete),
 			wantFin: []string{v1alpha1.FinalizerDrain},
+		},
+	}
+}
+
+// deletedNodeFinalizerCases: a deleted node is let go when its drain is
+// done or the bound passes, and held until then.
+func deletedNodeFinalizerCases() []finalizerCase {
+	held := func(ago time.Duration) *corev1.Node {
+		return newNode("node-a").Finalizers(v1alpha1.FinalizerDrain).Deleted(ago).Obj()
+	}
+	evicting := drain(v1alpha1.ModeDecommission, v1alpha1.RequesterDelete)
+	evicting.Status.Phase, evicting.Status.Mode, evicting.Status.Remaining, evicting.Status.Blocked = v1alpha1.PhaseEvicting, v1alpha1.ModeDecommission, 3, 1
+	staleDrained := drained(drain(v1alpha1.ModeDecommission, v1alpha1.RequesterDelete), v1alpha1.ModeDecommission)
+	staleDrained.Generation = 2
+	return []finalizerCase{
+		{
+			name:     "a deleted node under Orphan: let go at once",
+			node:     held(time.Minute),
+			nd:       drain(v1alpha1.ModeMaintenance, "cli:alice"),
+			policy:   defaultPolicy(nil),
+			wantGone: true,
 		},
 		{
 			name:     "its drain Drained in Decommission: let go",
@@ -134,38 +183,6 @@ func TestNodeFinalizerHoldsADeletedNodeUntilItsDrainIsDoneOrTheBoundPasses(t *te
 			policy:  defaultPolicy(onDelete),
 			wantFin: []string{otherFinalizer},
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd, tc.policy)...)
-			before := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts)
-			res, err := w.reconcile()
-			if err != nil || res != tc.wantResult {
-				t.Fatalf("Reconcile = %+v, %v; want %+v and no error", res, err, tc.wantResult)
-			}
-			n := w.node()
-			switch {
-			case tc.wantGone && n != nil:
-				t.Errorf("the node is still there with finalizers %v, want it let go", n.Finalizers)
-			case !tc.wantGone && n == nil:
-				t.Errorf("the node is gone, want it held with %v", tc.wantFin)
-			case !tc.wantGone && !slices.Equal(n.Finalizers, tc.wantFin):
-				t.Errorf("the node's finalizers %v, want %v", n.Finalizers, tc.wantFin)
-			}
-			var want []string
-			if tc.wantEvent != "" {
-				want = []string{tc.wantEvent}
-			}
-			if got := w.recorded(); !slices.Equal(got, want) {
-				t.Errorf("events %q, want %q", got, want)
-			}
-			wantCount := 0.0
-			if tc.wantEvent != "" {
-				wantCount = 1
-			}
-			if got := promtestutil.ToFloat64(metrics.NodeDeletionTimeouts) - before; got != wantCount {
-				t.Errorf("releases counted %v, want %v", got, wantCount)
-			}
-		})
 	}
 }
 
@@ -176,22 +193,75 @@ func TestNodeFinalizerHoldsADeletedNodeUntilItsDrainIsDoneOrTheBoundPasses(t *te
 // still released, at the longest timeouts.nodeDeletion of the policies that
 // may govern it. A failure to list the policies is returned.
 func TestAnUnclearPolicyChangesNoEntryButStillBoundsADeletedNode(t *testing.T) {
+	for _, tc := range unclearPolicyCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd, tc.policies...)...)
+			res, err := w.reconcile()
+			if err != nil || res != tc.wantResult {
+				t.Fatalf("Reconcile = %+v, %v; want %+v and no error", res, err, tc.wantResult)
+			}
+			if len(w.applies.got) != 0 {
+				t.Errorf("applied %v under an unclear policy, want nothing", w.applies.got)
+			}
+			tc.checkDrainUnchanged(t, w)
+			tc.checkNode(t, w.node())
+			w.checkEvent(tc.wantEvent)
+		})
+	}
+}
+
+// unclearPolicyCase is a node that two policies select, or an unreadable
+// selector may, and what one pass leaves.
+type unclearPolicyCase struct {
+	name       string
+	node       *corev1.Node
+	nd         *v1alpha1.NodeDrain
+	policies   []*v1alpha1.DrainPolicy
+	wantResult reconcile.Result
+	wantGone   bool
+	wantFin    []string
+	wantEvent  string
+}
+
+// checkDrainUnchanged checks that the case's drain, when it has one, is
+// still there with the requesters it had.
+func (tc unclearPolicyCase) checkDrainUnchanged(t *testing.T, w *world) {
+	t.Helper()
+	if tc.nd == nil {
+		return
+	}
+	left, there := w.requesters()
+	var want []string
+	for _, r := range tc.nd.Spec.Requesters {
+		want = append(want, r.Name)
+	}
+	if !there || !slices.Equal(left, want) {
+		t.Errorf("drain there: %v with %v, want it unchanged with %v", there, left, want)
+	}
+}
+
+// checkNode checks that the node n read after the pass is released when
+// the case says so, else still there with the finalizers it wants.
+func (tc unclearPolicyCase) checkNode(t *testing.T, n *corev1.Node) {
+	t.Helper()
+	switch {
+	case tc.wantGone && n != nil:
+		t.Errorf("the node is still there with finalizers %v, want it released", n.Finalizers)
+	case !tc.wantGone && (n == nil || !slices.Equal(n.Finalizers, tc.wantFin)):
+		t.Errorf("the node is %+v, want it there with finalizers %v", n, tc.wantFin)
+	}
+}
+
+// unclearPolicyCases: two policies select the node (gpu and zone-a, with
+// the default beside them), or one's selector cannot be read.
+func unclearPolicyCases() []unclearPolicyCase {
 	gpu := selecting("gpu", map[string]string{"pool": "gpu"}, nodeDeletion(10*time.Minute))
 	zoneA := selecting("zone-a", map[string]string{"zone": "a"}, nodeDeletion(30*time.Minute))
 	def := defaultPolicy(nodeDeletion(5 * time.Minute))
 	unreadable := selecting("broken", nil, nodeDeletion(15*time.Minute))
 	unreadable.Spec.NodeSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pool", Operator: "Sometimes"}}}
 	twoSelect := []*v1alpha1.DrainPolicy{gpu, zoneA, def}
-	for _, tc := range []struct {
-		name       string
-		node       *corev1.Node
-		nd         *v1alpha1.NodeDrain
-		policies   []*v1alpha1.DrainPolicy
-		wantResult reconcile.Result
-		wantGone   bool
-		wantFin    []string
-		wantEvent  string
-	}{
+	return []unclearPolicyCase{
 		{
 			name:     "two select a live node: nothing changes",
 			node:     newNode("node-a").Labels("pool", "gpu", "zone", "a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Finalizers(otherFinalizer).Obj(),
@@ -241,41 +311,6 @@ func TestAnUnclearPolicyChangesNoEntryButStillBoundsADeletedNode(t *testing.T) {
 			nd:       drain(v1alpha1.ModeMaintenance, v1alpha1.RequesterTaint),
 			policies: []*v1alpha1.DrainPolicy{unreadable, defaultPolicy(onDelete)},
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd, tc.policies...)...)
-			res, err := w.reconcile()
-			if err != nil || res != tc.wantResult {
-				t.Fatalf("Reconcile = %+v, %v; want %+v and no error", res, err, tc.wantResult)
-			}
-			if len(w.applies.got) != 0 {
-				t.Errorf("applied %v under an unclear policy, want nothing", w.applies.got)
-			}
-			if tc.nd != nil {
-				left, there := w.requesters()
-				var want []string
-				for _, r := range tc.nd.Spec.Requesters {
-					want = append(want, r.Name)
-				}
-				if !there || !slices.Equal(left, want) {
-					t.Errorf("drain there: %v with %v, want it unchanged with %v", there, left, want)
-				}
-			}
-			n := w.node()
-			switch {
-			case tc.wantGone && n != nil:
-				t.Errorf("the node is still there with finalizers %v, want it released", n.Finalizers)
-			case !tc.wantGone && (n == nil || !slices.Equal(n.Finalizers, tc.wantFin)):
-				t.Errorf("the node is %+v, want it there with finalizers %v", n, tc.wantFin)
-			}
-			var want []string
-			if tc.wantEvent != "" {
-				want = []string{tc.wantEvent}
-			}
-			if got := w.recorded(); !slices.Equal(got, want) {
-				t.Errorf("events %q, want %q", got, want)
-			}
-		})
 	}
 }
 

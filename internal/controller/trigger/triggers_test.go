@@ -46,17 +46,37 @@ func TestIsTriggerNamesOnlyTheTriggersRequesters(t *testing.T) {
 // already. A trigger already on the drain is not applied again, and a drain
 // being undone gets no request.
 func TestNodeTriggersRequestTheirOwnEntries(t *testing.T) {
+	for _, tc := range append(liveTriggerCases(), deletionTriggerCases()...) {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd, tc.policies...)...)
+			if _, err := w.reconcile(); err != nil {
+				t.Fatal(err)
+			}
+			if !sameApplies(w.applies.got, tc.want) {
+				t.Errorf("applied %v, want %v", w.applies.got, tc.want)
+			}
+		})
+	}
+}
+
+// triggerCase is a node, its drain and the policies, and the applies one
+// pass sends for them.
+type triggerCase struct {
+	name     string
+	node     *corev1.Node
+	nd       *v1alpha1.NodeDrain
+	policies []*v1alpha1.DrainPolicy
+	want     []applied
+}
+
+// liveTriggerCases are the triggers of a live node: the taint, a cordon,
+// the external taints, several at once, a drain that has the trigger
+// already or is being undone.
+func liveTriggerCases() []triggerCase {
 	cordonDrains := defaultPolicy(func(s *v1alpha1.DrainPolicySpec) { s.Triggers.OnUnschedulable = "Drain" })
 	noTaint := defaultPolicy(func(s *v1alpha1.DrainPolicySpec) { f := false; s.Triggers.Taint = &f })
 	ownExternal := defaultPolicy(func(s *v1alpha1.DrainPolicySpec) { s.Triggers.ExternalTaints = []string{"example.com/retire"} })
-	deleted := newNode("node-a").Finalizers(v1alpha1.FinalizerDrain).Deleted(5 * time.Minute).Obj()
-	for _, tc := range []struct {
-		name     string
-		node     *corev1.Node
-		nd       *v1alpha1.NodeDrain
-		policies []*v1alpha1.DrainPolicy
-		want     []applied
-	}{
+	return []triggerCase{
 		{
 			name: "the taint under the built-in defaults",
 			node: newNode("node-a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Obj(),
@@ -118,6 +138,19 @@ func TestNodeTriggersRequestTheirOwnEntries(t *testing.T) {
 			nd:   drain(v1alpha1.ModeMaintenance, "cli:alice", v1alpha1.RequesterTaint),
 		},
 		{
+			name: "a drain being undone",
+			node: newNode("node-a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Obj(),
+			nd:   undoing(drain(v1alpha1.ModeMaintenance, "cli:alice")),
+		},
+	}
+}
+
+// deletionTriggerCases are a deleted node's: the delete trigger, which asks
+// for Decommission, when vacate's finalizer holds the node.
+func deletionTriggerCases() []triggerCase {
+	deleted := newNode("node-a").Finalizers(v1alpha1.FinalizerDrain).Deleted(5 * time.Minute).Obj()
+	return []triggerCase{
+		{
 			name:     "a deleted node held by the finalizer: a Decommission drain",
 			node:     deleted,
 			policies: []*v1alpha1.DrainPolicy{defaultPolicy(onDelete)},
@@ -148,21 +181,6 @@ func TestNodeTriggersRequestTheirOwnEntries(t *testing.T) {
 			node:     newNode("node-a").Finalizers(otherFinalizer).Deleted(5 * time.Minute).Obj(),
 			policies: []*v1alpha1.DrainPolicy{defaultPolicy(onDelete)},
 		},
-		{
-			name: "a drain being undone",
-			node: newNode("node-a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Obj(),
-			nd:   undoing(drain(v1alpha1.ModeMaintenance, "cli:alice")),
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd, tc.policies...)...)
-			if _, err := w.reconcile(); err != nil {
-				t.Fatal(err)
-			}
-			if !sameApplies(w.applies.got, tc.want) {
-				t.Errorf("applied %v, want %v", w.applies.got, tc.want)
-			}
-		})
 	}
 }
 

@@ -263,6 +263,19 @@ func (w *world) recorded() []string {
 	}
 }
 
+// checkEvent checks that the pass recorded the Warning want, or no event
+// when want is "".
+func (w *world) checkEvent(want string) {
+	w.t.Helper()
+	var wantEvents []string
+	if want != "" {
+		wantEvents = []string{want}
+	}
+	if got := w.recorded(); !slices.Equal(got, wantEvents) {
+		w.t.Errorf("events %q, want %q", got, wantEvents)
+	}
+}
+
 func objects(node *corev1.Node, nd *v1alpha1.NodeDrain, policies ...*v1alpha1.DrainPolicy) []client.Object {
 	var objs []client.Object
 	if node != nil {
