@@ -108,7 +108,8 @@ func (w *holdWorld) evacuation(edit ...func(*v1alpha1.Evacuation)) *v1alpha1.Eva
 func completed(ev *v1alpha1.Evacuation) { ev.Status.Phase = v1alpha1.EvacuationCompleted }
 
 // check computes the holds of the case and checks how db-0 and web-0 are
-// held: their holders, and their blockers' reason, holder and detail.
+// held: their holders, and their blockers' reason, holder and detail; and
+// that Held and Any agree with them.
 func (w *holdWorld) check(t *testing.T, tc holdCase) {
 	t.Helper()
 	db, web := w.db, w.web
@@ -141,6 +142,9 @@ func (w *holdWorld) check(t *testing.T, tc holdCase) {
 			b.Pod != c.pod.Namespace+"/"+c.pod.Name):
 			t.Errorf("%s: blocker %+v, want reason %s, holder %q, detail with %q", c.pod.Name, b, c.want.reason, c.want.holder, c.want.detail)
 		}
+	}
+	if got := len(h.Held()); got != btoi(tc.db.reason != "")+btoi(tc.web.reason != "") || h.Any() != (got > 0) {
+		t.Errorf("Held() = %d pod(s), Any() = %t; want them to agree with Of", got, h.Any())
 	}
 }
 
