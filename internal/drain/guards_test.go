@@ -40,82 +40,14 @@ func evictionAPIGuards(p *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []st
 // they find exactly the PDBs the Eviction API's pod-by-PDB rule finds among
 // the PDBs that exist, with their latest status.
 func TestGuardsFindWhatTheEvictionAPIFinds(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 13))
-	namespaces := []string{"a", "b"}
-	keys := []string{"app", "tier", "zone"}
-	values := []string{"x", "y", "z"}
-	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
-	randomLabels := func() map[string]string {
-		l := map[string]string{}
-		for _, k := range keys {
-			if rng.IntN(3) > 0 {
-				l[k] = pick(values)
-			}
-		}
-		return l
-	}
-	randomSelector := func() *metav1.LabelSelector {
-		switch rng.IntN(8) {
-		case 0:
-			return nil
-		case 1:
-			return &metav1.LabelSelector{}
-		case 2: // unreadable: In without values
-			return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: pick(keys), Operator: metav1.LabelSelectorOpIn}}}
-		}
-		sel := &metav1.LabelSelector{}
-		if rng.IntN(3) > 0 {
-			sel.MatchLabels = map[string]string{}
-			for range 1 + rng.IntN(2) {
-				sel.MatchLabels[pick(keys)] = pick(values)
-			}
-		}
-		if rng.IntN(2) == 0 {
-			ops := []metav1.LabelSelectorOperator{metav1.LabelSelectorOpIn, metav1.LabelSelectorOpNotIn, metav1.LabelSelectorOpExists, metav1.LabelSelectorOpDoesNotExist}
-			r := metav1.LabelSelectorRequirement{Key: pick(keys), Operator: ops[rng.IntN(len(ops))]}
-			if r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn {
-				r.Values = []string{pick(values), pick(values)}
-			}
-			sel.MatchExpressions = append(sel.MatchExpressions, r)
-		}
-		return sel
-	}
+	f := guardsFuzz{rng: rand.New(rand.NewPCG(1, 13))}
 	matched := 0
 	for round := range 200 {
-		// The PDBs that exist, by key; Guards see every change of them.
-		current := map[string]*policyv1.PodDisruptionBudget{}
 		g := GuardsOf()
 		if round%2 == 0 {
 			g = nil // nil Guards know none; built fresh below
 		}
-		for range rng.IntN(24) {
-			ns, name := pick(namespaces), fmt.Sprintf("pdb-%d", rng.IntN(12))
-			key := ns + "/" + name
-			if old, ok := current[key]; ok && rng.IntN(4) == 0 {
-				delete(current, key)
-				if g != nil {
-					g.Delete(ns, name)
-				}
-				continue
-			} else if ok && rng.IntN(2) == 0 { // the same selector, another status
-				next := old.DeepCopy()
-				next.Status.DisruptionsAllowed = 1 - old.Status.DisruptionsAllowed
-				current[key] = next
-				if g != nil {
-					g.Set(next)
-				}
-				continue
-			}
-			pdb := &policyv1.PodDisruptionBudget{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-				Spec:       policyv1.PodDisruptionBudgetSpec{Selector: randomSelector()},
-				Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: int32(rng.IntN(2))},
-			}
-			current[key] = pdb
-			if g != nil {
-				g.Set(pdb)
-			}
-		}
+		current := f.churn(g)
 		var pdbs []*policyv1.PodDisruptionBudget
 		for _, p := range current {
 			pdbs = append(pdbs, p)
@@ -127,36 +59,136 @@ func TestGuardsFindWhatTheEvictionAPIFinds(t *testing.T) {
 			t.Fatalf("round %d: Guards know %d PDBs, %d exist", round, g.Len(), len(pdbs))
 		}
 		for i := range 10 {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pick(namespaces), Name: fmt.Sprintf("pod-%d", i), Labels: randomLabels()}}
-			want := evictionAPIGuards(p, pdbs)
-			var d Decision
-			var plan Plan
-			plan.guard(&d, g.Of(p))
-			got, blocked, blocking := d.PDBs, d.PDBBlocked, d.BlockingPDBs
-			if !slices.Equal(got, want) {
-				t.Fatalf("round %d: pod %s/%s labels %v: guards %v, the Eviction API's rule %v", round, p.Namespace, p.Name, p.Labels, got, want)
-			}
-			for _, k := range got {
-				if plan.PDBs[k] != current[k] {
-					t.Fatalf("round %d: the plan keeps %s as %v, its latest is %v", round, k, plan.PDBs[k], current[k])
-				}
-			}
-			var wantBlocking []string
-			for _, pdb := range pdbs {
-				if slices.Contains(want, pdb.Namespace+"/"+pdb.Name) && pdb.Status.DisruptionsAllowed <= 0 {
-					wantBlocking = append(wantBlocking, pdb.Namespace+"/"+pdb.Name)
-				}
-			}
-			sort.Strings(wantBlocking)
-			if !slices.Equal(blocking, wantBlocking) || blocked != (len(wantBlocking) > 0) {
-				t.Fatalf("round %d: pod %s: blocking %v (blocked %t), want %v", round, p.Name, blocking, blocked, wantBlocking)
-			}
-			matched += len(want)
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.pick(fuzzNamespaces), Name: fmt.Sprintf("pod-%d", i), Labels: f.labels()}}
+			matched += checkGuardsOf(t, round, g, p, current, pdbs)
 		}
 	}
 	if matched < 100 {
 		t.Fatalf("only %d pod-PDB matches over every round: the random cases do not exercise matching", matched)
 	}
+}
+
+// The namespaces, label keys and values the random pods and PDBs draw from.
+var (
+	fuzzNamespaces = []string{"a", "b"}
+	fuzzKeys       = []string{"app", "tier", "zone"}
+	fuzzValues     = []string{"x", "y", "z"}
+)
+
+// guardsFuzz draws the random pods and PDBs of
+// TestGuardsFindWhatTheEvictionAPIFinds from one seeded source, so every
+// run sees the same cases.
+type guardsFuzz struct{ rng *rand.Rand }
+
+func (f guardsFuzz) pick(xs []string) string { return xs[f.rng.IntN(len(xs))] }
+
+// labels are a pod's: each key, or not, with a random value.
+func (f guardsFuzz) labels() map[string]string {
+	l := map[string]string{}
+	for _, k := range fuzzKeys {
+		if f.rng.IntN(3) > 0 {
+			l[k] = f.pick(fuzzValues)
+		}
+	}
+	return l
+}
+
+// selector is a PDB's, of every shape: none, empty, unreadable,
+// matchLabels, matchExpressions of each operator, or both.
+func (f guardsFuzz) selector() *metav1.LabelSelector {
+	switch f.rng.IntN(8) {
+	case 0:
+		return nil
+	case 1:
+		return &metav1.LabelSelector{}
+	case 2: // unreadable: In without values
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: f.pick(fuzzKeys), Operator: metav1.LabelSelectorOpIn}}}
+	}
+	sel := &metav1.LabelSelector{}
+	if f.rng.IntN(3) > 0 {
+		sel.MatchLabels = map[string]string{}
+		for range 1 + f.rng.IntN(2) {
+			sel.MatchLabels[f.pick(fuzzKeys)] = f.pick(fuzzValues)
+		}
+	}
+	if f.rng.IntN(2) == 0 {
+		ops := []metav1.LabelSelectorOperator{metav1.LabelSelectorOpIn, metav1.LabelSelectorOpNotIn, metav1.LabelSelectorOpExists, metav1.LabelSelectorOpDoesNotExist}
+		r := metav1.LabelSelectorRequirement{Key: f.pick(fuzzKeys), Operator: ops[f.rng.IntN(len(ops))]}
+		if r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn {
+			r.Values = []string{f.pick(fuzzValues), f.pick(fuzzValues)}
+		}
+		sel.MatchExpressions = append(sel.MatchExpressions, r)
+	}
+	return sel
+}
+
+// churn sets up to 23 random PDBs, setting some again with another
+// selector or status and deleting some, and tells g (when not nil) of
+// every change; it returns the PDBs that exist, by key.
+func (f guardsFuzz) churn(g *Guards) map[string]*policyv1.PodDisruptionBudget {
+	// The PDBs that exist, by key; Guards see every change of them.
+	current := map[string]*policyv1.PodDisruptionBudget{}
+	for range f.rng.IntN(24) {
+		ns, name := f.pick(fuzzNamespaces), fmt.Sprintf("pdb-%d", f.rng.IntN(12))
+		key := ns + "/" + name
+		if old, ok := current[key]; ok && f.rng.IntN(4) == 0 {
+			delete(current, key)
+			if g != nil {
+				g.Delete(ns, name)
+			}
+			continue
+		} else if ok && f.rng.IntN(2) == 0 { // the same selector, another status
+			next := old.DeepCopy()
+			next.Status.DisruptionsAllowed = 1 - old.Status.DisruptionsAllowed
+			current[key] = next
+			if g != nil {
+				g.Set(next)
+			}
+			continue
+		}
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       policyv1.PodDisruptionBudgetSpec{Selector: f.selector()},
+			Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: int32(f.rng.IntN(2))},
+		}
+		current[key] = pdb
+		if g != nil {
+			g.Set(pdb)
+		}
+	}
+	return current
+}
+
+// checkGuardsOf checks that g guards p with exactly the PDBs the Eviction
+// API's rule finds among pdbs, that the plan keeps each at its latest
+// (current), and that the blocking ones are those that allow no
+// disruption; it returns how many PDBs match p.
+func checkGuardsOf(t *testing.T, round int, g *Guards, p *corev1.Pod, current map[string]*policyv1.PodDisruptionBudget, pdbs []*policyv1.PodDisruptionBudget) int {
+	t.Helper()
+	want := evictionAPIGuards(p, pdbs)
+	var d Decision
+	var plan Plan
+	plan.guard(&d, g.Of(p))
+	got, blocked, blocking := d.PDBs, d.PDBBlocked, d.BlockingPDBs
+	if !slices.Equal(got, want) {
+		t.Fatalf("round %d: pod %s/%s labels %v: guards %v, the Eviction API's rule %v", round, p.Namespace, p.Name, p.Labels, got, want)
+	}
+	for _, k := range got {
+		if plan.PDBs[k] != current[k] {
+			t.Fatalf("round %d: the plan keeps %s as %v, its latest is %v", round, k, plan.PDBs[k], current[k])
+		}
+	}
+	var wantBlocking []string
+	for _, pdb := range pdbs {
+		if slices.Contains(want, pdb.Namespace+"/"+pdb.Name) && pdb.Status.DisruptionsAllowed <= 0 {
+			wantBlocking = append(wantBlocking, pdb.Namespace+"/"+pdb.Name)
+		}
+	}
+	sort.Strings(wantBlocking)
+	if !slices.Equal(blocking, wantBlocking) || blocked != (len(wantBlocking) > 0) {
+		t.Fatalf("round %d: pod %s: blocking %v (blocked %t), want %v", round, p.Name, blocking, blocked, wantBlocking)
+	}
+	return len(want)
 }
 
 // TestPlanSeesAPDBAtOneVersion: Guards may change between two pods of one

@@ -37,6 +37,38 @@ func pdb(name string, min intstr.IntOrString, healthy, desired, expected, allowe
 }
 
 func TestExplain(t *testing.T) {
+	cases := append(pdbExplainCases(), podExplainCases()...)
+	for _, tc := range append(cases, drainExplainCases()...) {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Now = now
+			var buf bytes.Buffer
+			if err := Explain(tc.in).Write(&buf, now); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			rest := out
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("explanation lacks (in order) %q:\n%s", w, out)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
+
+// explainCase is what Explain reads and the lines its explanation must
+// hold.
+type explainCase struct {
+	name string
+	in   Input
+	want []string // in the written explanation, in order
+}
+
+// pdbExplainCases are pods a PDB blocks: short of healthy pods, never
+// allowing an eviction, allowing again, or gone.
+func pdbExplainCases() []explainCase {
 	readyPod := func(name string) *corev1.Pod {
 		p := testutil.Pod(name).Namespace("shop").Obj()
 		p.Status.Phase = corev1.PodRunning
@@ -50,21 +82,7 @@ func TestExplain(t *testing.T) {
 	notReady := readyPod("web-2")
 	notReady.Status.Conditions[0] = corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse,
 		LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Minute)), Message: "readiness probe failed"}
-
-	failed := stuck()
-	failed.Status.Phase = v1alpha1.PhaseFailed
-	failed.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionDrained, Status: metav1.ConditionFalse,
-		Reason: v1alpha1.ReasonDrainTimeout, Message: "the drain did not finish within 10m0s"}}
-	noPolicy := stuck()
-	noPolicy.Status.Phase = v1alpha1.PhasePending
-	noPolicy.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse,
-		Reason: v1alpha1.ReasonPolicyNotFound, Message: `DrainPolicy "strict" named by spec.policyName does not exist`}}
-
-	for _, tc := range []struct {
-		name string
-		in   Input
-		want []string // in the written explanation, in order
-	}{{
+	return []explainCase{{
 		name: "PDB short of healthy pods names them and why",
 		in: Input{Drain: stuck(pdbBlocker("shop/web-1", "shop/web")),
 			PDBs:    map[string]*policyv1.PodDisruptionBudget{"shop/web": pdb("web", intstr.FromInt32(3), 1, 3, 3, 0)},
@@ -95,7 +113,13 @@ func TestExplain(t *testing.T) {
 			"do:   nothing: vacate retries the eviction as soon as the PDB allows it",
 			"why:  PDB shop/x refused the eviction, and it no longer exists",
 		},
-	}, {
+	}}
+}
+
+// podExplainCases are pods the policy will not evict, and pods waiting on
+// their surge.
+func podExplainCases() []explainCase {
+	return []explainCase{{
 		name: "pods the policy will not evict get their choices",
 		in: Input{Drain: stuck(
 			v1alpha1.Blocker{Pod: "shop/loner", Reason: "Unmanaged", Detail: "no controller", Since: metav1.NewTime(now)},
@@ -135,7 +159,21 @@ func TestExplain(t *testing.T) {
 			"kubectl describe resourcequota -n shop", "vacate manifests surge | kubectl apply -f -", "controller.surge: true",
 			"vacate.dev/surge=false", "tries again every 30s",
 		},
-	}, {
+	}}
+}
+
+// drainExplainCases are what holds the drain itself: it failed, its policy
+// is missing, a NoExecute trigger taint; and a drained node nothing holds.
+func drainExplainCases() []explainCase {
+	failed := stuck()
+	failed.Status.Phase = v1alpha1.PhaseFailed
+	failed.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionDrained, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonDrainTimeout, Message: "the drain did not finish within 10m0s"}}
+	noPolicy := stuck()
+	noPolicy.Status.Phase = v1alpha1.PhasePending
+	noPolicy.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonPolicyNotFound, Message: `DrainPolicy "strict" named by spec.policyName does not exist`}}
+	return []explainCase{{
 		name: "a failed drain says how to start again",
 		in:   Input{Drain: failed},
 		want: []string{"nodedrain/n1", "why:  the drain did not finish within 10m0s", "'vacate cancel n1' and request it again"},
@@ -157,24 +195,7 @@ func TestExplain(t *testing.T) {
 		name: "nothing holds a drained node",
 		in:   Input{Drain: func() *v1alpha1.NodeDrain { nd := stuck(); nd.Status.Phase = v1alpha1.PhaseDrained; return nd }()},
 		want: []string{"Nothing holds it: the node is drained."},
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.in.Now = now
-			var buf bytes.Buffer
-			if err := Explain(tc.in).Write(&buf, now); err != nil {
-				t.Fatal(err)
-			}
-			out := buf.String()
-			rest := out
-			for _, w := range tc.want {
-				i := strings.Index(rest, w)
-				if i < 0 {
-					t.Fatalf("explanation lacks (in order) %q:\n%s", w, out)
-				}
-				rest = rest[i+len(w):]
-			}
-		})
-	}
+	}}
 }
 
 // TestExplainEvacuations: pods held by a provider's evacuation or by their

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
@@ -39,14 +40,37 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 	cs := c.Client
 	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "slim", Count: 1, Labels: map[string]string{"pool": "slim"}})[0]
 	ns := testenv.Namespace(t, c)
-	onNode := map[string]string{devcluster.HostnameLabel: node}
 
-	create := func(what string, f func() error) {
-		t.Helper()
-		if err := f(); err != nil {
-			t.Fatalf("creating %s: %v", what, err)
-		}
+	createSlimWorkloads(t, ctx, cs, ns, node)
+	createSlimOwnedPods(t, ctx, cs, ns, node)
+	pods := waitNodePods(t, c, ns, node, slimPodsReady)
+	leaving := catchLeaving(t, ctx, cs, ns)
+	pods = append(slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Name == "leaving" }), *leaving)
+	pdbs := slimPDBs(t, ctx, cs, ns)
+	full := make([]*corev1.Pod, 0, len(pods))
+	slim := make([]*corev1.Pod, 0, len(pods))
+	for i := range pods {
+		full = append(full, &pods[i])
+		slim = append(slim, operator.SlimPod(pods[i].DeepCopy()))
 	}
+	checkPlansAgree(t, full, slim, pdbs)
+	checkHooksAndEvictionsAgree(t, node, full, slim)
+}
+
+// mustCreate creates what f creates, or fails the test naming what.
+func mustCreate(t *testing.T, what string, f func() error) {
+	t.Helper()
+	if err := f(); err != nil {
+		t.Fatalf("creating %s: %v", what, err)
+	}
+}
+
+// createSlimWorkloads creates on node the workloads' pods: Deployments
+// behind a PDB that allows a disruption (web) and one that allows none
+// (tight), one with an emptyDir (cache), a DaemonSet and a Job.
+func createSlimWorkloads(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, node string) {
+	t.Helper()
+	onNode := map[string]string{devcluster.HostnameLabel: node}
 	for _, d := range []struct {
 		name, maxUnavailable string
 		emptyDir             bool
@@ -56,12 +80,12 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 		if d.emptyDir {
 			dep.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		}
-		create("Deployment "+d.name, func() error {
+		mustCreate(t, "Deployment "+d.name, func() error {
 			_, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
 			return err
 		})
 		if d.maxUnavailable != "" {
-			create("PDB "+d.name, func() error {
+			mustCreate(t, "PDB "+d.name, func() error {
 				_, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, d.name, d.name, "", d.maxUnavailable), metav1.CreateOptions{})
 				return err
 			})
@@ -69,11 +93,19 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 	}
 	ds := devcluster.DaemonSet(ns, "agent")
 	ds.Spec.Template.Spec.NodeSelector = onNode
-	create("DaemonSet", func() error { _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); return err })
+	mustCreate(t, "DaemonSet", func() error { _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); return err })
 	job := devcluster.Job(ns, "report", 1)
 	job.Spec.Template.Spec.NodeSelector = onNode
-	create("Job", func() error { _, err := cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); return err })
+	mustCreate(t, "Job", func() error { _, err := cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); return err })
 
+}
+
+// createSlimOwnedPods creates on node the pods vacate's rules tell apart:
+// bare, mirror, with a claim and a hostPath, with vacate's annotations and
+// labels, with HTTP hooks (one on the host network), and "leaving", which a
+// finalizer keeps terminating once deleted (until the test's cleanup).
+func createSlimOwnedPods(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, node string) {
+	t.Helper()
 	// Pods created directly: a ConfigMap is their controller, so they count
 	// as managed and the garbage collector keeps them.
 	owner, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
@@ -111,30 +143,38 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 			p.Annotations = map[string]string{hook.AnnotationPort: "8080"}
 		}),
 	} {
-		create("pod "+p.Name, func() error { _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); return err })
+		mustCreate(t, "pod "+p.Name, func() error { _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); return err })
 	}
 
 	t.Cleanup(func() {
 		patch := []byte(`{"metadata":{"finalizers":null}}`)
 		_, _ = cs.CoreV1().Pods(ns).Patch(context.Background(), "leaving", types.MergePatchType, patch, metav1.PatchOptions{})
 	})
-	ready := func(pods []corev1.Pod) bool {
-		running, succeeded := 0, 0
-		for _, p := range pods {
-			switch {
-			case p.Status.Phase == corev1.PodSucceeded:
-				succeeded++
-			case p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "":
-				running++
-			}
+}
+
+// slimPodsReady says whether the node's pods are all up: the Deployments',
+// the DaemonSet's and the owned pods running with an IP, the Job's done.
+func slimPodsReady(pods []corev1.Pod) bool {
+	running, succeeded := 0, 0
+	for _, p := range pods {
+		switch {
+		case p.Status.Phase == corev1.PodSucceeded:
+			succeeded++
+		case p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "":
+			running++
 		}
-		return running == 6+1+10 && succeeded == 1 // Deployments, DaemonSet, own pods; the Job's
 	}
-	pods := waitNodePods(t, c, ns, node, ready)
+	return running == 6+1+10 && succeeded == 1 // Deployments, DaemonSet, own pods; the Job's
+}
+
+// catchLeaving deletes pod "leaving", which a finalizer holds, and returns
+// it as a watch sees it terminating.
+func catchLeaving(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns string) *corev1.Pod {
+	t.Helper()
 	// kwok removes the finalizers of a deleted pod on its nodes (its
 	// pod-delete stage) within milliseconds, so "leaving" is terminating only
-	// for a moment: a watch catches that moment, and the comparison below
-	// uses the pod as it was then.
+	// for a moment: a watch catches that moment, and the test compares the
+	// pod as it was then.
 	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=leaving"})
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +197,13 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 		}
 	}
 	w.Stop()
-	pods = append(slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Name == "leaving" }), *leaving)
+	return leaving
+}
+
+// slimPDBs waits for the PDBs web and tight to see their two pods each and
+// returns the namespace's PDBs.
+func slimPDBs(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns string) []*policyv1.PodDisruptionBudget {
+	t.Helper()
 	if _, err := devcluster.WaitForPDB(ctx, cs, ns, "web", 2, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -172,13 +218,14 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 	for i := range pdbList.Items {
 		pdbs = append(pdbs, &pdbList.Items[i])
 	}
-	full := make([]*corev1.Pod, 0, len(pods))
-	slim := make([]*corev1.Pod, 0, len(pods))
-	for i := range pods {
-		full = append(full, &pods[i])
-		slim = append(slim, operator.SlimPod(pods[i].DeepCopy()))
-	}
+	return pdbs
+}
 
+// checkPlansAgree checks that the planner decides the same on the full and
+// the slim pods under several policies, and that under the defaults the
+// pods meet every rule the test is meant to cover.
+func checkPlansAgree(t *testing.T, full, slim []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) {
+	t.Helper()
 	notReady := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
 		LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
 	now := time.Now()
@@ -215,6 +262,12 @@ func TestPlannerDecidesTheSameOnSlimPods(t *testing.T) {
 		})
 	}
 
+}
+
+// checkHooksAndEvictionsAgree checks that the HTTP hook's target and the
+// eviction request are the same for each full pod and its slim copy.
+func checkHooksAndEvictionsAgree(t *testing.T, node string, full, slim []*corev1.Pod) {
+	t.Helper()
 	run := hook.Run{Drain: "uid", Node: node, Mode: "Maintenance"}
 	for i := range full {
 		if hook.Wants(full[i]) != hook.Wants(slim[i]) {

@@ -22,11 +22,53 @@ import (
 // fields of several managers, a last-applied annotation, three containers
 // with environment, resources, probes and mounts, an init container, the
 // projected service account token, affinity, tolerations, and a full
-// status. i varies names and addresses.
+// status. i varies names and addresses. Every time in it is now (one
+// metav1.Time, which its pointers share).
 func bigPod(i int) *corev1.Pod {
-	now := metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))
+	now := &metav1.Time{Time: time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)}
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		ObjectMeta: bigPodMeta(i, now),
+		Spec:       bigPodSpec(),
+		Status:     bigPodStatus(i, now),
+	}
+}
+
+// bigPodMeta is bigPod's metadata: owned by a ReplicaSet, terminating,
+// with labels, annotations (vacate's among them), a finalizer and the
+// managed fields of three managers.
+func bigPodMeta(i int, now *metav1.Time) metav1.ObjectMeta {
 	name := fmt.Sprintf("checkout-7d9f8b6c5-%05d", i)
-	ip := fmt.Sprintf("10.%d.%d.%d", i/65536%256, i/256%256, i%256)
+	managed := func(manager string, op metav1.ManagedFieldsOperationType, sub string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", Time: now, FieldsType: "FieldsV1", Subresource: sub,
+			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"1\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:env":{},"f:image":{},"f:name":{},"f:ports":{},"f:resources":{}}}},"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastProbeTime":{},"f:status":{},"f:type":{}}},"f:containerStatuses":{},"f:podIP":{},"f:podIPs":{}}}`)}
+	}
+	return metav1.ObjectMeta{
+		Name: name, GenerateName: "checkout-7d9f8b6c5-", Namespace: "shop", UID: types.UID(fmt.Sprintf("uid-%05d", i)),
+		ResourceVersion: fmt.Sprint(100000 + i), Generation: 1, CreationTimestamp: *now,
+		DeletionTimestamp: now, DeletionGracePeriodSeconds: ptr.To[int64](30),
+		Labels: map[string]string{"app": "checkout", "pod-template-hash": "7d9f8b6c5", "team": "payments",
+			"app.kubernetes.io/part-of": "shop", "app.kubernetes.io/version": "v1.42.7"},
+		Annotations: map[string]string{
+			"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat(`{"apiVersion":"v1","kind":"Pod"}`, 40),
+			"prometheus.io/scrape":                             "true", "prometheus.io/port": "9090",
+			corev1.MirrorPodAnnotationKey: "mirror-hash",
+			"vacate.dev/drain":            "wait-completed", "vacate.dev/evacuate-port": "8080", "vacate.dev/evacuate-path": "/evacuate",
+		},
+		OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "checkout-7d9f8b6c5", UID: "rs-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)},
+			{APIVersion: "v1", Kind: "ConfigMap", Name: "checkout-owner", UID: "cm-uid"},
+		},
+		Finalizers: []string{"example.com/hold"},
+		ManagedFields: []metav1.ManagedFieldsEntry{managed("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, ""),
+			managed("kubelet", metav1.ManagedFieldsOperationUpdate, "status"), managed("kube-scheduler", metav1.ManagedFieldsOperationUpdate, "status")},
+	}
+}
+
+// bigPodSpec is bigPod's spec: an init container and three containers
+// sharing one environment and resources, every kind of volume, readiness
+// gates, the host network, tolerations, affinity and spread.
+func bigPodSpec() corev1.PodSpec {
 	env := make([]corev1.EnvVar, 0, 12)
 	for j := range 10 {
 		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("CHECKOUT_SETTING_%d", j), Value: strings.Repeat("v", 24)})
@@ -53,79 +95,58 @@ func bigPod(i int) *corev1.Pod {
 			ImagePullPolicy: corev1.PullIfNotPresent,
 		}
 	}
+	return corev1.PodSpec{
+		InitContainers: []corev1.Container{container("migrate", 8079)},
+		Containers:     []corev1.Container{container("app", 8080), container("sidecar", 9090), container("proxy", 15001)},
+		Volumes: []corev1.Volume{
+			{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Gi"))}}},
+			{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "checkout"}}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-checkout"}}},
+			{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+			}, DefaultMode: ptr.To[int32](420)}}},
+		},
+		ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb-ready"}, {ConditionType: "vacate.dev/serving"}},
+		NodeName:       "node-17", HostNetwork: true, ServiceAccountName: "checkout", SchedulerName: "default-scheduler",
+		PriorityClassName: "shop-critical", Priority: ptr.To[int32](100000), TerminationGracePeriodSeconds: ptr.To[int64](30),
+		DNSPolicy: corev1.DNSClusterFirst, RestartPolicy: corev1.RestartPolicyAlways,
+		NodeSelector: map[string]string{"pool": "general"},
+		Tolerations: []corev1.Toleration{
+			{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+			{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+		},
+		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname",
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}}}}}},
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+			WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}}},
+	}
+}
+
+// bigPodStatus is bigPod's status: running, every condition, two IPs, and
+// each container's status.
+func bigPodStatus(i int, now *metav1.Time) corev1.PodStatus {
+	ip := fmt.Sprintf("10.%d.%d.%d", i/65536%256, i/256%256, i%256)
 	status := func(n string) corev1.ContainerStatus {
 		return corev1.ContainerStatus{Name: n, Ready: true, RestartCount: 1, Image: "registry.example.com/shop/" + n + ":v1.42.7",
 			ImageID:     "registry.example.com/shop/" + n + "@sha256:" + strings.Repeat("cd", 32),
 			ContainerID: "containerd://" + strings.Repeat("ef", 32),
-			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}
-	}
-	managed := func(manager string, op metav1.ManagedFieldsOperationType, sub string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", Subresource: sub,
-			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"1\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:env":{},"f:image":{},"f:name":{},"f:ports":{},"f:resources":{}}}},"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastProbeTime":{},"f:status":{},"f:type":{}}},"f:containerStatuses":{},"f:podIP":{},"f:podIPs":{}}}`)}
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: *now}}}
 	}
 	cond := func(t corev1.PodConditionType) corev1.PodCondition {
-		return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+		return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: *now}
 	}
-	return &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, GenerateName: "checkout-7d9f8b6c5-", Namespace: "shop", UID: types.UID(fmt.Sprintf("uid-%05d", i)),
-			ResourceVersion: fmt.Sprint(100000 + i), Generation: 1, CreationTimestamp: now,
-			DeletionTimestamp: &now, DeletionGracePeriodSeconds: ptr.To[int64](30),
-			Labels: map[string]string{"app": "checkout", "pod-template-hash": "7d9f8b6c5", "team": "payments",
-				"app.kubernetes.io/part-of": "shop", "app.kubernetes.io/version": "v1.42.7"},
-			Annotations: map[string]string{
-				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat(`{"apiVersion":"v1","kind":"Pod"}`, 40),
-				"prometheus.io/scrape":                             "true", "prometheus.io/port": "9090",
-				corev1.MirrorPodAnnotationKey: "mirror-hash",
-				"vacate.dev/drain":            "wait-completed", "vacate.dev/evacuate-port": "8080", "vacate.dev/evacuate-path": "/evacuate",
-			},
-			OwnerReferences: []metav1.OwnerReference{
-				{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "checkout-7d9f8b6c5", UID: "rs-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)},
-				{APIVersion: "v1", Kind: "ConfigMap", Name: "checkout-owner", UID: "cm-uid"},
-			},
-			Finalizers: []string{"example.com/hold"},
-			ManagedFields: []metav1.ManagedFieldsEntry{managed("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, ""),
-				managed("kubelet", metav1.ManagedFieldsOperationUpdate, "status"), managed("kube-scheduler", metav1.ManagedFieldsOperationUpdate, "status")},
-		},
-		Spec: corev1.PodSpec{
-			InitContainers: []corev1.Container{container("migrate", 8079)},
-			Containers:     []corev1.Container{container("app", 8080), container("sidecar", 9090), container("proxy", 15001)},
-			Volumes: []corev1.Volume{
-				{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Gi"))}}},
-				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "checkout"}}}},
-				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-checkout"}}},
-				{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
-					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
-					{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
-				}, DefaultMode: ptr.To[int32](420)}}},
-			},
-			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb-ready"}, {ConditionType: "vacate.dev/serving"}},
-			NodeName:       "node-17", HostNetwork: true, ServiceAccountName: "checkout", SchedulerName: "default-scheduler",
-			PriorityClassName: "shop-critical", Priority: ptr.To[int32](100000), TerminationGracePeriodSeconds: ptr.To[int64](30),
-			DNSPolicy: corev1.DNSClusterFirst, RestartPolicy: corev1.RestartPolicyAlways,
-			NodeSelector: map[string]string{"pool": "general"},
-			Tolerations: []corev1.Toleration{
-				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
-				{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
-			},
-			Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-				Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname",
-					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}}}}}},
-			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
-				WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}}}},
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning,
-			Conditions: []corev1.PodCondition{cond(corev1.PodInitialized), cond(corev1.PodReady), cond(corev1.ContainersReady), cond(corev1.PodScheduled),
-				cond("example.com/lb-ready"), {Type: "vacate.dev/serving", Status: corev1.ConditionFalse, Reason: "Draining", Message: "drain node-17", LastTransitionTime: now}},
-			HostIP: "192.168.1.17", HostIPs: []corev1.HostIP{{IP: "192.168.1.17"}},
-			PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}, {IP: "fd00::" + fmt.Sprint(i)}},
-			StartTime: &now, QOSClass: corev1.PodQOSBurstable,
-			InitContainerStatuses: []corev1.ContainerStatus{status("migrate")},
-			ContainerStatuses:     []corev1.ContainerStatus{status("app"), status("sidecar"), status("proxy")},
-		},
+	return corev1.PodStatus{
+		Phase: corev1.PodRunning,
+		Conditions: []corev1.PodCondition{cond(corev1.PodInitialized), cond(corev1.PodReady), cond(corev1.ContainersReady), cond(corev1.PodScheduled),
+			cond("example.com/lb-ready"), {Type: "vacate.dev/serving", Status: corev1.ConditionFalse, Reason: "Draining", Message: "drain node-17", LastTransitionTime: *now}},
+		HostIP: "192.168.1.17", HostIPs: []corev1.HostIP{{IP: "192.168.1.17"}},
+		PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}, {IP: "fd00::" + fmt.Sprint(i)}},
+		StartTime: now, QOSClass: corev1.PodQOSBurstable,
+		InitContainerStatuses: []corev1.ContainerStatus{status("migrate")},
+		ContainerStatuses:     []corev1.ContainerStatus{status("app"), status("sidecar"), status("proxy")},
 	}
 }
 

@@ -63,6 +63,40 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	dir := filepath.Join(clusters, "clitest")
 	t.Cleanup(func() { _, _ = devcluster.Down(dir) })
 
+	kubeconfig := devUp(t, dir)
+	// The processes outlive the command (it detached them).
+	st, err := devcluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Components) != 5 || !st.Running() {
+		t.Fatalf("want 5 running components, state has %d (running=%t)", len(st.Components), st.Running())
+	}
+	checkKubectlSeesANode(t, st, kubeconfig)
+
+	// The CLI on a cluster without vacate says what to install.
+	code, _, errOut := vacate(t, "status", "--kubeconfig", kubeconfig)
+	if code != cli.ExitError || !strings.Contains(errOut, "vacate is not installed in the cluster at") || !strings.Contains(errOut, "vacate manifests crds | kubectl apply -f -") {
+		t.Errorf("vacate status without vacate installed: exit %d %q, want exit 1 saying what to install", code, errOut)
+	}
+	checkDevControllerDrains(t, clusters, dir, kubeconfig)
+	checkDevStatus(t)
+
+	code, out, _ := run(t, "env", "--name", "clitest")
+	if code != cli.ExitOK || out != "export KUBECONFIG="+kubeconfig+"\n" {
+		t.Errorf("dev env = %d %q, want 0 %q", code, out, "export KUBECONFIG="+kubeconfig+"\n")
+	}
+	code, _, errOut = run(t, "up", "--name", "clitest")
+	if code != cli.ExitError || !strings.Contains(errOut, "already running") {
+		t.Errorf("second dev up = %d %q, want exit 1 saying it is already running", code, errOut)
+	}
+	checkDevDown(t, dir)
+}
+
+// devUp runs 'vacate-dev up' for the cluster clitest, whose directory is
+// dir, and returns the kubeconfig it printed, which must be in dir.
+func devUp(t *testing.T, dir string) string {
+	t.Helper()
 	code, out, errOut := run(t, "up", "--name", "clitest")
 	if code != cli.ExitOK {
 		t.Fatalf("dev up exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -76,17 +110,13 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	if !strings.HasPrefix(kubeconfig, dir) {
 		t.Errorf("kubeconfig %s is not in the cluster directory %s", kubeconfig, dir)
 	}
+	return kubeconfig
+}
 
-	// The processes outlive the command (it detached them).
-	st, err := devcluster.ReadState(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.Components) != 5 || !st.Running() {
-		t.Fatalf("want 5 running components, state has %d (running=%t)", len(st.Components), st.Running())
-	}
-
-	// A node created through the kubeconfig shows in `kubectl get nodes`.
+// checkKubectlSeesANode creates a node through the kubeconfig and checks it
+// shows Ready in `kubectl get nodes`, run with the cluster's own kubectl.
+func checkKubectlSeesANode(t *testing.T, st devcluster.State, kubeconfig string) {
+	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -109,16 +139,14 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	if !regexp.MustCompile(`cli-node-0\s+Ready`).Match(got) {
 		t.Errorf("kubectl get nodes does not show cli-node-0 Ready:\n%s", got)
 	}
+}
 
-	// The CLI on a cluster without vacate says what to install.
-	code, _, errOut = vacate(t, "status", "--kubeconfig", kubeconfig)
-	if code != cli.ExitError || !strings.Contains(errOut, "vacate is not installed in the cluster at") || !strings.Contains(errOut, "vacate manifests crds | kubectl apply -f -") {
-		t.Errorf("vacate status without vacate installed: exit %d %q, want exit 1 saying what to install", code, errOut)
-	}
-
-	// `controller` installs the CRDs and runs the controller until
-	// stopped: the CLI then drains the node. It sets process-wide loggers,
-	// so it runs as its own process, as people run it.
+// checkDevControllerDrains runs `vacate-dev controller`, which installs the
+// CRDs and runs the controller until stopped, and checks the CLI then
+// drains the node and the controller stops on SIGINT. It sets
+// process-wide loggers, so it runs as its own process, as people run it.
+func checkDevControllerDrains(t *testing.T, clusters, dir, kubeconfig string) {
+	t.Helper()
 	bin := buildDev(t)
 	ctl := exec.Command(bin, "controller", "--name", "clitest", "--log-file", filepath.Join(dir, "controller.log"))
 	ctl.Env = append(os.Environ(), devcluster.EnvClustersDir+"="+clusters)
@@ -129,7 +157,7 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ctl.Process.Kill() })
 	deadline := time.Now().Add(time.Minute)
-	for code, _, _ = vacate(t, "status", "--kubeconfig", kubeconfig); code != cli.ExitOK && time.Now().Before(deadline); code, _, _ = vacate(t, "status", "--kubeconfig", kubeconfig) {
+	for code, _, _ := vacate(t, "status", "--kubeconfig", kubeconfig); code != cli.ExitOK && time.Now().Before(deadline); code, _, _ = vacate(t, "status", "--kubeconfig", kubeconfig) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if code, out, errOut := vacate(t, "drain", "cli-node-0", "--wait", "--timeout", "1m", "--kubeconfig", kubeconfig); code != cli.ExitOK || !strings.Contains(out, "cli-node-0 Drained 0/0") {
@@ -141,8 +169,13 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	if err := ctl.Wait(); err != nil {
 		t.Errorf("dev controller exited with %v: %s", err, ctlErr.String())
 	}
+}
 
-	code, out, _ = run(t, "status", "--name", "clitest")
+// checkDevStatus checks `vacate-dev status` shows every component running
+// and the API server ready.
+func checkDevStatus(t *testing.T) {
+	t.Helper()
+	code, out, _ := run(t, "status", "--name", "clitest")
 	t.Logf("dev status:\n%s", out)
 	if code != cli.ExitOK {
 		t.Fatalf("dev status exited %d", code)
@@ -155,18 +188,14 @@ func TestDevUpStatusEnvDown(t *testing.T) {
 	if !strings.Contains(out, ": ready (ok)") {
 		t.Errorf("dev status does not show the API server ready")
 	}
+}
 
-	code, out, _ = run(t, "env", "--name", "clitest")
-	if code != cli.ExitOK || out != "export KUBECONFIG="+kubeconfig+"\n" {
-		t.Errorf("dev env = %d %q, want 0 %q", code, out, "export KUBECONFIG="+kubeconfig+"\n")
-	}
-
-	code, _, errOut = run(t, "up", "--name", "clitest")
-	if code != cli.ExitError || !strings.Contains(errOut, "already running") {
-		t.Errorf("second dev up = %d %q, want exit 1 saying it is already running", code, errOut)
-	}
-
-	code, out, errOut = run(t, "down", "--name", "clitest")
+// checkDevDown checks `vacate-dev down` stops the five processes and leaves
+// none using dir, and that down and env of the stopped cluster say it is
+// not running.
+func checkDevDown(t *testing.T, dir string) {
+	t.Helper()
+	code, out, errOut := run(t, "down", "--name", "clitest")
 	t.Logf("dev down:\n%s", out)
 	if code != cli.ExitOK {
 		t.Fatalf("dev down exited %d: %s", code, errOut)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	_ "embed"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
+
+// This file holds the components of the control plane: their command lines,
+// built from the layout plan.go wrote, and how to tell each is healthy.
 
 // nodeLeaseSeconds is how long a kwok node's lease lasts; kwok renews it well
 // before, so the node lifecycle controller keeps the nodes Ready.
@@ -35,124 +36,54 @@ type component struct {
 	health healthCheck
 }
 
+// healthCheck is an endpoint to ask, the client to ask it with, and what a
+// healthy body says.
 type healthCheck struct {
 	url    string
 	client *http.Client
 	ok     func(body string) bool
 }
 
-// plan writes the certificates and kubeconfigs and returns the components
-// in groups: each group starts once the previous one is healthy.
-func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
-	pki := filepath.Join(c.Dir, "pki")
-	ca, err := newCA("vacate-dev-ca")
-	if err != nil {
-		return nil, err
+// component is the named component's process, with its binary, its
+// arguments followed by the extra ones the options give it, and its log.
+func (l *layout) component(name string, args []string, hc healthCheck) *component {
+	return &component{
+		proc:   &process{name: name, bin: l.bins[name], args: append(args, l.extraArgs[name]...), logPath: filepath.Join(l.dir, "logs", name+".log")},
+		port:   l.ports[name],
+		health: hc,
 	}
-	caCert, caKey, err := ca.write(pki, "ca")
-	if err != nil {
-		return nil, err
-	}
-	serving, err := ca.newServingCert("vacate-dev-server",
-		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)})
-	if err != nil {
-		return nil, err
-	}
-	servingCert, servingKey, err := serving.write(pki, "serving")
-	if err != nil {
-		return nil, err
-	}
-	saPub, saKey, err := writeServiceAccountKeys(pki)
-	if err != nil {
-		return nil, err
-	}
+}
 
-	ports := map[string]int{}
-	for _, name := range []string{Etcd, Etcd + "-peer", KubeAPIServer, KubeControllerManager, KubeScheduler, Kwok} {
-		if p, ok := opts.Ports[name]; ok {
-			ports[name] = p
-			continue
-		}
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[name] = p
-	}
-	server := "https://127.0.0.1:" + strconv.Itoa(ports[KubeAPIServer])
-	c.Server = server
+// loop is the loopback address of the named component's port.
+func (l *layout) loop(name string) string { return "127.0.0.1:" + strconv.Itoa(l.ports[name]) }
 
-	kubeconfigs := map[string]string{}
-	for _, u := range []struct{ file, user, group string }{
-		{"kubeconfig", "vacate-admin", "system:masters"},
-		{KubeControllerManager, "system:kube-controller-manager", ""},
-		{KubeScheduler, "system:kube-scheduler", ""},
-		{Kwok, "kwok", "system:masters"},
-	} {
-		var groups []string
-		if u.group != "" {
-			groups = []string{u.group}
-		}
-		cert, err := ca.newClientCert(u.user, groups...)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(c.Dir, u.file+".kubeconfig")
-		if u.file == "kubeconfig" {
-			path = filepath.Join(c.Dir, "kubeconfig")
-		}
-		if err := writeKubeconfig(path, "vacate-"+c.Name, server, ca, cert); err != nil {
-			return nil, err
-		}
-		kubeconfigs[u.file] = path
-	}
-	c.Kubeconfig = kubeconfigs["kubeconfig"]
-	admin, err := ca.newClientCert("vacate-health", "system:masters")
-	if err != nil {
-		return nil, err
-	}
-	tlsClient := httpsClient(ca, admin)
-	plain := &http.Client{Timeout: 2 * time.Second}
-	auditPolicy := filepath.Join(c.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML(opts.AuditReadsOf)), 0o644); err != nil {
-		return nil, fmt.Errorf("writing audit policy: %w", err)
-	}
-	c.AuditLog = filepath.Join(c.Dir, "logs", "audit.log")
-	kwokConfig := filepath.Join(c.Dir, "kwok.yaml")
-	// An explicit, empty configuration: kwok's built-in stages, and never the
-	// user's own ~/.kwok/kwok.yaml.
-	if err := os.WriteFile(kwokConfig, []byte(kwokConfigYAML(opts.KwokParallelism)), 0o644); err != nil {
-		return nil, fmt.Errorf("writing kwok configuration: %w", err)
-	}
-	loop := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
-	etcdURL := "http://" + loop(ports[Etcd])
-	peerURL := "http://" + loop(ports[Etcd+"-peer"])
-	mk := func(name string, args []string, hc healthCheck) *component {
-		return &component{
-			proc:   &process{name: name, bin: bins[name], args: append(args, opts.ExtraArgs[name]...), logPath: filepath.Join(c.Dir, "logs", name+".log")},
-			port:   ports[name],
-			health: hc,
-		}
-	}
-	ok200 := func(string) bool { return true }
-	secure := func(name string) []string {
-		return []string{
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(ports[name]),
-			"--tls-cert-file=" + servingCert,
-			"--tls-private-key-file=" + servingKey,
-			"--client-ca-file=" + caCert,
-			"--kubeconfig=" + kubeconfigs[name],
-			"--authentication-kubeconfig=" + kubeconfigs[name],
-			"--authorization-kubeconfig=" + kubeconfigs[name],
-			"--leader-elect=false",
-		}
-	}
+// ok200 accepts any body: the status code alone says healthy.
+func ok200(string) bool { return true }
 
-	etcd := mk(Etcd, []string{
+// secure are the flags the controller manager and the scheduler share: they
+// serve HTTPS with the serving certificate and call the API server with
+// their own kubeconfig.
+func (l *layout) secure(name string) []string {
+	return []string{
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(l.ports[name]),
+		"--tls-cert-file=" + l.servingCert,
+		"--tls-private-key-file=" + l.servingKey,
+		"--client-ca-file=" + l.caCert,
+		"--kubeconfig=" + l.kubeconfigs[name],
+		"--authentication-kubeconfig=" + l.kubeconfigs[name],
+		"--authorization-kubeconfig=" + l.kubeconfigs[name],
+		"--leader-elect=false",
+	}
+}
+
+// etcd is a single-member etcd on loopback.
+func (l *layout) etcd() *component {
+	etcdURL := "http://" + l.loop(Etcd)
+	peerURL := "http://" + l.loop(Etcd+"-peer")
+	return l.component(Etcd, []string{
 		"--name=vacate",
-		"--data-dir=" + filepath.Join(c.Dir, "data", "etcd"),
+		"--data-dir=" + filepath.Join(l.dir, "data", "etcd"),
 		"--listen-client-urls=" + etcdURL,
 		"--advertise-client-urls=" + etcdURL,
 		"--listen-peer-urls=" + peerURL,
@@ -161,18 +92,21 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 		"--unsafe-no-fsync=true", // a throwaway cluster: speed over durability
 		"--quota-backend-bytes=4294967296",
 		"--log-level=warn",
-	}, healthCheck{url: etcdURL + "/health", client: plain, ok: func(b string) bool { return strings.Contains(b, `"health":"true"`) }})
+	}, healthCheck{url: etcdURL + "/health", client: l.plain, ok: func(b string) bool { return strings.Contains(b, `"health":"true"`) }})
+}
 
-	apiserver := mk(KubeAPIServer, []string{
-		"--etcd-servers=" + etcdURL,
+// apiserver is the API server, with RBAC and the audit log the tests read.
+func (l *layout) apiserver() *component {
+	return l.component(KubeAPIServer, []string{
+		"--etcd-servers=http://" + l.loop(Etcd),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[KubeAPIServer]),
-		"--tls-cert-file=" + servingCert,
-		"--tls-private-key-file=" + servingKey,
-		"--client-ca-file=" + caCert,
-		"--service-account-key-file=" + saPub,
-		"--service-account-signing-key-file=" + saKey,
+		"--secure-port=" + strconv.Itoa(l.ports[KubeAPIServer]),
+		"--tls-cert-file=" + l.servingCert,
+		"--tls-private-key-file=" + l.servingKey,
+		"--client-ca-file=" + l.caCert,
+		"--service-account-key-file=" + l.saPub,
+		"--service-account-signing-key-file=" + l.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=" + serviceCIDR,
@@ -181,72 +115,46 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--profiling=false",
-		"--audit-policy-file=" + auditPolicy,
-		"--audit-log-path=" + c.AuditLog,
+		"--audit-policy-file=" + l.auditPolicy,
+		"--audit-log-path=" + l.auditLog,
 		"--audit-log-format=json",
 		"--audit-log-maxsize=200",
 		"--audit-log-maxbackup=1",
-	}, healthCheck{url: server + "/readyz", client: tlsClient, ok: ok200})
+	}, healthCheck{url: l.server + "/readyz", client: l.tlsClient, ok: ok200})
+}
 
-	kcm := mk(KubeControllerManager, append(secure(KubeControllerManager),
+// controllerManager runs every controller, each with its own
+// ServiceAccount, and signs certificates with the cluster's authority.
+func (l *layout) controllerManager() *component {
+	return l.component(KubeControllerManager, append(l.secure(KubeControllerManager),
 		"--controllers=*",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file="+saKey,
-		"--root-ca-file="+caCert,
-		"--cluster-signing-cert-file="+caCert,
-		"--cluster-signing-key-file="+caKey,
-	), healthCheck{url: "https://" + loop(ports[KubeControllerManager]) + "/healthz", client: tlsClient, ok: ok200})
+		"--service-account-private-key-file="+l.saKey,
+		"--root-ca-file="+l.caCert,
+		"--cluster-signing-cert-file="+l.caCert,
+		"--cluster-signing-key-file="+l.caKey,
+	), healthCheck{url: "https://" + l.loop(KubeControllerManager) + "/healthz", client: l.tlsClient, ok: ok200})
+}
 
-	scheduler := mk(KubeScheduler, secure(KubeScheduler),
-		healthCheck{url: "https://" + loop(ports[KubeScheduler]) + "/healthz", client: tlsClient, ok: ok200})
+// scheduler is the scheduler with the shared secure flags only.
+func (l *layout) scheduler() *component {
+	return l.component(KubeScheduler, l.secure(KubeScheduler),
+		healthCheck{url: "https://" + l.loop(KubeScheduler) + "/healthz", client: l.tlsClient, ok: ok200})
+}
 
-	kwok := mk(Kwok, []string{
-		"--kubeconfig=" + kubeconfigs[Kwok],
-		"--config=" + kwokConfig,
+// kwok plays the kubelet for the nodes annotated as kwok's, giving their
+// pods IPs from the cluster's pod range.
+func (l *layout) kwok() *component {
+	return l.component(Kwok, []string{
+		"--kubeconfig=" + l.kubeconfigs[Kwok],
+		"--config=" + l.kwokConfig,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
-		"--cidr=" + c.PodCIDR,
+		"--cidr=" + l.podCIDR,
 		"--node-ip=127.0.0.1",
 		"--node-lease-duration-seconds=" + strconv.Itoa(nodeLeaseSeconds),
-		"--server-address=" + loop(ports[Kwok]),
-	}, healthCheck{url: "http://" + loop(ports[Kwok]) + "/healthz", client: plain, ok: ok200})
-
-	return [][]*component{{etcd}, {apiserver}, {kcm, scheduler, kwok}}, nil
-}
-
-// kwokStages are kwok's pod stages, its own but for readiness gates, which
-// they honour as the kubelet does (see the file).
-//
-//go:embed kwok-stages.yaml
-var kwokStages string
-
-// kwokConfigYAML is kwok's configuration: its built-in node stages, the pod
-// stages of kwokStages, with parallelism pod stages, node stages and node
-// lease renewals at once when it is set (kwok's default is 4 of each).
-func kwokConfigYAML(parallelism int) string {
-	options := " {}"
-	if parallelism > 0 {
-		n := strconv.Itoa(parallelism)
-		options = "\n  podPlayStageParallelism: " + n + "\n  nodePlayStageParallelism: " + n + "\n  nodeLeaseParallelism: " + n
-	}
-	return "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:" + options + "\n---\n" + kwokStages
-}
-
-// auditPolicyYAML records every request that changes something (not reads), so
-// tests can show what a command wrote and how many evictions succeeded, and
-// every request of the users named in readsOf.
-func auditPolicyYAML(readsOf []string) string {
-	var b strings.Builder
-	b.WriteString("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [\"RequestReceived\"]\nrules:\n")
-	if len(readsOf) > 0 {
-		quoted := make([]string, len(readsOf))
-		for i, u := range readsOf {
-			quoted[i] = strconv.Quote(u)
-		}
-		b.WriteString("- level: Metadata\n  users: [" + strings.Join(quoted, ", ") + "]\n")
-	}
-	b.WriteString("- level: Metadata\n  verbs: [\"create\", \"update\", \"patch\", \"delete\", \"deletecollection\"]\n- level: None\n")
-	return b.String()
+		"--server-address=" + l.loop(Kwok),
+	}, healthCheck{url: "http://" + l.loop(Kwok) + "/healthz", client: l.plain, ok: ok200})
 }
 
 // waitHealthy polls the component's health endpoint until it answers 200,

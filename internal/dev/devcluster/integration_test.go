@@ -53,6 +53,39 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 	}
 
 	ns := testenv.Namespace(t, c)
+	webPods := labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "web"})
+	byNode := runWebWithPDB(t, ctx, c, ns, webPods)
+
+	t.Log("waiting for the disruption controller to compute the PDB: 6 healthy, 4 required, 2 allowed")
+	testutil.Eventually(t, time.Minute, "PDB status", testutil.Seen(func() (bool, string) {
+		pdb, err := cs.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := pdb.Status
+		return s.ObservedGeneration == pdb.Generation && s.ExpectedPods == 6 && s.CurrentHealthy == 6 &&
+				s.DesiredHealthy == 4 && s.DisruptionsAllowed == 2,
+			formatPDB(s.ObservedGeneration, s.ExpectedPods, s.CurrentHealthy, s.DesiredHealthy, s.DisruptionsAllowed)
+	}))
+
+	target, evicted := kubectlDrainTheLeastLoaded(t, ctx, c, nodes, byNode)
+	waitForReplacements(t, ctx, c, ns, webPods, target, evicted)
+	n, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Spec.Unschedulable {
+		t.Errorf("node %s is not cordoned after kubectl drain", target)
+	}
+}
+
+// runWebWithPDB creates in ns a 6-replica Deployment "web" on the test's
+// nodes and a PDB with minAvailable 4, waits for the pods to be Ready,
+// checks each has a loopback IP from the cluster's pod range, and returns
+// the pods by node.
+func runWebWithPDB(t *testing.T, ctx context.Context, c *devcluster.Cluster, ns string, webPods labels.Selector) map[string][]corev1.Pod {
+	t.Helper()
+	cs := c.Client
 	t.Log("creating a 6-replica Deployment on those nodes and a PDB with minAvailable 4")
 	dep := devcluster.Deployment(ns, "web", 6)
 	dep.Spec.Template.Spec.NodeSelector = map[string]string{testLabel: "workloads"}
@@ -62,7 +95,6 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "web", "web", "4", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	webPods := labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "web"})
 	pods, err := devcluster.WaitForPodsReady(ctx, cs, ns, webPods, 6, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -80,21 +112,14 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 	}
 	t.Logf("pods per node: %v", podCounts(byNode))
+	return byNode
+}
 
-	t.Log("waiting for the disruption controller to compute the PDB: 6 healthy, 4 required, 2 allowed")
-	testutil.Eventually(t, time.Minute, "PDB status", testutil.Seen(func() (bool, string) {
-		pdb, err := cs.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		s := pdb.Status
-		return s.ObservedGeneration == pdb.Generation && s.ExpectedPods == 6 && s.CurrentHealthy == 6 &&
-				s.DesiredHealthy == 4 && s.DisruptionsAllowed == 2,
-			formatPDB(s.ObservedGeneration, s.ExpectedPods, s.CurrentHealthy, s.DesiredHealthy, s.DisruptionsAllowed)
-	}))
-
-	// Drain the node with the fewest web pods (at least one), so the PDB
-	// allows every eviction.
+// kubectlDrainTheLeastLoaded drains, with the real kubectl, the node with
+// the fewest web pods (at least one), so the PDB allows every eviction; it
+// returns the node and the UIDs of the pods it evicted.
+func kubectlDrainTheLeastLoaded(t *testing.T, ctx context.Context, c *devcluster.Cluster, nodes []string, byNode map[string][]corev1.Pod) (string, map[types.UID]bool) {
+	t.Helper()
 	target := ""
 	for _, n := range nodes {
 		if k := len(byNode[n]); k > 0 && (target == "" || k < len(byNode[target])) {
@@ -115,10 +140,16 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 	if !strings.Contains(string(out), "evicting pod") {
 		t.Errorf("kubectl drain did not report evicting pods")
 	}
+	return target, evicted
+}
 
+// waitForReplacements waits for the ReplicaSet to replace the evicted pods:
+// six web pods Ready on the other nodes, none on target, none evicted left.
+func waitForReplacements(t *testing.T, ctx context.Context, c *devcluster.Cluster, ns string, webPods labels.Selector, target string, evicted map[types.UID]bool) {
+	t.Helper()
 	t.Log("waiting for the ReplicaSet to replace the evicted pods on the other nodes")
 	testutil.Eventually(t, 2*time.Minute, "replacement pods", testutil.Seen(func() (bool, string) {
-		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: webPods.String()})
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: webPods.String()})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -137,13 +168,6 @@ func TestControlPlaneRunsWorkloads(t *testing.T) {
 		return ready == 6 && onTarget == 0 && old == 0,
 			fmt.Sprintf("ready elsewhere %d, on drained node %d, evicted still present %d", ready, onTarget, old)
 	}))
-	n, err := cs.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !n.Spec.Unschedulable {
-		t.Errorf("node %s is not cordoned after kubectl drain", target)
-	}
 }
 
 // TestFixturesCreateCommonWorkloads checks the workload helpers that tests,

@@ -129,8 +129,46 @@ func tagOf(ref string) string {
 // Checksums is the file of sha256 sums, in sha256sum's format.
 const Checksums = "checksums.txt"
 
-// Run makes the release.
+// Run makes the release: it checks what the release is made from, pushes
+// and signs the images and the chart, writes the release page's files, and
+// seals them with checksums.txt and its signature.
 func Run(ctx context.Context, o Options) (*Manifest, error) {
+	r, err := start(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.push(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.writeFiles(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.seal(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(r.o.Log, "release %s: pushed to %s; its files (for the release page) are in %s\n", r.o.Version, r.reg, r.out)
+	return r.m, nil
+}
+
+// run is one release being made: what it is made from, where it goes, and
+// the manifest its steps fill in.
+type run struct {
+	o     Options
+	src   Source
+	notes string
+	// signer signs the release; nil for an unsigned trial.
+	signer *Signer
+	// out is the directory of the release page's files; reg the registry
+	// and path the images and the chart go to.
+	out, reg string
+	ldflags  string
+	m        *Manifest
+}
+
+// start checks the options, the checkout, the release notes and the key
+// before anything is built (a wrong password stops the release first), and
+// empties the release's directory.
+func start(o Options) (*run, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -145,102 +183,118 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the release notes: %w", err)
 	}
-	notes, err := Notes(changelog, o.Version)
-	if err != nil {
+	r := &run{o: o, src: src, out: filepath.Join(o.Out, o.Version), reg: strings.TrimSuffix(o.Registry, "/"),
+		ldflags: version.LDFlags(o.Version, src.Commit, src.DateString()),
+		m:       &Manifest{Version: o.Version, Commit: src.Commit, Date: src.DateString(), Unsigned: o.Unsigned}}
+	if r.notes, err = Notes(changelog, o.Version); err != nil {
 		return nil, err
 	}
 	// The key first: a wrong password stops the release before it builds.
-	var signer *Signer
 	if !o.Unsigned {
-		if signer, err = LoadSigner(o.Key, o.KeyPassword); err != nil {
+		if r.signer, err = LoadSigner(o.Key, o.KeyPassword); err != nil {
 			return nil, err
 		}
 	} else {
 		fmt.Fprintln(o.Log, "UNSIGNED=1: nothing of this release is signed (a trial; never publish it)")
 	}
-	out := filepath.Join(o.Out, o.Version)
-	if err := os.RemoveAll(out); err != nil {
+	if err := os.RemoveAll(r.out); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	if err := os.MkdirAll(r.out, 0o755); err != nil {
 		return nil, err
 	}
-	reg := strings.TrimSuffix(o.Registry, "/")
-	regName, _ := name.NewRegistry(strings.SplitN(reg, "/", 2)[0])
-	plain := PlainHTTP(regName)
-	m := &Manifest{Version: o.Version, Commit: src.Commit, Date: src.DateString(), Unsigned: o.Unsigned}
-	ldflags := version.LDFlags(o.Version, src.Commit, src.DateString())
+	return r, nil
+}
 
-	if m.Images, err = o.images(ctx, out, reg, src, ldflags); err != nil {
-		return nil, err
+// push builds and pushes the images, packages and pushes the chart (which
+// names the images by digest), and signs every artifact pushed.
+func (r *run) push(ctx context.Context) error {
+	o, m := r.o, r.m
+	regName, _ := name.NewRegistry(strings.SplitN(r.reg, "/", 2)[0])
+	plain := PlainHTTP(regName)
+	var err error
+	if m.Images, err = o.images(ctx, r.out, r.reg, r.src, r.ldflags); err != nil {
+		return err
 	}
 	fmt.Fprintf(o.Log, "packaging the chart %s\n", ChartDir)
-	chart, err := PackageChart(filepath.Join(o.ModuleDir, ChartDir), out, o.Version, reg, digests(m.Images), src.Date)
+	chart, err := PackageChart(filepath.Join(o.ModuleDir, ChartDir), r.out, o.Version, r.reg, digests(m.Images), r.src.Date)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	pushed, err := PushChart(chart, reg, o.Version, src.Date, plain)
+	pushed, err := PushChart(chart, r.reg, o.Version, r.src.Date, plain)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.Chart = *pushed
 	fmt.Fprintf(o.Log, "  %s --version %s (%s)\n", pushed.Ref, pushed.Version, pushed.Digest)
-	if signer != nil {
-		if m.Signed, err = signArtifacts(ctx, signer, m, o.Log); err != nil {
-			return nil, err
+	if r.signer != nil {
+		if m.Signed, err = signArtifacts(ctx, r.signer, m, o.Log); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	if _, err := Archives(ctx, ArchiveOptions{ModuleDir: o.ModuleDir, Out: out, Version: o.Version, LDFlags: ldflags,
-		BaseURL: o.BaseURL, Platforms: o.CLIPlatforms, Created: src.Date, Log: o.Log}); err != nil {
-		return nil, err
+// writeFiles writes the release page's files but the checksums: the CLI's
+// archives, install.yaml and agent.yaml, the recipes, the public key and
+// the release notes.
+func (r *run) writeFiles(ctx context.Context) error {
+	o, m, out := r.o, r.m, r.out
+	if _, err := Archives(ctx, ArchiveOptions{ModuleDir: o.ModuleDir, Out: out, Version: o.Version, LDFlags: r.ldflags,
+		BaseURL: o.BaseURL, Platforms: o.CLIPlatforms, Created: r.src.Date, Log: o.Log}); err != nil {
+		return err
 	}
 	if err := writeManifests(out, m.Images); err != nil {
-		return nil, err
+		return err
 	}
+	var err error
 	if m.Recipes, m.UnpinnedImages, err = writeRecipes(o.ModuleDir, out, m.Images); err != nil {
-		return nil, err
+		return err
 	}
-	if signer != nil {
-		pub, err := signer.PublicKeyPEM()
+	if r.signer != nil {
+		pub, err := r.signer.PublicKeyPEM()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := os.WriteFile(filepath.Join(out, PublicKeyFile), pub, 0o644); err != nil {
-			return nil, err
+			return err
 		}
-		m.PublicKey, m.KeyFingerprint = PublicKeyFile, signer.Fingerprint()
+		m.PublicKey, m.KeyFingerprint = PublicKeyFile, r.signer.Fingerprint()
 	}
-	if err := os.WriteFile(filepath.Join(out, "RELEASE_NOTES.md"), []byte(releaseNotes(o, m, notes)), 0o644); err != nil {
-		return nil, err
-	}
+	return os.WriteFile(filepath.Join(out, "RELEASE_NOTES.md"), []byte(releaseNotes(o, m, r.notes)), 0o644)
+}
+
+// seal writes release.json and checksums.txt, which lists every file of the
+// page, release.json among them, and signs checksums.txt.
+func (r *run) seal() error {
+	m, out := r.m, r.out
 	// release.json is one of the files checksums.txt lists, so that what
 	// it says (the digests) is vouched for by the signed checksums.
+	var err error
 	if m.Files, err = releaseFiles(out); err != nil {
-		return nil, err
+		return err
 	}
 	m.Checksum = Checksums
-	if signer != nil {
+	if r.signer != nil {
 		m.ChecksumsSignature = Checksums + BundleSuffix
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "release.json"), append(b, '\n'), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	if err := writeChecksums(out, m.Files); err != nil {
-		return nil, err
+		return err
 	}
-	if signer != nil {
-		if _, err := signer.SignBlob(filepath.Join(out, Checksums)); err != nil {
-			return nil, err
+	if r.signer != nil {
+		if _, err := r.signer.SignBlob(filepath.Join(out, Checksums)); err != nil {
+			return err
 		}
-		fmt.Fprintf(o.Log, "signed %s (%s) with the key %s\n", Checksums, m.ChecksumsSignature, m.KeyFingerprint)
+		fmt.Fprintf(r.o.Log, "signed %s (%s) with the key %s\n", Checksums, m.ChecksumsSignature, m.KeyFingerprint)
 	}
-	fmt.Fprintf(o.Log, "release %s: pushed to %s; its files (for the release page) are in %s\n", o.Version, reg, out)
-	return m, nil
+	return nil
 }
 
 // digests are the images' index digests by name.

@@ -64,7 +64,26 @@ vacate_controller_leader 0
 // providers' timeouts, and deleted nodes held by the finalizer with when
 // timeouts.nodeDeletion releases them.
 func TestLeaderReportsDrainsEvacuationsAndDeletedNodes(t *testing.T) {
-	objs := []client.Object{
+	objs := append(leaderPoliciesAndNodes(), leaderDrains()...)
+	c := state.New(reader(t, append(objs, leaderEvacuations()...)...), closed(), logr.Discard())
+	want := wantLeaderMetrics()
+	err := testutil.CollectAndCompare(c, strings.NewReader(want), "vacate_controller_leader", "vacate_drain_blocked_since_timestamp_seconds",
+		"vacate_drain_deadline_timestamp_seconds", "vacate_drain_phase", "vacate_drain_start_timestamp_seconds",
+		"vacate_evacuation_heartbeat_timestamp_seconds", "vacate_evacuation_provider_timeout_seconds", "vacate_evacuations",
+		"vacate_node_deletion_release_timestamp_seconds", "vacate_node_deletion_timestamp_seconds")
+	if err != nil {
+		t.Error(err)
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(wantDrainPods()), "vacate_drain_pods"); err != nil {
+		t.Error(err)
+	}
+}
+
+// leaderPoliciesAndNodes are two policies (pool-a, which selects the nodes
+// labelled pool=a, and named) and the nodes: a1 live, a2 and b1 deleted
+// and held by vacate's finalizer, b2 deleted and held by another's.
+func leaderPoliciesAndNodes() []client.Object {
+	return []client.Object{
 		&v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "pool-a"}, Spec: v1alpha1.DrainPolicySpec{
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
 			Timeouts:     v1alpha1.Timeouts{Drain: duration(time.Hour), NodeDeletion: duration(30 * time.Minute)},
@@ -81,7 +100,14 @@ func TestLeaderReportsDrainsEvacuationsAndDeletedNodes(t *testing.T) {
 		// Deleted, held by someone else's finalizer only: not vacate's.
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b2",
 			DeletionTimestamp: at(20 * time.Minute), Finalizers: []string{"example.com/other"}}},
+	}
+}
 
+// leaderDrains are a drain in each state the metrics tell apart: blocked
+// with a requester's deadline, on a deleted node, failed on a node that is
+// gone, drained, just requested.
+func leaderDrains() []client.Object {
+	return []client.Object{
 		// Blocked, with a requester's deadline before pool-a's timeout.
 		&v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "a1"},
 			Spec: v1alpha1.NodeDrainSpec{NodeName: "a1", Requesters: []v1alpha1.Requester{{Name: "agent:aws-spot", Deadline: at(40 * time.Minute)}}},
@@ -108,7 +134,13 @@ func TestLeaderReportsDrainsEvacuationsAndDeletedNodes(t *testing.T) {
 		// Just requested: Pending, nothing else known.
 		&v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "new"},
 			Spec: v1alpha1.NodeDrainSpec{NodeName: "new", Requesters: []v1alpha1.Requester{{Name: "cli:bob"}}}},
+	}
+}
 
+// leaderEvacuations are two providers and their Evacuations: in progress,
+// completed, never answered, completed for an older request, released.
+func leaderEvacuations() []client.Object {
+	return []client.Object{
 		&v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: "store"}, Spec: v1alpha1.EvacuationProviderSpec{Timeout: duration(30 * time.Second)}},
 		&v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: "db"}},
 		evac("a1.store", "a1", "store", 1, v1alpha1.EvacuationStatus{Phase: v1alpha1.EvacuationInProgress, ObservedGeneration: 1, HeartbeatTime: at(3 * time.Minute)}, nil),
@@ -121,8 +153,12 @@ func TestLeaderReportsDrainsEvacuationsAndDeletedNodes(t *testing.T) {
 		evac("gone.db", "gone", "db", 1, v1alpha1.EvacuationStatus{Phase: v1alpha1.EvacuationFailed, ObservedGeneration: 1, HeartbeatTime: at(time.Minute)},
 			&v1alpha1.EvacuationRelease{By: "alice", Time: *at(time.Hour)}),
 	}
-	c := state.New(reader(t, objs...), closed(), logr.Discard())
-	want := fmt.Sprintf(`
+}
+
+// wantLeaderMetrics are the metrics the leader reports for those objects,
+// but the drains' pods (wantDrainPods).
+func wantLeaderMetrics() string {
+	return fmt.Sprintf(`
 # HELP vacate_controller_leader 1 if this replica leads (runs the controllers and reports the state metrics), 0 while it waits for the Lease.
 # TYPE vacate_controller_leader gauge
 vacate_controller_leader 1
@@ -175,13 +211,10 @@ vacate_node_deletion_timestamp_seconds{node="b1"} %[13]s
 		secs(5*time.Minute), secs(2*time.Hour), secs(40*time.Minute), secs(71*time.Minute), secs(0), secs(11*time.Minute),
 		secs(6*time.Minute), secs(3*time.Minute), secs(-time.Hour), secs(40*time.Minute), secs(80*time.Minute),
 		secs(10*time.Minute), secs(20*time.Minute))
-	err := testutil.CollectAndCompare(c, strings.NewReader(want), "vacate_controller_leader", "vacate_drain_blocked_since_timestamp_seconds",
-		"vacate_drain_deadline_timestamp_seconds", "vacate_drain_phase", "vacate_drain_start_timestamp_seconds",
-		"vacate_evacuation_heartbeat_timestamp_seconds", "vacate_evacuation_provider_timeout_seconds", "vacate_evacuations",
-		"vacate_node_deletion_release_timestamp_seconds", "vacate_node_deletion_timestamp_seconds")
-	if err != nil {
-		t.Error(err)
-	}
+}
+
+// wantDrainPods are the drains' pods by state, as the leader reports them.
+func wantDrainPods() string {
 	pods := `
 # HELP vacate_drain_pods Pods of each NodeDrain by state, from its status: total (must leave the node), evicted, remaining, blocked.
 # TYPE vacate_drain_pods gauge
@@ -194,9 +227,7 @@ vacate_node_deletion_timestamp_seconds{node="b1"} %[13]s
 			"vacate_drain_pods{node=%[1]q,state=\"remaining\"} %[4]d\nvacate_drain_pods{node=%[1]q,state=\"total\"} %[5]d\n",
 			d.node, d.blocked, d.evicted, d.remaining, d.total)
 	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(pods), "vacate_drain_pods"); err != nil {
-		t.Error(err)
-	}
+	return pods
 }
 
 // TestUnclearPolicyHoldsDeletedNodeForTheLongestBound: a deleted node two
