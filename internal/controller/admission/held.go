@@ -112,14 +112,12 @@ func (r *Reconciler) nodeOf(ctx context.Context, nd *v1alpha1.NodeDrain) (*corev
 	return node, nil
 }
 
-// wait makes the drain wait: Pending (if it had no phase yet), no start
-// time, at position in its queue (0: in none), Admitted=False with the
-// reason and message.
+// wait makes the drain wait: no start time, at position in its queue (0:
+// in none), Admitted=False with the reason and message. Its phase is the
+// NodeDrain controller's to write (Pending, on its pass that this write
+// brings).
 func wait(nd *v1alpha1.NodeDrain, position int, reason, msg string, now time.Time) {
 	st := &nd.Status
-	if st.Phase == "" {
-		st.Phase = v1alpha1.PhasePending
-	}
 	st.QueuePosition = int32(position)
 	st.StartTime = nil
 	setAdmitted(nd, false, reason, msg, now)

@@ -3,12 +3,7 @@ package nodedrain
 import (
 	"context"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
 // admitted lets the drain go on once the admission controller admitted it
@@ -20,33 +15,16 @@ import (
 // clock of the machine that set it) is admitted first, and drains as fast
 // as allowed; failing it would only leave the pods on a machine that goes.
 func (r *Reconciler) admitted(_ context.Context, s *scope) (reconcile.Result, error) {
-	nd := s.drain
-	if !nd.Admitted() {
-		if nd.Status.Phase == "" {
-			nd.Status.Phase = v1alpha1.PhasePending
-		}
-		reportWaitingCordon(s)
+	// A drain that runs again in this pass waits for admission afresh: the
+	// pass removes the last run's admission (setStatus).
+	if !s.drain.Admitted() || s.found.again != nil {
+		// The Cordoned condition reports the cordon admission made, if
+		// any: it is this controller's alone to write; admission only
+		// changes the node, whose update brings this pass.
+		s.found.waiting = true
 		s.stop = true
-		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, nil
-}
-
-// reportWaitingCordon reports the cordon of a drain that waits: admission
-// cordons a batch before any of it starts, and gives the node back while
-// its drain waits for a maintenance window. The Cordoned condition is this
-// controller's alone to write; admission only changes the node, whose
-// update brings this pass.
-func reportWaitingCordon(s *scope) {
-	nd := s.drain
-	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted); c != nil &&
-		(c.Reason == schedule.OutsideWindow || c.Reason == schedule.InvalidSchedule) {
-		meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionCordoned)
-		return
-	}
-	if reason, msg, cordoned := nd.CordonState(s.node); cordoned {
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, reason, msg)
-	}
 }
 
 // hold stops the pass of a drain that may neither go on nor start: its
@@ -58,9 +36,8 @@ func reportWaitingCordon(s *scope) {
 // node stays as it is.
 func (r *Reconciler) hold(s *scope) {
 	nd := s.drain
-	nd.Status.Phase = v1alpha1.PhasePending
+	s.found.held = true
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted = nil, 0, 0
-	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
 	r.forgetNode(nd.Spec.NodeName)
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	r.blocked.set(nd.Name)

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -19,9 +18,7 @@ import (
 // this stage cordons what nobody did: a node someone uncordoned meanwhile.
 func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, error) {
 	node, nd := s.node, s.drain
-	if reason, msg, cordoned := nd.CordonState(node); cordoned {
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, reason, msg)
-	} else {
+	if !node.Spec.Unschedulable {
 		s.log.Info("cordoning node", "node", klogRef(node.Name))
 		if _, err := cordon.Cordon(ctx, r.Client, node, nd); apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
@@ -29,11 +26,8 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 			return reconcile.Result{}, err
 		}
 		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", node.Name)
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionTrue, v1alpha1.ReasonCordoned, v1alpha1.MessageCordoned)
 	}
-	if s.drain.Status.Phase == "" || s.drain.Status.Phase == v1alpha1.PhasePending {
-		s.drain.Status.Phase = v1alpha1.PhaseCordoned
-	}
+	s.found.cordoned = true
 	return reconcile.Result{}, nil
 }
 

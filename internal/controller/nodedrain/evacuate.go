@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -119,20 +118,7 @@ func (r *Reconciler) evacuate(ctx context.Context, s *scope) (reconcile.Result, 
 		r.Evictions.Forget(uid)
 	}
 	completed, before := h.BeforeEviction()
-	switch {
-	case len(hooks) == 0:
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, v1alpha1.ReasonNoEvacuations, "no evacuation protects pods on this node")
-	case before > completed:
-		nd.Status.Phase = v1alpha1.PhaseEvacuating
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonEvacuating,
-			fmt.Sprintf("%d of %d evacuation(s) before eviction Completed; the pods they protect wait", completed, before))
-	case len(s.evac.pending) > 0:
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonWaitingAfterEvict,
-			"waiting for the evacuations after eviction: "+strings.Join(s.evac.pending, "; "))
-	default:
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionTrue, v1alpha1.ReasonEvacuated,
-			fmt.Sprintf("%d evacuation(s) Completed", len(hooks)))
-	}
+	s.found.evacuations = &evacuationCounts{reported: len(hooks), before: before, completed: completed, pending: s.evac.pending}
 	return reconcile.Result{}, nil
 }
 

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -73,9 +72,8 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 	}
 	if len(waiting) > 0 {
 		s.drain.Status.Hooks, s.drain.Status.HooksOmitted = boundHooks(hooks)
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonCancelling,
-			fmt.Sprintf("waiting for the providers to undo their evacuations before restoring the node (at most %s, timeouts.cancel): %s",
-				u.limit, strings.Join(waiting, ", ")))
+		s.found.cancelling = fmt.Sprintf("waiting for the providers to undo their evacuations before restoring the node (at most %s, timeouts.cancel): %s",
+			u.limit, strings.Join(waiting, ", "))
 		return false, nil
 	}
 	return true, nil

@@ -36,13 +36,9 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 // evict plans the node's pods, queues the evictions, and reports progress
 // and blockers. It waits until no pod that must leave is left.
 func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
-	nd := s.drain
 	plan, err := r.plan(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
-	}
-	if reason, why, over := overdue(s); over && !plan.Completed() {
-		return r.timeout(ctx, s, plan, reason, why)
 	}
 	if res, err := r.keepDaemonSetsOff(ctx, s); err != nil || !res.IsZero() {
 		return res, err
@@ -59,10 +55,7 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 		return reconcile.Result{RequeueAfter: min(time.Second, max(s.recheck, 100*time.Millisecond))}, nil
 	}
 	if !plan.Completed() {
-		nd.Status.Phase = v1alpha1.PhaseEvicting
-		if s.evac.holds.Any() {
-			nd.Status.Phase = v1alpha1.PhaseEvacuating
-		}
+		s.found.podsLeft, s.found.podsHeld = true, s.evac.holds.Any()
 		after := min(r.waitFor(s), s.evac.recheck)
 		if s.recheck > 0 {
 			after = min(after, s.recheck)
@@ -174,21 +167,11 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 	}
 	r.blocked.set(s.drain.Name, reasons...)
 
-	if plan.Completed() {
-		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionTrue, v1alpha1.ReasonAllEvicted, plan.ConditionMessage())
-	} else {
-		s.setCondition(v1alpha1.ConditionPodsEvicted, metav1.ConditionFalse, v1alpha1.ReasonEvicting, plan.ConditionMessage())
+	found := &podCounts{completed: plan.Completed(), summary: plan.ConditionMessage(), blocked: st.Blocked, blockers: blockers}
+	if d := st.Deadline; d != nil && !s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
+		found.pastDeadline = d
 	}
-	if len(blockers) > 0 {
-		msg := blockedMessage(st.Blocked, blockers)
-		if d := st.Deadline; d != nil && !s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
-			msg = fmt.Sprintf("past the deadline of requester %s (%s): draining on as fast as the pods allow (onTimeout Fail never stops a drain at a deadline); %s",
-				d.Requester, d.Time.UTC().Format(time.RFC3339), msg)
-		}
-		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, v1alpha1.ReasonBlocked, msg)
-	} else {
-		s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionFalse, v1alpha1.ReasonNotBlocked, "nothing blocks the drain")
-	}
+	s.found.evicting = found
 }
 
 func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {

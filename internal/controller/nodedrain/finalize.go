@@ -2,7 +2,6 @@ package nodedrain
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,20 +16,15 @@ import (
 // eviction are Completed.
 func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, error) {
 	nd := s.drain
-	if reason, why, over := overdue(s); over && len(s.evac.pending) > 0 {
-		return r.timeout(ctx, s, *s.plan, reason, why)
-	}
 	if len(s.evac.pending) > 0 { // the Evacuated condition says which
-		nd.Status.Phase = v1alpha1.PhaseEvacuating
+		s.found.afterEviction = true
 		return reconcile.Result{RequeueAfter: s.evac.recheck}, nil
 	}
-	nd.Status.Phase = v1alpha1.PhaseDrained
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
 	r.forgetNode(nd.Spec.NodeName)
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	took := s.now.Sub(nd.Status.StartTime.Time)
-	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionTrue, v1alpha1.ReasonDrained,
-		fmt.Sprintf("%d pod(s) left the node in %s", nd.Status.Evicted, took.Round(time.Second)))
+	s.found.drained = &drainedCounts{evicted: nd.Status.Evicted, took: took}
 	node, evicted, log, policyName := s.node, nd.Status.Evicted, s.log, nd.Status.Policy
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",

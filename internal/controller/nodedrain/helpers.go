@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
-	"github.com/vacate-dev/vacate/internal/controller/condition"
 )
 
 // klogRef references a cluster-scoped object, or namespace/name, in logs.
@@ -28,15 +26,6 @@ const maxHolder = 512
 
 // truncate shortens s to at most n runes, marking the cut with "…".
 func truncate(s string, n int) string { return v1alpha1.Truncate(s, n) }
-
-// setCondition sets a condition of the drain, its message capped at
-// v1alpha1.MaxMessage runes.
-func (s *scope) setCondition(t string, status metav1.ConditionStatus, reason, msg string) {
-	condition.Set(&s.drain.Status.Conditions, metav1.Condition{
-		Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.drain.Generation,
-		LastTransitionTime: metav1.NewTime(s.now),
-	})
-}
 
 // listSome names at most n items, then how many more.
 func listSome(items []string, n int) string {

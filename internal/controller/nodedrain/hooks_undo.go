@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/hook"
@@ -65,8 +64,7 @@ func (r *Reconciler) cancelHooks(ctx context.Context, s *scope, u undoing) (bool
 	}
 	if len(hooks) > 0 {
 		st.Hooks, st.HooksOmitted = boundHooks(hooks)
-		s.setCondition(v1alpha1.ConditionEvacuated, metav1.ConditionFalse, v1alpha1.ReasonCancelling,
-			fmt.Sprintf("waiting for %d HTTP hook(s) to acknowledge the cancel before restoring the node (at most %s, timeouts.cancel)", len(hooks), u.limit))
+		s.found.cancelling = fmt.Sprintf("waiting for %d HTTP hook(s) to acknowledge the cancel before restoring the node (at most %s, timeouts.cancel)", len(hooks), u.limit)
 		return false, nil
 	}
 	return true, nil

@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -25,9 +23,8 @@ func (r *Reconciler) loadNode(ctx context.Context, s *scope) (reconcile.Result, 
 	node := &corev1.Node{}
 	err := r.Client.Get(ctx, types.NamespacedName{Name: nd.Spec.NodeName}, node)
 	if apierrors.IsNotFound(err) {
-		reason, msg := nd.NodeHold(nil)
 		r.hold(s)
-		s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, reason, msg)
+		s.found.missing = true
 		return reconcile.Result{RequeueAfter: requeue.Resync}, nil
 	}
 	if err != nil {
@@ -92,9 +89,7 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 	st.NodeUID = string(node.UID)
 	st.Hooks, st.Total, st.Evicted, st.Remaining, st.Progress, st.CompletionTime = nil, 0, 0, 0, "", nil
 	st.HooksOmitted, st.HookCalls, st.RunID = 0, nil, "" // a new run on the new node
-	for _, t := range []string{v1alpha1.ConditionCordoned, v1alpha1.ConditionEvacuated, v1alpha1.ConditionPodsEvicted, v1alpha1.ConditionDrained} {
-		meta.RemoveStatusCondition(&st.Conditions, t)
-	}
+	s.found.replaced = true                              // its conditions are the old node's
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, node, corev1.EventTypeWarning, v1alpha1.EventNodeReplaced, "Drain", "%s", msg)
 	})

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
@@ -37,18 +36,11 @@ func noExecuteMessage(node string) string {
 // node goes with each change to True, once its status is written.
 func (r *Reconciler) warnNoExecute(s *scope, node *corev1.Node) {
 	nd := s.drain
-	was := meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint)
-	switch {
-	case hasNoExecuteTrigger(node):
+	s.found.node, s.found.noExecute = node, true
+	if hasNoExecuteTrigger(node) && !meta.IsStatusConditionTrue(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint) {
 		msg := noExecuteMessage(node.Name)
-		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionTrue, v1alpha1.ReasonNoExecuteTaint, msg)
-		if !was {
-			s.afterWrite(func() {
-				r.Events.Eventf(node, nd, corev1.EventTypeWarning, v1alpha1.EventNoExecuteTaint, "Drain", "%s", msg)
-			})
-		}
-	case meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint) != nil:
-		s.setCondition(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionFalse, v1alpha1.ReasonNoExecuteTaintGone,
-			fmt.Sprintf("node %s no longer has the taint %s with effect NoExecute", node.Name, v1alpha1.TaintDrain))
+		s.afterWrite(func() {
+			r.Events.Eventf(node, nd, corev1.EventTypeWarning, v1alpha1.EventNoExecuteTaint, "Drain", "%s", msg)
+		})
 	}
 }

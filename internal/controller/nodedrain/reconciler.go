@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -147,6 +146,8 @@ type scope struct {
 	// stop ends the pass after the current stage, with nothing to requeue:
 	// the drain reached an end (Failed) and waits for a change.
 	stop bool
+	// found is what the pass found, for the status it writes (status.go).
+	found facts
 	// onWritten are the side effects of a transition (events, metrics): they
 	// happen only once the status recording it was written. A pass working
 	// from a stale cache loses the optimistic lock and has no side effects.
@@ -170,6 +171,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		if p := recover(); p != nil {
 			panic(p) // a pass that broke off halfway records nothing
 		}
+		s.setStatus()
 		now := time.Now()
 		progress := !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status)
 		if progress {
@@ -213,7 +215,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = nd.Mode(), nil
 	recordRun(nd)
-	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.evict, r.finalize} {
+	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.timeouts, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
 			return res, err
@@ -315,15 +317,13 @@ func (r *Reconciler) runAgain(s *scope, reason, why string) {
 	st := &nd.Status
 	was := st.Phase
 	s.log.Info("running the drain again", "was", was, "reason", reason, "detail", why)
-	st.Phase, st.QueuePosition = v1alpha1.PhasePending, 0
+	st.QueuePosition = 0
 	st.StartTime, st.CompletionTime = nil, nil
 	st.RequestTime = &metav1.Time{Time: s.now}
 	st.RunID = ""
 	st.Run = &v1alpha1.DrainRun{Reason: reason, Message: condition.Cap(why)}
-	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdmitted)
-	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionBlocked)
 	msg := fmt.Sprintf("running again after it was %s: %s", was, why)
-	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
+	s.found.again = &ending{reason, msg}
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, nil, corev1.EventTypeNormal, v1alpha1.EventRunningAgain, "Drain", "%s", condition.Cap(msg))
 	})

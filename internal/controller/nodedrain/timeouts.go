@@ -19,6 +19,24 @@ import (
 	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
+// timeouts ends a drain that ran out of time while pods must still leave
+// or evacuations after eviction are not Completed (timeout); a drain with
+// time left goes on to evict.
+func (r *Reconciler) timeouts(ctx context.Context, s *scope) (reconcile.Result, error) {
+	reason, why, over := overdue(s)
+	if !over {
+		return reconcile.Result{}, nil
+	}
+	plan, err := r.plan(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if plan.Completed() && len(s.evac.pending) == 0 {
+		return reconcile.Result{}, nil // everything left: finalize
+	}
+	return r.timeout(ctx, s, plan, reason, why)
+}
+
 // overdue says whether the drain ran out of time: past timeouts.drain, with
 // an evacuation past timeouts.evacuation, or, under onTimeout ForceDelete,
 // past a requester's deadline (the machine goes away then: what is left is
@@ -79,8 +97,7 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, rea
 			return reconcile.Result{}, err
 		}
 		if deleted+leaving > 0 {
-			s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason,
-				fmt.Sprintf("%s; remaining pods deleted (policy onTimeout: ForceDelete)", why))
+			s.found.overdue = &ending{reason, fmt.Sprintf("%s; remaining pods deleted (policy onTimeout: ForceDelete)", why)}
 			return reconcile.Result{RequeueAfter: time.Second}, nil
 		}
 		spared := sparedPods(s, plan)
@@ -106,11 +123,9 @@ func (r *Reconciler) fail(s *scope, reason, msg string) {
 	nd := s.drain
 	r.forgetNode(nd.Spec.NodeName)
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
-	nd.Status.Phase = v1alpha1.PhaseFailed
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
 	msg = condition.Cap(msg)
-	s.setCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, reason, msg)
-	s.setCondition(v1alpha1.ConditionDrained, metav1.ConditionFalse, reason, msg)
+	s.found.failed = &ending{reason, msg}
 	policyName := nd.Status.Policy
 	s.afterWrite(func() {
 		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -61,7 +60,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	}
 	wasActive := nd.Status.Phase != "" && nd.Status.Phase != v1alpha1.PhasePending
 	cancelled := wasActive && !nd.Ended() && nd.Status.Phase != v1alpha1.PhaseRestoring
-	nd.Status.Phase = v1alpha1.PhaseRestoring
+	s.found.undoing = true
 	if nd.Status.UndoStartTime == nil {
 		nd.Status.UndoStartTime = &metav1.Time{Time: s.now}
 	}
@@ -137,9 +136,18 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		}
 		return reconcile.Result{}, nil
 	}
-	// No requester is left but the object stays: it is idle until one returns.
-	nd.Status.Phase = v1alpha1.PhasePending
-	// A requester that returns starts a new drain, counted from zero.
+	idle(s)
+	if err := r.patchFinalizer(ctx, nd, controllerutil.RemoveFinalizer); err != nil {
+		return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// idle records a drain undone whose object stays: no requester is left, and
+// it is Pending until one returns. A requester that returns starts a new
+// drain, counted from zero.
+func idle(s *scope) {
+	nd := s.drain
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted, nd.Status.Hooks = nil, 0, 0, nil
 	nd.Status.HooksOmitted, nd.Status.HookCalls, nd.Status.RunID = 0, nil, "" // the next request is a new run
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
@@ -149,13 +157,5 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	if left := s.surge.leftMessage(); left != "" {
 		restored += "; " + left
 	}
-	s.setCondition(v1alpha1.ConditionCordoned, metav1.ConditionFalse, v1alpha1.ReasonRestored, restored)
-	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionAdmitted)
-	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionBlocked)
-	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionDrained)
-	meta.RemoveStatusCondition(&nd.Status.Conditions, v1alpha1.ConditionNoExecuteTaint)
-	if err := r.patchFinalizer(ctx, nd, controllerutil.RemoveFinalizer); err != nil {
-		return reconcile.Result{}, fmt.Errorf("releasing finalizer of NodeDrain %s: %w", nd.Name, err)
-	}
-	return reconcile.Result{}, nil
+	s.found.restored = restored
 }
