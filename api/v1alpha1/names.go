@@ -1,5 +1,12 @@
 package v1alpha1
 
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
 // Names fixed by the design and shared by the controller, the CLI and
 // explain: annotations, finalizers, the drain taint, requester names,
 // condition and blocker reasons, and event reasons. A person or a script
@@ -53,6 +60,16 @@ const (
 // annotation never passes for this drain's.
 func CordonedByValue(nd *NodeDrain) string {
 	return nd.Name + "/" + string(nd.UID)
+}
+
+// CordonedBy reads the node's AnnotationCordonedBy in the format
+// CordonedByValue writes, "<drain name>/<drain uid>": the drain it names and
+// that drain's UID. ok is false when the value is not in that format:
+// absent, empty, or without a "/" (written before vacate recorded UIDs, or
+// by hand); drain is then the whole value, if any.
+func CordonedBy(node *corev1.Node) (drain string, uid types.UID, ok bool) {
+	name, id, ok := strings.Cut(node.Annotations[AnnotationCordonedBy], "/")
+	return name, types.UID(id), ok
 }
 
 // Requester names of vacate's own triggers, and the prefixes of the others'.

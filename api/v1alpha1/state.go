@@ -3,7 +3,6 @@ package v1alpha1
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,16 +76,16 @@ func (nd *NodeDrain) Evicting() (ok bool, why string) {
 // other node UID (a node recreated under the same name is not the one it
 // cordoned). Only a drain's own cordon is ever given back.
 func (nd *NodeDrain) NotItsCordon(node *corev1.Node) string {
-	value, ok := node.Annotations[AnnotationCordonedBy]
-	name, uid, hasUID := strings.Cut(value, "/")
+	_, marked := node.Annotations[AnnotationCordonedBy]
+	name, uid, hasUID := CordonedBy(node)
 	switch {
-	case !ok:
+	case !marked:
 		return "carries no " + AnnotationCordonedBy
 	case !hasUID:
 		return "names no drain UID (written before vacate recorded one, or by hand)"
 	case name != nd.Name:
 		return fmt.Sprintf("names drain %s, not %s", name, nd.Name)
-	case value != CordonedByValue(nd):
+	case uid != nd.UID:
 		return fmt.Sprintf("names drain %s with UID %s, but that drain's UID is %s", name, uid, nd.UID)
 	case nd.Spec.NodeName != node.Name:
 		return fmt.Sprintf("names the drain of node %s", nd.Spec.NodeName)

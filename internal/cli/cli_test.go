@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/config/rbac"
@@ -169,10 +170,7 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 	if left := mustLeave(t, c, target); left != 0 {
 		t.Errorf("%d pods that must leave are still on %s", left, target)
 	}
-	nd := &v1alpha1.NodeDrain{}
-	if err := cl.Get(context.Background(), types.NamespacedName{Name: target}, nd); err != nil {
-		t.Fatal(err)
-	}
+	nd := getDrain(t, cl, target)
 	if len(nd.Spec.Requesters) != 1 || nd.Spec.Requesters[0] != (v1alpha1.Requester{Name: admin, Reason: "CHG-1"}) {
 		t.Errorf("requesters = %+v, want only %s with reason CHG-1", nd.Spec.Requesters, admin)
 	}
@@ -180,21 +178,11 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 		t.Errorf("field manager vacate-%s does not own its requester entry: %+v", admin, nd.ManagedFields)
 	}
 
-	out = alice.must(ExitOK, "status")
-	if !regexp.MustCompile(fmt.Sprintf(`(?m)^%s\s+Drained\s+%d/%d\s+0\s+%s\s+\d+s$`, target, leave, leave, admin)).MatchString(out) {
-		t.Errorf("status lacks the drained row")
-	}
-	out = alice.must(ExitOK, "status", target, "-o", "json")
-	var got v1alpha1.NodeDrain
-	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Kind != "NodeDrain" || got.Status.Phase != v1alpha1.PhaseDrained {
-		t.Errorf("status -o json: %v, kind %q phase %q", err, got.Kind, got.Status.Phase)
-	}
+	checkStatusShowsDrained(t, alice, target, leave)
 
 	// Following the drain again keeps what the first request set.
 	alice.must(ExitOK, "drain", target, "--wait")
-	if err := cl.Get(context.Background(), types.NamespacedName{Name: target}, nd); err != nil {
-		t.Fatal(err)
-	}
+	nd = getDrain(t, cl, target)
 	if nd.Spec.Mode != v1alpha1.ModeDecommission || nd.Spec.PolicyName != "gentle" || nd.Spec.Requesters[0].Reason != "CHG-1" {
 		t.Errorf("after a second drain: mode %s, policy %q, reason %q; want Decommission, gentle, CHG-1", nd.Spec.Mode, nd.Spec.PolicyName, nd.Spec.Requesters[0].Reason)
 	}
@@ -216,10 +204,7 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 		t.Fatal("the node was uncordoned while bob still requests the drain")
 	}
 	// alice's withdrawal leaves the drain's settings to bob.
-	if err := cl.Get(context.Background(), types.NamespacedName{Name: target}, nd); err != nil {
-		t.Fatal(err)
-	}
-	if nd.Spec.Mode != v1alpha1.ModeDecommission || nd.Spec.PolicyName != "gentle" {
+	if nd = getDrain(t, cl, target); nd.Spec.Mode != v1alpha1.ModeDecommission || nd.Spec.PolicyName != "gentle" {
 		t.Errorf("after alice's cancel: mode %s, policy %q; want them kept for bob", nd.Spec.Mode, nd.Spec.PolicyName)
 	}
 	out = bob.must(ExitOK, "cancel", target)
@@ -248,6 +233,32 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 	out = bob.must(ExitOK, "cancel", nodes[1])
 	if !strings.Contains(out, "no requester is left; deleting it") || !strings.Contains(out, "node/"+nodes[1]+": restored") {
 		t.Errorf("cancel of a drain without requesters did not remove it")
+	}
+}
+
+// getDrain reads the node's NodeDrain.
+func getDrain(t *testing.T, cl client.Client, node string) *v1alpha1.NodeDrain {
+	t.Helper()
+	nd := &v1alpha1.NodeDrain{}
+	if err := cl.Get(context.Background(), types.NamespacedName{Name: node}, nd); err != nil {
+		t.Fatal(err)
+	}
+	return nd
+}
+
+// checkStatusShowsDrained checks that status lists the node Drained, all
+// leave pods evicted, for the admin, and that status -o json prints its
+// NodeDrain, Drained.
+func checkStatusShowsDrained(t *testing.T, u user, node string, leave int) {
+	t.Helper()
+	out := u.must(ExitOK, "status")
+	if !regexp.MustCompile(fmt.Sprintf(`(?m)^%s\s+Drained\s+%d/%d\s+0\s+%s\s+\d+s$`, node, leave, leave, admin)).MatchString(out) {
+		t.Errorf("status lacks the drained row")
+	}
+	out = u.must(ExitOK, "status", node, "-o", "json")
+	var got v1alpha1.NodeDrain
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Kind != "NodeDrain" || got.Status.Phase != v1alpha1.PhaseDrained {
+		t.Errorf("status -o json: %v, kind %q phase %q", err, got.Kind, got.Status.Phase)
 	}
 }
 

@@ -179,8 +179,8 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 	if o.dryRun.client() {
 		// What the drain would do with these flags: the plan, as this
 		// requester would join it. Nothing is written.
-		p := &planOptions{flags: o.flags, streams: o.streams, clock: o.clock, policy: o.policy, mode: o.mode,
-			as: &v1alpha1.Requester{Name: requester, Overrides: o.overrides()}}
+		p := &planOptions{flags: o.flags, streams: o.streams, clock: o.clock, policy: o.policy, planChoices: planChoices{mode: o.mode,
+			as: &v1alpha1.Requester{Name: requester, Overrides: o.overrides()}}}
 		return p.run(ctx, nodes)
 	}
 	checkControllers(ctx, s, o.streams, o.clock.Now())

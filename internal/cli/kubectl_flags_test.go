@@ -38,44 +38,8 @@ func TestKubectlDrainFlags(t *testing.T) {
 	cl := testenv.Controller(t, c)
 	ctx := testenv.Context(t)
 	alice := user{t: t, kubeconfig: c.Kubeconfig}
-	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-kubectl", Count: 2, Labels: map[string]string{"pool": "cli-kubectl"}})
-	ns := testenv.Namespace(t, c)
-	if err := devcluster.WaitForServiceAccount(ctx, c.Client, ns, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	// Both pods on nodes[0] (nodes[1] is cordoned meanwhile), the cache
-	// with emptyDir data.
-	cordon(t, c, nodes[1], true)
-	cache := devcluster.Deployment(ns, "cache", 1)
-	cache.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "cli-kubectl"}
-	cache.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	web := devcluster.Deployment(ns, "web", 1)
-	web.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "cli-kubectl"}
-	for _, d := range []client.Object{cache, web} {
-		if err := cl.Create(ctx, d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.Everything(), 2, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	cordon(t, c, nodes[1], false)
-	node := nodes[0]
-
-	// Refused before anything is asked.
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"drain", node, "--disable-eviction"}, "--disable-eviction is refused: vacate moves pods only through the Eviction API"},
-		{[]string{"drain", node, "--grace-period", "0"}, "--grace-period 0: must be 1 or more"},
-		{[]string{"drain", node, "--pod-selector", "app in ("}, `--pod-selector "app in ("`},
-		{[]string{"drain", node, "--dry-run=later"}, `invalid argument "later" for "--dry-run" flag: must be none, client, server`},
-		{[]string{"drain", node, "--timeout", "1m", "--wait-timeout", "1m"}, "choose one"},
-	} {
-		code, _, errOut := alice.vacate(tc.args...)
-		oneError(t, code, errOut, ExitUsage, tc.want)
-	}
+	ns, node := cacheAndWeb(t, c, cl)
+	checkRefusedFlags(t, alice, node)
 
 	// --dry-run=client: the plan with the flags, nothing written.
 	cacheLine := regexp.MustCompile(`(?m)^\s+` + ns + `/cache-\S+\s+(Block|Evict)\b.*LocalStorage`)
@@ -141,15 +105,72 @@ func TestKubectlDrainFlags(t *testing.T) {
 	}
 	alice.must(ExitOK, "cancel", node)
 
-	// --timeout gives up: a PDB that allows nothing holds the drain, the
-	// request is withdrawn, and the node comes back.
+	checkTimeoutGivesUp(t, c, cl, alice, ns, node)
+}
+
+// cacheAndWeb runs, on the first of two new nodes of pool cli-kubectl, a
+// Deployment's pod with emptyDir data (app=cache) and one without
+// (app=web), in a new namespace; it returns the namespace and the node.
+func cacheAndWeb(t *testing.T, c *devcluster.Cluster, cl client.Client) (string, string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-kubectl", Count: 2, Labels: map[string]string{"pool": "cli-kubectl"}})
+	ns := testenv.Namespace(t, c)
+	if err := devcluster.WaitForServiceAccount(ctx, c.Client, ns, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Both pods on nodes[0] (nodes[1] is cordoned meanwhile), the cache
+	// with emptyDir data.
+	cordon(t, c, nodes[1], true)
+	cache := devcluster.Deployment(ns, "cache", 1)
+	cache.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "cli-kubectl"}
+	cache.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	web := devcluster.Deployment(ns, "web", 1)
+	web.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "cli-kubectl"}
+	for _, d := range []client.Object{cache, web} {
+		if err := cl.Create(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := devcluster.WaitForPodsReady(ctx, c.Client, ns, labels.Everything(), 2, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cordon(t, c, nodes[1], false)
+	return ns, nodes[0]
+}
+
+// checkRefusedFlags: kubectl drain's flags vacate refuses, and bad values,
+// are refused in one line before anything is asked.
+func checkRefusedFlags(t *testing.T, u user, node string) {
+	t.Helper()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"drain", node, "--disable-eviction"}, "--disable-eviction is refused: vacate moves pods only through the Eviction API"},
+		{[]string{"drain", node, "--grace-period", "0"}, "--grace-period 0: must be 1 or more"},
+		{[]string{"drain", node, "--pod-selector", "app in ("}, `--pod-selector "app in ("`},
+		{[]string{"drain", node, "--dry-run=later"}, `invalid argument "later" for "--dry-run" flag: must be none, client, server`},
+		{[]string{"drain", node, "--timeout", "1m", "--wait-timeout", "1m"}, "choose one"},
+	} {
+		code, _, errOut := u.vacate(tc.args...)
+		oneError(t, code, errOut, ExitUsage, tc.want)
+	}
+}
+
+// checkTimeoutGivesUp: --timeout gives up a drain that a PDB allowing
+// nothing holds (on app=web in ns): the request is withdrawn, and the
+// node comes back.
+func checkTimeoutGivesUp(t *testing.T, c *devcluster.Cluster, cl client.Client, u user, ns, node string) {
+	t.Helper()
+	ctx := testenv.Context(t)
 	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "web", "web", "", "0"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := devcluster.WaitForPDB(ctx, c.Client, ns, "web", 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errOut = alice.vacate("drain", node, "--timeout", "5s")
+	code, _, errOut := u.vacate("drain", node, "--timeout", "5s")
 	oneError(t, code, errOut, ExitTimeout, "gave up after 5s (--timeout, as kubectl drain): withdrew the request of cli:", "--wait-timeout")
 	testutil.Eventually(t, time.Minute, "the drain withdrawn and the node restored", func() error {
 		err := cl.Get(ctx, types.NamespacedName{Name: node}, &v1alpha1.NodeDrain{})

@@ -92,24 +92,7 @@ func newManifestsCommand(s Streams) *cobra.Command {
   kubectl create clusterrolebinding alice-vacate-use-fast --clusterrole vacate-use-fast --user alice`,
 		ValidArgs: manifestKinds,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return argsError{"name what to print: " + strings.Join(manifestKinds, ", ")}
-			}
-			for _, a := range args {
-				if !slices.Contains(manifestKinds, a) {
-					return argsError{fmt.Sprintf("unknown manifest %q: choose from %s", a, strings.Join(manifestKinds, ", "))}
-				}
-				if (a == "controller" || a == "install") && image == "" {
-					return argsError{fmt.Sprintf("%q needs --image, the vacate-controller image to run", a)}
-				}
-				if a == "agent" && agentImage == "" {
-					return argsError{`"agent" needs --agent-image, the vacate-agent image to run`}
-				}
-				if a == "agent-unit" && len(args) > 1 {
-					return argsError{`"agent-unit" is a systemd unit, not YAML: print it alone`}
-				}
-			}
-			return nil
+			return checkManifestArgs(args, image, agentImage)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[0] == "agent-unit" {
@@ -135,6 +118,29 @@ func newManifestsCommand(s Streams) *cobra.Command {
 	cmd.Flags().BoolVar(&binds.surge, "surge", false,
 		"install: also bind the ClusterRole vacate-controller-surge (pod create and patch), for DrainPolicies that surge (surge.pods Annotated or All)")
 	return cmd
+}
+
+// checkManifestArgs checks the kinds asked for, and that each has the
+// image it needs.
+func checkManifestArgs(args []string, image, agentImage string) error {
+	if len(args) == 0 {
+		return argsError{"name what to print: " + strings.Join(manifestKinds, ", ")}
+	}
+	for _, a := range args {
+		if !slices.Contains(manifestKinds, a) {
+			return argsError{fmt.Sprintf("unknown manifest %q: choose from %s", a, strings.Join(manifestKinds, ", "))}
+		}
+		if (a == "controller" || a == "install") && image == "" {
+			return argsError{fmt.Sprintf("%q needs --image, the vacate-controller image to run", a)}
+		}
+		if a == "agent" && agentImage == "" {
+			return argsError{`"agent" needs --agent-image, the vacate-agent image to run`}
+		}
+		if a == "agent-unit" && len(args) > 1 {
+			return argsError{`"agent-unit" is a systemd unit, not YAML: print it alone`}
+		}
+	}
+	return nil
 }
 
 // manifest returns the documents of one kind. install lists the namespace

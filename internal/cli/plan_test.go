@@ -145,10 +145,53 @@ func TestPlanCallsHooksAsTheControllerDoes(t *testing.T) {
 	c := testenv.Start(t)
 	cl := testenv.Controller(t, c) // with --allow-loopback-hooks: the dev cluster's pods live on 127.0.0.0/8
 	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-hooks", Count: 1, Labels: map[string]string{"pool": "cli-hooks"}})[0]
-	both, hooksOnly, annotationsOnly := testenv.Namespace(t, c), testenv.Namespace(t, c), testenv.Namespace(t, c)
-	labelNamespace(t, c, both, map[string]string{"test.vacate.dev/hooks": "yes", "test.vacate.dev/annotations": "yes"})
-	labelNamespace(t, c, hooksOnly, map[string]string{"test.vacate.dev/hooks": "yes"})
-	labelNamespace(t, c, annotationsOnly, map[string]string{"test.vacate.dev/annotations": "yes"})
+	h := newHookScene(t, c, cl, node)
+	// plan reads namespaces' labels here: vacate-user is enough.
+	alice := newUser(t, c, "hooks-planner")
+	bindUserRole(t, c, "hooks-planner")
+
+	// As text, without --allow-loopback-hooks: the hook is refused (the
+	// pod's address is loopback), the others say why they are not called.
+	h.checkText(t, alice.must(ExitOK, "plan", node))
+
+	// As JSON, planned for a controller run with --allow-loopback-hooks.
+	hooks := h.checkJSON(t, planOf(t, alice, node, "--allow-loopback-hooks"))
+
+	// Under a policy without httpHooks, no hook is called.
+	off := planOf(t, alice, node, "--allow-loopback-hooks", "--policy", "cli-hooks-off")
+	for _, hp := range off.HTTPHooks {
+		if hp.Called || !strings.Contains(hp.Why, "httpHooks.enabled is false in DrainPolicy cli-hooks-off") {
+			t.Errorf("under httpHooks disabled, hook of %s: called=%t why=%q", hp.Pod, hp.Called, hp.Why)
+		}
+	}
+	if len(off.HTTPHooks) != 3 || off.Estimate.HeldPods != 0 {
+		t.Errorf("under httpHooks disabled: %d hooks listed, %d held pods; want 3, 0", len(off.HTTPHooks), off.Estimate.HeldPods)
+	}
+
+	// The real drain calls exactly the hooks plan said, evicts the pod whose
+	// skip plan ignored and keeps the one whose skip it honoured.
+	alice.must(ExitOK, "drain", node)
+	t.Cleanup(func() { alice.vacate("cancel", node) })
+	h.checkDrainCallsPlannedHooks(t, c, cl, node, hooks)
+}
+
+// hookScene is what TestPlanCallsHooksAsTheControllerDoes runs: three
+// namespaces, selected by the DrainPolicy cli-hooks for both hooks and
+// annotations, for hooks only, for annotations only; the pods of five apps
+// on the node (called, not-selected, ignored: with the hook annotations;
+// kept, lying: annotated skip); and the DrainPolicy cli-hooks-off, with no
+// httpHooks.
+type hookScene struct {
+	both, hooksOnly, annotationsOnly string
+	called, kept, lying              corev1.Pod
+}
+
+func newHookScene(t *testing.T, c *devcluster.Cluster, cl client.Client, node string) hookScene {
+	t.Helper()
+	h := hookScene{both: testenv.Namespace(t, c), hooksOnly: testenv.Namespace(t, c), annotationsOnly: testenv.Namespace(t, c)}
+	labelNamespace(t, c, h.both, map[string]string{"test.vacate.dev/hooks": "yes", "test.vacate.dev/annotations": "yes"})
+	labelNamespace(t, c, h.hooksOnly, map[string]string{"test.vacate.dev/hooks": "yes"})
+	labelNamespace(t, c, h.annotationsOnly, map[string]string{"test.vacate.dev/annotations": "yes"})
 	createObject(t, cl, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cli-hooks"}, Spec: v1alpha1.DrainPolicySpec{
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cli-hooks"}},
 		Pods:         v1alpha1.PodPolicy{AnnotationNamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/annotations": "yes"}}},
@@ -159,28 +202,31 @@ func TestPlanCallsHooksAsTheControllerDoes(t *testing.T) {
 
 	hooked := map[string]string{"vacate.dev/evacuate-port": "18080", "vacate.dev/evacuate-path": "/move"}
 	skip := map[string]string{"vacate.dev/drain": "skip"}
-	called := appOn(t, c, both, "called", node, 1, hooked)[0]
-	appOn(t, c, annotationsOnly, "not-selected", node, 1, hooked)
-	appOn(t, c, hooksOnly, "ignored", node, 1, hooked)
-	kept := appOn(t, c, both, "kept", node, 1, skip)[0]
-	lying := appOn(t, c, hooksOnly, "lying", node, 1, skip)[0]
-	key := func(ns, name string) string { return ns + "/" + name }
-	calledKey := key(both, called.Name)
-	// plan reads namespaces' labels here: vacate-user is enough.
-	alice := newUser(t, c, "hooks-planner")
-	bindUserRole(t, c, "hooks-planner")
+	h.called = appOn(t, c, h.both, "called", node, 1, hooked)[0]
+	appOn(t, c, h.annotationsOnly, "not-selected", node, 1, hooked)
+	appOn(t, c, h.hooksOnly, "ignored", node, 1, hooked)
+	h.kept = appOn(t, c, h.both, "kept", node, 1, skip)[0]
+	h.lying = appOn(t, c, h.hooksOnly, "lying", node, 1, skip)[0]
+	return h
+}
 
-	// As text, without --allow-loopback-hooks: the hook is refused (the
-	// pod's address is loopback), the others say why they are not called.
-	text := alice.must(ExitOK, "plan", node)
+func (h hookScene) calledKey() string { return h.both + "/" + h.called.Name }
+func (h hookScene) lyingKey() string  { return h.hooksOnly + "/" + h.lying.Name }
+
+// checkText checks plan's text, planned without --allow-loopback-hooks:
+// the called pod's hook is refused for its loopback address, the others
+// say why they are not called, the skip outside
+// pods.annotationNamespaceSelector is evicted and the honoured one skipped.
+func (h hookScene) checkText(t *testing.T, text string) {
+	t.Helper()
 	if strings.Contains(text, "not run by this version") {
 		t.Errorf("plan says hooks are not run by this version of vacate")
 	}
 	for _, want := range []string{
-		"HTTP hook of " + calledKey + ": vacate does not call the HTTP hook of pod " + calledKey + " at " + called.Status.PodIP,
+		"HTTP hook of " + h.calledKey() + ": vacate does not call the HTTP hook of pod " + h.calledKey() + " at " + h.called.Status.PodIP,
 		"--allow-loopback-hooks",
-		"namespace " + annotationsOnly + " is not selected by the httpHooks.namespaceSelector of DrainPolicy cli-hooks",
-		"namespace " + hooksOnly + " is not selected by the pods.annotationNamespaceSelector of DrainPolicy cli-hooks",
+		"namespace " + h.annotationsOnly + " is not selected by the httpHooks.namespaceSelector of DrainPolicy cli-hooks",
+		"namespace " + h.hooksOnly + " is not selected by the pods.annotationNamespaceSelector of DrainPolicy cli-hooks",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan output lacks %q", want)
@@ -192,25 +238,32 @@ func TestPlanCallsHooksAsTheControllerDoes(t *testing.T) {
 			pods[f[0]] = f[1]
 		}
 	}
-	if got := pods[key(hooksOnly, lying.Name)]; got != "Evict" {
-		t.Errorf("plan says %s for %s, annotated skip in a namespace outside pods.annotationNamespaceSelector; the controller evicts it", got, key(hooksOnly, lying.Name))
+	if got := pods[h.lyingKey()]; got != "Evict" {
+		t.Errorf("plan says %s for %s, annotated skip in a namespace outside pods.annotationNamespaceSelector; the controller evicts it", got, h.lyingKey())
 	}
-	if got := pods[key(both, kept.Name)]; got != "Skip" {
-		t.Errorf("plan says %s for %s, annotated skip where the policy honours it; want Skip", got, key(both, kept.Name))
+	if got := pods[h.both+"/"+h.kept.Name]; got != "Skip" {
+		t.Errorf("plan says %s for %s, annotated skip where the policy honours it; want Skip", got, h.both+"/"+h.kept.Name)
 	}
+}
 
-	// As JSON, planned for a controller run with --allow-loopback-hooks.
-	p := planOf(t, alice, node, "--allow-loopback-hooks")
+// checkJSON checks plan -o json, planned with --allow-loopback-hooks: only
+// the called pod's hook is called, at its address, and holds it; the
+// others say why not; the ignored skip is evicted, its annotation listed as
+// ignored; the estimate counts the one evacuation and held pod. It returns
+// whether plan calls each hook, by pod.
+func (h hookScene) checkJSON(t *testing.T, p planJSON) map[string]bool {
+	t.Helper()
+	calledKey := h.calledKey()
 	hooks := map[string]bool{}
-	for _, h := range p.HTTPHooks {
-		hooks[h.Pod] = h.Called
+	for _, hp := range p.HTTPHooks {
+		hooks[hp.Pod] = hp.Called
 		switch {
-		case h.Pod == calledKey:
-			if want := fmt.Sprintf("http://%s:18080/move", called.Status.PodIP); !h.Called || h.URL != want || !h.Holds {
-				t.Errorf("hook of %s: called=%t url=%q holds=%t; want called at %s, holding the pod", h.Pod, h.Called, h.URL, h.Holds, want)
+		case hp.Pod == calledKey:
+			if want := fmt.Sprintf("http://%s:18080/move", h.called.Status.PodIP); !hp.Called || hp.URL != want || !hp.Holds {
+				t.Errorf("hook of %s: called=%t url=%q holds=%t; want called at %s, holding the pod", hp.Pod, hp.Called, hp.URL, hp.Holds, want)
 			}
-		case h.Called || h.Holds || h.Why == "":
-			t.Errorf("hook of %s: called=%t holds=%t why=%q; want not called, not holding, and why", h.Pod, h.Called, h.Holds, h.Why)
+		case hp.Called || hp.Holds || hp.Why == "":
+			t.Errorf("hook of %s: called=%t holds=%t why=%q; want not called, not holding, and why", hp.Pod, hp.Called, hp.Holds, hp.Why)
 		}
 	}
 	if len(hooks) != 3 || !hooks[calledKey] {
@@ -222,7 +275,7 @@ func TestPlanCallsHooksAsTheControllerDoes(t *testing.T) {
 			if !slices.Contains(pp.HeldBy, "HTTP hook of pod "+calledKey) {
 				t.Errorf("pod %s held by %v; want its HTTP hook", pp.Pod, pp.HeldBy)
 			}
-		case key(hooksOnly, lying.Name):
+		case h.lyingKey():
 			if pp.Action != "Evict" || !slices.Contains(pp.IgnoredAnnotations, "vacate.dev/drain=skip") {
 				t.Errorf("pod %s: %s, ignored annotations %v; want Evict, vacate.dev/drain=skip ignored", pp.Pod, pp.Action, pp.IgnoredAnnotations)
 			}
@@ -232,29 +285,21 @@ func TestPlanCallsHooksAsTheControllerDoes(t *testing.T) {
 		t.Errorf("estimate: %d evacuation(s) before eviction, %d held pod(s), held %v; want 1, 1, [%s]",
 			p.Estimate.EvacuationsBefore, p.Estimate.HeldPods, p.Held, calledKey)
 	}
+	return hooks
+}
 
-	// Under a policy without httpHooks, no hook is called.
-	off := planOf(t, alice, node, "--allow-loopback-hooks", "--policy", "cli-hooks-off")
-	for _, h := range off.HTTPHooks {
-		if h.Called || !strings.Contains(h.Why, "httpHooks.enabled is false in DrainPolicy cli-hooks-off") {
-			t.Errorf("under httpHooks disabled, hook of %s: called=%t why=%q", h.Pod, h.Called, h.Why)
-		}
-	}
-	if len(off.HTTPHooks) != 3 || off.Estimate.HeldPods != 0 {
-		t.Errorf("under httpHooks disabled: %d hooks listed, %d held pods; want 3, 0", len(off.HTTPHooks), off.Estimate.HeldPods)
-	}
-
-	// The real drain calls exactly the hooks plan said, evicts the pod whose
-	// skip plan ignored and keeps the one whose skip it honoured.
-	alice.must(ExitOK, "drain", node)
-	t.Cleanup(func() { alice.vacate("cancel", node) })
+// checkDrainCallsPlannedHooks: the node's drain, requested, calls exactly
+// the hooks plan said it calls (hooks), evicts the pod whose skip plan
+// ignored and keeps the one whose skip it honoured.
+func (h hookScene) checkDrainCallsPlannedHooks(t *testing.T, c *devcluster.Cluster, cl client.Client, node string, hooks map[string]bool) {
+	t.Helper()
 	nd := testenv.WaitForDrain(t, cl, node, "calling its hooks, the ignored skip evicted", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		_, err := c.Client.CoreV1().Pods(hooksOnly).Get(context.Background(), lying.Name, metav1.GetOptions{})
+		_, err := c.Client.CoreV1().Pods(h.hooksOnly).Get(context.Background(), h.lying.Name, metav1.GetOptions{})
 		return len(nd.Status.Hooks) > 0 && err != nil
 	}, testenv.DescribeDrain)
 	var drainCalled, planCalled []string
-	for _, h := range nd.Status.Hooks {
-		if name, ok := strings.CutPrefix(h.Name, "pod/"); ok {
+	for _, hs := range nd.Status.Hooks {
+		if name, ok := strings.CutPrefix(hs.Name, "pod/"); ok {
 			drainCalled = append(drainCalled, name)
 		}
 	}
@@ -268,7 +313,7 @@ func TestPlanCallsHooksAsTheControllerDoes(t *testing.T) {
 	if !slices.Equal(drainCalled, planCalled) {
 		t.Errorf("the drain calls the hooks of %v; plan said %v", drainCalled, planCalled)
 	}
-	if got, err := c.Client.CoreV1().Pods(both).Get(context.Background(), kept.Name, metav1.GetOptions{}); err != nil || got.UID != kept.UID || got.DeletionTimestamp != nil {
+	if got, err := c.Client.CoreV1().Pods(h.both).Get(context.Background(), h.kept.Name, metav1.GetOptions{}); err != nil || got.UID != h.kept.UID || got.DeletionTimestamp != nil {
 		t.Errorf("the pod annotated skip where the policy honours it did not stay: %v", err)
 	}
 }
@@ -285,6 +330,66 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 	c := testenv.Start(t)
 	cl := testenv.Controller(t, c)
 	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-evp", Count: 1, Labels: map[string]string{"pool": "cli-evp"}})[0]
+	dbKeys, webKey := newProvidersScene(t, c, cl, node)
+	// plan lists providers and Evacuations and reads namespaces' labels:
+	// vacate-user is enough.
+	alice := newUser(t, c, "evp-planner")
+	bindUserRole(t, c, "evp-planner")
+
+	text := alice.must(ExitOK, "plan", node)
+	for _, want := range []string{
+		"EvacuationProvider cli-evp-before",
+		"EvacuationProvider cli-evp-deleting: not asked: being deleted",
+		"only once their evacuation Completed",
+		"timeouts.evacuation (15m0s)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan output lacks %q", want)
+		}
+	}
+
+	p := planOf(t, alice, node)
+	checkProviders(t, p, node, map[string]providerWant{
+		"cli-evp-before":    {asked: true, pods: dbKeys, holds: true},
+		"cli-evp-maint":     {asked: true, pods: dbKeys, holds: true},
+		"cli-evp-after":     {asked: true, pods: []string{webKey}, why: "AfterEviction"},
+		"cli-evp-decom":     {why: "takes part only in Decommission"},
+		"cli-evp-elsewhere": {why: "protects none of the pods"},
+		"cli-evp-deleting":  {why: "being deleted"},
+	})
+	checkMaintenancePlanHolds(t, p, node, dbKeys)
+
+	decom := planOf(t, alice, node, "--mode", "Decommission")
+	checkProviders(t, decom, node, map[string]providerWant{
+		"cli-evp-before":    {asked: true, pods: dbKeys, holds: true},
+		"cli-evp-maint":     {why: "takes part only in Maintenance"},
+		"cli-evp-after":     {asked: true, pods: []string{webKey}, why: "AfterEviction"},
+		"cli-evp-decom":     {asked: true, why: "Decommission"},
+		"cli-evp-elsewhere": {asked: true, why: "Decommission"},
+		"cli-evp-deleting":  {why: "being deleted"},
+	})
+
+	// The real drain asks exactly the providers plan said, for those pods.
+	alice.must(ExitOK, "drain", node)
+	t.Cleanup(func() { alice.vacate("cancel", node) })
+	asked := checkDrainAsksAsPlanned(t, cl, node, p)
+
+	// Planned again, the node's Evacuations are listed, the ones before
+	// eviction hold their pods, and each pod the drain reports held is held
+	// in the plan by the same holder first (one model of holds).
+	checkPlanListsTheEvacuations(t, cl, alice, node, asked, dbKeys)
+}
+
+// newProvidersScene runs, on the node, a namespace's two pods of
+// cli-evp-db and one of cli-evp-web, under the DrainPolicy cli-evp
+// (timeouts.evacuation 15m), with the EvacuationProviders of the test: one
+// before eviction (for the db pods, heartbeat timeout 30s), one after (for
+// web), one for Decommission only (protecting nothing), one for
+// Maintenance only (db), one selecting another namespace, and one being
+// deleted (held by a finalizer of the test). It returns the db pods' and
+// the web pod's namespace/name.
+func newProvidersScene(t *testing.T, c *devcluster.Cluster, cl client.Client, node string) ([]string, string) {
+	t.Helper()
 	ns := testenv.Namespace(t, c)
 	labelNamespace(t, c, ns, map[string]string{"test.vacate.dev/evp": "yes"})
 	createObject(t, cl, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cli-evp"}, Spec: v1alpha1.DrainPolicySpec{
@@ -298,14 +403,10 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 		dbKeys = append(dbKeys, ns+"/"+p.Name)
 	}
 	sort.Strings(dbKeys)
-	webKey := ns + "/" + webs[0].Name
 
 	inTest := &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/evp": "yes"}}
-	selecting := func(app string) metav1.LabelSelector {
-		return metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: app}}
-	}
 	provider := func(name, app string, spec v1alpha1.EvacuationProviderSpec) *v1alpha1.EvacuationProvider {
-		spec.PodSelector = selecting(app)
+		spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: app}}
 		if spec.NamespaceSelector == nil {
 			spec.NamespaceSelector = inTest
 		}
@@ -319,7 +420,14 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 	provider("cli-evp-maint", "cli-evp-db", v1alpha1.EvacuationProviderSpec{Modes: []v1alpha1.DrainMode{v1alpha1.ModeMaintenance}})
 	provider("cli-evp-elsewhere", "cli-evp-db", v1alpha1.EvacuationProviderSpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.vacate.dev/evp": "elsewhere"}}})
-	deleting := provider("cli-evp-deleting", "cli-evp-db", v1alpha1.EvacuationProviderSpec{})
+	deleteHeld(t, cl, provider("cli-evp-deleting", "cli-evp-db", v1alpha1.EvacuationProviderSpec{}))
+	return dbKeys, ns + "/" + webs[0].Name
+}
+
+// deleteHeld deletes the provider, held by a finalizer of the test until
+// the test ends.
+func deleteHeld(t *testing.T, cl client.Client, deleting *v1alpha1.EvacuationProvider) {
+	t.Helper()
 	ctx := testenv.Context(t)
 	// The controller adds vacate.dev/evacuations to every new provider
 	// meanwhile: read again on a conflict.
@@ -345,61 +453,50 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 	if err := cl.Delete(ctx, deleting); err != nil {
 		t.Fatal(err)
 	}
-	// plan lists providers and Evacuations and reads namespaces' labels:
-	// vacate-user is enough.
-	alice := newUser(t, c, "evp-planner")
-	bindUserRole(t, c, "evp-planner")
+}
 
-	text := alice.must(ExitOK, "plan", node)
-	for _, want := range []string{
-		"EvacuationProvider cli-evp-before",
-		"EvacuationProvider cli-evp-deleting: not asked: being deleted",
-		"only once their evacuation Completed",
-		"timeouts.evacuation (15m0s)",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("plan output lacks %q", want)
-		}
-	}
+// providerWant is what a plan should say of one provider: whether it is
+// asked, the pods it protects, whether it holds them, and a part of why.
+type providerWant struct {
+	asked bool
+	pods  []string
+	holds bool
+	why   string
+}
 
-	type want struct {
-		asked bool
-		pods  []string
-		holds bool
-		why   string
-	}
-	check := func(p planJSON, wants map[string]want) {
-		t.Helper()
-		seen := map[string]bool{}
-		for _, pp := range p.Providers {
-			w, ok := wants[pp.Name]
-			if !ok {
-				continue // another test's
-			}
-			seen[pp.Name] = true
-			pods := slices.Clone(pp.Pods)
-			sort.Strings(pods)
-			if pp.Asked != w.asked || !slices.Equal(pods, w.pods) || pp.Holds != w.holds || !strings.Contains(pp.Why, w.why) {
-				t.Errorf("%s plan, provider %s: asked=%t pods=%v holds=%t why=%q; want asked=%t pods=%v holds=%t why containing %q",
-					p.Mode, pp.Name, pp.Asked, pods, pp.Holds, pp.Why, w.asked, w.pods, w.holds, w.why)
-			}
-			if pp.Asked && pp.Evacuation != v1alpha1.EvacuationName(node, pp.Name) {
-				t.Errorf("provider %s: Evacuation %q, want %q", pp.Name, pp.Evacuation, v1alpha1.EvacuationName(node, pp.Name))
-			}
+// checkProviders checks what the plan says of each provider of wants (it
+// lists them all; others are other tests'), and that each one asked names
+// the node's Evacuation of it.
+func checkProviders(t *testing.T, p planJSON, node string, wants map[string]providerWant) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, pp := range p.Providers {
+		w, ok := wants[pp.Name]
+		if !ok {
+			continue // another test's
 		}
-		if len(seen) != len(wants) {
-			t.Errorf("%s plan lists %d of the test's %d providers: %v", p.Mode, len(seen), len(wants), seen)
+		seen[pp.Name] = true
+		pods := slices.Clone(pp.Pods)
+		sort.Strings(pods)
+		if pp.Asked != w.asked || !slices.Equal(pods, w.pods) || pp.Holds != w.holds || !strings.Contains(pp.Why, w.why) {
+			t.Errorf("%s plan, provider %s: asked=%t pods=%v holds=%t why=%q; want asked=%t pods=%v holds=%t why containing %q",
+				p.Mode, pp.Name, pp.Asked, pods, pp.Holds, pp.Why, w.asked, w.pods, w.holds, w.why)
+		}
+		if pp.Asked && pp.Evacuation != v1alpha1.EvacuationName(node, pp.Name) {
+			t.Errorf("provider %s: Evacuation %q, want %q", pp.Name, pp.Evacuation, v1alpha1.EvacuationName(node, pp.Name))
 		}
 	}
-	p := planOf(t, alice, node)
-	check(p, map[string]want{
-		"cli-evp-before":    {asked: true, pods: dbKeys, holds: true},
-		"cli-evp-maint":     {asked: true, pods: dbKeys, holds: true},
-		"cli-evp-after":     {asked: true, pods: []string{webKey}, why: "AfterEviction"},
-		"cli-evp-decom":     {why: "takes part only in Decommission"},
-		"cli-evp-elsewhere": {why: "protects none of the pods"},
-		"cli-evp-deleting":  {why: "being deleted"},
-	})
+	if len(seen) != len(wants) {
+		t.Errorf("%s plan lists %d of the test's %d providers: %v", p.Mode, len(seen), len(wants), seen)
+	}
+}
+
+// checkMaintenancePlanHolds checks the Maintenance plan's holds: the
+// provider before eviction has its heartbeat timeout and stage, its
+// Evacuation holds exactly the db pods, and the estimate counts the held
+// pods, the evacuations before and after eviction, and timeouts.evacuation.
+func checkMaintenancePlanHolds(t *testing.T, p planJSON, node string, dbKeys []string) {
+	t.Helper()
 	for _, pp := range p.Providers {
 		if pp.Name == "cli-evp-before" && (pp.HeartbeatTimeoutSeconds != 30 || pp.Stage != string(v1alpha1.StageBeforeEviction)) {
 			t.Errorf("provider %s: heartbeat timeout %vs, stage %s; want 30s, BeforeEviction", pp.Name, pp.HeartbeatTimeoutSeconds, pp.Stage)
@@ -420,20 +517,13 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 		t.Errorf("estimate: %d held pod(s), timeouts.evacuation %vs, %d evacuation(s) before and %d after eviction; want %d, 900s, at least 2 and 1",
 			e.HeldPods, e.EvacuationTimeoutSeconds, e.EvacuationsBefore, e.EvacuationsAfter, len(dbKeys))
 	}
+}
 
-	decom := planOf(t, alice, node, "--mode", "Decommission")
-	check(decom, map[string]want{
-		"cli-evp-before":    {asked: true, pods: dbKeys, holds: true},
-		"cli-evp-maint":     {why: "takes part only in Maintenance"},
-		"cli-evp-after":     {asked: true, pods: []string{webKey}, why: "AfterEviction"},
-		"cli-evp-decom":     {asked: true, why: "Decommission"},
-		"cli-evp-elsewhere": {asked: true, why: "Decommission"},
-		"cli-evp-deleting":  {why: "being deleted"},
-	})
-
-	// The real drain asks exactly the providers plan said, for those pods.
-	alice.must(ExitOK, "drain", node)
-	t.Cleanup(func() { alice.vacate("cancel", node) })
+// checkDrainAsksAsPlanned: the node's drain, requested, creates the
+// Evacuations of exactly the providers plan p asked, protecting the pods
+// it said. It returns the pods of each provider asked.
+func checkDrainAsksAsPlanned(t *testing.T, cl client.Client, node string, p planJSON) map[string][]string {
+	t.Helper()
 	asked := map[string][]string{}
 	for _, pp := range p.Providers {
 		if pp.Asked {
@@ -462,10 +552,16 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(asked) {
 		t.Errorf("the drain's Evacuations protect %v; plan said %v", got, asked)
 	}
+	return asked
+}
 
-	// Planned again, the node's Evacuations are listed, the ones before
-	// eviction hold their pods, and each pod the drain reports held is held
-	// in the plan by the same holder first (one model of holds).
+// checkPlanListsTheEvacuations plans the node again once its drain reports
+// the db pods held: each pod the drain reports held is held in the plan by
+// the same holder first (one model of holds), the Evacuation of
+// cli-evp-before is this drain's, Pending, holding the db pods, and every
+// provider asked has its Evacuation listed.
+func checkPlanListsTheEvacuations(t *testing.T, cl client.Client, u user, node string, asked map[string][]string, dbKeys []string) {
+	t.Helper()
 	nd := testenv.WaitForDrain(t, cl, node, "reporting its held pods", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		n := 0
 		for _, b := range nd.Status.Blockers {
@@ -475,7 +571,7 @@ func TestPlanListsProvidersAndTheirEvacuations(t *testing.T) {
 		}
 		return n == len(dbKeys)
 	}, testenv.DescribeDrain)
-	again := planOf(t, alice, node)
+	again := planOf(t, u, node)
 	for _, b := range nd.Status.Blockers {
 		for _, pp := range again.Pods {
 			if pp.Pod == b.Pod && (len(pp.HeldBy) == 0 || pp.HeldBy[0] != b.Holder) {

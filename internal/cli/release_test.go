@@ -121,8 +121,8 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 	c, cl, node, idle, pod, provider := releaseScene(t)
 	ctx := testenv.Context(t)
 	pw := watchPod(t, c, pod)
-	evName := v1alpha1.EvacuationName(node, provider)
-	podKey := pod.Namespace + "/" + pod.Name
+	rt := releaseCase{node: node, provider: provider, evName: v1alpha1.EvacuationName(node, provider), podKey: pod.Namespace + "/" + pod.Name}
+	evName, podKey := rt.evName, rt.podKey
 
 	nd := testutil.NodeDrain(node, "", "test:release")
 	if err := cl.Create(ctx, nd); err != nil {
@@ -148,59 +148,17 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 	testenv.WaitForDrain(t, cl, node, "saying the provider was deleted", 30*time.Second, held(deletedMsg), describe)
 	pw.check(t, "after its provider was deleted")
 
-	admin := user{t: t, kubeconfig: c.Kubeconfig}
-	out := admin.must(ExitOK, "explain", node)
-	for _, want := range []string{
-		"EvacuationProvider " + provider + " is being deleted or is gone",
-		"may not have moved",
-		"re-create the EvacuationProvider " + provider,
-		"vacate release " + node + " --provider " + provider + " --reason",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("explain of the held pod lacks %q", want)
-		}
-	}
+	rt.checkExplainNamesBothWaysOut(t, user{t: t, kubeconfig: c.Kubeconfig})
 
 	bindUserRole(t, c, "rita")
 	rita := newUser(t, c, "rita")
-
 	t.Log("what release refuses")
-	code, _, errOut := rita.vacate("release", "nope", "--provider", provider, "--yes")
-	oneError(t, code, errOut, ExitError, `node "nope" not found`, "see 'kubectl get nodes'")
-	code, _, errOut = rita.vacate("release", idle, "--provider", provider, "--yes")
-	oneError(t, code, errOut, ExitError, "node "+idle+" has no drain", "nothing to release")
-	code, _, errOut = rita.vacate("release", node, "--provider", "nope", "--yes")
-	oneError(t, code, errOut, ExitError, `no Evacuation of provider "nope" on node `+node, "evacuations there: "+provider)
-	code, _, errOut = rita.vacate("release", node)
-	oneError(t, code, errOut, ExitUsage, "--provider")
-	code, out, errOut = rita.vacate("release", node, "--provider", provider, "--reason", "CHG-9")
-	oneError(t, code, errOut, ExitUsage, "not a terminal", "--yes")
-	if !strings.Contains(out, podKey) {
-		t.Errorf("release without --yes did not show the pod it would let go:\n%s", out)
-	}
-
+	rt.checkRefusals(t, rita, idle)
 	t.Log("--dry-run shows everything and writes nothing")
-	out = rita.must(ExitOK, "release", node, "--provider", provider, "--reason", "CHG-9", "--dry-run")
-	for _, want := range []string{
-		"Evacuation " + evName,
-		"provider:  " + provider + " is being deleted",
-		"protects:  1 pod(s) still on the node",
-		"  " + podKey,
-		"their data may not have moved",
-		"dry run: nothing written",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("release --dry-run output lacks %q", want)
-		}
-	}
-
-	out = rita.must(ExitOK, "release", node, "--provider", provider, "--reason", "CHG-9", "--dry-run=server")
-	if !strings.Contains(out, "the API server accepted the release of evacuation/"+evName+" in a server-side dry run") {
-		t.Errorf("release --dry-run=server output:\n%s", out)
-	}
+	rt.checkDryRuns(t, rita)
 
 	t.Log("on a terminal, release asks; 'n' releases nothing")
-	code, out, errOut = releaseOnTerminal(t, rita, "n\n", "release", node, "--provider", provider, "--reason", "CHG-9")
+	code, out, errOut := releaseOnTerminal(t, rita, "n\n", "release", node, "--provider", provider, "--reason", "CHG-9")
 	oneError(t, code, errOut, ExitError, "not released")
 	if !strings.Contains(out, "Release Evacuation "+evName+"?") {
 		t.Errorf("release on a terminal did not ask:\n%s", out)
@@ -236,33 +194,7 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 		t.Errorf("spec.release = %+v, want by rita, reason CHG-9 volume lost, a time", r)
 	}
 
-	final := testenv.WaitForDrain(t, cl, node, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
-		return nd.Status.Phase == v1alpha1.PhaseDrained
-	}, describe)
-	if !slices.ContainsFunc(final.Status.Hooks, func(h v1alpha1.HookStatus) bool {
-		return h.Name == evName && h.Phase == v1alpha1.PhaseReleased && strings.Contains(h.Message, "released by rita at ") &&
-			strings.HasSuffix(h.Message, ": CHG-9 volume lost")
-	}) {
-		t.Errorf("status.hooks lacks the Released entry: %+v", final.Status.Hooks)
-	}
-	for _, p := range testenv.PodsOnNode(t, c, node) {
-		if p.UID == pod.UID {
-			t.Errorf("the released pod %s is still on the node", podKey)
-		}
-	}
-	waitForEvent(t, c, node, v1alpha1.EventEvacuationReleased, "released by rita")
-	pw.mu.Lock()
-	if !pw.gone {
-		t.Error("the pod watch never saw the pod evicted")
-	}
-	pw.mu.Unlock()
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := cl.Get(ctx, types.NamespacedName{Name: provider}, &v1alpha1.EvacuationProvider{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Errorf("the deleted provider is still there after its evacuation was released")
-	}
+	rt.checkReleasedAndDrained(t, c, cl, pod, pw)
 
 	out = rita.must(ExitOK, "explain", node)
 	if !strings.Contains(out, "released by rita at ") || !strings.Contains(out, "CHG-9 volume lost") {
@@ -270,6 +202,110 @@ func TestReleaseEvacuationOfDeletedProvider(t *testing.T) {
 	}
 	code, _, errOut = rita.vacate("release", node, "--provider", provider, "--yes")
 	oneError(t, code, errOut, ExitError, "already released by rita at ", "CHG-9 volume lost")
+}
+
+// releaseCase is the evacuation TestReleaseEvacuationOfDeletedProvider
+// releases: that of provider on node, named evName, which protects the pod
+// podKey.
+type releaseCase struct {
+	node, provider, evName, podKey string
+}
+
+// checkExplainNamesBothWaysOut: explain of the held pod says the provider is
+// being deleted or gone, and names both ways out (re-create it, or release).
+func (rt releaseCase) checkExplainNamesBothWaysOut(t *testing.T, u user) {
+	t.Helper()
+	out := u.must(ExitOK, "explain", rt.node)
+	for _, want := range []string{
+		"EvacuationProvider " + rt.provider + " is being deleted or is gone",
+		"may not have moved",
+		"re-create the EvacuationProvider " + rt.provider,
+		"vacate release " + rt.node + " --provider " + rt.provider + " --reason",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain of the held pod lacks %q", want)
+		}
+	}
+}
+
+// checkRefusals: what release refuses, in one line each: an unknown node,
+// a node without a drain (idle), an unknown provider, no --provider, and
+// no terminal without --yes (showing the pod it would let go).
+func (rt releaseCase) checkRefusals(t *testing.T, u user, idle string) {
+	t.Helper()
+	node, provider := rt.node, rt.provider
+	code, _, errOut := u.vacate("release", "nope", "--provider", provider, "--yes")
+	oneError(t, code, errOut, ExitError, `node "nope" not found`, "see 'kubectl get nodes'")
+	code, _, errOut = u.vacate("release", idle, "--provider", provider, "--yes")
+	oneError(t, code, errOut, ExitError, "node "+idle+" has no drain", "nothing to release")
+	code, _, errOut = u.vacate("release", node, "--provider", "nope", "--yes")
+	oneError(t, code, errOut, ExitError, `no Evacuation of provider "nope" on node `+node, "evacuations there: "+provider)
+	code, _, errOut = u.vacate("release", node)
+	oneError(t, code, errOut, ExitUsage, "--provider")
+	code, out, errOut := u.vacate("release", node, "--provider", provider, "--reason", "CHG-9")
+	oneError(t, code, errOut, ExitUsage, "not a terminal", "--yes")
+	if !strings.Contains(out, rt.podKey) {
+		t.Errorf("release without --yes did not show the pod it would let go:\n%s", out)
+	}
+}
+
+// checkDryRuns: release --dry-run shows everything, --dry-run=server says
+// the API server accepted it.
+func (rt releaseCase) checkDryRuns(t *testing.T, u user) {
+	t.Helper()
+	out := u.must(ExitOK, "release", rt.node, "--provider", rt.provider, "--reason", "CHG-9", "--dry-run")
+	for _, want := range []string{
+		"Evacuation " + rt.evName,
+		"provider:  " + rt.provider + " is being deleted",
+		"protects:  1 pod(s) still on the node",
+		"  " + rt.podKey,
+		"their data may not have moved",
+		"dry run: nothing written",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("release --dry-run output lacks %q", want)
+		}
+	}
+
+	out = u.must(ExitOK, "release", rt.node, "--provider", rt.provider, "--reason", "CHG-9", "--dry-run=server")
+	if !strings.Contains(out, "the API server accepted the release of evacuation/"+rt.evName+" in a server-side dry run") {
+		t.Errorf("release --dry-run=server output:\n%s", out)
+	}
+}
+
+// checkReleasedAndDrained: once rita released the evacuation, the drain
+// reaches Drained with status.hooks showing the release, the pod left (the
+// watch saw it evicted), an EvacuationReleased event is recorded, and the
+// deleted provider goes.
+func (rt releaseCase) checkReleasedAndDrained(t *testing.T, c *devcluster.Cluster, cl client.Client, pod *corev1.Pod, pw *podWatch) {
+	t.Helper()
+	final := testenv.WaitForDrain(t, cl, rt.node, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	}, func(nd *v1alpha1.NodeDrain) string { return fmt.Sprintf("%+v", nd.Status) })
+	if !slices.ContainsFunc(final.Status.Hooks, func(h v1alpha1.HookStatus) bool {
+		return h.Name == rt.evName && h.Phase == v1alpha1.PhaseReleased && strings.Contains(h.Message, "released by rita at ") &&
+			strings.HasSuffix(h.Message, ": CHG-9 volume lost")
+	}) {
+		t.Errorf("status.hooks lacks the Released entry: %+v", final.Status.Hooks)
+	}
+	for _, p := range testenv.PodsOnNode(t, c, rt.node) {
+		if p.UID == pod.UID {
+			t.Errorf("the released pod %s is still on the node", rt.podKey)
+		}
+	}
+	waitForEvent(t, c, rt.node, v1alpha1.EventEvacuationReleased, "released by rita")
+	pw.mu.Lock()
+	if !pw.gone {
+		t.Error("the pod watch never saw the pod evicted")
+	}
+	pw.mu.Unlock()
+	err := wait.PollUntilContextTimeout(testenv.Context(t), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, types.NamespacedName{Name: rt.provider}, &v1alpha1.EvacuationProvider{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the deleted provider is still there after its evacuation was released")
+	}
 }
 
 // releaseOnTerminal runs the CLI with a pseudo-terminal as stdin, typing

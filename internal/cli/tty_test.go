@@ -105,28 +105,8 @@ func TestProgressViewInTerminal(t *testing.T) {
 	testenv.Controller(t, c)
 	ns, nodes := shop(t, c, "cli-tty", 3, "1")
 	ctx := testenv.Context(t)
-	// A tight PDB on db: the drain of db-0's node waits for it.
-	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "db", "db", "3", ""), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := devcluster.WaitForPDB(ctx, c.Client, ns, "db", 3, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	db0, err := c.Client.CoreV1().Pods(ns).Get(ctx, "db-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := db0.Spec.NodeName
-	if !strings.HasPrefix(target, "cli-tty") {
-		t.Fatalf("db-0 runs on %q, not on one of %v", target, nodes)
-	}
+	target, dbPods := tightPDBOnDB(t, c, ns, nodes)
 	leave := mustLeave(t, c, target)
-	dbPods := 0
-	for _, p := range testenv.PodsOnNode(t, c, target) {
-		if p.Labels[devcluster.AppLabel] == "db" {
-			dbPods++
-		}
-	}
 
 	bin := testutil.Program(t, "github.com/vacate-dev/vacate/cmd/vacate")
 	const cols = 160
@@ -186,6 +166,58 @@ func TestProgressViewInTerminal(t *testing.T) {
 
 	text, frames := scr.snapshot()
 	t.Logf("final screen:\n%s", text)
+	checkLiveView(t, frames, text, blockedLine, cols, target, leave)
+	for _, want := range []string{
+		fmt.Sprintf("%s [%s] %7s  Drained in", target, strings.Repeat("█", 24), fmt.Sprintf("%d/%d", leave, leave)),
+		fmt.Sprintf("PodDisruptionBudget %s/db (%d pod(s), ", ns, dbPods),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("final screen lacks %q", want)
+		}
+	}
+	// The terminal got the live view, not the line output for scripts.
+	if regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ` + target + ` `).MatchString(text) {
+		t.Error("the terminal shows line output")
+	}
+	cancel := user{t: t, kubeconfig: c.Kubeconfig}
+	cancel.must(ExitOK, "cancel", target)
+}
+
+// tightPDBOnDB puts a PDB on the shop's db that allows no disruption, and
+// returns the node of db-0, whose drain waits for it, and how many db pods
+// run there.
+func tightPDBOnDB(t *testing.T, c *devcluster.Cluster, ns string, nodes []string) (string, int) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, "db", "db", "3", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcluster.WaitForPDB(ctx, c.Client, ns, "db", 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	db0, err := c.Client.CoreV1().Pods(ns).Get(ctx, "db-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := db0.Spec.NodeName
+	if !strings.HasPrefix(target, "cli-tty") {
+		t.Fatalf("db-0 runs on %q, not on one of %v", target, nodes)
+	}
+	dbPods := 0
+	for _, p := range testenv.PodsOnNode(t, c, target) {
+		if p.Labels[devcluster.AppLabel] == "db" {
+			dbPods++
+		}
+	}
+	return target, dbPods
+}
+
+// checkLiveView checks the frames the live view drew in a terminal of cols
+// cells, and its final text: it redrew in place, the node's bar advanced to
+// all leave pods evicted, some frame showed the PDB holding db-0
+// (blockedLine), and no line is wider than the terminal.
+func checkLiveView(t *testing.T, frames []string, text string, blockedLine *regexp.Regexp, cols int, target string, leave int) {
+	t.Helper()
 	if len(frames) < 2 {
 		t.Fatalf("the view redrew %d times; want a live view redrawn in place", len(frames))
 	}
@@ -215,18 +247,4 @@ func TestProgressViewInTerminal(t *testing.T) {
 	if blocked == 0 {
 		t.Error("no frame shows the PDB holding db-0")
 	}
-	for _, want := range []string{
-		fmt.Sprintf("%s [%s] %7s  Drained in", target, strings.Repeat("█", 24), fmt.Sprintf("%d/%d", leave, leave)),
-		fmt.Sprintf("PodDisruptionBudget %s/db (%d pod(s), ", ns, dbPods),
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("final screen lacks %q", want)
-		}
-	}
-	// The terminal got the live view, not the line output for scripts.
-	if regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ` + target + ` `).MatchString(text) {
-		t.Error("the terminal shows line output")
-	}
-	cancel := user{t: t, kubeconfig: c.Kubeconfig}
-	cancel.must(ExitOK, "cancel", target)
 }

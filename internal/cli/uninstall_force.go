@@ -86,11 +86,11 @@ func (u *uninstaller) undoLeft(ctx context.Context) error {
 // that vacate cordoned it, or "" when it does: it is exactly <name>/<uid> of
 // a drain that exists, of this node, which recorded no other node UID.
 func notVacatesCordon(node *corev1.Node, drains map[string]*v1alpha1.NodeDrain) string {
-	name, _, _ := strings.Cut(node.Annotations[v1alpha1.AnnotationCordonedBy], "/")
+	name, _, hasUID := v1alpha1.CordonedBy(node)
 	if nd := drains[name]; nd != nil {
 		return nd.NotItsCordon(node)
 	}
-	if !strings.Contains(node.Annotations[v1alpha1.AnnotationCordonedBy], "/") {
+	if !hasUID {
 		return "names no drain UID (written before vacate recorded one, or by hand)"
 	}
 	return fmt.Sprintf("names drain %s, which does not exist", name)

@@ -17,7 +17,7 @@ import (
 // This file is uninstall's planner: from what uninstall read of the
 // cluster (clusterView) it says, with no API call, which steps run in which
 // order, what each will cancel, stop or remove, and why. --dry-run prints
-// the plan; the executor (uninstall.go, uninstall_force.go) runs its steps.
+// the plan; the executor (uninstall_steps.go, uninstall_force.go) runs its steps.
 // The executor reads again what it acts on after each wait (the controller
 // restores and removes things meanwhile) and judges it by the same rules
 // (notVacatesCordon, cancelConfirmed, policy.Triggers.Wanted).

@@ -30,19 +30,7 @@ func TestVersionNamesTheLeadersBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := testenv.Namespace(t, c)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "vacate-controller"},
-		Client:     c.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: "ctl-a"},
-		Labels:     leader.LeaseLabels(version.Info{Version: "v0.2.0"}),
-	}
-	now := metav1.NewTime(time.Now())
-	if err := lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "ctl-a", LeaseDurationSeconds: 60, AcquireTime: now, RenewTime: now}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Client.CoordinationV1().Leases(ns).Delete(context.Background(), "vacate-controller", metav1.DeleteOptions{})
-	})
+	leadAs(t, c, ns, "ctl-a", "v0.2.0")
 	bindUserRole(t, c, "version-reader")
 	u := newUser(t, c, "version-reader")
 	lease := ns + "/vacate-controller"
@@ -85,15 +73,7 @@ func TestVersionNamesTheLeadersBuild(t *testing.T) {
 	}
 
 	// The holder stopped renewing two minutes ago: no one holds it.
-	old := metav1.NewTime(time.Now().Add(-2 * time.Minute))
-	l, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, "vacate-controller", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Spec.RenewTime = &metav1.MicroTime{Time: old.Time}
-	if _, err := c.Client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	renewedAgo(t, c, ns, 2*time.Minute)
 	_, out, _ = u.vacate("version")
 	if want := "controller: none running: no one holds the Lease " + lease + ", renewed 2m"; !strings.Contains(out, want) {
 		t.Errorf("vacate version printed\n%s\nwant a line with %q", out, want)
@@ -123,6 +103,42 @@ func TestVersionNamesTheLeadersBuild(t *testing.T) {
 	}
 	if code, out, _ := u.vacate("version", "--client", "--kubeconfig", "/nonexistent"); code != 0 || strings.Contains(out, "controller") {
 		t.Errorf("vacate version --client exited %d and printed %q: it must not contact the cluster", code, out)
+	}
+}
+
+// leadAs writes, with leader election's own Lease lock and vacate's
+// labels, as vacate-controller's leader does, the Lease
+// <ns>/vacate-controller held by holder, a controller of version v, renewed
+// now for a minute, until the test ends.
+func leadAs(t *testing.T, c *devcluster.Cluster, ns, holder, v string) {
+	t.Helper()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "vacate-controller"},
+		Client:     c.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: holder},
+		Labels:     leader.LeaseLabels(version.Info{Version: v}),
+	}
+	now := metav1.NewTime(time.Now())
+	if err := lock.Create(testenv.Context(t), resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 60, AcquireTime: now, RenewTime: now}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoordinationV1().Leases(ns).Delete(context.Background(), "vacate-controller", metav1.DeleteOptions{})
+	})
+}
+
+// renewedAgo sets the renew time of the Lease <ns>/vacate-controller to
+// ago before now.
+func renewedAgo(t *testing.T, c *devcluster.Cluster, ns string, ago time.Duration) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	l, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, "vacate-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-ago)}
+	if _, err := c.Client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
