@@ -28,31 +28,11 @@ const (
 	maxFuncLines = 100
 )
 
-// inProgress is the reason of the exceptions that other parts of issue 42
-// are removing: delete each line once its file or function is split.
-const inProgress = "being split in issue 42 (in progress)"
-
 // exceptions may exceed the limits, each for its reason: a file by its path
 // from the repository's root, a function as path:Name (path:Type.Method for
 // a method). An exception that is no longer needed fails the test, so the
 // list only shrinks.
-var exceptions = map[string]string{
-	"internal/cli/cli_test.go:TestDrainWaitJoinAndCancel":                 inProgress,
-	"internal/cli/kubectl_flags_test.go:TestKubectlDrainFlags":            inProgress,
-	"internal/cli/manifests.go:newManifestsCommand":                       inProgress,
-	"internal/cli/plan.go":                                                inProgress,
-	"internal/cli/plan.go:planOptions.planNode":                           inProgress,
-	"internal/cli/plan.go:writePlan":                                      inProgress,
-	"internal/cli/plan_test.go:TestPlanCallsHooksAsTheControllerDoes":     inProgress,
-	"internal/cli/plan_test.go:TestPlanListsProvidersAndTheirEvacuations": inProgress,
-	"internal/cli/release_test.go:TestReleaseEvacuationOfDeletedProvider": inProgress,
-	"internal/cli/tty_test.go:TestProgressViewInTerminal":                 inProgress,
-	"internal/cli/uninstall.go":                                           inProgress,
-	"internal/cli/uninstall_test.go":                                      inProgress,
-	"internal/cli/uninstall_test.go:TestUninstallForceWithoutController":  inProgress,
-	"internal/cli/uninstall_test.go:TestUninstallGivesEveryNodeBack":      inProgress,
-	"internal/cli/version_test.go:TestVersionNamesTheLeadersBuild":        inProgress,
-}
+var exceptions = map[string]string{}
 
 // TestFilesAndFunctionsKeepTheHousesSizes: every Go file under internal/
 // (tests included, generated code not) is at most maxFileLines lines, and
