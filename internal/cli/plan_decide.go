@@ -14,6 +14,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/hold"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/providers"
+	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
 
@@ -69,7 +70,8 @@ func decideNode(r nodeRead, in *planInput, c planChoices, now time.Time) (NodePl
 	}
 	before, after := planHolds(&np, h, r.existing, r.node, leaving, onNode, in)
 	for _, d := range plan.Decisions {
-		f := podFacts{heldBy: h.Holders(d.Pod.UID), ignored: ignored[d.Pod.UID], hookBlocked: hookBlocked[d.Pod.UID]}
+		f := podFacts{heldBy: h.Holders(d.Pod.UID), ignored: ignored[d.Pod.UID], hookBlocked: hookBlocked[d.Pod.UID],
+			gateWouldStick: drain.GateWouldStick(d, plan.PDBs)}
 		if d.Action == drain.Evict && surges(pol) {
 			if f.honoured, err = pol.HonoursAnnotations(d.Pod.Namespace, in.labelsOf); err != nil {
 				return NodePlan{}, err
@@ -168,6 +170,9 @@ type podFacts struct {
 	// annotations, and its ReplicaSet and Deployment.
 	honoured bool
 	workload surge.Workload
+	// gateWouldStick: taking the pod out of service would make its own
+	// eviction impossible (drain.GateWouldStick).
+	gateWouldStick bool
 }
 
 // decidePod is one pod's next step, as the drain would take it now: the
@@ -182,6 +187,12 @@ func decidePod(pol policy.Policy, d drain.Decision, f podFacts) PodPlan {
 	}
 	pp.BlockedNow = d.Action == drain.Block || (d.Action == drain.Evict && d.PDBBlocked && (pp.Surge == nil || !pp.Surge.Surged)) ||
 		(d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion) || f.hookBlocked
+	// The next step as the controller takes it (drain.Next, which it asks
+	// too). A surged pod's replacement is not up before the drain brings
+	// it: the plan previews the pass that would.
+	_, out := serving.OutOfService(d.Pod)
+	pp.Next = string(drain.Next(d, drain.PodFacts{Held: len(f.heldBy) > 0, Surge: pp.Surge != nil && pp.Surge.Surged,
+		Gated: serving.Gated(d.Pod), OutOfService: out, GateWouldStick: f.gateWouldStick}))
 	return pp
 }
 

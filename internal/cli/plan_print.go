@@ -96,16 +96,16 @@ func writePlan(w io.Writer, p NodePlan) error {
 // policy ignores.
 func writePods(w io.Writer, pods []PodPlan) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  POD\tACTION\tREASON\tDETAIL")
+	fmt.Fprintln(tw, "  POD\tACTION\tNEXT\tREASON\tDETAIL")
 	for _, pp := range pods {
 		action := pp.Action
 		if pp.BlockedNow {
 			action += " (blocked)"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", pp.Pod, action, pp.Reason, orDash(podDetail(pp)))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", pp.Pod, action, pp.Next, pp.Reason, orDash(podDetail(pp)))
 	}
 	if len(pods) == 0 {
-		fmt.Fprintln(tw, "  (no pods)\t\t\t")
+		fmt.Fprintln(tw, "  (no pods)\t\t\t\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err

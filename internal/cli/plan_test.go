@@ -31,6 +31,7 @@ type planJSON struct {
 	Pods []struct {
 		Pod                string   `json:"pod"`
 		Action             string   `json:"action"`
+		Next               string   `json:"next"`
 		HeldBy             []string `json:"heldBy"`
 		IgnoredAnnotations []string `json:"ignoredAnnotations"`
 		BlockedNow         bool     `json:"blockedNow"`

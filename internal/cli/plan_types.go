@@ -41,8 +41,12 @@ type NodePlan struct {
 
 // PodPlan is one pod's fate.
 type PodPlan struct {
-	Pod    string   `json:"pod"`
-	Action string   `json:"action"`
+	Pod    string `json:"pod"`
+	Action string `json:"action"`
+	// Next is what the drain does next with the pod (drain.Next, which
+	// the controller asks too): Stay, Wait, Blocked, Held, Surge,
+	// OutOfService or Evict.
+	Next   string   `json:"next"`
 	Reason string   `json:"reason"`
 	Detail string   `json:"detail,omitempty"`
 	PDBs   []string `json:"pdbs,omitempty"`

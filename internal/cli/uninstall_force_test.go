@@ -87,17 +87,8 @@ func TestUninstallForceWithoutController(t *testing.T) {
 	start = time.Now()
 	out = uninstaller.must(ExitOK, "uninstall", "--cancel-drains", "--force", "--dry-run", "--timeout", "3s")
 	leftLines := st.leftLines()
-	for _, want := range append(st.dryRunLines(lease), leftLines...) {
-		if !strings.Contains(out, want) {
-			t.Errorf("dry run output lacks %q", want)
-		}
-	}
-	if writes := mutations(t, c, "uninstaller-force", start); len(writes) != 0 {
-		t.Errorf("the dry run made %d mutating request(s): %+v", len(writes), writes)
-	}
-	if after := clusterState(t, c, cl, n, installed); after != before {
-		t.Fatalf("the dry run changed the cluster:\nbefore:\n%s\nafter:\n%s", before, after)
-	}
+	checkDryRun(t, out, append(st.dryRunLines(lease), leftLines...), func() []devcluster.AuditEvent { return mutations(t, c, "uninstaller-force", start) },
+		before, func() string { return clusterState(t, c, cl, n, installed) })
 
 	// 3. --force finishes, restores only what vacate provably did, and
 	// reports the rest.

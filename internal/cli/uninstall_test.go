@@ -73,17 +73,8 @@ func TestUninstallGivesEveryNodeBack(t *testing.T) {
 		"finished or not, must be cancelled", "run 'vacate uninstall --cancel-drains'")
 	// 2. The dry run says what it would do, and writes nothing either.
 	out := uninstaller.must(ExitOK, "uninstall", "--cancel-drains", "--dry-run")
-	for _, want := range dryRunLines(nodes[0]) {
-		if !strings.Contains(out, want) {
-			t.Errorf("dry run output lacks %q", want)
-		}
-	}
-	if writes := mutations(t, c, "uninstaller", start); len(writes) != 0 {
-		t.Fatalf("the refused uninstall and the dry run made %d mutating request(s): %+v", len(writes), writes)
-	}
-	if after := clusterState(t, c, cl, nodes, installed); after != before {
-		t.Fatalf("the cluster changed:\nbefore:\n%s\nafter:\n%s", before, after)
-	}
+	checkDryRun(t, out, dryRunLines(nodes[0]), func() []devcluster.AuditEvent { return mutations(t, c, "uninstaller", start) },
+		before, func() string { return clusterState(t, c, cl, nodes, installed) })
 	held := nodesWith(t, c, v1alpha1.FinalizerDrain)
 
 	// 3. The uninstall. The controller outside the Deployment stops when
@@ -370,6 +361,24 @@ func (w *triggerWriter) Write(p []byte) (int, error) {
 }
 
 // clusterState describes what uninstall may change, to compare.
+// checkDryRun checks a dry run's output says each of want, and that it
+// wrote nothing: no mutating request (writes), the cluster's state as
+// before.
+func checkDryRun(t *testing.T, out string, want []string, writes func() []devcluster.AuditEvent, before string, state func() string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("dry run output lacks %q", w)
+		}
+	}
+	if w := writes(); len(w) != 0 {
+		t.Fatalf("the dry run made %d mutating request(s): %+v", len(w), w)
+	}
+	if after := state(); after != before {
+		t.Fatalf("the dry run changed the cluster:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
 func clusterState(t *testing.T, c *devcluster.Cluster, cl client.Client, nodes []string, objs []*unstructured.Unstructured) string {
 	t.Helper()
 	ctx := context.Background()

@@ -39,23 +39,29 @@ func pdb(name string, min intstr.IntOrString, healthy, desired, expected, allowe
 func TestExplain(t *testing.T) {
 	cases := append(pdbExplainCases(), podExplainCases()...)
 	for _, tc := range append(cases, drainExplainCases()...) {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.in.Now = now
-			var buf bytes.Buffer
-			if err := Explain(tc.in).Write(&buf, now); err != nil {
-				t.Fatal(err)
-			}
-			out := buf.String()
-			rest := out
-			for _, w := range tc.want {
-				i := strings.Index(rest, w)
-				if i < 0 {
-					t.Fatalf("explanation lacks (in order) %q:\n%s", w, out)
-				}
-				rest = rest[i+len(w):]
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { explains(t, tc.in, tc.want) })
 	}
+}
+
+// explains checks that the explanation of in holds want, in order, and
+// returns it.
+func explains(t *testing.T, in Input, want []string) string {
+	t.Helper()
+	in.Now = now
+	var buf bytes.Buffer
+	if err := Explain(in).Write(&buf, now); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	rest := out
+	for _, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Fatalf("explanation lacks (in order) %q:\n%s", w, out)
+		}
+		rest = rest[i+len(w):]
+	}
+	return out
 }
 
 // explainCase is what Explain reads and the lines its explanation must

@@ -1,7 +1,6 @@
 package explain
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -94,20 +93,7 @@ func TestExplainEvictionRefusals(t *testing.T) {
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.in.Now = now
-			var buf bytes.Buffer
-			if err := Explain(tc.in).Write(&buf, now); err != nil {
-				t.Fatal(err)
-			}
-			out := buf.String()
-			rest := out
-			for _, w := range tc.want {
-				i := strings.Index(rest, w)
-				if i < 0 {
-					t.Fatalf("explanation lacks (in order) %q:\n%s", w, out)
-				}
-				rest = rest[i+len(w):]
-			}
+			out := explains(t, tc.in, tc.want)
 			for _, w := range tc.notWant {
 				if strings.Contains(out, w) {
 					t.Errorf("explanation has %q:\n%s", w, out)

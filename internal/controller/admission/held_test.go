@@ -191,9 +191,11 @@ func TestHoldPass(t *testing.T) {
 		reason string
 		phase  v1alpha1.DrainPhase
 	}{
-		"gone":     {v1alpha1.ReasonNodeNotFound, v1alpha1.PhaseEvicting}, // the NodeDrain controller writes its own phase
+		// The phase is the NodeDrain controller's alone: admission leaves it
+		// as it was, none included.
+		"gone":     {v1alpha1.ReasonNodeNotFound, v1alpha1.PhaseEvicting},
 		"replaced": {v1alpha1.ReasonNodeReplaced, v1alpha1.PhasePending},
-		"pooled":   {v1alpha1.ReasonAmbiguousPolicy, v1alpha1.PhasePending}, // it had none
+		"pooled":   {v1alpha1.ReasonAmbiguousPolicy, ""},
 		"named":    {v1alpha1.ReasonPolicyNotFound, v1alpha1.PhasePending},
 	}
 	for name, was := range before {

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -102,38 +101,6 @@ func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision,
 		g, _ = r.ledger.gate(uid)
 	}
 	return r.awaitEndpoints(ctx, s, d, g)
-}
-
-// takesGatedPath says whether the pod leaves its endpoints before its
-// eviction: it has the readiness gate and is out of service already, or
-// taking it out would not make its eviction impossible.
-func (r *Reconciler) takesGatedPath(s *scope, d drain.Decision) bool {
-	if !serving.Gated(d.Pod) {
-		return false
-	}
-	_, out := serving.OutOfService(d.Pod)
-	_, known := r.ledger.gate(d.Pod.UID)
-	return out || known || !r.gateWouldStick(s, d)
-}
-
-// gateWouldStick says whether taking the pod out of service would make its
-// own eviction impossible, so that it is evicted as an ungated pod is. A
-// pod out of service is not healthy; under the default
-// unhealthyPodEvictionPolicy (IfHealthyBudget) the Eviction API then lets
-// it go only while currentHealthy >= desiredHealthy > 0, or while the PDB
-// still allows a disruption. A PDB that needs no healthy pod (desiredHealthy
-// 0, such as maxUnavailable 1 over one replica) whose only healthy pod this
-// is would refuse it, and the pod would go back in service, forever. There
-// is no other ready endpoint to move its traffic to anyway.
-func (r *Reconciler) gateWouldStick(s *scope, d drain.Decision) bool {
-	for _, key := range d.PDBs {
-		p := s.plan.PDBs[key]
-		always := p.Spec.UnhealthyPodEvictionPolicy != nil && *p.Spec.UnhealthyPodEvictionPolicy == policyv1.AlwaysAllow
-		if !always && p.Status.DesiredHealthy == 0 && p.Status.CurrentHealthy <= 1 {
-			return true
-		}
-	}
-	return false
 }
 
 // takeOutOfService sets the pod's condition False once a dry-run eviction

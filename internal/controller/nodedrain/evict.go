@@ -14,6 +14,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/serving"
 )
 
 // plan is the planner's decisions for the node's pods, made once per pass
@@ -33,16 +34,11 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	return plan, nil
 }
 
-// evict plans the node's pods, queues the evictions, and reports progress
-// and blockers. It waits until no pod that must leave is left.
+// evict queues the evictions of the pods the evacuate stage planned, and
+// reports progress and blockers. It waits until no pod that must leave is
+// left.
 func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
-	plan, err := r.plan(ctx, s)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if res, err := r.keepDaemonSetsOff(ctx, s); err != nil || !res.IsZero() {
-		return res, err
-	}
+	plan := *s.plan // the evacuate stage planned the pods
 	if err := r.queueEvictions(ctx, s, plan); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -68,9 +64,10 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	return reconcile.Result{}, nil
 }
 
-// queueEvictions queues the plan's evictions within the PDBs' budgets.
-// Drains run their passes concurrently and share PDBs: one pass at a time
-// computes the budgets and queues what they let through.
+// queueEvictions carries out each pod's next step (drain.Next, which
+// `vacate plan` asks too) within the PDBs' budgets. Drains run their passes
+// concurrently and share PDBs: one pass at a time computes the budgets and
+// queues what they let through.
 func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Plan) error {
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
@@ -78,30 +75,13 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 	var waiting []string
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
-			continue
+			continue // the planner's Stay, Wait and Blocked: nothing to do
 		}
-		if b, held := s.evac.holds.Of(d.Pod); held {
-			// Its evacuation is not Completed. A pod this drain took out of
-			// service meanwhile goes back in service: a hold has no bound.
-			if err := r.backInServiceWhileHeld(ctx, s, d, b); err != nil {
-				return err
-			}
-			continue
-		}
-		if wait, err := r.surgeWaits(ctx, s, d); err != nil || wait {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		queue := r.queueEviction
-		if r.takesGatedPath(s, d) {
-			queue = func(s *scope, d drain.Decision, b pdbBudget) error { return r.queueGated(ctx, s, d, b) }
-		}
-		if err := queue(s, d, budget); err != nil {
+		queued, err := r.takeStep(ctx, s, d, plan, budget)
+		if err != nil {
 			return err
 		}
-		if r.ledger.waitsOnBudget(d, r.Evictions) {
+		if queued && r.ledger.waitsOnBudget(d, r.Evictions) {
 			waiting = append(waiting, d.PDBs...)
 		}
 	}
@@ -110,6 +90,61 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope, plan drain.Pl
 		r.wake(s.drain.Name) // a PDB it waits on changed during the pass
 	}
 	return nil
+}
+
+// takeStep reads what the pass knows of a pod the planner evicts, asks
+// drain.Next for its next step, and takes it. It reports whether the step
+// was toward the pod's eviction (out of service, or queued), which waits
+// on its PDBs' budget.
+func (r *Reconciler) takeStep(ctx context.Context, s *scope, d drain.Decision, plan drain.Plan, budget pdbBudget) (bool, error) {
+	f, sf, err := r.podFacts(ctx, s, d, plan)
+	if err != nil {
+		return false, err
+	}
+	step := drain.Next(d, f)
+	if step == drain.StepSurge {
+		wait, err := r.surge(ctx, s, d, sf)
+		if err != nil || wait {
+			return false, err
+		}
+		f.SurgeServing = true // a replacement found around the cache serves
+		step = drain.Next(d, f)
+	}
+	if sf.rep != nil && sf.serves {
+		s.setSurge(d, sf.rep.Name, v1alpha1.SurgeReady, "replacement "+sf.rep.Name+" is Ready on node "+sf.rep.Spec.NodeName)
+	}
+	switch step {
+	case drain.StepHeld:
+		// Its evacuation is not Completed. A pod this drain took out of
+		// service meanwhile goes back in service: a hold has no bound.
+		b, _ := s.evac.holds.Of(d.Pod)
+		return false, r.backInServiceWhileHeld(ctx, s, d, b)
+	case drain.StepOutOfService:
+		return true, r.queueGated(ctx, s, d, budget)
+	case drain.StepEvict:
+		return true, r.queueEviction(s, d, budget)
+	}
+	return false, nil
+}
+
+// podFacts are what the pass knows of a pod the planner evicts, for
+// drain.Next, and what it read of its surge. It changes nothing. A held
+// pod's surge is not read: it waits for its evacuation first.
+func (r *Reconciler) podFacts(ctx context.Context, s *scope, d drain.Decision, plan drain.Plan) (drain.PodFacts, surgeFacts, error) {
+	_, held := s.evac.holds.Of(d.Pod)
+	f := drain.PodFacts{Held: held}
+	if held {
+		return f, surgeFacts{}, nil
+	}
+	sf, err := r.surgeFactsOf(ctx, s, d)
+	if err != nil {
+		return f, sf, err
+	}
+	f.Surge, f.SurgeServing = sf.waits(), sf.rep != nil && sf.rep.DeletionTimestamp.IsZero() && sf.serves
+	_, out := serving.OutOfService(d.Pod)
+	_, known := r.ledger.gate(d.Pod.UID)
+	f.Gated, f.OutOfService, f.GateWouldStick = serving.Gated(d.Pod), out || known, drain.GateWouldStick(d, plan.PDBs)
+	return f, sf, nil
 }
 
 // report writes counts, blockers and the PodsEvicted and Blocked conditions.

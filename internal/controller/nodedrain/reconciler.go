@@ -215,7 +215,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = nd.Mode(), nil
 	recordRun(nd)
-	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.timeouts, r.evict, r.finalize} {
+	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.timeouts, r.keepDaemonSetsOff, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
 			return res, err

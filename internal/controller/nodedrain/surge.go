@@ -163,24 +163,50 @@ func (r *Reconciler) replacementsOf(ctx context.Context, namespace string) ([]co
 	return list.Items, nil
 }
 
-// surgeWaits says whether the pod's eviction waits for its replacement,
-// bringing one up when the pod needs it; the pod's blocker says why.
-func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision) (bool, error) {
+// surgeFacts are what a pass knows of one pod's surge, read from the
+// cache: its replacement, or its ReplicaSet adopting another, or whether
+// the policy wants one (surge.Consider).
+type surgeFacts struct {
+	// rep is the pod's replacement; serves and why say whether it serves
+	// (and why not), known once rep is not being removed.
+	rep    *corev1.Pod
+	serves bool
+	why    string
+	// replicaSet is the pod's ReplicaSet; adopting names a replacement
+	// handed over to it and not adopted yet.
+	replicaSet, adopting string
+	// need: the policy brings up a replacement before the pod goes, for
+	// reason; workload is the pod's ReplicaSet and Deployment.
+	need     bool
+	reason   string
+	workload surge.Workload
+}
+
+// waits says whether the pod's eviction waits on its surge.
+func (f surgeFacts) waits() bool { return f.rep != nil || f.adopting != "" || f.need }
+
+// surgeFactsOf reads what the pass knows of the pod's surge. It changes
+// nothing.
+func (r *Reconciler) surgeFactsOf(ctx context.Context, s *scope, d drain.Decision) (surgeFacts, error) {
 	mode := s.policy.Surge
 	if mode == "" || mode == v1alpha1.SurgeNone {
-		return false, nil
+		return surgeFacts{}, nil
 	}
 	ref := metav1.GetControllerOfNoCopy(d.Pod)
 	if ref == nil || ref.Kind != "ReplicaSet" {
-		return false, nil
+		return surgeFacts{}, nil
 	}
 	sp, err := r.surges(ctx, s)
 	if err != nil {
-		return false, err
+		return surgeFacts{}, err
 	}
-	uid := string(d.Pod.UID)
-	if rep := sp.byPod[uid]; rep != nil {
-		return r.awaitReplacement(ctx, s, d, rep)
+	f := surgeFacts{replicaSet: ref.Name}
+	if rep := sp.byPod[string(d.Pod.UID)]; rep != nil {
+		f.rep = rep
+		if rep.DeletionTimestamp.IsZero() {
+			f.serves, f.why, err = r.serves(ctx, d.Pod, rep)
+		}
+		return f, err
 	}
 	// A replacement handed over to the pod's ReplicaSet and not adopted
 	// yet: the ReplicaSet may have replaced its pod too, and has one pod
@@ -189,25 +215,36 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	// the ReplicaSet to settle before its eviction is weighed.
 	for _, rep := range sp.byPod {
 		if rep.Annotations[surge.AnnotationReplicaSet] == ref.Name && rep.Labels[surge.HashLabel] != "" && !surge.Adopted(rep) {
-			s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "waiting for ReplicaSet "+ref.Name+" to adopt replacement "+rep.Name)
-			s.recheckIn(500 * time.Millisecond)
-			return true, nil
+			f.adopting = rep.Name
+			return f, nil
 		}
 	}
 	honoured, err := s.policy.HonoursAnnotations(d.Pod.Namespace, r.namespaceLabels(ctx))
 	if err != nil {
-		return false, err
+		return f, err
 	}
 	if ok, _ := surge.Wanted(mode, d.Pod, honoured); !ok {
-		return false, nil
+		return f, nil
 	}
-	w, err := r.workload(ctx, sp, d.Pod)
-	if err != nil {
-		return false, err
+	if f.workload, err = r.workload(ctx, sp, d.Pod); err != nil {
+		return f, err
 	}
-	need, why := surge.Consider(mode, honoured, d.Pod, len(d.PDBs), d.PDBBlocked, w)
-	if !need {
-		return false, nil
+	f.need, f.reason = surge.Consider(mode, honoured, d.Pod, len(d.PDBs), d.PDBBlocked, f.workload)
+	return f, nil
+}
+
+// surge carries out a pod's Surge step: it waits for the replacement the
+// pod has, or for its ReplicaSet to adopt one, or brings one up; the pod's
+// blocker says why. It reports false when the replacement turns out to
+// serve (found around the cache): the pod goes on.
+func (r *Reconciler) surge(ctx context.Context, s *scope, d drain.Decision, f surgeFacts) (bool, error) {
+	switch {
+	case f.rep != nil:
+		return r.awaitReplacement(ctx, s, d, f.rep, f.serves, f.why)
+	case f.adopting != "":
+		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "waiting for ReplicaSet "+f.replicaSet+" to adopt replacement "+f.adopting)
+		s.recheckIn(500 * time.Millisecond)
+		return true, nil
 	}
 	if r.surgeFailedWaits(s, d) {
 		return true, nil
@@ -223,8 +260,12 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 	for i := range up {
 		switch {
 		case surge.Mine(&up[i], s.drain, d.Pod):
-			return r.awaitReplacement(ctx, s, d, &up[i])
-		case up[i].Annotations[surge.AnnotationDeployment] == w.Deployment.Name && up[i].Labels[surge.HashLabel] == "":
+			serves, why, err := r.serves(ctx, d.Pod, &up[i])
+			if err != nil {
+				return false, err
+			}
+			return r.awaitReplacement(ctx, s, d, &up[i], serves, why)
+		case up[i].Annotations[surge.AnnotationDeployment] == f.workload.Deployment.Name && up[i].Labels[surge.HashLabel] == "":
 			counts, err := r.broughtUp(ctx, s.drain, &up[i])
 			if err != nil {
 				return false, err
@@ -234,26 +275,32 @@ func (r *Reconciler) surgeWaits(ctx context.Context, s *scope, d drain.Decision)
 			}
 		}
 	}
-	if allowed := surge.MaxSurge(w.Deployment); busy >= allowed {
+	if allowed := surge.MaxSurge(f.workload.Deployment); busy >= allowed {
 		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, fmt.Sprintf("%s; waiting for room: Deployment %s allows %d extra pod(s) (maxSurge) and %d replacement(s) are up",
-			why, w.Deployment.Name, allowed, busy))
+			f.reason, f.workload.Deployment.Name, allowed, busy))
 		s.recheckIn(surgeRecheck)
 		return true, nil
 	}
-	rep := surge.Replacement(d.Pod, w, s.drain)
+	return true, r.createReplacement(ctx, s, d, f)
+}
+
+// createReplacement brings up the pod's replacement, or records why the
+// API server refused it.
+func (r *Reconciler) createReplacement(ctx context.Context, s *scope, d drain.Decision, f surgeFacts) error {
+	rep := surge.Replacement(d.Pod, f.workload, s.drain)
 	if err := r.Client.Create(ctx, rep); err != nil {
 		if ctx.Err() != nil {
-			return false, fmt.Errorf("creating a replacement for pod %s: %w", d.Key(), err)
+			return fmt.Errorf("creating a replacement for pod %s: %w", d.Key(), err)
 		}
 		r.createRefused(ctx, s, d, err)
-		return true, nil
+		return nil
 	}
-	s.log.Info("surge: replacement created", "pod", d.Key(), "replacement", rep.Name, "why", why)
+	s.log.Info("surge: replacement created", "pod", d.Key(), "replacement", rep.Name, "why", f.reason)
 	r.ledger.surgeCreated(d.Pod.UID)
-	sp.byPod[uid] = rep
+	s.surge.byPod[string(d.Pod.UID)] = rep
 	r.surgeStep(s, d, rep.Name, v1alpha1.SurgeStarting, corev1.EventTypeNormal, v1alpha1.EventSurgeStarted, v1alpha1.BlockerSurge,
-		fmt.Sprintf("replacement %s created (%s)", rep.Name, why), surgeRecheck)
-	return true, nil
+		fmt.Sprintf("replacement %s created (%s)", rep.Name, f.reason), surgeRecheck)
+	return nil
 }
 
 // surgeFailedWaits says whether the pod's surge failed (its replacement
@@ -343,15 +390,11 @@ func (r *Reconciler) surgeStep(s *scope, d drain.Decision, replacement, phase, e
 
 // awaitReplacement: the pod's eviction goes ahead once its replacement
 // serves; a replacement past surge.readyTimeout is removed.
-func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Decision, rep *corev1.Pod) (bool, error) {
+func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Decision, rep *corev1.Pod, serves bool, why string) (bool, error) {
 	if !rep.DeletionTimestamp.IsZero() {
 		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "replacement "+rep.Name+" is being removed")
 		s.recheckIn(surgeRecheck)
 		return true, nil
-	}
-	serves, why, err := r.serves(ctx, d.Pod, rep)
-	if err != nil {
-		return false, err
 	}
 	if serves {
 		s.setSurge(d, rep.Name, v1alpha1.SurgeReady, "replacement "+rep.Name+" is Ready on node "+rep.Spec.NodeName)
