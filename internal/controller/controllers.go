@@ -99,6 +99,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
 	drains.APIReader, drains.Pods = mgr.GetAPIReader(), nodePods
+	// Every outcome updates the drains' ledger and wakes the node's drain;
+	// every attempt is checked against the pod's holds right before the
+	// call.
+	evictions.Handle(drains.OnOutcome, drains.MayEvict)
 	if opts.WrapHookTransport != nil {
 		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)
 	}

@@ -19,14 +19,14 @@ import (
 // guardTimeout bounds the reads of the check before an eviction.
 const guardTimeout = 10 * time.Second
 
-// mayEvict is the last check before an eviction call, made by the eviction
+// MayEvict is the last check before an eviction call, made by the eviction
 // queue's worker for every attempt: a pod queued in an earlier pass may have
 // become held since (a provider registered mid-drain, the drain's mode went
 // up, a hook appeared, the drain was cancelled). It reads the cache as it is
 // now and asks holds, the model the pass holds pods with, about the pod. A
 // refused pod leaves the queue; the drain's next pass holds it and queues
 // it again once it may go.
-func (r *Reconciler) mayEvict(req eviction.Request) (bool, string) {
+func (r *Reconciler) MayEvict(req eviction.Request) (bool, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), guardTimeout)
 	defer cancel()
 	why, err := r.heldNow(ctx, req)

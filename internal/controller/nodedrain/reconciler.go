@@ -99,14 +99,13 @@ type Reconciler struct {
 	annotationWarnings warnedPods
 }
 
-// NewReconciler wires a reconciler to the eviction queue (a component of
-// its own, run by the manager): every outcome updates the ledger and
-// wakes the node's drain, and every attempt is checked against the pod's
-// holds right before the call (mayEvict).
+// NewReconciler makes a reconciler that queues its evictions on the
+// eviction queue (a component of its own, run by the manager). The queue
+// reports back through OnOutcome and MayEvict, which the caller hands it
+// (controllers.go).
 func NewReconciler(c ctrl.Client, clk clock.WithDelayedExecution, rec events.EventRecorder, evictions *eviction.Queue) *Reconciler {
 	r := &Reconciler{Client: c, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024), Evictions: evictions}
 	r.blocked = newReasonGauge(metrics.PodsBlocked)
-	evictions.Handle(r.onOutcome, r.mayEvict)
 	r.Hooks = hook.NewProber(r.wake)
 	r.Hooks.Check = r.stillTheTarget
 	return r

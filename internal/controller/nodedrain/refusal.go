@@ -56,7 +56,10 @@ func (ref refusal) multiplePDBs() bool {
 	return ref.result == eviction.Failed && ref.code == http.StatusInternalServerError
 }
 
-func (r *Reconciler) onOutcome(o eviction.Outcome) {
+// OnOutcome takes the eviction queue's answer for a pod: the ledger records
+// a refusal (or forgets the claim of an eviction that ended), replacements
+// are handed over, and the node's drain is woken.
+func (r *Reconciler) OnOutcome(o eviction.Outcome) {
 	if o.Result == eviction.Held {
 		metrics.EvictionsHeld.Inc()
 	} else {
