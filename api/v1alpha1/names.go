@@ -40,6 +40,9 @@ const (
 	// False before it evicts the pod, so the pod leaves its Services'
 	// endpoints first.
 	ConditionServing = "vacate.dev/serving"
+	// ReasonServingDraining is ConditionServing's reason while a drain has
+	// taken the pod out of service to evict it (the condition False).
+	ReasonServingDraining = "Draining"
 	// LabelEndpointAware, on a namespace (label) or a pod (annotation),
 	// value "true", opts pods into endpoint-aware eviction: the webhook
 	// adds the readiness gate ConditionServing when they are created.

@@ -160,3 +160,27 @@ func (ev *Evacuation) LastHeard() time.Time {
 	}
 	return ev.CreationTimestamp.Time
 }
+
+// ServingGated reports whether the pod has the readiness gate
+// ConditionServing: it is evicted endpoint-aware, out of its Services
+// first.
+func ServingGated(p *corev1.Pod) bool {
+	for _, g := range p.Spec.ReadinessGates {
+		if g.ConditionType == ConditionServing {
+			return true
+		}
+	}
+	return false
+}
+
+// OutOfService reports whether a drain took the pod out of service (its
+// condition ConditionServing False, reason ReasonServingDraining), and
+// since when.
+func OutOfService(p *corev1.Pod) (time.Time, bool) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == ConditionServing && c.Status == corev1.ConditionFalse && c.Reason == ReasonServingDraining {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}

@@ -14,7 +14,6 @@ import (
 	"github.com/vacate-dev/vacate/internal/hold"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/providers"
-	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
 
@@ -190,9 +189,9 @@ func decidePod(pol policy.Policy, d drain.Decision, f podFacts) PodPlan {
 	// The next step as the controller takes it (drain.Next, which it asks
 	// too). A surged pod's replacement is not up before the drain brings
 	// it: the plan previews the pass that would.
-	_, out := serving.OutOfService(d.Pod)
+	_, out := v1alpha1.OutOfService(d.Pod)
 	pp.Next = string(drain.Next(d, drain.PodFacts{Held: len(f.heldBy) > 0, Surge: pp.Surge != nil && pp.Surge.Surged,
-		Gated: serving.Gated(d.Pod), OutOfService: out, GateWouldStick: f.gateWouldStick}))
+		Gated: v1alpha1.ServingGated(d.Pod), OutOfService: out, GateWouldStick: f.gateWouldStick}))
 	return pp
 }
 

@@ -34,21 +34,14 @@ const (
 	// ReasonServing: vacate saw the gated pod and let it serve.
 	ReasonServing = "Serving"
 	// ReasonDraining: a drain took the pod out of service to evict it.
-	ReasonDraining = "Draining"
+	ReasonDraining = v1alpha1.ReasonServingDraining
 	// ReasonRestored: the pod is back in service: its drain ended or was
 	// cancelled, or its eviction was refused after all.
 	ReasonRestored = "Restored"
 )
 
 // Gated reports whether the pod has the readiness gate.
-func Gated(p *corev1.Pod) bool {
-	for _, g := range p.Spec.ReadinessGates {
-		if g.ConditionType == Condition {
-			return true
-		}
-	}
-	return false
-}
+func Gated(p *corev1.Pod) bool { return v1alpha1.ServingGated(p) }
 
 // Get returns the pod's condition, or nil when it has none.
 func Get(p *corev1.Pod) *corev1.PodCondition {
@@ -62,13 +55,7 @@ func Get(p *corev1.Pod) *corev1.PodCondition {
 
 // OutOfService reports whether a drain took the pod out of service, and
 // since when.
-func OutOfService(p *corev1.Pod) (time.Time, bool) {
-	c := Get(p)
-	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonDraining {
-		return time.Time{}, false
-	}
-	return c.LastTransitionTime.Time, true
-}
+func OutOfService(p *corev1.Pod) (time.Time, bool) { return v1alpha1.OutOfService(p) }
 
 // NeedsServing reports whether a gated pod waits for vacate to let it
 // serve: it runs (it has its IP: its sandbox is up, its containers start

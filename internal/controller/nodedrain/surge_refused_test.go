@@ -34,26 +34,35 @@ func TestSurgeCreateRefusedBlocksOnlyItsPod(t *testing.T) {
 	e := &env{c: c, cl: testenv.Controller(t, c, func(o *operator.Options) { o.Controllers.Clock = clk })}
 	ctx := testenv.Context(t)
 	f := newSurgeFixture(t, e, "surge-refused", func(p *v1alpha1.DrainPolicySpec) { p.Pods.Unmanaged = "Delete" }, nil)
-	for _, name := range []string{"zz-bare-1", "zz-bare-2"} {
-		if _, err := c.Client.CoreV1().Pods(f.ns).Create(ctx, devcluster.BarePod(f.ns, name, f.node), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The quota first, counting web's pod: the two bare pods are then
+	// counted as they are created (quota admission). A quota created after
+	// them may miss one until the quota controller's next full sync,
+	// minutes later (CI saw used=2).
 	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "pods"},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("3")}}}
 	if _, err := c.Client.CoreV1().ResourceQuotas(f.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, time.Minute, "the quota counting 3 pods", func() error {
-		q, err := c.Client.CoreV1().ResourceQuotas(f.ns).Get(ctx, "pods", metav1.GetOptions{})
-		if err != nil {
-			return err
+	quotaCounts := func(n int64) {
+		t.Helper()
+		testutil.Eventually(t, time.Minute, fmt.Sprintf("the quota counting %d pod(s)", n), func() error {
+			q, err := c.Client.CoreV1().ResourceQuotas(f.ns).Get(ctx, "pods", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if used, ok := q.Status.Used[corev1.ResourcePods]; !ok || used.Value() != n {
+				return fmt.Errorf("used %v", q.Status.Used)
+			}
+			return nil
+		})
+	}
+	quotaCounts(1)
+	for _, name := range []string{"zz-bare-1", "zz-bare-2"} {
+		if _, err := c.Client.CoreV1().Pods(f.ns).Create(ctx, devcluster.BarePod(f.ns, name, f.node), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		if used := q.Status.Used[corev1.ResourcePods]; used.Value() != 3 {
-			return fmt.Errorf("used %v", q.Status.Used)
-		}
-		return nil
-	})
+	}
+	quotaCounts(3)
 
 	requestAll(t, e, []string{f.node})
 	nd := e.waitDrain(t, f.node, "web blocked by SurgeFailed, the other pods evicted", 2*time.Minute, func(nd *v1alpha1.NodeDrain) bool {
