@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -207,21 +206,6 @@ func (r *Reconciler) report(s *scope, plan drain.Plan) {
 		found.pastDeadline = d
 	}
 	s.found.evicting = found
-}
-
-func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
-	parts := make([]string, 0, 3)
-	for i, b := range blockers {
-		if i == 3 {
-			break
-		}
-		parts = append(parts, b.Pod+": "+b.Reason)
-	}
-	msg := fmt.Sprintf("%d pod(s) blocked: %s", total, strings.Join(parts, "; "))
-	if int(total) > len(parts) {
-		msg += fmt.Sprintf("; and %d more", int(total)-len(parts))
-	}
-	return msg
 }
 
 // refusedByAPI reports whether a blocker reason is an eviction the API

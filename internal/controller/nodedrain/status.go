@@ -278,3 +278,20 @@ func (s *scope) setDrainedCondition() {
 		s.remove(v1alpha1.ConditionDrained)
 	}
 }
+
+// blockedMessage is the Blocked condition's message: how many pods are
+// blocked, the first three with their reasons.
+func blockedMessage(total int32, blockers []v1alpha1.Blocker) string {
+	parts := make([]string, 0, 3)
+	for i, b := range blockers {
+		if i == 3 {
+			break
+		}
+		parts = append(parts, b.Pod+": "+b.Reason)
+	}
+	msg := fmt.Sprintf("%d pod(s) blocked: %s", total, strings.Join(parts, "; "))
+	if int(total) > len(parts) {
+		msg += fmt.Sprintf("; and %d more", int(total)-len(parts))
+	}
+	return msg
+}
