@@ -110,7 +110,7 @@ func (r *Reconciler) takeStep(ctx context.Context, s *scope, d drain.Decision, p
 		step = drain.Next(d, f)
 	}
 	if sf.rep != nil && sf.serves {
-		s.setSurge(d, sf.rep.Name, v1alpha1.SurgeReady, "replacement "+sf.rep.Name+" is Ready on node "+sf.rep.Spec.NodeName)
+		s.surgeReady(d, sf.rep)
 	}
 	switch step {
 	case drain.StepHeld:
@@ -139,7 +139,7 @@ func (r *Reconciler) podFacts(ctx context.Context, s *scope, d drain.Decision, p
 	if err != nil {
 		return f, sf, err
 	}
-	f.Surge, f.SurgeServing = sf.waits(), sf.rep != nil && sf.rep.DeletionTimestamp.IsZero() && sf.serves
+	f.Surge, f.SurgeServing = sf.waits(), sf.rep != nil && sf.serves
 	_, out := serving.OutOfService(d.Pod)
 	_, known := r.ledger.gate(d.Pod.UID)
 	f.Gated, f.OutOfService, f.GateWouldStick = serving.Gated(d.Pod), out || known, drain.GateWouldStick(d, plan.PDBs)

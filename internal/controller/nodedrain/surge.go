@@ -397,7 +397,7 @@ func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Dec
 		return true, nil
 	}
 	if serves {
-		s.setSurge(d, rep.Name, v1alpha1.SurgeReady, "replacement "+rep.Name+" is Ready on node "+rep.Spec.NodeName)
+		s.surgeReady(d, rep)
 		return false, nil
 	}
 	timeout := s.policy.SurgeReadyTimeout
@@ -516,6 +516,11 @@ func surgeRecord(nd *v1alpha1.NodeDrain, uid string) *v1alpha1.SurgeStatus {
 		}
 	}
 	return nil
+}
+
+// surgeReady records that the pod's replacement serves: the pod goes on.
+func (s *scope) surgeReady(d drain.Decision, rep *corev1.Pod) {
+	s.setSurge(d, rep.Name, v1alpha1.SurgeReady, "replacement "+rep.Name+" is Ready on node "+rep.Spec.NodeName)
 }
 
 // setSurge records the pod's surge in status.surges.
