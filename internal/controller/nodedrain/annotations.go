@@ -11,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/policy"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // EventAnnotationIgnored: a pod's own annotations that could hold the drain
@@ -33,6 +35,31 @@ func (r *Reconciler) namespaceLabels(ctx context.Context) policy.NamespaceLabels
 		}
 		return ns.Labels, nil
 	}
+}
+
+// honouredNamespaces are, among the namespaces of the pods that carry the
+// surge annotation, those whose pods may use annotations under the drain's
+// policy (policy.HonoursAnnotations), read once per pass for surge.Wanted.
+// Other pods' surge does not depend on it.
+func (r *Reconciler) honouredNamespaces(ctx context.Context, s *scope, pods []*corev1.Pod) (map[string]bool, error) {
+	if s.policy.Surge == "" || s.policy.Surge == v1alpha1.SurgeNone {
+		return nil, nil
+	}
+	honoured := map[string]bool{}
+	for _, pod := range pods {
+		if _, annotated := pod.Annotations[surge.Annotation]; !annotated {
+			continue
+		}
+		if _, seen := honoured[pod.Namespace]; seen {
+			continue
+		}
+		ok, err := s.policy.HonoursAnnotations(pod.Namespace, r.namespaceLabels(ctx))
+		if err != nil {
+			return nil, err
+		}
+		honoured[pod.Namespace] = ok
+	}
+	return honoured, nil
 }
 
 // podsAsDrained are the node's pods as the drain's planner sees them (see

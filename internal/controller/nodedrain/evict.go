@@ -28,6 +28,9 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	if err != nil {
 		return drain.Plan{}, err
 	}
+	if s.honoured, err = r.honouredNamespaces(ctx, s, pods); err != nil {
+		return drain.Plan{}, err
+	}
 	plan := drain.New(pods, &r.guards, s.policy.Rules.ForNode(s.node), s.now)
 	s.plan = &plan
 	return plan, nil
@@ -41,17 +44,13 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	if err := r.queueEvictions(ctx, s, plan); err != nil {
 		return reconcile.Result{}, err
 	}
-	surges, err := r.tendSurges(ctx, s, plan.Evicting(), false)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	r.report(s, plan)
-	if surges > 0 && plan.Completed() {
+	if s.replacing > 0 && plan.Completed() {
 		return reconcile.Result{RequeueAfter: min(time.Second, max(s.recheck, 100*time.Millisecond))}, nil
 	}
 	if !plan.Completed() {
 		s.found.podsLeft, s.found.podsHeld = true, s.evac.holds.Any()
-		after := min(r.waitFor(s), s.evac.recheck)
+		after := min(s.timeLeft, s.evac.recheck)
 		if s.recheck > 0 {
 			after = min(after, s.recheck)
 		}

@@ -130,8 +130,11 @@ type scope struct {
 	log   klog.Logger
 	// evac is what the evacuate stage learned, for evict and finalize.
 	evac evacState
-	// plan is the pass's plan of the node's pods (see Reconciler.plan).
-	plan *drain.Plan
+	// plan is the pass's plan of the node's pods (see Reconciler.plan);
+	// honoured are the namespaces whose pods' surge annotation counts
+	// (honouredNamespaces), read with it.
+	plan     *drain.Plan
+	honoured map[string]bool
 	// gated are the blockers of endpoint-aware pods out of service that
 	// wait for their endpoints (endpoints.go).
 	gated map[types.UID]v1alpha1.Blocker
@@ -139,6 +142,12 @@ type scope struct {
 	// the blockers of pods that wait on theirs (surge.go).
 	surge   *surgePass
 	surging map[types.UID]v1alpha1.Blocker
+	// timeLeft bounds the wait of an evicting drain for its next pass: the
+	// resync, or its timeout or deadline if sooner (timeouts).
+	timeLeft time.Duration
+	// replacing is how many of the drain's replacements are not handed
+	// over or removed yet (replacements).
+	replacing int
 	// recheck, when set, bounds the wait for the next pass (an
 	// endpoint-aware pod's settle time or timeout).
 	recheck time.Duration
@@ -214,7 +223,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = nd.Mode(), nil
 	recordRun(nd)
-	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.timeouts, r.keepDaemonSetsOff, r.evict, r.finalize} {
+	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.timeouts, r.keepDaemonSetsOff, r.replacements, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
 			return res, err

@@ -219,10 +219,7 @@ func (r *Reconciler) surgeFactsOf(ctx context.Context, s *scope, d drain.Decisio
 			return f, nil
 		}
 	}
-	honoured, err := s.policy.HonoursAnnotations(d.Pod.Namespace, r.namespaceLabels(ctx))
-	if err != nil {
-		return f, err
-	}
+	honoured := s.honoured[d.Pod.Namespace] // read with the plan (honouredNamespaces)
 	if ok, _ := surge.Wanted(mode, d.Pod, honoured); !ok {
 		return f, nil
 	}

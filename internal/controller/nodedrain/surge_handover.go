@@ -24,12 +24,23 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
+
+// replacements is the stage that tends the drain's replacements whose
+// pods no longer wait on them (tendSurges), before the pods' next steps
+// are taken; how many are not done yet keeps the drain from finishing
+// (evict).
+func (r *Reconciler) replacements(ctx context.Context, s *scope) (reconcile.Result, error) {
+	n, err := r.tendSurges(ctx, s, s.plan.Evicting(), false)
+	s.replacing = n
+	return reconcile.Result{}, err
+}
 
 // tendSurges carries the drain's replacements whose pods no longer wait
 // on them to their end: handed over to their ReplicaSet once their pod

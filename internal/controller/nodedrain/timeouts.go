@@ -23,6 +23,7 @@ import (
 // or evacuations after eviction are not Completed (timeout); a drain with
 // time left goes on to evict.
 func (r *Reconciler) timeouts(ctx context.Context, s *scope) (reconcile.Result, error) {
+	s.timeLeft = timeLeft(s)
 	reason, why, over := overdue(s)
 	if !over {
 		return reconcile.Result{}, nil
@@ -58,9 +59,9 @@ func overdue(s *scope) (reason, why string, over bool) {
 	return "", "", false
 }
 
-// waitFor is how long an evicting drain waits for its next pass when no
+// timeLeft is how long an evicting drain waits for its next pass when no
 // event comes: the resync, or the drain timeout or deadline if sooner.
-func (r *Reconciler) waitFor(s *scope) time.Duration {
+func timeLeft(s *scope) time.Duration {
 	wait := requeue.Resync
 	if s.policy.DrainTimeout > 0 && s.drain.Status.StartTime != nil {
 		if left := s.drain.Status.StartTime.Add(s.policy.DrainTimeout).Sub(s.now); left > 0 {
