@@ -57,21 +57,10 @@ type entry struct {
 	gated bool
 	// tried is when the pod's dry-run eviction was last made.
 	tried time.Time
-	// surgeRefused is the last refused create of the pod's replacement, if
-	// any: the drain's status records it too, but a status write that
-	// conflicts loses it, and the create must not be tried again before
-	// its time (surge.go).
-	surgeRefused surgeRefusal
-}
-
-// surgeRefusal is a refused create of a pod's replacement.
-type surgeRefusal struct {
-	at  time.Time
-	msg string
 }
 
 func (e entry) empty() bool {
-	return len(e.pdbs) == 0 && !e.refused && !e.gated && e.tried.IsZero() && e.surgeRefused.at.IsZero()
+	return len(e.pdbs) == 0 && !e.refused && !e.gated && e.tried.IsZero()
 }
 
 // outOfService says whether the pod is out of service for its eviction and
@@ -96,6 +85,18 @@ func (e entry) waitsOnBudget(uid types.UID, q *eviction.Queue) bool {
 		return false
 	}
 	return !q.Pending(uid) || e.pdbRefused()
+}
+
+// podRecord is what the controller remembers of one pod's eviction, read
+// at once: its ledger entry and the eviction queue's state.
+type podRecord struct {
+	entry
+	pending, evicted bool
+}
+
+// recordOf reads the pod's record.
+func (l *ledger) recordOf(uid types.UID, q *eviction.Queue) podRecord {
+	return podRecord{entry: l.get(uid), pending: q.Pending(uid), evicted: q.Evicted(uid)}
 }
 
 // waitsOnBudget is entry.waitsOnBudget for the decision's pod; a pod
@@ -412,23 +413,6 @@ func (l *ledger) lastTry(uid types.UID) time.Time {
 	return l.get(uid).tried
 }
 
-// refuseSurge records a refused create of the pod's replacement.
-func (l *ledger) refuseSurge(pod *corev1.Pod, at time.Time, msg string) {
-	l.update(pod.UID, pod.Spec.NodeName, func(e *entry) { e.surgeRefused = surgeRefusal{at: at, msg: msg} })
-}
-
-// surgeRefusal is the last refused create of the pod's replacement; zero
-// if none.
-func (l *ledger) surgeRefusal(uid types.UID) surgeRefusal {
-	return l.get(uid).surgeRefused
-}
-
-// surgeCreated forgets a refused create of the pod's replacement: one was
-// created.
-func (l *ledger) surgeCreated(uid types.UID) {
-	l.update(uid, "", func(e *entry) { e.surgeRefused = surgeRefusal{} })
-}
-
 // forgetNode drops the refusals, gates and dry-run times of the node's
 // pods: its drain stopped (the serving controller puts its pods back in
 // service). Claims stay until their evictions are no longer underway.
@@ -441,7 +425,6 @@ func (l *ledger) forgetNode(node string) {
 		}
 		e.refusal, e.refused = refusal{}, false
 		e.gate, e.gated, e.tried = gate{}, false, time.Time{}
-		e.surgeRefused = surgeRefusal{}
 		l.dropIfEmptyLocked(uid, e)
 	}
 }

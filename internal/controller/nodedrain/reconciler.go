@@ -81,7 +81,9 @@ type Reconciler struct {
 	budgetMu sync.Mutex
 	// waiters are the drains waiting on each PDB's budget (budget.go).
 	waiters pdbWaiters
-	blocked reasonGauge // vacate_pods_blocked
+	// surgeRefused are the refused creates of replacements (surge.go).
+	surgeRefused surgeRefusals
+	blocked      reasonGauge // vacate_pods_blocked
 	// writes spaces out status writes that change only progress.
 	writes statusWrites
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
@@ -156,6 +158,9 @@ type scope struct {
 	stop bool
 	// found is what the pass found, for the status it writes (status.go).
 	found facts
+	// newRefusals are the blockers of pods whose eviction the API server
+	// newly refused (setPodCounts): each is a Warning event.
+	newRefusals []podBlocker
 	// onWritten are the side effects of a transition (events, metrics): they
 	// happen only once the status recording it was written. A pass working
 	// from a stale cache loses the optimistic lock and has no side effects.
@@ -180,6 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			panic(p) // a pass that broke off halfway records nothing
 		}
 		s.setStatus()
+		r.reportPods(s)
 		now := time.Now()
 		progress := !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status)
 		if progress {

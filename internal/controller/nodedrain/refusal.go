@@ -2,6 +2,7 @@ package nodedrain
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -108,36 +109,70 @@ func (r *Reconciler) seenLeaving(o eviction.Outcome) bool {
 func (r *Reconciler) forgetNode(node string) int {
 	dropped := r.Evictions.ForgetNode(node)
 	r.ledger.forgetNode(node)
+	r.surgeRefused.forgetNode(node)
 	r.waiters.forget(node)
 	return dropped
 }
 
-// blockerFor says whether a decision holds the drain up, and how.
-func (r *Reconciler) blockerFor(d drain.Decision, now time.Time) (v1alpha1.Blocker, bool) {
-	b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(now)}
-	switch {
-	case d.Action == drain.Block:
-		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
-	case d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
-		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
-	case d.Action == drain.Evict:
-		ref, refused := r.ledger.refusal(d.Pod.UID)
-		switch {
-		case r.Evictions.Evicted(d.Pod.UID):
-			// Evicted, and the cache does not show it terminating yet: the
-			// PDB's status, already updated by that eviction, allows no
-			// disruption, but nothing holds this pod.
-			return b, false
-		case refused && ref.result != eviction.PDBBlocked:
-			return refusalBlocker(b, d, ref), true
-		case refused || d.PDBBlocked:
-			return pdbBlocker(b, d, ref, refused), true
-		}
-		return b, false
-	default:
-		return b, false
+// reportPods publishes the pods the pass found blocked (vacate_pods_blocked)
+// and makes each new refusal of their evictions a Warning event on the
+// drain, once the status recording it is written.
+func (r *Reconciler) reportPods(s *scope) {
+	if s.found.evicting == nil {
+		return
 	}
-	return b, true
+	nd := s.drain
+	reasons := make([]string, 0, len(nd.Status.Blockers))
+	for _, b := range nd.Status.Blockers {
+		reasons = append(reasons, b.Reason)
+	}
+	r.blocked.set(nd.Name, reasons...)
+	for _, b := range s.newRefusals {
+		pod, msg := b.pod, fmt.Sprintf("eviction of %s refused: %s", b.Pod, b.Detail)
+		s.afterWrite(func() {
+			r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "%s", msg)
+		})
+	}
+}
+
+// podBlocker is what holds a pod up; refused: the API server refused its
+// eviction (a new one is also a Warning event on the drain).
+type podBlocker struct {
+	v1alpha1.Blocker
+	refused bool
+	pod     *corev1.Pod
+}
+
+// blockerOf says whether the pod holds the drain up after its step, and
+// how: a hold (its evacuation or HTTP hook), its endpoints or its surge,
+// the planner's decision, or its eviction's last refusal (rec, read before
+// the step).
+func (s *scope) blockerOf(d drain.Decision, rec podRecord) (podBlocker, bool) {
+	if b, ok := s.evac.holds.Of(d.Pod); ok {
+		return podBlocker{Blocker: b}, true
+	}
+	if b, ok := s.gated[d.Pod.UID]; ok {
+		return podBlocker{Blocker: b}, true
+	}
+	if b, ok := s.surging[d.Pod.UID]; ok {
+		return podBlocker{Blocker: b}, true
+	}
+	b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(s.now)}
+	switch {
+	case d.Action == drain.Block, d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
+		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
+		return podBlocker{Blocker: b}, true
+	case d.Action != drain.Evict, rec.evicted:
+		// Evicted, and the cache does not show it terminating yet: the
+		// PDB's status, already updated by that eviction, allows no
+		// disruption, but nothing holds this pod.
+		return podBlocker{}, false
+	case rec.refused && rec.refusal.result != eviction.PDBBlocked:
+		return podBlocker{Blocker: refusalBlocker(b, d, rec.refusal), refused: true, pod: d.Pod}, true
+	case rec.refused || d.PDBBlocked:
+		return podBlocker{Blocker: pdbBlocker(b, d, rec.refusal, rec.refused), refused: rec.refused, pod: d.Pod}, true
+	}
+	return podBlocker{}, false
 }
 
 // pdbBlocker is the blocker of a pod a PodDisruptionBudget holds: one

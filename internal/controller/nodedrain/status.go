@@ -2,6 +2,7 @@ package nodedrain
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -76,13 +77,13 @@ type evacuationCounts struct {
 }
 
 // podCounts are the evict stage's findings: whether every pod that must
-// leave has, the plan's summary, and the blockers (all of them counted,
-// the first MaxBlockers listed).
+// leave has, how many are left, the plan's summary, and the pods that hold
+// the drain up (setPodCounts writes the counts and lists the blockers).
 type podCounts struct {
 	completed bool
+	remaining int32
 	summary   string
-	blocked   int32
-	blockers  []v1alpha1.Blocker
+	blockers  []podBlocker
 	// pastDeadline is the requesters' deadline, when it passed and the
 	// drain goes on (onTimeout Fail never stops at a deadline).
 	pastDeadline *v1alpha1.DrainDeadline
@@ -98,6 +99,7 @@ type drainedCounts struct {
 // found. It is the only writer of both in this controller.
 func (s *scope) setStatus() {
 	f := &s.found
+	s.setPodCounts()
 	s.setNoExecuteCondition()
 	s.setCordonedCondition()
 	s.setEvacuatedCondition()
@@ -225,6 +227,49 @@ func (s *scope) setEvacuatedCondition() {
 	}
 }
 
+// setPodCounts writes how many pods left and are left, and lists the pods
+// that hold the drain up (all of them counted, the first MaxBlockers
+// listed, by pod), each with the time it was first seen so. A new refusal
+// by the API server is also an event (newRefusals).
+func (s *scope) setPodCounts() {
+	e := s.found.evicting
+	if e == nil {
+		return
+	}
+	st := &s.drain.Status
+	// Pods that arrive during the drain add to the total; evicted never
+	// goes down.
+	st.Total = max(st.Total, e.remaining+st.Evicted)
+	st.Remaining = e.remaining
+	st.Evicted = st.Total - e.remaining
+	st.Progress = fmt.Sprintf("%d/%d", st.Evicted, st.Total)
+
+	previous := map[string]metav1.Time{}
+	for _, b := range st.Blockers {
+		previous[b.Pod+"|"+b.Reason] = b.Since
+	}
+	blockers := make([]v1alpha1.Blocker, 0, len(e.blockers))
+	for _, pb := range e.blockers {
+		b := pb.Blocker
+		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
+			b.Since = since
+		} else if pb.refused {
+			// Only a refusal the API server answered: a pod the plan holds
+			// back because its PDB allows no disruption now (most pods of a
+			// drain, at some moment) is a blocker, not an event.
+			pb.Blocker = b
+			s.newRefusals = append(s.newRefusals, pb)
+		}
+		blockers = append(blockers, b)
+	}
+	sort.Slice(blockers, func(i, j int) bool { return blockers[i].Pod < blockers[j].Pod })
+	st.Blocked = int32(len(blockers))
+	if len(blockers) > v1alpha1.MaxBlockers {
+		blockers = blockers[:v1alpha1.MaxBlockers]
+	}
+	st.Blockers, st.BlockersOmitted = blockers, st.Blocked-int32(len(blockers))
+}
+
 // setPodsEvictedCondition says whether every pod that must leave has.
 func (s *scope) setPodsEvictedCondition() {
 	f := &s.found
@@ -248,10 +293,10 @@ func (s *scope) setBlockedCondition() {
 		s.set(v1alpha1.ConditionBlocked, metav1.ConditionTrue, f.failed.reason, f.failed.message)
 	case f.overdue != nil:
 		s.set(v1alpha1.ConditionBlocked, metav1.ConditionTrue, f.overdue.reason, f.overdue.message)
-	case f.evicting != nil && f.evicting.blocked > 0:
-		e := f.evicting
-		msg := blockedMessage(e.blocked, e.blockers)
-		if d := e.pastDeadline; d != nil {
+	case f.evicting != nil && len(f.evicting.blockers) > 0:
+		st := &s.drain.Status
+		msg := blockedMessage(st.Blocked, st.Blockers)
+		if d := f.evicting.pastDeadline; d != nil {
 			msg = fmt.Sprintf("past the deadline of requester %s (%s): draining on as fast as the pods allow (onTimeout Fail never stops a drain at a deadline); %s",
 				d.Requester, d.Time.UTC().Format(time.RFC3339), msg)
 		}

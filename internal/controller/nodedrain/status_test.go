@@ -1,6 +1,7 @@
 package nodedrain
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ var (
 		cond(v1alpha1.ConditionDrained, metav1.ConditionFalse, v1alpha1.ReasonDrainTimeout),
 		cond(v1alpha1.ConditionNoExecuteTaint, metav1.ConditionTrue, v1alpha1.ReasonNoExecuteTaint),
 	}
-	statusBlockers = []v1alpha1.Blocker{{Pod: "shop/web-1", Reason: v1alpha1.BlockerPDB}}
+	statusBlockers = []podBlocker{{Blocker: v1alpha1.Blocker{Pod: "shop/web-1", Reason: v1alpha1.BlockerPDB}}}
 )
 
 // statusCases start from the status a drain had before the pass (phase,
@@ -92,7 +93,7 @@ var statusCases = []struct {
 }, {
 	name: "pods left, one blocked, past a deadline", phase: v1alpha1.PhaseCordoned, node: cordonedByUs,
 	found: facts{cordoned: true, evacuations: &evacuationCounts{}, podsLeft: true, evicting: &podCounts{
-		summary: "1 to evict", blocked: 1, blockers: statusBlockers,
+		summary: "1 to evict", blockers: statusBlockers,
 		pastDeadline: &v1alpha1.DrainDeadline{Requester: "ops", Time: metav1.NewTime(statusNow.Add(-time.Minute))}}},
 	wantPhase: v1alpha1.PhaseEvicting,
 	want: map[string]want{v1alpha1.ConditionEvacuated: {metav1.ConditionTrue, v1alpha1.ReasonNoEvacuations},
@@ -119,13 +120,13 @@ var statusCases = []struct {
 	message:   map[string]string{v1alpha1.ConditionDrained: "3 pod(s) left the node in 2m0s"},
 }, {
 	name: "ForceDelete deleting after a timeout", phase: v1alpha1.PhaseEvicting, node: cordonedByUs,
-	found: facts{evicting: &podCounts{blocked: 1, blockers: statusBlockers},
+	found: facts{evicting: &podCounts{blockers: statusBlockers},
 		overdue: &ending{v1alpha1.ReasonDrainTimeout, "the drain did not finish; remaining pods deleted"}},
 	wantPhase: v1alpha1.PhaseEvicting,
 	want:      map[string]want{v1alpha1.ConditionBlocked: {metav1.ConditionTrue, v1alpha1.ReasonDrainTimeout}},
 }, {
 	name: "Failed", phase: v1alpha1.PhaseEvicting, node: cordonedByUs,
-	found:     facts{evicting: &podCounts{blocked: 1, blockers: statusBlockers}, failed: &ending{v1alpha1.ReasonDrainTimeout, "out of time"}},
+	found:     facts{evicting: &podCounts{blockers: statusBlockers}, failed: &ending{v1alpha1.ReasonDrainTimeout, "out of time"}},
 	wantPhase: v1alpha1.PhaseFailed,
 	want: map[string]want{v1alpha1.ConditionBlocked: {metav1.ConditionTrue, v1alpha1.ReasonDrainTimeout},
 		v1alpha1.ConditionDrained: {metav1.ConditionFalse, v1alpha1.ReasonDrainTimeout}},
@@ -213,5 +214,37 @@ func TestStatusFollowsWhatThePassFound(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPodCountsListTheBlockers: the counts never lose an evicted pod; the
+// blockers are listed by pod, at most MaxBlockers with the rest counted; a
+// blocker seen before keeps its since; only a new refusal by the API
+// server is an event.
+func TestPodCountsListTheBlockers(t *testing.T) {
+	nd := statusDrain.DeepCopy()
+	earlier := metav1.NewTime(statusNow.Add(-time.Hour))
+	nd.Status.Total, nd.Status.Evicted = 10, 4
+	nd.Status.Blockers = []v1alpha1.Blocker{{Pod: "shop/a", Reason: v1alpha1.BlockerPDB, Since: earlier}}
+	var found []podBlocker
+	for i := v1alpha1.MaxBlockers + 2; i > 0; i-- {
+		found = append(found, podBlocker{Blocker: v1alpha1.Blocker{Pod: fmt.Sprintf("shop/p%03d", i), Reason: v1alpha1.BlockerPDB,
+			Since: metav1.NewTime(statusNow)}, refused: i == 1})
+	}
+	found = append(found, podBlocker{Blocker: v1alpha1.Blocker{Pod: "shop/a", Reason: v1alpha1.BlockerPDB, Since: metav1.NewTime(statusNow)}, refused: true})
+	s := &scope{drain: nd, now: statusNow, found: facts{evicting: &podCounts{remaining: 3, blockers: found}}}
+	s.setStatus()
+	st := nd.Status
+	if st.Total != 10 || st.Evicted != 7 || st.Remaining != 3 || st.Progress != "7/10" {
+		t.Errorf("counts total %d evicted %d remaining %d progress %q, want 10, 7, 3, 7/10", st.Total, st.Evicted, st.Remaining, st.Progress)
+	}
+	if want := int32(v1alpha1.MaxBlockers + 3); st.Blocked != want || len(st.Blockers) != v1alpha1.MaxBlockers || st.BlockersOmitted != 3 {
+		t.Errorf("blocked %d, listed %d, omitted %d; want %d, %d, 3", st.Blocked, len(st.Blockers), st.BlockersOmitted, want, v1alpha1.MaxBlockers)
+	}
+	if first := st.Blockers[0]; first.Pod != "shop/a" || !first.Since.Equal(&earlier) {
+		t.Errorf("first blocker %s since %s, want shop/a since %s (seen before)", first.Pod, first.Since, earlier)
+	}
+	if len(s.newRefusals) != 1 || s.newRefusals[0].Pod != "shop/p001" {
+		t.Errorf("new refusals %v, want only shop/p001 (shop/a was listed before)", s.newRefusals)
 	}
 }

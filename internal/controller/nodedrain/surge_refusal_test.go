@@ -34,7 +34,7 @@ func TestRefusedSurgeOutlivesALostStatusWrite(t *testing.T) {
 	}
 
 	// The refusal, recorded in a status that was never written.
-	r.ledger.refuseSurge(pod, t0, "vacate could not create its replacement: exceeded quota: pods")
+	r.surgeRefused.refuse(pod, t0, "vacate could not create its replacement: exceeded quota: pods")
 	nd := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	s, waits := pass(nd, t0.Add(10*time.Second))
 	if !waits {
@@ -60,7 +60,7 @@ func TestRefusedSurgeOutlivesALostStatusWrite(t *testing.T) {
 	}
 
 	// A restarted controller knows only the status record.
-	r.ledger = ledger{}
+	r.surgeRefused = surgeRefusals{}
 	restarted := &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1alpha1.NodeDrainStatus{Surges: []v1alpha1.SurgeStatus{
 		{Pod: "shop/web-1", PodUID: "u1", Phase: v1alpha1.SurgeFailed, Since: metav1.NewTime(t0), Message: "refused"},
 	}}}
@@ -69,12 +69,12 @@ func TestRefusedSurgeOutlivesALostStatusWrite(t *testing.T) {
 	}
 
 	// A created replacement clears the memory of the refusal.
-	r.ledger.refuseSurge(pod, t0, "refused")
-	r.ledger.surgeCreated(pod.UID)
+	r.surgeRefused.refuse(pod, t0, "refused")
+	r.surgeRefused.created(pod.UID)
 	if _, waits := pass(&v1alpha1.NodeDrain{}, t0.Add(time.Second)); waits {
 		t.Error("a refusal followed by a created replacement still holds the pod")
 	}
-	if len(r.ledger.pods) != 0 {
-		t.Errorf("the ledger keeps %d entries once the replacement was created", len(r.ledger.pods))
+	if len(r.surgeRefused.byPod) != 0 {
+		t.Errorf("%d refusals kept once the replacement was created", len(r.surgeRefused.byPod))
 	}
 }

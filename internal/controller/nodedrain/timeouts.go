@@ -84,7 +84,13 @@ func timeLeft(s *scope) time.Duration {
 // leave, the drain is Drained if nothing was spared, else Failed naming the
 // spared pods. Either way it reaches a final phase.
 func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, reason, why string) (reconcile.Result, error) {
-	r.report(s, plan)
+	found := podsFound(s, plan)
+	for _, d := range plan.Decisions {
+		if b, ok := s.blockerOf(d, r.ledger.recordOf(d.Pod.UID, r.Evictions)); ok {
+			found.blockers = append(found.blockers, b)
+		}
+	}
+	s.found.evicting = found
 	if s.policy.ForceDelete {
 		deleted, leaving, err := r.forceDelete(ctx, s, plan, why)
 		if apierrors.IsForbidden(err) {
