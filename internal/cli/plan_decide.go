@@ -70,7 +70,7 @@ func decideNode(r nodeRead, in *planInput, c planChoices, now time.Time) (NodePl
 	before, after := planHolds(&np, h, r.existing, r.node, leaving, onNode, in)
 	for _, d := range plan.Decisions {
 		f := podFacts{heldBy: h.Holders(d.Pod.UID), ignored: ignored[d.Pod.UID], hookBlocked: hookBlocked[d.Pod.UID],
-			gateWouldStick: drain.GateWouldStick(d, plan.PDBs)}
+			gate: drain.PodFacts{}.WithGate(d, plan.PDBs, false)}
 		if d.Action == drain.Evict && surges(pol) {
 			if f.honoured, err = pol.HonoursAnnotations(d.Pod.Namespace, in.labelsOf); err != nil {
 				return NodePlan{}, err
@@ -169,9 +169,9 @@ type podFacts struct {
 	// annotations, and its ReplicaSet and Deployment.
 	honoured bool
 	workload surge.Workload
-	// gateWouldStick: taking the pod out of service would make its own
-	// eviction impossible (drain.GateWouldStick).
-	gateWouldStick bool
+	// gate is what the pod and its PDBs say of its readiness gate
+	// (drain.PodFacts.WithGate, as the controller asks).
+	gate drain.PodFacts
 }
 
 // decidePod is one pod's next step, as the drain would take it now: the
@@ -189,9 +189,9 @@ func decidePod(pol policy.Policy, d drain.Decision, f podFacts) PodPlan {
 	// The next step as the controller takes it (drain.Next, which it asks
 	// too). A surged pod's replacement is not up before the drain brings
 	// it: the plan previews the pass that would.
-	_, out := v1alpha1.OutOfService(d.Pod)
-	pp.Next = string(drain.Next(d, drain.PodFacts{Held: len(f.heldBy) > 0, Surge: pp.Surge != nil && pp.Surge.Surged,
-		Gated: v1alpha1.ServingGated(d.Pod), OutOfService: out, GateWouldStick: f.gateWouldStick}))
+	next := f.gate
+	next.Held, next.Surge = len(f.heldBy) > 0, pp.Surge != nil && pp.Surge.Surged
+	pp.Next = string(drain.Next(d, next))
 	return pp
 }
 

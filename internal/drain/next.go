@@ -2,6 +2,8 @@ package drain
 
 import (
 	policyv1 "k8s.io/api/policy/v1"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
 // Step is what a drain does next with one of its pods. The NodeDrain
@@ -46,6 +48,17 @@ type PodFacts struct {
 	// GateWouldStick: taking it out of service would make its own eviction
 	// impossible (GateWouldStick).
 	Gated, OutOfService, GateWouldStick bool
+}
+
+// WithGate completes the facts with what the pod and its PDBs say of its
+// readiness gate vacate.dev/serving: whether it has the gate, whether it
+// is out of service (or known to be: the caller took it out a moment ago,
+// before its cache shows it), and whether taking it out would stick
+// (GateWouldStick).
+func (f PodFacts) WithGate(d Decision, pdbs map[string]*policyv1.PodDisruptionBudget, knownOut bool) PodFacts {
+	_, out := v1alpha1.OutOfService(d.Pod)
+	f.Gated, f.OutOfService, f.GateWouldStick = v1alpha1.ServingGated(d.Pod), out || knownOut, GateWouldStick(d, pdbs)
+	return f
 }
 
 // Next is the pod's next step. A pod the planner evicts is held first,

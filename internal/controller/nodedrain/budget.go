@@ -90,12 +90,12 @@ func (b pdbBudget) fingerprint(pdbs []string) string {
 // disruption, or only one PDB selects it now), tries it again at once, also
 // within the budget. Other pods of a PDB wait: the PDB's next change wakes
 // the drain.
-func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget) error {
+func (r *Reconciler) queueEviction(s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
 	uid := d.Pod.UID
 	switch {
-	case r.Evictions.Evicted(uid):
+	case rec.evicted:
 		return nil // the cache does not show it terminating yet
-	case !r.Evictions.Pending(uid):
+	case !rec.pending:
 		if !budget.take(d.PDBs) {
 			return nil
 		}
@@ -105,7 +105,7 @@ func (r *Reconciler) queueEviction(s *scope, d drain.Decision, budget pdbBudget)
 		return r.Evictions.Add(req)
 	}
 	state := budget.fingerprint(d.PDBs)
-	if r.ledger.resolved(d, state) && budget.take(d.PDBs) {
+	if rec.refused && rec.refusal.resolvedBy(d, state) && budget.take(d.PDBs) {
 		r.ledger.retrying(uid, state)
 		r.ledger.claim(d.Pod, d.PDBs, &r.guards)
 		r.Evictions.RetryNow(uid)

@@ -30,7 +30,7 @@ func TestBudgetIsSharedByDrains(t *testing.T) {
 			testutil.Pod(node+"-web-2").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 		}
 		s := &scope{drain: testutil.NodeDrain(node, "", "cli:test"), now: now}
-		if err := r.takeSteps(context.Background(), s, drain.New(pods, &r.guards, drain.Rules{}, now)); err != nil {
+		if err := r.takeSteps(context.Background(), s, drain.New(pods, &r.guards, drain.Rules{}, now), &podCounts{}); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range pods {

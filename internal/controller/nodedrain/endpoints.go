@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -75,13 +76,13 @@ type gate struct {
 // queueGated is queueEviction for a pod with the readiness gate: it takes
 // the pod out of service, waits for its endpoints, and then queues its
 // eviction.
-func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision, budget pdbBudget) error {
+func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
 	pod, uid := d.Pod, d.Pod.UID
-	if r.Evictions.Evicted(uid) || r.Evictions.Pending(uid) {
+	if rec.evicted || rec.pending {
 		return nil
 	}
-	since, out := serving.OutOfService(pod)
-	g, known := r.ledger.gate(uid)
+	since, out := v1alpha1.OutOfService(pod)
+	g, known := rec.gate, rec.gated
 	switch {
 	case known && g.refused != "" && out:
 		return r.backInService(ctx, s, pod, "its eviction was refused after it was taken out of service ("+g.refused+")")
@@ -93,22 +94,22 @@ func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision,
 		return nil
 	case !out:
 		r.ledger.dropGate(uid)
-		return r.takeOutOfService(ctx, s, d, budget)
+		return r.takeOutOfService(ctx, s, d, rec, budget)
 	}
 	if !known { // taken out before a restart, or by the previous leader
-		r.ledger.updateGate(pod, func(e *gate) { e.since = since })
+		g = gate{since: since}
+		r.ledger.updateGate(pod, func(e *gate) { *e = g })
 		r.ledger.claim(pod, d.PDBs, &r.guards)
-		g, _ = r.ledger.gate(uid)
 	}
 	return r.awaitEndpoints(ctx, s, d, g)
 }
 
 // takeOutOfService sets the pod's condition False once a dry-run eviction
 // says its PDBs allow the eviction now, within the pass's budget.
-func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Decision, budget pdbBudget) error {
+func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
 	pod, uid := d.Pod, d.Pod.UID
-	if _, refused := r.ledger.refusal(uid); refused && !r.ledger.resolved(d, budget.fingerprint(d.PDBs)) {
-		if left := gateRetry - s.now.Sub(r.ledger.lastTry(uid)); left > 0 {
+	if rec.refused && !rec.refusal.resolvedBy(d, budget.fingerprint(d.PDBs)) {
+		if left := gateRetry - s.now.Sub(rec.tried); left > 0 {
 			s.recheckIn(left)
 			return nil
 		}
@@ -145,7 +146,7 @@ func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Dec
 		}
 		return err
 	}
-	s.log.V(1).Info("took pod out of service", "pod", klogRef(d.Key()))
+	s.log.V(1).Info("took pod out of service", "pod", klog.KObj(pod))
 	s.recheckIn(s.policy.EndpointsTimeout)
 	return nil
 }
@@ -218,7 +219,7 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 // NotReady for a hold of unbounded length. Once the hold lets it go it
 // starts again from its dry run.
 func (r *Reconciler) backInServiceWhileHeld(ctx context.Context, s *scope, d drain.Decision, b v1alpha1.Blocker) error {
-	if _, out := serving.OutOfService(d.Pod); !out {
+	if _, out := v1alpha1.OutOfService(d.Pod); !out {
 		r.ledger.dropGate(d.Pod.UID)
 		return nil
 	}
@@ -236,7 +237,7 @@ func (s *scope) gateBlocker(d drain.Decision, since time.Time, detail string) {
 		s.gated = map[types.UID]v1alpha1.Blocker{}
 	}
 	s.gated[d.Pod.UID] = v1alpha1.Blocker{Pod: d.Key(), Reason: v1alpha1.BlockerEndpoints, Since: metav1.NewTime(since),
-		Detail: truncate(detail, maxDetail)}
+		Detail: detail}
 }
 
 // recheckIn asks for the drain's next pass within d at the latest.

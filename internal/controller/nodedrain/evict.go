@@ -7,7 +7,6 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/drain"
 )
 
@@ -37,13 +36,14 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 // is left.
 func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
 	plan := *s.plan // the evacuate stage planned the pods
-	if err := r.takeSteps(ctx, s, plan); err != nil {
+	found := podsFound(s, plan)
+	if err := r.takeSteps(ctx, s, plan, found); err != nil {
 		return reconcile.Result{}, err
 	}
-	if s.replacing > 0 && plan.Completed() {
+	if s.replacing > 0 && found.completed {
 		return reconcile.Result{RequeueAfter: min(time.Second, max(s.recheck, 100*time.Millisecond))}, nil
 	}
-	if !plan.Completed() {
+	if !found.completed {
 		s.found.podsLeft, s.found.podsHeld = true, s.evac.holds.Any()
 		after := min(s.timeLeft, s.evac.recheck)
 		if s.recheck > 0 {
@@ -62,11 +62,10 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 // records what holds each pod of the plan up. Drains run their passes
 // concurrently and share PDBs: one pass at a time computes the budgets and
 // queues what they let through.
-func (r *Reconciler) takeSteps(ctx context.Context, s *scope, plan drain.Plan) error {
+func (r *Reconciler) takeSteps(ctx context.Context, s *scope, plan drain.Plan, found *podCounts) error {
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
 	budget := r.pdbBudgets(ctx, plan)
-	found := podsFound(s, plan)
 	var waiting []string
 	for _, d := range plan.Decisions {
 		var rec podRecord
@@ -101,56 +100,33 @@ func podsFound(s *scope, plan drain.Plan) *podCounts {
 	return found
 }
 
-// takeStep reads what the pass knows of a pod the planner evicts, asks
-// drain.Next for its next step, and takes it. It reports whether the step
-// was toward the pod's eviction (out of service, or queued), which waits
-// on its PDBs' budget.
+// takeStep reads what the pass knows of a pod the planner evicts (is it
+// held, does it wait for its surge, is it out of service), asks drain.Next
+// for its next step, and takes it. It reports whether the step was toward
+// the pod's eviction (out of service, or queued), which waits on its PDBs'
+// budget. A held pod's surge is not read: it waits for its evacuation
+// first.
 func (r *Reconciler) takeStep(ctx context.Context, s *scope, d drain.Decision, rec podRecord, plan drain.Plan, budget pdbBudget) (bool, error) {
-	f, sf, err := r.podFacts(ctx, s, d, rec, plan)
-	if err != nil {
-		return false, err
-	}
-	step := drain.Next(d, f)
-	if step == drain.StepSurge {
-		wait, err := r.surge(ctx, s, d, sf)
-		if err != nil || wait {
+	b, held := s.evac.holds.Of(d.Pod)
+	var sf surgeFacts
+	if !held {
+		var err error
+		if sf, err = r.surgeFactsOf(ctx, s, d); err != nil {
 			return false, err
 		}
-		f.SurgeServing = true // a replacement found around the cache serves
-		step = drain.Next(d, f)
 	}
-	if sf.rep != nil && sf.serves {
-		s.surgeReady(d, sf.rep)
-	}
-	switch step {
+	f := drain.PodFacts{Held: held, Surge: sf.waits(), SurgeServing: sf.rep != nil && sf.serves}.WithGate(d, plan.PDBs, rec.gated)
+	switch drain.Next(d, f) {
 	case drain.StepHeld:
 		// Its evacuation is not Completed. A pod this drain took out of
 		// service meanwhile goes back in service: a hold has no bound.
-		b, _ := s.evac.holds.Of(d.Pod)
 		return false, r.backInServiceWhileHeld(ctx, s, d, b)
+	case drain.StepSurge:
+		return false, r.surge(ctx, s, d, sf)
 	case drain.StepOutOfService:
-		return true, r.queueGated(ctx, s, d, budget)
+		return true, r.queueGated(ctx, s, d, rec, budget)
 	case drain.StepEvict:
-		return true, r.queueEviction(s, d, budget)
+		return true, r.queueEviction(s, d, rec, budget)
 	}
 	return false, nil
-}
-
-// podFacts are what the pass knows of a pod the planner evicts, for
-// drain.Next, and what it read of its surge. It changes nothing. A held
-// pod's surge is not read: it waits for its evacuation first.
-func (r *Reconciler) podFacts(ctx context.Context, s *scope, d drain.Decision, rec podRecord, plan drain.Plan) (drain.PodFacts, surgeFacts, error) {
-	_, held := s.evac.holds.Of(d.Pod)
-	f := drain.PodFacts{Held: held}
-	if held {
-		return f, surgeFacts{}, nil
-	}
-	sf, err := r.surgeFactsOf(ctx, s, d)
-	if err != nil {
-		return f, sf, err
-	}
-	f.Surge, f.SurgeServing = sf.waits(), sf.rep != nil && sf.serves
-	_, out := v1alpha1.OutOfService(d.Pod)
-	f.Gated, f.OutOfService, f.GateWouldStick = v1alpha1.ServingGated(d.Pod), out || rec.gated, drain.GateWouldStick(d, plan.PDBs)
-	return f, sf, nil
 }

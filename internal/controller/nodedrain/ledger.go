@@ -303,12 +303,6 @@ func (l *ledger) pdbsOf(uid types.UID) []string {
 	return l.get(uid).pdbs
 }
 
-// refusal is the latest refusal of the pod's eviction, if any.
-func (l *ledger) refusal(uid types.UID) (refusal, bool) {
-	e := l.get(uid)
-	return e.refusal, e.refused
-}
-
 // record keeps the answer to the pod's eviction: a refusal replaces the
 // previous one (keeping its since and retriedAt when it is the same
 // refusal); evicted, gone or held drop it.
@@ -336,13 +330,6 @@ func (l *ledger) retrying(uid types.UID, pdbState string) {
 	})
 }
 
-// resolved says whether the pod's eviction was refused and what refused it
-// has since changed (refusal.resolvedBy).
-func (l *ledger) resolved(d drain.Decision, pdbState string) bool {
-	ref, ok := l.refusal(d.Pod.UID)
-	return ok && ref.resolvedBy(d, pdbState)
-}
-
 // refusals is how many pods of the node have a refusal.
 func (l *ledger) refusals(node string) int {
 	l.mu.Lock()
@@ -354,12 +341,6 @@ func (l *ledger) refusals(node string) int {
 		}
 	}
 	return n
-}
-
-// gate is what is known of the pod taken out of service, if it was.
-func (l *ledger) gate(uid types.UID) (gate, bool) {
-	e := l.get(uid)
-	return e.gate, e.gated
 }
 
 // updateGate runs f on the pod's gate, a new one if it has none.
@@ -406,11 +387,6 @@ func (l *ledger) gateRefused(o eviction.Outcome) (refused bool) {
 // triedAt records a dry-run eviction of the pod.
 func (l *ledger) triedAt(pod *corev1.Pod, now time.Time) {
 	l.update(pod.UID, pod.Spec.NodeName, func(e *entry) { e.tried = now })
-}
-
-// lastTry is when the pod's dry-run eviction was last made.
-func (l *ledger) lastTry(uid types.UID) time.Time {
-	return l.get(uid).tried
 }
 
 // forgetNode drops the refusals, gates and dry-run times of the node's

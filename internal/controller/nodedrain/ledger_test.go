@@ -80,13 +80,13 @@ func TestLedgerDropsEmptyEntries(t *testing.T) {
 	l.triedAt(pod, time.Now())
 
 	l.forgetNode("n1")
-	if _, refused := l.refusal(pod.UID); refused {
+	if l.get(pod.UID).refused {
 		t.Error("the refusal outlived its node's drain")
 	}
-	if _, gated := l.gate(pod.UID); gated {
+	if l.get(pod.UID).gated {
 		t.Error("the gate outlived its node's drain")
 	}
-	if !l.lastTry(pod.UID).IsZero() {
+	if !l.get(pod.UID).tried.IsZero() {
 		t.Error("the dry-run time outlived its node's drain")
 	}
 	if len(l.pdbsOf(pod.UID)) == 0 {

@@ -160,7 +160,7 @@ func (s *scope) blockerOf(d drain.Decision, rec podRecord) (podBlocker, bool) {
 	b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(s.now)}
 	switch {
 	case d.Action == drain.Block, d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
-		b.Reason, b.Detail = string(d.Reason), truncate(d.Detail, maxDetail)
+		b.Reason, b.Detail = string(d.Reason), d.Detail
 		return podBlocker{Blocker: b}, true
 	case d.Action != drain.Evict, rec.evicted:
 		// Evicted, and the cache does not show it terminating yet: the
@@ -183,12 +183,12 @@ func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool)
 	if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
 		pdbs = d.PDBs
 	}
-	b.Holder = truncate("PodDisruptionBudget "+strings.Join(pdbs, ", "), maxHolder)
+	b.Holder = "PodDisruptionBudget " + strings.Join(pdbs, ", ")
 	b.Detail = b.Holder + " allows no disruption now"
 	if refused {
 		b.Since = metav1.NewTime(ref.since)
 		if ref.message != "" {
-			b.Detail = truncate(b.Holder+": "+ref.message, maxDetail)
+			b.Detail = b.Holder + ": " + ref.message
 		}
 	}
 	return b
@@ -198,7 +198,7 @@ func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool)
 // refused for a reason other than a PodDisruptionBudget: the detail is the
 // API server's own message.
 func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal) v1alpha1.Blocker {
-	b.Since, b.Detail = metav1.NewTime(ref.since), truncate(ref.message, maxDetail)
+	b.Since, b.Detail = metav1.NewTime(ref.since), ref.message
 	switch {
 	case ref.result == eviction.Throttled:
 		b.Reason, b.Holder = v1alpha1.BlockerThrottled, v1alpha1.HolderThrottling
@@ -207,7 +207,7 @@ func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal) v1alpha1.
 	case ref.result == eviction.Invalid:
 		b.Reason = v1alpha1.BlockerInvalid
 	case ref.multiplePDBs() && len(d.PDBs) > 1:
-		b.Reason, b.Holder = v1alpha1.BlockerMultiplePDBs, truncate("PodDisruptionBudget "+strings.Join(d.PDBs, ", "), maxHolder)
+		b.Reason, b.Holder = v1alpha1.BlockerMultiplePDBs, "PodDisruptionBudget "+strings.Join(d.PDBs, ", ")
 	default:
 		b.Reason = v1alpha1.BlockerFailed
 	}

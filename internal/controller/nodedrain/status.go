@@ -229,7 +229,8 @@ func (s *scope) setEvacuatedCondition() {
 
 // setPodCounts writes how many pods left and are left, and lists the pods
 // that hold the drain up (all of them counted, the first MaxBlockers
-// listed, by pod), each with the time it was first seen so. A new refusal
+// listed, by pod, their holders and details cut to what the CRD allows),
+// each with the time it was first seen so. A new refusal
 // by the API server is also an event (newRefusals).
 func (s *scope) setPodCounts() {
 	e := s.found.evicting
@@ -251,6 +252,7 @@ func (s *scope) setPodCounts() {
 	blockers := make([]v1alpha1.Blocker, 0, len(e.blockers))
 	for _, pb := range e.blockers {
 		b := pb.Blocker
+		b.Holder, b.Detail = truncate(b.Holder, maxHolder), truncate(b.Detail, maxDetail)
 		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
 			b.Since = since
 		} else if pb.refused {

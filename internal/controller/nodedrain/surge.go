@@ -238,7 +238,7 @@ type surgeFacts struct {
 func (f surgeFacts) waits() bool { return f.rep != nil || f.adopting != "" || f.need }
 
 // surgeFactsOf reads what the pass knows of the pod's surge. It changes
-// nothing.
+// nothing; a replacement that serves is recorded (SurgeReady).
 func (r *Reconciler) surgeFactsOf(ctx context.Context, s *scope, d drain.Decision) (surgeFacts, error) {
 	mode := s.policy.Surge
 	if mode == "" || mode == v1alpha1.SurgeNone {
@@ -257,6 +257,9 @@ func (r *Reconciler) surgeFactsOf(ctx context.Context, s *scope, d drain.Decisio
 		f.rep = rep
 		if rep.DeletionTimestamp.IsZero() {
 			f.serves, f.why, err = r.serves(ctx, d.Pod, rep)
+		}
+		if f.serves {
+			s.surgeReady(d, rep)
 		}
 		return f, err
 	}
@@ -284,26 +287,26 @@ func (r *Reconciler) surgeFactsOf(ctx context.Context, s *scope, d drain.Decisio
 
 // surge carries out a pod's Surge step: it waits for the replacement the
 // pod has, or for its ReplicaSet to adopt one, or brings one up; the pod's
-// blocker says why. It reports false when the replacement turns out to
-// serve (found around the cache): the pod goes on.
-func (r *Reconciler) surge(ctx context.Context, s *scope, d drain.Decision, f surgeFacts) (bool, error) {
+// blocker says why. A replacement found around the cache that serves
+// already lets the pod go on at the next pass, once the cache shows it.
+func (r *Reconciler) surge(ctx context.Context, s *scope, d drain.Decision, f surgeFacts) error {
 	switch {
 	case f.rep != nil:
 		return r.awaitReplacement(ctx, s, d, f.rep, f.serves, f.why)
 	case f.adopting != "":
 		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "waiting for ReplicaSet "+f.replicaSet+" to adopt replacement "+f.adopting)
 		s.recheckIn(500 * time.Millisecond)
-		return true, nil
+		return nil
 	}
 	if r.surgeFailedWaits(s, d) {
-		return true, nil
+		return nil
 	}
 	// At most maxSurge replacements of one Deployment at once, the
 	// Deployment's own idea of extra pods, and one per pod: counted around
 	// the cache, which may not show a replacement created an instant ago.
 	up, err := r.replacementsOf(ctx, d.Pod.Namespace)
 	if err != nil {
-		return false, err
+		return err
 	}
 	busy := 0
 	for i := range up {
@@ -311,13 +314,13 @@ func (r *Reconciler) surge(ctx context.Context, s *scope, d drain.Decision, f su
 		case surge.Mine(&up[i], s.drain, d.Pod):
 			serves, why, err := r.serves(ctx, d.Pod, &up[i])
 			if err != nil {
-				return false, err
+				return err
 			}
 			return r.awaitReplacement(ctx, s, d, &up[i], serves, why)
 		case up[i].Annotations[surge.AnnotationDeployment] == f.workload.Deployment.Name && up[i].Labels[surge.HashLabel] == "":
 			counts, err := r.broughtUp(ctx, s.drain, &up[i])
 			if err != nil {
-				return false, err
+				return err
 			}
 			if counts {
 				busy++
@@ -328,9 +331,9 @@ func (r *Reconciler) surge(ctx context.Context, s *scope, d drain.Decision, f su
 		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, fmt.Sprintf("%s; waiting for room: Deployment %s allows %d extra pod(s) (maxSurge) and %d replacement(s) are up",
 			f.reason, f.workload.Deployment.Name, allowed, busy))
 		s.recheckIn(surgeRecheck)
-		return true, nil
+		return nil
 	}
-	return true, r.createReplacement(ctx, s, d, f)
+	return r.createReplacement(ctx, s, d, f)
 }
 
 // createReplacement brings up the pod's replacement, or records why the
@@ -439,15 +442,16 @@ func (r *Reconciler) surgeStep(s *scope, d drain.Decision, replacement, phase, e
 
 // awaitReplacement: the pod's eviction goes ahead once its replacement
 // serves; a replacement past surge.readyTimeout is removed.
-func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Decision, rep *corev1.Pod, serves bool, why string) (bool, error) {
+func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Decision, rep *corev1.Pod, serves bool, why string) error {
 	if !rep.DeletionTimestamp.IsZero() {
 		s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "replacement "+rep.Name+" is being removed")
 		s.recheckIn(surgeRecheck)
-		return true, nil
+		return nil
 	}
 	if serves {
 		s.surgeReady(d, rep)
-		return false, nil
+		s.recheckIn(0)
+		return nil
 	}
 	timeout := s.policy.SurgeReadyTimeout
 	started := rep.CreationTimestamp.Time
@@ -457,12 +461,12 @@ func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Dec
 	if age := s.now.Sub(started); !started.IsZero() && age >= timeout {
 		if removed, err := r.removeReplacement(ctx, s, rep); err != nil || !removed {
 			s.surgeBlocker(d, v1alpha1.BlockerSurge, s.now, "replacement "+rep.Name+" is past surge.readyTimeout and being removed")
-			return true, err
+			return err
 		}
 		msg := fmt.Sprintf("replacement %s was not Ready within %s (surge.readyTimeout): %s; removed, the pod stays", rep.Name, timeout, why)
 		s.log.Info("surge: replacement removed", "pod", d.Key(), "replacement", rep.Name, "why", why)
 		r.surgeStep(s, d, rep.Name, v1alpha1.SurgeFailed, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, v1alpha1.BlockerSurgeFailed, msg, timeout)
-		return true, nil
+		return nil
 	}
 	since := s.now
 	if rec := surgeRecord(s.drain, string(d.Pod.UID)); rec != nil && rec.Phase == v1alpha1.SurgeStarting {
@@ -471,7 +475,7 @@ func (r *Reconciler) awaitReplacement(ctx context.Context, s *scope, d drain.Dec
 	s.setSurge(d, rep.Name, v1alpha1.SurgeStarting, "replacement "+rep.Name+": "+why)
 	s.surgeBlocker(d, v1alpha1.BlockerSurge, since, "replacement "+rep.Name+": "+why)
 	s.recheckIn(surgeRecheck)
-	return true, nil
+	return nil
 }
 
 // serves says whether the replacement is Ready and, when the pod it
@@ -615,5 +619,5 @@ func (s *scope) surgeBlocker(d drain.Decision, reason string, since time.Time, d
 		holder = "ReplicaSet " + d.Pod.Namespace + "/" + ref.Name
 	}
 	s.surging[d.Pod.UID] = v1alpha1.Blocker{Pod: d.Key(), Reason: reason, Holder: holder, Since: metav1.NewTime(since),
-		Detail: truncate(detail, maxDetail)}
+		Detail: detail}
 }
