@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -97,6 +96,11 @@ type Request struct {
 	// PDB's status; one that conflicts waits 500 ms and tries again), so
 	// calls sent together only wait there, holding a worker.
 	PDBs []string
+	// Marks are the pod's entries in each PDB's status.disruptedPods when
+	// its eviction was asked (zero if none), by the index of PDBs
+	// (MarksOf): a newer entry says the PDB's status counts the eviction
+	// (CountedBy, Budget).
+	Marks []metav1.Time
 }
 
 // Options configure a Queue.
@@ -150,6 +154,13 @@ type Queue struct {
 	// races the informer (the pod not yet seen terminating) cannot evict a
 	// pod twice.
 	evicted map[types.UID]evictedPod
+	// reserved are the pods taken out of service for their eviction and
+	// not queued yet, refusals the latest refusal of each pod's eviction,
+	// and byPDB the pods whose evictions may count against each PDB
+	// (underway.go).
+	reserved map[types.UID]Request
+	refusals map[types.UID]Refusal
+	byPDB    map[string]map[types.UID]bool
 	// pausedUntil is when the API server's latest throttling ends: no
 	// eviction call of any pod is made before.
 	pausedUntil time.Time
@@ -176,10 +187,11 @@ const (
 	DefaultCallTimeout = 30 * time.Second
 )
 
-// evictedPod is when a pod of a node was evicted.
+// evictedPod is when a pod of a node was evicted, and its request.
 type evictedPod struct {
 	at   time.Time
 	node string
+	req  Request
 }
 
 // evictedMemory is how long the queue remembers a successful eviction; the
@@ -260,6 +272,9 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 		perPDB:   map[string]int{},
 		parked:   map[string][]types.UID{},
 		evicted:  map[types.UID]evictedPod{},
+		reserved: map[types.UID]Request{},
+		refusals: map[types.UID]Refusal{},
+		byPDB:    map[string]map[types.UID]bool{},
 	}
 	return q
 }
@@ -281,6 +296,7 @@ func (q *Queue) Add(r Request) error {
 	for uid, e := range q.evicted {
 		if now.Sub(e.at) > evictedMemory {
 			delete(q.evicted, uid)
+			q.unclaimLocked(uid, e.req.PDBs)
 		}
 	}
 	if _, done := q.evicted[r.UID]; done {
@@ -289,6 +305,8 @@ func (q *Queue) Add(r Request) error {
 	}
 	_, known := q.requests[r.UID]
 	q.requests[r.UID] = r
+	delete(q.reserved, r.UID)
+	q.claimLocked(r)
 	q.mu.Unlock()
 	if !known {
 		q.queue.Add(r.UID)
@@ -296,17 +314,20 @@ func (q *Queue) Add(r Request) error {
 	return nil
 }
 
-// Forget drops the pod: a later attempt will not happen.
+// Forget drops the pod: a later attempt will not happen. Its latest
+// refusal is kept (it still explains the pod, and says when trying again
+// is worth it) until ForgetNode.
 func (q *Queue) Forget(uid types.UID) {
 	q.mu.Lock()
-	delete(q.requests, uid)
+	q.dropRequestLocked(uid)
 	q.mu.Unlock()
 	q.queue.Forget(uid)
 }
 
 // ForgetNode drops every queued eviction of the node's pods and what the
-// queue remembers of them (the drain ended, failed, was held or cancelled),
-// and returns how many queued evictions it dropped.
+// queue remembers of them: evictions, reservations and refusals (the drain
+// ended, failed, was held or cancelled). It returns how many queued
+// evictions it dropped.
 func (q *Queue) ForgetNode(node string) int {
 	q.mu.Lock()
 	var uids []types.UID
@@ -314,13 +335,27 @@ func (q *Queue) ForgetNode(node string) int {
 		if r.Node == node {
 			uids = append(uids, uid)
 			delete(q.requests, uid)
+			q.unclaimLocked(uid, r.PDBs)
 		}
 	}
 	for uid, e := range q.evicted {
 		if e.node == node {
 			delete(q.evicted, uid)
+			q.unclaimLocked(uid, e.req.PDBs)
 		}
 	}
+	for uid, r := range q.reserved {
+		if r.Node == node {
+			delete(q.reserved, uid)
+			q.unclaimLocked(uid, r.PDBs)
+		}
+	}
+	for uid, ref := range q.refusals {
+		if ref.node == node {
+			delete(q.refusals, uid)
+		}
+	}
+	q.sweepLocked()
 	if q.perNode[node] == 0 {
 		delete(q.perNode, node)
 	}
@@ -331,20 +366,8 @@ func (q *Queue) ForgetNode(node string) int {
 	return len(uids)
 }
 
-// RetryNow drops the pod's backoff and queues it at once, for when what
-// refused it (a PDB allowing no disruption) has changed.
-func (q *Queue) RetryNow(uid types.UID) {
-	q.mu.Lock()
-	_, ok := q.requests[uid]
-	q.mu.Unlock()
-	if ok {
-		q.queue.Forget(uid)
-		q.queue.Add(uid)
-	}
-}
-
-// Remembered is how many pods of the node the queue keeps state for:
-// queued, in flight, or evicted lately.
+// Remembered is how many things the queue keeps of the node's pods:
+// queued or in flight, evicted lately, reserved, refused.
 func (q *Queue) Remembered(node string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -356,6 +379,16 @@ func (q *Queue) Remembered(node string) int {
 	}
 	for _, e := range q.evicted {
 		if e.node == node {
+			n++
+		}
+	}
+	for _, r := range q.reserved {
+		if r.Node == node {
+			n++
+		}
+	}
+	for _, ref := range q.refusals {
+		if ref.node == node {
 			n++
 		}
 	}
@@ -457,12 +490,18 @@ func (q *Queue) next(ctx context.Context) bool {
 
 	q.mu.Lock()
 	q.give(r)
+	// An answer that arrives after the pod was forgotten (its drain
+	// stopped meanwhile) is not remembered: nothing would ever drop it.
+	if _, wanted := q.requests[uid]; wanted || out.Result == Evicted || out.Result == Gone {
+		q.recordLocked(out)
+	}
 	switch out.Result {
 	case Evicted:
-		q.evicted[uid] = evictedPod{at: out.At, node: r.Node}
+		q.evicted[uid] = evictedPod{at: out.At, node: r.Node, req: r}
 		delete(q.requests, uid)
 	case Gone:
 		delete(q.requests, uid)
+		q.unclaimLocked(uid, r.PDBs)
 	}
 	_, stillWanted := q.requests[uid]
 	q.mu.Unlock()
@@ -528,7 +567,8 @@ func (q *Queue) release(r Request) {
 func (q *Queue) hold(r Request, why string) {
 	q.mu.Lock()
 	q.give(r)
-	delete(q.requests, r.UID)
+	q.dropRequestLocked(r.UID)
+	delete(q.refusals, r.UID)
 	q.mu.Unlock()
 	q.queue.Forget(r.UID)
 	q.opts.OnOutcome(Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, Result: Held, Message: why, At: q.opts.Clock.Now()})
@@ -542,7 +582,8 @@ func (q *Queue) retry(uid types.UID, notBefore time.Duration) {
 
 // DryRun asks the API server whether the pod's eviction would be allowed
 // now: an eviction with dryRun All, which checks the PodDisruptionBudgets
-// (and admission) like a real one but changes nothing and reserves nothing.
+// (and admission) like a real one but changes nothing and reserves nothing
+// (Reserve does, in the queue).
 // Its Outcome is Evicted when the eviction would be allowed. It takes a
 // token from the bucket every call takes from, but never waits for one:
 // made is false, and no call was made, while the bucket is empty or the
@@ -558,109 +599,21 @@ func (q *Queue) DryRun(ctx context.Context, r Request) (out Outcome, made bool) 
 	if out.Result == Throttled {
 		q.pause(out)
 	}
+	// Its answer is the pod's latest: a refusal (its message saying it
+	// was a dry run) until one is allowed.
+	switch out.Result {
+	case Gone:
+	case Evicted:
+		q.mu.Lock()
+		q.recordLocked(out)
+		q.mu.Unlock()
+	default:
+		out.Message = "dry run: " + out.Message
+		q.mu.Lock()
+		q.recordLocked(out)
+		q.mu.Unlock()
+	}
 	return out, true
-}
-
-// evict makes one Eviction API call and classifies the answer.
-func (q *Queue) evict(ctx context.Context, r Request) Outcome {
-	return q.call(ctx, r, nil)
-}
-
-// call makes one Eviction API call, a dry run when dryRun is set, and
-// classifies the answer.
-func (q *Queue) call(ctx context.Context, r Request, dryRun []string) Outcome {
-	ev := &policyv1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Namespace: r.Pod.Namespace, Name: r.Pod.Name},
-		DeleteOptions: &metav1.DeleteOptions{
-			Preconditions:      &metav1.Preconditions{UID: &r.UID},
-			GracePeriodSeconds: r.GracePeriodSeconds,
-			DryRun:             dryRun,
-		},
-	}
-	cctx, cancel := context.WithTimeout(ctx, q.opts.CallTimeout)
-	defer cancel()
-	err := q.evict1(cctx, ev)
-	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: no answer within %s", ErrCallTimeout, q.opts.CallTimeout)
-	}
-	out := Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, At: q.opts.Clock.Now()}
-	switch {
-	case err == nil:
-		out.Result = Evicted
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		out.Result = Gone
-	default:
-		out.Result, out.Message = classify(err)
-		out.Code = statusCode(err)
-		out.Err = fmt.Errorf("evicting pod %s: %w", r.Pod, err)
-		if s, ok := apierrors.SuggestsClientDelay(err); ok && out.Result == Throttled {
-			out.RetryAfter = time.Duration(s) * time.Second
-		}
-	}
-	return out
-}
-
-// classify names a refused eviction by the error's type and status, and
-// returns the API server's own message for it.
-func classify(err error) (Result, string) {
-	switch {
-	case apierrors.IsTooManyRequests(err):
-		if msg, ok := disruptionCause(err); ok {
-			return PDBBlocked, msg
-		}
-		return Throttled, apiMessage(err)
-	case apierrors.IsForbidden(err):
-		// Since Kubernetes 1.37 a PDB's own 403s (disruptionsAllowed
-		// negative, too many unconfirmed evictions) carry the cause too.
-		if msg, ok := disruptionCause(err); ok {
-			return PDBBlocked, msg
-		}
-		return Forbidden, apiMessage(err)
-	case apierrors.IsInvalid(err):
-		return Invalid, apiMessage(err)
-	default:
-		return Failed, apiMessage(err)
-	}
-}
-
-// disruptionCause returns the message of the DisruptionBudget cause of a
-// 429 or 403, and whether it has one: only then did a PodDisruptionBudget
-// refuse.
-func disruptionCause(err error) (string, bool) {
-	var se apierrors.APIStatus
-	if !errors.As(err, &se) || se.Status().Details == nil {
-		return "", false
-	}
-	for _, c := range se.Status().Details.Causes {
-		if c.Type == policyv1.DisruptionBudgetCause {
-			msg := c.Message
-			if msg == "" {
-				msg = se.Status().Message
-			}
-			return msg, true
-		}
-	}
-	return "", false
-}
-
-// apiMessage is the API server's message of an error, or the error's text
-// when the API server did not answer.
-func apiMessage(err error) string {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) && se.Status().Message != "" {
-		return se.Status().Message
-	}
-	return err.Error()
-}
-
-// statusCode is the HTTP status code of the API server's answer, 0 when
-// there was none.
-func statusCode(err error) int32 {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		return se.Status().Code
-	}
-	return 0
 }
 
 // PodRequest builds the Request for a pod.

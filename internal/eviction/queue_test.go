@@ -297,7 +297,7 @@ func TestRetryNowSkipsTheBackoff(t *testing.T) {
 	}
 	h.waitFor(t, PDBBlocked)
 	allow.Store(true)
-	h.q.RetryNow(pod.UID) // without it the next attempt is an hour away
+	h.q.RetryNow(pod.UID, "pdb=changed") // without it the next attempt is an hour away
 	h.waitFor(t, Evicted)
 }
 

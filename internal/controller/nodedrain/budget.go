@@ -28,23 +28,20 @@ type pdbBudget struct {
 
 // pdbBudgets computes the budgets of the PDBs that guard the plan's
 // evictions, from the PDBs as the plan saw them, so that plan and budgets
-// see the same statuses, less the evictions of every drain (not
-// only this one's: drains of many nodes share PDBs) already on their way:
-// queued or in flight without a PDB refusal, tried again at once and not
-// answered yet, or succeeded while the cache does not show the pod
-// terminating yet. Only the plan's PDBs are looked at: a pass costs its
+// see the same statuses, less the evictions of every drain (not only this
+// one's: drains of many nodes share PDBs) already on their way, as the
+// eviction queue knows them (eviction.Queue.Budget): queued or in flight
+// without a PDB refusal, reserved for a pod out of service, tried again at
+// once and not answered yet, or succeeded while the cache does not show the
+// pod terminating yet. Only the plan's PDBs are looked at: a pass costs its
 // node's pods, not the cluster's PDBs. The caller holds r.budgetMu until
 // it has queued what the budgets let through.
 func (r *Reconciler) pdbBudgets(ctx context.Context, plan drain.Plan) pdbBudget {
-	// The plan's PDBs are those of its evictions.
-	b := pdbBudget{left: make(map[string]int, len(plan.PDBs)), pdbs: plan.PDBs}
+	b := pdbBudget{pdbs: plan.PDBs}
 	if len(plan.PDBs) == 0 {
 		return b
 	}
-	for key, p := range plan.PDBs {
-		b.left[key] = int(p.Status.DisruptionsAllowed)
-	}
-	r.ledger.underway(b.left, plan.PDBs, r.Evictions, func(uid types.UID, key types.NamespacedName) bool {
+	b.left = r.Evictions.Budget(plan.PDBs, func(uid types.UID, key types.NamespacedName) bool {
 		pod := &corev1.Pod{}
 		err := r.Client.Get(ctx, key, pod)
 		return err == nil && pod.UID == uid && pod.DeletionTimestamp.IsZero()
@@ -85,30 +82,32 @@ func (b pdbBudget) fingerprint(pdbs []string) string {
 	return strings.Join(parts, ",")
 }
 
+// request is the eviction of the decision's pod under the pass's policy,
+// with its PDBs and their marks as the plan saw them.
+func (b pdbBudget) request(s *scope, d drain.Decision) eviction.Request {
+	req := eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)
+	req.PDBs, req.Marks = d.PDBs, eviction.MarksOf(d.Pod.Name, d.PDBs, b.pdbs)
+	return req
+}
+
 // queueEviction queues the pod's eviction within its PDBs' budget, or,
 // when what refused it has changed (its PDB's status changed and allows a
 // disruption, or only one PDB selects it now), tries it again at once, also
 // within the budget. Other pods of a PDB wait: the PDB's next change wakes
 // the drain.
 func (r *Reconciler) queueEviction(s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
-	uid := d.Pod.UID
 	switch {
-	case rec.evicted:
+	case rec.Evicted:
 		return nil // the cache does not show it terminating yet
-	case !rec.pending:
+	case !rec.Pending:
 		if !budget.take(d.PDBs) {
 			return nil
 		}
-		r.ledger.claim(d.Pod, d.PDBs, &r.guards)
-		req := eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)
-		req.PDBs = d.PDBs
-		return r.Evictions.Add(req)
+		return r.Evictions.Add(budget.request(s, d))
 	}
 	state := budget.fingerprint(d.PDBs)
-	if rec.refused && rec.refusal.resolvedBy(d, state) && budget.take(d.PDBs) {
-		r.ledger.retrying(uid, state)
-		r.ledger.claim(d.Pod, d.PDBs, &r.guards)
-		r.Evictions.RetryNow(uid)
+	if rec.Refused && resolvedBy(rec.Refusal, d, state) && budget.take(d.PDBs) {
+		r.Evictions.RetryNow(d.Pod.UID, state)
 	}
 	return nil
 }

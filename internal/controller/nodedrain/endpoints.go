@@ -47,7 +47,9 @@ import (
 //     starts again from 1.
 //
 // The condition is the state a restarted controller reads back; the gates
-// in the ledger only add what a pass cannot see on the pod.
+// (gates.go) only add what a pass cannot see on the pod; the eviction
+// queue holds the pod's place in its PDBs' budgets while it is out of
+// service (eviction.Queue.Reserve).
 
 // gateRetry is how soon a gated pod whose dry-run eviction was refused, or
 // could not be made (rate limit), is tried again when nothing it depends
@@ -59,7 +61,7 @@ const gateRetry = 5 * time.Second
 const cacheGrace = 10 * time.Second
 
 // gate is what the controller knows of a gated pod beyond its condition
-// (kept in the ledger).
+// (gates.go).
 type gate struct {
 	// since is when the pod went out of service.
 	since time.Time
@@ -78,7 +80,7 @@ type gate struct {
 // eviction.
 func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
 	pod, uid := d.Pod, d.Pod.UID
-	if rec.evicted || rec.pending {
+	if rec.Evicted || rec.Pending {
 		return nil
 	}
 	since, out := v1alpha1.OutOfService(pod)
@@ -87,28 +89,30 @@ func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision,
 	case known && g.refused != "" && out:
 		return r.backInService(ctx, s, pod, "its eviction was refused after it was taken out of service ("+g.refused+")")
 	case known && g.refused != "":
-		r.ledger.dropGate(uid) // back in service; it starts again
+		r.gates.drop(uid) // back in service; it starts again
+		r.Evictions.Unreserve(uid)
 		return nil
 	case !out && known && s.now.Sub(g.since) < cacheGrace:
 		s.recheckIn(time.Second) // taken out; the cache does not show it yet
 		return nil
 	case !out:
-		r.ledger.dropGate(uid)
+		r.gates.drop(uid)
+		r.Evictions.Unreserve(uid)
 		return r.takeOutOfService(ctx, s, d, rec, budget)
 	}
 	if !known { // taken out before a restart, or by the previous leader
 		g = gate{since: since}
-		r.ledger.updateGate(pod, func(e *gate) { *e = g })
-		r.ledger.claim(pod, d.PDBs, &r.guards)
+		r.gates.updateGate(pod, func(e *gate) { *e = g })
+		r.Evictions.Reserve(budget.request(s, d))
 	}
-	return r.awaitEndpoints(ctx, s, d, g)
+	return r.awaitEndpoints(ctx, s, d, g, budget)
 }
 
 // takeOutOfService sets the pod's condition False once a dry-run eviction
 // says its PDBs allow the eviction now, within the pass's budget.
 func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
 	pod, uid := d.Pod, d.Pod.UID
-	if rec.refused && !rec.refusal.resolvedBy(d, budget.fingerprint(d.PDBs)) {
+	if rec.Refused && !resolvedBy(rec.Refusal, d, budget.fingerprint(d.PDBs)) {
 		if left := gateRetry - s.now.Sub(rec.tried); left > 0 {
 			s.recheckIn(left)
 			return nil
@@ -117,30 +121,27 @@ func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Dec
 	if !budget.take(d.PDBs) {
 		return nil // the PDB's next change wakes the drain
 	}
-	req := eviction.PodRequest(pod, s.policy.Grace, s.policy.PerNode)
-	req.PDBs = d.PDBs
-	o, made := r.Evictions.DryRun(ctx, req)
+	req := budget.request(s, d)
+	o, made := r.Evictions.DryRun(ctx, req) // the queue keeps its answer
 	if !made {
 		s.recheckIn(time.Second)
 		return nil
 	}
-	r.ledger.triedAt(pod, s.now)
+	r.gates.triedAt(pod, s.now)
 	switch o.Result {
 	case eviction.Gone:
 		return nil
 	case eviction.Evicted: // it would be allowed
 	default:
-		o.Message = "dry run: " + o.Message
-		r.ledger.record(o)
 		s.recheckIn(gateRetry)
 		return nil
 	}
-	r.ledger.record(o) // clears an earlier refusal
-	r.ledger.claim(pod, d.PDBs, &r.guards)
-	r.ledger.updateGate(pod, func(e *gate) { *e = gate{since: s.now} })
+	r.Evictions.Reserve(req)
+	r.gates.updateGate(pod, func(e *gate) { *e = gate{since: s.now} })
 	msg := fmt.Sprintf("drain %s takes the pod out of service before evicting it", s.drain.Name)
 	if err := serving.Set(ctx, r.Client, pod, corev1.ConditionFalse, serving.ReasonDraining, msg, s.now); err != nil {
-		r.ledger.dropGate(uid)
+		r.gates.drop(uid)
+		r.Evictions.Unreserve(uid)
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil // gone, or another pod now
 		}
@@ -154,7 +155,7 @@ func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Dec
 // awaitEndpoints queues the eviction of a pod out of service once no
 // EndpointSlice shows it ready and the settle time has passed, or once
 // endpoints.timeout has passed; until then the pod is a blocker.
-func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decision, g gate) error {
+func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decision, g gate, budget pdbBudget) error {
 	pod, uid := d.Pod, d.Pod.UID
 	if g.updated.IsZero() {
 		slices, err := index.SlicesOfPod(ctx, r.Client, pod)
@@ -181,18 +182,15 @@ func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decis
 			s.recheckIn(s.policy.EndpointsTimeout - waited)
 			return nil
 		}
-		r.ledger.updateGate(pod, func(e *gate) { e.updated = g.updated })
+		r.gates.updateGate(pod, func(e *gate) { e.updated = g.updated })
 	}
 	if left := g.updated.Add(s.policy.EndpointsSettle).Sub(s.now); left > 0 {
 		s.gateBlocker(d, g.since, fmt.Sprintf("out of its endpoints; evicted once endpoints.settleTime (%s) has passed", s.policy.EndpointsSettle))
 		s.recheckIn(left)
 		return nil
 	}
-	r.ledger.updateGate(pod, func(e *gate) { e.queued = true })
-	r.ledger.claim(pod, d.PDBs, &r.guards)
-	req := eviction.PodRequest(pod, s.policy.Grace, s.policy.PerNode)
-	req.PDBs = d.PDBs
-	return r.Evictions.Add(req)
+	r.gates.updateGate(pod, func(e *gate) { e.queued = true })
+	return r.Evictions.Add(budget.request(s, d)) // its reservation becomes the queued eviction
 }
 
 // backInService sets the condition of a pod whose eviction was refused
@@ -202,8 +200,9 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 	if err := serving.Set(ctx, r.Client, pod, corev1.ConditionTrue, serving.ReasonRestored, why, s.now); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return err
 	}
-	r.ledger.dropGate(pod.UID)
-	r.ledger.triedAt(pod, s.now)
+	r.gates.drop(pod.UID)
+	r.Evictions.Unreserve(pod.UID)
+	r.gates.triedAt(pod, s.now)
 	metrics.OutOfService.WithLabelValues(metrics.ResultRestored).Inc()
 	nd, key := s.drain, pod.Namespace+"/"+pod.Name
 	s.afterWrite(func() {
@@ -220,7 +219,8 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 // starts again from its dry run.
 func (r *Reconciler) backInServiceWhileHeld(ctx context.Context, s *scope, d drain.Decision, b v1alpha1.Blocker) error {
 	if _, out := v1alpha1.OutOfService(d.Pod); !out {
-		r.ledger.dropGate(d.Pod.UID)
+		r.gates.drop(d.Pod.UID)
+		r.Evictions.Unreserve(d.Pod.UID)
 		return nil
 	}
 	r.Evictions.Forget(d.Pod.UID)

@@ -70,12 +70,12 @@ func (r *Reconciler) takeSteps(ctx context.Context, s *scope, plan drain.Plan, f
 	for _, d := range plan.Decisions {
 		var rec podRecord
 		if d.Action == drain.Evict {
-			rec = r.ledger.recordOf(d.Pod.UID, r.Evictions)
+			rec = r.recordOf(d.Pod.UID)
 			queued, err := r.takeStep(ctx, s, d, rec, plan, budget)
 			if err != nil {
 				return err
 			}
-			if queued && r.ledger.waitsOnBudget(d, r.Evictions) {
+			if queued && len(d.PDBs) > 0 && r.Evictions.State(d.Pod.UID).WaitsOnBudget() {
 				waiting = append(waiting, d.PDBs...)
 			}
 		}

@@ -1,8 +1,8 @@
 package nodedrain
 
-// RememberedPods is how many pods of the node the reconciler keeps per-pod
-// state for: refusals of their evictions, and the eviction queue's state
-// (queued, in flight, evicted lately).
+// RememberedPods is how many things the reconciler keeps of the node's
+// pods: gates, and the eviction queue's state (queued, in flight, evicted
+// lately, reserved, refused).
 func (r *Reconciler) RememberedPods(node string) int {
-	return r.ledger.refusals(node) + r.Evictions.Remembered(node)
+	return r.gates.count(node) + r.Evictions.Remembered(node)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -47,7 +48,13 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	}
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithIndex(&corev1.Pod{}, index.PodNodeName, index.NodeNameOf).Build()
-	r := &Reconciler{Client: cl}
+	r := &Reconciler{Client: cl, Evictions: eviction.NewQueueWithEvictor(func(context.Context, *policyv1.Eviction) error { return nil }, eviction.Options{})}
+	claim := func(pod *corev1.Pod) {
+		req := eviction.PodRequest(pod, nil, 0)
+		req.PDBs = []string{"apps/web"}
+		req.Marks = eviction.MarksOf(pod.Name, req.PDBs, map[string]*policyv1.PodDisruptionBudget{"apps/web": r.guards.Get("apps/web")})
+		r.Evictions.Reserve(req)
+	}
 	r.waiters.wait("node-b", []string{"apps/web"}, 0)
 	r.waiters.wait("node-c", []string{"apps/db"}, 0)
 	// node-d has a pod of PDB web, whose eviction is underway: not a waiter.
@@ -64,7 +71,7 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a terminating pod vacate did not evict woke %v, want only its node's drain", got)
 	}
-	r.ledger.claim(evicted, []string{"apps/web"}, &r.guards)
+	claim(evicted)
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a", "node-b"}) {
 		t.Errorf("an evicted pod now terminating woke %v, want node-a and node-b (a pod waiting on PDB web there), not node-c (waits on db) or node-d (waits on nothing)", got)
 	}
@@ -74,7 +81,7 @@ func TestEvictedPodTerminatingWakesDrainsOfItsPDBs(t *testing.T) {
 	if got := woken(evicted); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("an evicted pod that its PDB's status already counts woke %v, want only its node's drain (its claim took nothing from the budget)", got)
 	}
-	r.ledger.claim(running, []string{"apps/web"}, &r.guards)
+	claim(running)
 	if got := woken(running); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("a claimed pod not yet terminating woke %v, want only its node's drain (its budget is still used)", got)
 	}

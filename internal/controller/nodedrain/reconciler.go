@@ -54,7 +54,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create,namespace=vacate-system,resourceNames=vacate-controller
 
 // Reconciler reconciles NodeDrains. It keeps no request state: every pass
-// recomputes from the cluster; the eviction queue and the ledger are caches
+// recomputes from the cluster; the eviction queue and the gates are caches
 // that passes refill.
 type Reconciler struct {
 	Client ctrl.Client
@@ -73,11 +73,11 @@ type Reconciler struct {
 	// 0 means one. A drain's passes never run concurrently with each other.
 	Workers int
 
-	// ledger is what is remembered of each pod whose eviction vacate
-	// started: the PDBs it counts against, its latest refusal, whether it
-	// was taken out of service (ledger.go). With budgetMu it shares the
-	// PDBs' budgets between the drains' concurrent passes (budget.go).
-	ledger   ledger
+	// gates are what is remembered of the endpoint-aware pods taken out
+	// of service (gates.go); which evictions are underway is the queue's
+	// to say. budgetMu lets one pass at a time compute the PDBs' budgets
+	// and queue what they let through (budget.go).
+	gates    gates
 	budgetMu sync.Mutex
 	// waiters are the drains waiting on each PDB's budget (budget.go).
 	waiters pdbWaiters

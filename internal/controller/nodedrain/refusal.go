@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,35 +15,20 @@ import (
 	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
-// refusal is the latest refusal of a pod's eviction (kept in the ledger).
-type refusal struct {
-	// since is when the API server first answered this way.
-	since   time.Time
-	result  eviction.Result
-	code    int32
-	message string
-	// retriedAt is the state of the pod's PDBs when the drain last tried
-	// it at once (RetryNow); it is not tried at once again before that
-	// state changes.
-	retriedAt string
-	// retrying is set from that try until its answer.
-	retrying bool
-}
-
-// resolvedBy says whether what refused the pod's eviction has since changed
-// in a way the plan shows, so the eviction is worth trying at once rather
-// than at the end of its backoff: a PodDisruptionBudget that allows a
-// disruption now, or a pod that more than one PDB no longer selects. A pod
-// already tried at once is not tried at once again until its PDBs' status
-// (pdbState) changes, nor while that try is unanswered. Other refusals
-// (throttling, denials, failures) wait for their backoff.
-func (ref refusal) resolvedBy(d drain.Decision, pdbState string) bool {
+// resolvedBy says whether what refused the pod's eviction has since
+// changed in a way the plan shows, so the eviction is worth trying at once
+// rather than at the end of its backoff: a PodDisruptionBudget that allows
+// a disruption now, or a pod that more than one PDB no longer selects. A
+// pod already tried at once is not tried at once again until its PDBs'
+// status (pdbState) changes, nor while that try is unanswered. Other
+// refusals (throttling, denials, failures) wait for their backoff.
+func resolvedBy(ref eviction.Refusal, d drain.Decision, pdbState string) bool {
 	switch {
-	case ref.retrying, ref.retriedAt != "" && ref.retriedAt == pdbState:
+	case ref.Retrying, ref.RetriedAt != "" && ref.RetriedAt == pdbState:
 		return false
-	case ref.result == eviction.PDBBlocked:
+	case ref.Result == eviction.PDBBlocked:
 		return !d.PDBBlocked
-	case ref.multiplePDBs():
+	case multiplePDBs(ref):
 		return len(d.PDBs) <= 1
 	}
 	return false
@@ -53,30 +37,27 @@ func (ref refusal) resolvedBy(d drain.Decision, pdbState string) bool {
 // multiplePDBs says whether the refusal is the Eviction API's answer to a
 // pod that more than one PodDisruptionBudget selects: a 500. Only the
 // caller knows the pod's PDBs; the message is never read.
-func (ref refusal) multiplePDBs() bool {
-	return ref.result == eviction.Failed && ref.code == http.StatusInternalServerError
+func multiplePDBs(ref eviction.Refusal) bool {
+	return ref.Result == eviction.Failed && ref.Code == http.StatusInternalServerError
 }
 
-// OnOutcome takes the eviction queue's answer for a pod: the ledger records
-// a refusal (or forgets the claim of an eviction that ended), replacements
-// are handed over, and the node's drain is woken.
+// OnOutcome takes the eviction queue's answer for a pod (the queue keeps
+// its refusal): a pod out of service whose eviction was refused goes back
+// in service, replacements are handed over, and the node's drain is woken.
 func (r *Reconciler) OnOutcome(o eviction.Outcome) {
 	if o.Result == eviction.Held {
 		metrics.EvictionsHeld.Inc()
 	} else {
 		metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
 	}
-	// An answer that arrives after the pod left the queue (the drain
-	// stopped meanwhile) is not remembered: nothing would ever drop it.
-	if r.Evictions.Pending(o.UID) || o.Result == eviction.Evicted || o.Result == eviction.Gone || o.Result == eviction.Held {
-		r.ledger.record(o)
-	}
+	// The queue recorded the answer (its refusal, or the end of the
+	// eviction) before it called.
 	switch {
 	case o.Result == eviction.Evicted || o.Result == eviction.Gone:
-		if r.ledger.gateDone(o.UID) && o.Result == eviction.Evicted {
+		if r.gates.done(o.UID) && o.Result == eviction.Evicted {
 			metrics.OutOfService.WithLabelValues(string(eviction.Evicted)).Inc()
 		}
-	case r.ledger.gateRefused(o):
+	case r.gates.refused(o):
 		r.Evictions.Forget(o.UID) // it goes back in service first (endpoints.go)
 	}
 	if o.Result == eviction.Evicted {
@@ -103,12 +84,12 @@ func (r *Reconciler) seenLeaving(o eviction.Outcome) bool {
 }
 
 // forgetNode drops the node's queued evictions and what is remembered of
-// its pods (the queue's state; refusals and gates in the ledger): the drain
-// ended, failed, was held or cancelled. It returns how many queued
+// its pods (the queue's evictions, reservations and refusals; gates;
+// refused surges): the drain ended, failed, was held or cancelled. It returns how many queued
 // evictions it dropped.
 func (r *Reconciler) forgetNode(node string) int {
 	dropped := r.Evictions.ForgetNode(node)
-	r.ledger.forgetNode(node)
+	r.gates.forgetNode(node)
 	r.surgeRefused.forgetNode(node)
 	r.waiters.forget(node)
 	return dropped
@@ -162,22 +143,22 @@ func (s *scope) blockerOf(d drain.Decision, rec podRecord) (podBlocker, bool) {
 	case d.Action == drain.Block, d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
 		b.Reason, b.Detail = string(d.Reason), d.Detail
 		return podBlocker{Blocker: b}, true
-	case d.Action != drain.Evict, rec.evicted:
+	case d.Action != drain.Evict, rec.Evicted:
 		// Evicted, and the cache does not show it terminating yet: the
 		// PDB's status, already updated by that eviction, allows no
 		// disruption, but nothing holds this pod.
 		return podBlocker{}, false
-	case rec.refused && rec.refusal.result != eviction.PDBBlocked:
-		return podBlocker{Blocker: refusalBlocker(b, d, rec.refusal), refused: true, pod: d.Pod}, true
-	case rec.refused || d.PDBBlocked:
-		return podBlocker{Blocker: pdbBlocker(b, d, rec.refusal, rec.refused), refused: rec.refused, pod: d.Pod}, true
+	case rec.Refused && rec.Refusal.Result != eviction.PDBBlocked:
+		return podBlocker{Blocker: refusalBlocker(b, d, rec.Refusal), refused: true, pod: d.Pod}, true
+	case rec.Refused || d.PDBBlocked:
+		return podBlocker{Blocker: pdbBlocker(b, d, rec.Refusal, rec.Refused), refused: rec.Refused, pod: d.Pod}, true
 	}
 	return podBlocker{}, false
 }
 
 // pdbBlocker is the blocker of a pod a PodDisruptionBudget holds: one
 // refused its eviction, or the plan sees one allowing no disruption now.
-func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool) v1alpha1.Blocker {
+func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref eviction.Refusal, refused bool) v1alpha1.Blocker {
 	b.Reason = v1alpha1.BlockerPDB
 	pdbs := d.BlockingPDBs
 	if len(pdbs) == 0 { // refused while the cached PDB status still allowed it
@@ -186,9 +167,9 @@ func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool)
 	b.Holder = "PodDisruptionBudget " + strings.Join(pdbs, ", ")
 	b.Detail = b.Holder + " allows no disruption now"
 	if refused {
-		b.Since = metav1.NewTime(ref.since)
-		if ref.message != "" {
-			b.Detail = b.Holder + ": " + ref.message
+		b.Since = metav1.NewTime(ref.Since)
+		if ref.Message != "" {
+			b.Detail = b.Holder + ": " + ref.Message
 		}
 	}
 	return b
@@ -197,16 +178,16 @@ func pdbBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal, refused bool)
 // refusalBlocker is the blocker of a pod whose eviction the API server
 // refused for a reason other than a PodDisruptionBudget: the detail is the
 // API server's own message.
-func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref refusal) v1alpha1.Blocker {
-	b.Since, b.Detail = metav1.NewTime(ref.since), ref.message
+func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref eviction.Refusal) v1alpha1.Blocker {
+	b.Since, b.Detail = metav1.NewTime(ref.Since), ref.Message
 	switch {
-	case ref.result == eviction.Throttled:
+	case ref.Result == eviction.Throttled:
 		b.Reason, b.Holder = v1alpha1.BlockerThrottled, v1alpha1.HolderThrottling
-	case ref.result == eviction.Forbidden:
+	case ref.Result == eviction.Forbidden:
 		b.Reason = v1alpha1.BlockerForbidden
-	case ref.result == eviction.Invalid:
+	case ref.Result == eviction.Invalid:
 		b.Reason = v1alpha1.BlockerInvalid
-	case ref.multiplePDBs() && len(d.PDBs) > 1:
+	case multiplePDBs(ref) && len(d.PDBs) > 1:
 		b.Reason, b.Holder = v1alpha1.BlockerMultiplePDBs, "PodDisruptionBudget "+strings.Join(d.PDBs, ", ")
 	default:
 		b.Reason = v1alpha1.BlockerFailed

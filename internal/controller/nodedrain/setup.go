@@ -8,6 +8,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
 
@@ -82,11 +84,12 @@ func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconci
 	if pod.DeletionTimestamp.IsZero() {
 		return out
 	}
-	if r.ledger.countedByAll(pod.UID, &r.guards) {
+	claim, claimed := r.Evictions.Claim(pod.UID)
+	if !claimed || r.countedByAll(claim) {
 		return out
 	}
 	seen := map[string]bool{pod.Spec.NodeName: true}
-	for _, key := range r.ledger.pdbsOf(pod.UID) {
+	for _, key := range claim.PDBs {
 		for _, req := range r.waitingOn(key) {
 			if !seen[req.Name] {
 				seen[req.Name] = true
@@ -95,6 +98,25 @@ func (r *Reconciler) drainsOfPod(ctx context.Context, o client.Object) []reconci
 		}
 	}
 	return out
+}
+
+// countedByAll says whether every PDB of the eviction already counts it
+// (eviction.CountedBy), as the PDB watch shows them now: its claim takes
+// nothing from any budget, so its end gives nothing back.
+func (r *Reconciler) countedByAll(claim eviction.Request) bool {
+	if len(claim.PDBs) == 0 {
+		return false
+	}
+	for i, k := range claim.PDBs {
+		var mark metav1.Time
+		if i < len(claim.Marks) {
+			mark = claim.Marks[i]
+		}
+		if !eviction.CountedBy(r.guards.Get(k), claim.Pod.Name, mark) {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Reconciler) drainOfNode(ctx context.Context, o client.Object) []reconcile.Request {

@@ -86,7 +86,7 @@ func timeLeft(s *scope) time.Duration {
 func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, reason, why string) (reconcile.Result, error) {
 	found := podsFound(s, plan)
 	for _, d := range plan.Decisions {
-		if b, ok := s.blockerOf(d, r.ledger.recordOf(d.Pod.UID, r.Evictions)); ok {
+		if b, ok := s.blockerOf(d, r.recordOf(d.Pod.UID)); ok {
 			found.blockers = append(found.blockers, b)
 		}
 	}
