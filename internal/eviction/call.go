@@ -115,4 +115,3 @@ func statusCode(err error) int32 {
 	}
 	return 0
 }
-
