@@ -1,8 +1,12 @@
 package eviction
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,7 +18,144 @@ import (
 // queued yet: Reserve), or evicted lately (evicted). Each counts against
 // its PodDisruptionBudgets until their status counts it (Budget). The
 // queue also keeps the latest refusal of each pod's eviction (State), for
-// the caller to explain and to know when trying again is worth it.
+// the caller to explain and to know when trying again is worth it. This
+// file is the store's side of the queue: what callers put in (Add,
+// Reserve, RetryNow, Forget, ForgetNode) and what they read (State,
+// Budget); queue.go is its workers, call.go one call.
+
+// ErrZeroGracePeriod rejects a request that would kill a pod without notice.
+var ErrZeroGracePeriod = errors.New("a grace period of 0 is never used for evictions")
+
+// Add queues an eviction unless the pod is already queued or was evicted.
+func (q *Queue) Add(r Request) error {
+	if r.GracePeriodSeconds != nil && *r.GracePeriodSeconds <= 0 {
+		return fmt.Errorf("evicting %s: %w", r.Pod, ErrZeroGracePeriod)
+	}
+	now := q.opts.Clock.Now()
+	q.mu.Lock()
+	for uid, e := range q.evicted {
+		if now.Sub(e.at) > evictedMemory {
+			delete(q.evicted, uid)
+			q.unclaimLocked(uid, e.req.PDBs)
+		}
+	}
+	if _, done := q.evicted[r.UID]; done {
+		q.mu.Unlock()
+		return nil
+	}
+	_, known := q.requests[r.UID]
+	q.requests[r.UID] = r
+	delete(q.reserved, r.UID)
+	q.claimLocked(r)
+	q.mu.Unlock()
+	if !known {
+		q.queue.Add(r.UID)
+	}
+	return nil
+}
+
+// Forget drops the pod: a later attempt will not happen. Its latest
+// refusal is kept (it still explains the pod, and says when trying again
+// is worth it) until ForgetNode.
+func (q *Queue) Forget(uid types.UID) {
+	q.mu.Lock()
+	q.dropRequestLocked(uid)
+	q.mu.Unlock()
+	q.queue.Forget(uid)
+}
+
+// ForgetNode drops every queued eviction of the node's pods and what the
+// queue remembers of them: evictions, reservations and refusals (the drain
+// ended, failed, was held or cancelled). It returns how many queued
+// evictions it dropped.
+func (q *Queue) ForgetNode(node string) int {
+	q.mu.Lock()
+	var uids []types.UID
+	for uid, r := range q.requests {
+		if r.Node == node {
+			uids = append(uids, uid)
+			delete(q.requests, uid)
+			q.unclaimLocked(uid, r.PDBs)
+		}
+	}
+	for uid, e := range q.evicted {
+		if e.node == node {
+			delete(q.evicted, uid)
+			q.unclaimLocked(uid, e.req.PDBs)
+		}
+	}
+	for uid, r := range q.reserved {
+		if r.Node == node {
+			delete(q.reserved, uid)
+			q.unclaimLocked(uid, r.PDBs)
+		}
+	}
+	for uid, ref := range q.refusals {
+		if ref.node == node {
+			delete(q.refusals, uid)
+		}
+	}
+	q.sweepLocked()
+	if q.perNode[node] == 0 {
+		delete(q.perNode, node)
+	}
+	q.mu.Unlock()
+	for _, uid := range uids {
+		q.queue.Forget(uid)
+	}
+	return len(uids)
+}
+
+// Remembered is how many things the queue keeps of the node's pods:
+// queued or in flight, evicted lately, reserved, refused.
+func (q *Queue) Remembered(node string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, r := range q.requests {
+		if r.Node == node {
+			n++
+		}
+	}
+	for _, e := range q.evicted {
+		if e.node == node {
+			n++
+		}
+	}
+	for _, r := range q.reserved {
+		if r.Node == node {
+			n++
+		}
+	}
+	for _, ref := range q.refusals {
+		if ref.node == node {
+			n++
+		}
+	}
+	return n
+}
+
+// Evicted reports whether the pod's eviction succeeded lately.
+func (q *Queue) Evicted(uid types.UID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.evicted[uid]
+	return ok
+}
+
+// Pending reports whether the pod is queued or in flight.
+func (q *Queue) Pending(uid types.UID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.requests[uid]
+	return ok
+}
+
+// PodRequest builds the Request for a pod.
+func PodRequest(p *corev1.Pod, grace *int64, perNode int) Request {
+	return Request{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Node: p.Spec.NodeName,
+		GracePeriodSeconds: grace, PerNode: perNode}
+}
 
 // Refusal is the latest refusal of a pod's eviction, or of its dry run.
 type Refusal struct {
@@ -30,6 +171,13 @@ type Refusal struct {
 	Retrying  bool
 
 	node string
+}
+
+// MultiplePDBs says whether the refusal is the Eviction API's answer to a
+// pod that more than one PodDisruptionBudget selects: a 500. Only the
+// caller knows the pod's PDBs; the message is never read.
+func (ref Refusal) MultiplePDBs() bool {
+	return ref.Result == Failed && ref.Code == http.StatusInternalServerError
 }
 
 // PodState is what the queue knows of one pod's eviction.

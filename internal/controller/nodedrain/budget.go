@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -90,120 +89,56 @@ func (b pdbBudget) request(s *scope, d drain.Decision) eviction.Request {
 	return req
 }
 
-// queueEviction queues the pod's eviction within its PDBs' budget, or,
-// when what refused it has changed (its PDB's status changed and allows a
-// disruption, or only one PDB selects it now), tries it again at once, also
-// within the budget. Other pods of a PDB wait: the PDB's next change wakes
-// the drain.
-func (r *Reconciler) queueEviction(s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
+// verdict is what a pass does with a pod whose step is Evict.
+type verdict int
+
+const (
+	// waitBudget: its eviction is underway, or its PDBs' budget has nothing
+	// left (the PDB's next change wakes the drain).
+	waitBudget verdict = iota
+	// queueIt: its eviction is queued.
+	queueIt
+	// retryNow: what refused its eviction has changed (its PDB's status
+	// allows a disruption, or only one PDB selects it now): it is tried
+	// again at once.
+	retryNow
+)
+
+// admit says what the pass does with a pod whose step is Evict, within
+// its PDBs' budget (taking one of each when it goes on), and the PDBs'
+// state it goes on with (Refusal.RetriedAt). Other pods of a PDB wait.
+func (b pdbBudget) admit(d drain.Decision, rec podRecord) (verdict, string) {
 	switch {
 	case rec.Evicted:
-		return nil // the cache does not show it terminating yet
+		return waitBudget, "" // the cache does not show it terminating yet
 	case !rec.Pending:
-		if !budget.take(d.PDBs) {
-			return nil
+		if !b.take(d.PDBs) {
+			return waitBudget, ""
 		}
-		return r.Evictions.Add(budget.request(s, d))
+		return queueIt, ""
 	}
-	state := budget.fingerprint(d.PDBs)
-	if rec.Refused && resolvedBy(rec.Refusal, d, state) && budget.take(d.PDBs) {
-		r.Evictions.RetryNow(d.Pod.UID, state)
+	state := b.fingerprint(d.PDBs)
+	if rec.Refused && resolvedBy(rec.Refusal, d, state) && b.take(d.PDBs) {
+		return retryNow, state
 	}
-	return nil
+	return waitBudget, ""
 }
 
-// pdbWaiters are, per PDB, the drains with a pod that waits for that PDB's
-// budget: its eviction is not queued because the budget has nothing left,
-// or the API server refused it for the PDB and it waits to be tried again.
-// Only an event that can let such a pod go wakes a drain: a PDB's status
-// that allows more disruptions than before (mayFree), or an evicted pod that
-// stops counting against the budget (drainsOfPod). A change that frees
-// nothing wakes no drain; a
-// drain with no pod waiting on the PDB is not woken by it at all. (Before,
-// every change of a PDB woke every running drain with a pod it selects: at
-// 10,000 pods and 20 drains, four passes per change.)
-//
-// A pass records what it waits on at its end, from caches it read
-// earlier. An event that arrives between the read and the record would find
-// no waiter: every event that wakes waiters also stamps its PDB with a
-// counter, and a pass whose PDBs were stamped after it started (since)
-// runs again at once.
-type pdbWaiters struct {
-	mu      sync.Mutex
-	clock   uint64
-	stamped map[string]uint64          // PDB -> clock of its last waking event (kept: one per PDB)
-	byPDB   map[string]map[string]bool // PDB -> drains waiting on it
-	byDrain map[string][]string        // drain -> PDBs it waits on
-}
-
-// now is the counter a pass starts at.
-func (w *pdbWaiters) now() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.clock
-}
-
-// wake stamps the PDB and returns the drains waiting on it.
-func (w *pdbWaiters) wake(pdb string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.clock++
-	if w.stamped == nil {
-		w.stamped = map[string]uint64{}
-	}
-	w.stamped[pdb] = w.clock
-	out := make([]string, 0, len(w.byPDB[pdb]))
-	for d := range w.byPDB[pdb] {
-		out = append(out, d)
-	}
-	return out
-}
-
-// wait records the PDBs the drain waits on now (replacing what it waited
-// on), and reports whether one of them was stamped after since: the pass
-// that decided to wait may have read a state older than that event.
-func (w *pdbWaiters) wait(drain string, pdbs []string, since uint64) (missed bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.forgetLocked(drain)
-	if len(pdbs) == 0 {
+// resolvedBy says whether what refused the pod's eviction has since
+// changed in a way the plan shows, so the eviction is worth trying at once
+// rather than at the end of its backoff: a PodDisruptionBudget that allows
+// a disruption now, or a pod that more than one PDB no longer selects. A
+// pod already tried at once is not tried at once again until its PDBs'
+// status (pdbState) changes, nor while that try is unanswered. Other
+// refusals (throttling, denials, failures) wait for their backoff.
+func resolvedBy(ref eviction.Refusal, d drain.Decision, pdbState string) bool {
+	switch {
+	case ref.Retrying, ref.RetriedAt != "" && ref.RetriedAt == pdbState:
 		return false
+	case ref.Result == eviction.PDBBlocked:
+		return !d.PDBBlocked
+	case ref.MultiplePDBs():
+		return len(d.PDBs) <= 1
 	}
-	if w.byPDB == nil {
-		w.byPDB, w.byDrain = map[string]map[string]bool{}, map[string][]string{}
-	}
-	w.byDrain[drain] = pdbs
-	for _, p := range pdbs {
-		if w.byPDB[p] == nil {
-			w.byPDB[p] = map[string]bool{}
-		}
-		w.byPDB[p][drain] = true
-		missed = missed || w.stamped[p] > since
-	}
-	return missed
-}
-
-// gone forgets a deleted PDB's stamp (the deletion wakes the drains of its
-// pods itself).
-func (w *pdbWaiters) gone(pdb string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.stamped, pdb)
-}
-
-// forget drops what the drain waits on: it stopped.
-func (w *pdbWaiters) forget(drain string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.forgetLocked(drain)
-}
-
-func (w *pdbWaiters) forgetLocked(drain string) {
-	for _, p := range w.byDrain[drain] {
-		delete(w.byPDB[p], drain)
-		if len(w.byPDB[p]) == 0 {
-			delete(w.byPDB, p)
-		}
-	}
-	delete(w.byDrain, drain)
+	return false
 }

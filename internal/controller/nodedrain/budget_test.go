@@ -29,9 +29,12 @@ func TestBudgetIsSharedByDrains(t *testing.T) {
 			testutil.Pod(node+"-web-1").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 			testutil.Pod(node+"-web-2").Namespace("shop").OnNode(node).OwnedBy("ReplicaSet", "web").Labels("app", "web").Obj(),
 		}
-		s := &scope{drain: testutil.NodeDrain(node, "", "cli:test"), now: now}
-		if err := r.takeSteps(context.Background(), s, drain.New(pods, &r.guards, drain.Rules{}, now), &podCounts{}); err != nil {
-			t.Fatal(err)
+		plan := drain.New(pods, &r.guards, drain.Rules{}, now)
+		s := &scope{drain: testutil.NodeDrain(node, "", "cli:test"), now: now, plan: &plan}
+		for _, stage := range []stage{r.nextSteps, r.evict} {
+			if _, err := stage(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for _, p := range pods {
 			if r.Evictions.Pending(p.UID) {

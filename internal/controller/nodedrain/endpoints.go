@@ -75,37 +75,65 @@ type gate struct {
 	refused string
 }
 
-// queueGated is queueEviction for a pod with the readiness gate: it takes
-// the pod out of service, waits for its endpoints, and then queues its
-// eviction.
-func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision, rec podRecord, budget pdbBudget) error {
+// endpointAware is the stage that takes the steps of endpoint-aware pods:
+// a held pod this drain took out of service goes back in service
+// (backInServiceWhileHeld), a pod whose step is OutOfService leaves its
+// Services, within its PDBs' budgets, and its eviction is queued once its
+// endpoints settled (queueGated).
+func (r *Reconciler) endpointAware(ctx context.Context, s *scope) (reconcile.Result, error) {
+	var budget *pdbBudget
+	for i, p := range s.steps {
+		var err error
+		switch p.step {
+		case drain.StepHeld:
+			err = r.backInServiceWhileHeld(ctx, s, p.Decision, p.holder)
+		case drain.StepOutOfService:
+			if budget == nil {
+				r.budgetMu.Lock()
+				defer r.budgetMu.Unlock()
+				b := r.pdbBudgets(ctx, *s.plan)
+				budget = &b
+			}
+			s.steps[i].ready, err = r.queueGated(ctx, s, p.Decision, p.rec, *budget)
+		}
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// queueGated takes a pod with the readiness gate out of service, waits
+// for its endpoints, and then says it is ready: the evict stage queues its
+// eviction, which its reservation becomes.
+func (r *Reconciler) queueGated(ctx context.Context, s *scope, d drain.Decision, rec podRecord, budget pdbBudget) (ready bool, err error) {
 	pod, uid := d.Pod, d.Pod.UID
 	if rec.Evicted || rec.Pending {
-		return nil
+		return false, nil
 	}
 	since, out := v1alpha1.OutOfService(pod)
 	g, known := rec.gate, rec.gated
 	switch {
 	case known && g.refused != "" && out:
-		return r.backInService(ctx, s, pod, "its eviction was refused after it was taken out of service ("+g.refused+")")
+		return false, r.backInService(ctx, s, pod, "its eviction was refused after it was taken out of service ("+g.refused+")")
 	case known && g.refused != "":
 		r.gates.drop(uid) // back in service; it starts again
 		r.Evictions.Unreserve(uid)
-		return nil
+		return false, nil
 	case !out && known && s.now.Sub(g.since) < cacheGrace:
 		s.recheckIn(time.Second) // taken out; the cache does not show it yet
-		return nil
+		return false, nil
 	case !out:
 		r.gates.drop(uid)
 		r.Evictions.Unreserve(uid)
-		return r.takeOutOfService(ctx, s, d, rec, budget)
+		return false, r.takeOutOfService(ctx, s, d, rec, budget)
 	}
 	if !known { // taken out before a restart, or by the previous leader
 		g = gate{since: since}
 		r.gates.updateGate(pod, func(e *gate) { *e = g })
 		r.Evictions.Reserve(budget.request(s, d))
 	}
-	return r.awaitEndpoints(ctx, s, d, g, budget)
+	return r.awaitEndpoints(ctx, s, d, g)
 }
 
 // takeOutOfService sets the pod's condition False once a dry-run eviction
@@ -152,15 +180,15 @@ func (r *Reconciler) takeOutOfService(ctx context.Context, s *scope, d drain.Dec
 	return nil
 }
 
-// awaitEndpoints queues the eviction of a pod out of service once no
-// EndpointSlice shows it ready and the settle time has passed, or once
+// awaitEndpoints says a pod out of service is ready for its eviction once
+// no EndpointSlice shows it ready and the settle time has passed, or once
 // endpoints.timeout has passed; until then the pod is a blocker.
-func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decision, g gate, budget pdbBudget) error {
+func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decision, g gate) (bool, error) {
 	pod, uid := d.Pod, d.Pod.UID
 	if g.updated.IsZero() {
 		slices, err := index.SlicesOfPod(ctx, r.Client, pod)
 		if err != nil {
-			return err
+			return false, err
 		}
 		listed := serving.Endpoints(slices, uid)
 		waited := s.now.Sub(g.since)
@@ -180,17 +208,17 @@ func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decis
 			s.gateBlocker(d, g.since, "out of service since "+g.since.UTC().Format(time.RFC3339)+
 				"; EndpointSlice(s) "+strings.Join(listed.Ready, ", ")+" still show it ready")
 			s.recheckIn(s.policy.EndpointsTimeout - waited)
-			return nil
+			return false, nil
 		}
 		r.gates.updateGate(pod, func(e *gate) { e.updated = g.updated })
 	}
 	if left := g.updated.Add(s.policy.EndpointsSettle).Sub(s.now); left > 0 {
 		s.gateBlocker(d, g.since, fmt.Sprintf("out of its endpoints; evicted once endpoints.settleTime (%s) has passed", s.policy.EndpointsSettle))
 		s.recheckIn(left)
-		return nil
+		return false, nil
 	}
 	r.gates.updateGate(pod, func(e *gate) { e.queued = true })
-	return r.Evictions.Add(budget.request(s, d)) // its reservation becomes the queued eviction
+	return true, nil
 }
 
 // backInService sets the condition of a pod whose eviction was refused

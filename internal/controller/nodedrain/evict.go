@@ -30,16 +30,17 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (drain.Plan, error) {
 	return plan, nil
 }
 
-// evict takes the next step of each pod the evacuate stage planned to
-// evict, and records what it found of every pod of the plan (status.go
-// writes the counts and blockers). It waits until no pod that must leave
-// is left.
+// evict queues the evictions of the pods whose next step is Evict, within
+// their PDBs' budgets, and records what it found of every pod of the plan
+// (status.go writes the counts and blockers). It waits until no pod that
+// must leave is left.
 func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, error) {
-	plan := *s.plan // the evacuate stage planned the pods
-	found := podsFound(s, plan)
-	if err := r.takeSteps(ctx, s, plan, found); err != nil {
+	if err := r.queueEvictions(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
+	plan := *s.plan // the evacuate stage planned the pods
+	found := s.podsFound(plan)
+	s.found.evicting = found
 	if s.replacing > 0 && found.completed {
 		return reconcile.Result{RequeueAfter: min(time.Second, max(s.recheck, 100*time.Millisecond))}, nil
 	}
@@ -57,76 +58,41 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 	return reconcile.Result{}, nil
 }
 
-// takeSteps carries out the next step of each pod the planner evicts
-// (drain.Next, which `vacate plan` asks too) within the PDBs' budgets, and
-// records what holds each pod of the plan up. Drains run their passes
-// concurrently and share PDBs: one pass at a time computes the budgets and
-// queues what they let through.
-func (r *Reconciler) takeSteps(ctx context.Context, s *scope, plan drain.Plan, found *podCounts) error {
+// queueEvictions queues the evictions of the pods whose step is Evict
+// within their PDBs' budgets, and of the endpoint-aware pods whose
+// endpoints settled (their reservations hold their budgets), and records which PDBs the drain waits on:
+// those of its pods whose eviction (or taking out of service) waits for
+// budget. Drains run their passes concurrently and share PDBs: one pass at
+// a time computes the budgets and queues what they let through.
+func (r *Reconciler) queueEvictions(ctx context.Context, s *scope) error {
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
-	budget := r.pdbBudgets(ctx, plan)
+	budget := r.pdbBudgets(ctx, *s.plan)
 	var waiting []string
-	for _, d := range plan.Decisions {
-		var rec podRecord
-		if d.Action == drain.Evict {
-			rec = r.recordOf(d.Pod.UID)
-			queued, err := r.takeStep(ctx, s, d, rec, plan, budget)
-			if err != nil {
+	for _, p := range s.steps {
+		if p.ready { // its reservation becomes its queued eviction
+			if err := r.Evictions.Add(budget.request(s, p.Decision)); err != nil {
 				return err
 			}
-			if queued && len(d.PDBs) > 0 && r.Evictions.State(d.Pod.UID).WaitsOnBudget() {
-				waiting = append(waiting, d.PDBs...)
+		}
+		if p.step == drain.StepEvict {
+			switch admit, state := budget.admit(p.Decision, p.rec); admit {
+			case queueIt:
+				if err := r.Evictions.Add(budget.request(s, p.Decision)); err != nil {
+					return err
+				}
+			case retryNow:
+				r.Evictions.RetryNow(p.Pod.UID, state)
 			}
 		}
-		if b, ok := s.blockerOf(d, rec); ok {
-			found.blockers = append(found.blockers, b)
+		if towardEviction := p.step == drain.StepEvict || p.step == drain.StepOutOfService; towardEviction && len(p.PDBs) > 0 &&
+			r.Evictions.State(p.Pod.UID).WaitsOnBudget() {
+			waiting = append(waiting, p.PDBs...)
 		}
 	}
-	s.found.evicting = found
 	slices.Sort(waiting)
 	if r.waiters.wait(s.drain.Name, slices.Compact(waiting), s.since) {
 		r.wake(s.drain.Name) // a PDB it waits on changed during the pass
 	}
 	return nil
-}
-
-// podsFound are the plan's counts, before its blockers are found.
-func podsFound(s *scope, plan drain.Plan) *podCounts {
-	found := &podCounts{completed: plan.Completed(), remaining: int32(plan.Remaining()), summary: plan.ConditionMessage()}
-	if d := s.drain.Status.Deadline; d != nil && !s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
-		found.pastDeadline = d
-	}
-	return found
-}
-
-// takeStep reads what the pass knows of a pod the planner evicts (is it
-// held, does it wait for its surge, is it out of service), asks drain.Next
-// for its next step, and takes it. It reports whether the step was toward
-// the pod's eviction (out of service, or queued), which waits on its PDBs'
-// budget. A held pod's surge is not read: it waits for its evacuation
-// first.
-func (r *Reconciler) takeStep(ctx context.Context, s *scope, d drain.Decision, rec podRecord, plan drain.Plan, budget pdbBudget) (bool, error) {
-	b, held := s.evac.holds.Of(d.Pod)
-	var sf surgeFacts
-	if !held {
-		var err error
-		if sf, err = r.surgeFactsOf(ctx, s, d); err != nil {
-			return false, err
-		}
-	}
-	f := drain.PodFacts{Held: held, Surge: sf.waits(), SurgeServing: sf.rep != nil && sf.serves}.WithGate(d, plan.PDBs, rec.gated)
-	switch drain.Next(d, f) {
-	case drain.StepHeld:
-		// Its evacuation is not Completed. A pod this drain took out of
-		// service meanwhile goes back in service: a hold has no bound.
-		return false, r.backInServiceWhileHeld(ctx, s, d, b)
-	case drain.StepSurge:
-		return false, r.surge(ctx, s, d, sf)
-	case drain.StepOutOfService:
-		return true, r.queueGated(ctx, s, d, rec, budget)
-	case drain.StepEvict:
-		return true, r.queueEviction(s, d, rec, budget)
-	}
-	return false, nil
 }

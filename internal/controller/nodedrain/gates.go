@@ -35,18 +35,6 @@ type gateEntry struct {
 	tried time.Time
 }
 
-// podRecord is what the controller knows of one pod's eviction, read at
-// once: the eviction queue's state and the pod's gate.
-type podRecord struct {
-	eviction.PodState
-	gateEntry
-}
-
-// recordOf reads the pod's record.
-func (r *Reconciler) recordOf(uid types.UID) podRecord {
-	return podRecord{PodState: r.Evictions.State(uid), gateEntry: r.gates.get(uid)}
-}
-
 // get is a copy of the pod's entry; the zero entry if it has none.
 func (g *gates) get(uid types.UID) gateEntry {
 	g.mu.Lock()

@@ -137,6 +137,9 @@ type scope struct {
 	// (honouredNamespaces), read with it.
 	plan     *drain.Plan
 	honoured map[string]bool
+	// steps are the pods the planner evicts with their next steps
+	// (nextSteps), for the stages that take them.
+	steps []podStep
 	// gated are the blockers of endpoint-aware pods out of service that
 	// wait for their endpoints (endpoints.go).
 	gated map[types.UID]v1alpha1.Blocker
@@ -229,7 +232,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	nd.Status.Mode, nd.Status.UndoStartTime = nd.Mode(), nil
 	recordRun(nd)
-	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.timeouts, r.keepDaemonSetsOff, r.replacements, r.evict, r.finalize} {
+	for _, st := range []stage{r.loadNode, r.admitted, r.cordon, r.evacuate, r.timeouts, r.keepDaemonSetsOff, r.replacements,
+		r.nextSteps, r.endpointAware, r.surgePods, r.evict, r.finalize} {
 		res, err := st(ctx, s)
 		if err != nil || !res.IsZero() || s.stop {
 			return res, err

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
@@ -285,6 +286,21 @@ func (r *Reconciler) surgeFactsOf(ctx context.Context, s *scope, d drain.Decisio
 	return f, nil
 }
 
+// surgePods is the stage that takes the Surge steps: each such pod waits
+// for its replacement, or its ReplicaSet adopting one, or has one brought
+// up (surge).
+func (r *Reconciler) surgePods(ctx context.Context, s *scope) (reconcile.Result, error) {
+	for _, p := range s.steps {
+		if p.step != drain.StepSurge {
+			continue
+		}
+		if err := r.surge(ctx, s, p.Decision, p.surge); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
 // surge carries out a pod's Surge step: it waits for the replacement the
 // pod has, or for its ReplicaSet to adopt one, or brings one up; the pod's
 // blocker says why. A replacement found around the cache that serves
@@ -485,7 +501,7 @@ func (r *Reconciler) serves(ctx context.Context, pod, rep *corev1.Pod) (bool, st
 	if !surge.Ready(rep) {
 		return false, notReady(rep), nil
 	}
-	if !serving.Gated(pod) {
+	if !v1alpha1.ServingGated(pod) {
 		return true, "", nil
 	}
 	mine, err := index.SlicesOfPod(ctx, r.Client, pod)

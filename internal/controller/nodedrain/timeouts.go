@@ -84,8 +84,11 @@ func timeLeft(s *scope) time.Duration {
 // leave, the drain is Drained if nothing was spared, else Failed naming the
 // spared pods. Either way it reaches a final phase.
 func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, reason, why string) (reconcile.Result, error) {
-	found := podsFound(s, plan)
+	found := s.podsFound(plan) // no step was taken: what the queue knows of each pod says what holds it
 	for _, d := range plan.Decisions {
+		if d.Action != drain.Evict {
+			continue
+		}
 		if b, ok := s.blockerOf(d, r.recordOf(d.Pod.UID)); ok {
 			found.blockers = append(found.blockers, b)
 		}
