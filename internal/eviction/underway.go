@@ -169,15 +169,12 @@ type Refusal struct {
 	// until that try's answer.
 	RetriedAt string
 	Retrying  bool
+	// MultiplePDBs: the refusal is the Eviction API's answer to a pod that
+	// more than one PodDisruptionBudget selects, a 500 (only the caller
+	// knows the pod's PDBs; the message is never read).
+	MultiplePDBs bool
 
 	node string
-}
-
-// MultiplePDBs says whether the refusal is the Eviction API's answer to a
-// pod that more than one PodDisruptionBudget selects: a 500. Only the
-// caller knows the pod's PDBs; the message is never read.
-func (ref Refusal) MultiplePDBs() bool {
-	return ref.Result == Failed && ref.Code == http.StatusInternalServerError
 }
 
 // PodState is what the queue knows of one pod's eviction.
@@ -325,7 +322,8 @@ func (q *Queue) recordLocked(o Outcome) {
 	}
 	ref, refused := q.refusals[o.UID]
 	if !refused || ref.Result != o.Result || ref.Code != o.Code {
-		ref = Refusal{Since: o.At, Result: o.Result, Code: o.Code, node: o.Node}
+		ref = Refusal{Since: o.At, Result: o.Result, Code: o.Code, node: o.Node,
+			MultiplePDBs: o.Result == Failed && o.Code == http.StatusInternalServerError}
 	}
 	ref.Message, ref.Retrying = o.Message, false
 	q.refusals[o.UID] = ref

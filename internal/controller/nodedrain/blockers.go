@@ -12,34 +12,31 @@ import (
 )
 
 // podsFound is what the evict stage found of the plan's pods: its counts,
-// and the pods that hold the drain up (status.go writes both).
+// and the pods that hold the drain up (status.go writes both): the
+// planner's decisions, and the pods' steps (stepBlocker).
 func (s *scope) podsFound(plan drain.Plan) *podCounts {
-	found := &podCounts{completed: plan.Completed(), remaining: int32(plan.Remaining()), summary: plan.ConditionMessage(),
-		blockers: s.blockers(plan)}
-	if d := s.drain.Status.Deadline; d != nil && !s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
-		found.pastDeadline = d
-	}
-	return found
-}
-
-// blockers are the pods of the plan that hold the drain up: the
-// planner's decisions, and the steps the pass took (blockerOf).
-func (s *scope) blockers(plan drain.Plan) []podBlocker {
-	var out []podBlocker
+	found := &podCounts{completed: plan.Completed(), remaining: int32(plan.Remaining()), summary: plan.ConditionMessage()}
 	for _, d := range plan.Decisions {
 		if d.Action == drain.Evict {
 			continue // its step says
 		}
-		if b, ok := s.blockerOf(d, podRecord{}); ok {
-			out = append(out, b)
+		b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(s.now)}
+		if held, ok := s.evac.holds.Of(d.Pod); ok {
+			found.blockers = append(found.blockers, podBlocker{Blocker: held})
+		} else if d.Action == drain.Block || d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion {
+			b.Reason, b.Detail = string(d.Reason), d.Detail
+			found.blockers = append(found.blockers, podBlocker{Blocker: b})
 		}
 	}
 	for _, p := range s.steps {
-		if b, ok := s.blockerOf(p.Decision, p.rec); ok {
-			out = append(out, b)
+		if b, ok := s.stepBlocker(p); ok {
+			found.blockers = append(found.blockers, b)
 		}
 	}
-	return out
+	if d := s.drain.Status.Deadline; d != nil && !s.policy.ForceDelete && !s.now.Before(d.Time.Time) {
+		found.pastDeadline = d
+	}
+	return found
 }
 
 // podBlocker is what holds a pod up; refused: the API server refused its
@@ -50,34 +47,31 @@ type podBlocker struct {
 	pod     *corev1.Pod
 }
 
-// blockerOf says whether the pod holds the drain up after its step, and
-// how: a hold (its evacuation or HTTP hook), its endpoints or its surge,
-// the planner's decision, or its eviction's last refusal (rec, read before
-// the step).
-func (s *scope) blockerOf(d drain.Decision, rec podRecord) (podBlocker, bool) {
-	if b, ok := s.evac.holds.Of(d.Pod); ok {
+// stepBlocker says whether a pod the planner evicts holds the drain up
+// after its step, and how: a hold (its evacuation or HTTP hook), its
+// endpoints or its surge, or its eviction's last refusal (read before the
+// step), or a PodDisruptionBudget the plan sees allowing no disruption.
+func (s *scope) stepBlocker(p podStep) (podBlocker, bool) {
+	if p.step == drain.StepHeld {
+		return podBlocker{Blocker: p.holder}, true
+	}
+	if b, ok := s.gated[p.Pod.UID]; ok {
 		return podBlocker{Blocker: b}, true
 	}
-	if b, ok := s.gated[d.Pod.UID]; ok {
+	if b, ok := s.surging[p.Pod.UID]; ok {
 		return podBlocker{Blocker: b}, true
 	}
-	if b, ok := s.surging[d.Pod.UID]; ok {
-		return podBlocker{Blocker: b}, true
-	}
-	b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(s.now)}
+	b, rec := v1alpha1.Blocker{Pod: p.key, Since: metav1.NewTime(s.now)}, p.rec
 	switch {
-	case d.Action == drain.Block, d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion:
-		b.Reason, b.Detail = string(d.Reason), d.Detail
-		return podBlocker{Blocker: b}, true
-	case d.Action != drain.Evict, rec.Evicted:
+	case rec.Evicted:
 		// Evicted, and the cache does not show it terminating yet: the
 		// PDB's status, already updated by that eviction, allows no
 		// disruption, but nothing holds this pod.
 		return podBlocker{}, false
 	case rec.Refused && rec.Refusal.Result != eviction.PDBBlocked:
-		return podBlocker{Blocker: refusalBlocker(b, d, rec.Refusal), refused: true, pod: d.Pod}, true
-	case rec.Refused || d.PDBBlocked:
-		return podBlocker{Blocker: pdbBlocker(b, d, rec.Refusal, rec.Refused), refused: rec.Refused, pod: d.Pod}, true
+		return podBlocker{Blocker: refusalBlocker(b, p.Decision, rec.Refusal), refused: true, pod: p.Pod}, true
+	case rec.Refused || p.PDBBlocked:
+		return podBlocker{Blocker: pdbBlocker(b, p.Decision, rec.Refusal, rec.Refused), refused: rec.Refused, pod: p.Pod}, true
 	}
 	return podBlocker{}, false
 }
@@ -113,7 +107,7 @@ func refusalBlocker(b v1alpha1.Blocker, d drain.Decision, ref eviction.Refusal) 
 		b.Reason = v1alpha1.BlockerForbidden
 	case ref.Result == eviction.Invalid:
 		b.Reason = v1alpha1.BlockerInvalid
-	case ref.MultiplePDBs() && len(d.PDBs) > 1:
+	case ref.MultiplePDBs && len(d.PDBs) > 1:
 		b.Reason, b.Holder = v1alpha1.BlockerMultiplePDBs, "PodDisruptionBudget "+strings.Join(d.PDBs, ", ")
 	default:
 		b.Reason = v1alpha1.BlockerFailed

@@ -82,19 +82,21 @@ func (b pdbBudget) fingerprint(pdbs []string) string {
 }
 
 // request is the eviction of the decision's pod under the pass's policy,
-// with its PDBs and their marks as the plan saw them.
+// with its PDBs and their marks as the plan saw them
+// (eviction.Request.Marks).
 func (b pdbBudget) request(s *scope, d drain.Decision) eviction.Request {
 	req := eviction.PodRequest(d.Pod, s.policy.Grace, s.policy.PerNode)
 	req.PDBs, req.Marks = d.PDBs, eviction.MarksOf(d.Pod.Name, d.PDBs, b.pdbs)
 	return req
 }
 
-// verdict is what a pass does with a pod whose step is Evict.
+// verdict is what a pass does with a pod on its way to its eviction.
 type verdict int
 
 const (
-	// waitBudget: its eviction is underway, or its PDBs' budget has nothing
-	// left (the PDB's next change wakes the drain).
+	// waitBudget: its step is not Evict, its eviction is underway, or its
+	// PDBs' budget has nothing left (the PDB's next change wakes the
+	// drain).
 	waitBudget verdict = iota
 	// queueIt: its eviction is queued.
 	queueIt
@@ -104,24 +106,28 @@ const (
 	retryNow
 )
 
-// admit says what the pass does with a pod whose step is Evict, within
-// its PDBs' budget (taking one of each when it goes on), and the PDBs'
-// state it goes on with (Refusal.RetriedAt). Other pods of a PDB wait.
-func (b pdbBudget) admit(d drain.Decision, rec podRecord) (verdict, string) {
+// admit says what the pass does with a pod whose step is Evict, or an
+// endpoint-aware pod ready for its eviction (its reservation holds its
+// place in the budgets), within its PDBs' budget (taking one of each when
+// it goes on): the eviction to queue, or the PDBs' state it is tried again
+// with (Refusal.RetriedAt). Other pods of a PDB wait.
+func (b pdbBudget) admit(s *scope, p podStep) (verdict, eviction.Request, string) {
 	switch {
-	case rec.Evicted:
-		return waitBudget, "" // the cache does not show it terminating yet
-	case !rec.Pending:
-		if !b.take(d.PDBs) {
-			return waitBudget, ""
+	case p.ready:
+	case p.step != drain.StepEvict, p.rec.Evicted: // evicted: the cache does not show it terminating yet
+		return waitBudget, eviction.Request{}, ""
+	case !p.rec.Pending:
+		if !b.take(p.PDBs) {
+			return waitBudget, eviction.Request{}, ""
 		}
-		return queueIt, ""
+	default:
+		state := b.fingerprint(p.PDBs)
+		if p.rec.Refused && resolvedBy(p.rec.Refusal, p.Decision, state) && b.take(p.PDBs) {
+			return retryNow, eviction.Request{}, state
+		}
+		return waitBudget, eviction.Request{}, ""
 	}
-	state := b.fingerprint(d.PDBs)
-	if rec.Refused && resolvedBy(rec.Refusal, d, state) && b.take(d.PDBs) {
-		return retryNow, state
-	}
-	return waitBudget, ""
+	return queueIt, b.request(s, p.Decision), ""
 }
 
 // resolvedBy says whether what refused the pod's eviction has since
@@ -137,7 +143,7 @@ func resolvedBy(ref eviction.Refusal, d drain.Decision, pdbState string) bool {
 		return false
 	case ref.Result == eviction.PDBBlocked:
 		return !d.PDBBlocked
-	case ref.MultiplePDBs():
+	case ref.MultiplePDBs:
 		return len(d.PDBs) <= 1
 	}
 	return false

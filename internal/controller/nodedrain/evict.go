@@ -70,20 +70,13 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope) error {
 	budget := r.pdbBudgets(ctx, *s.plan)
 	var waiting []string
 	for _, p := range s.steps {
-		if p.ready { // its reservation becomes its queued eviction
-			if err := r.Evictions.Add(budget.request(s, p.Decision)); err != nil {
+		switch v, req, state := budget.admit(s, p); v {
+		case queueIt:
+			if err := r.Evictions.Add(req); err != nil {
 				return err
 			}
-		}
-		if p.step == drain.StepEvict {
-			switch admit, state := budget.admit(p.Decision, p.rec); admit {
-			case queueIt:
-				if err := r.Evictions.Add(budget.request(s, p.Decision)); err != nil {
-					return err
-				}
-			case retryNow:
-				r.Evictions.RetryNow(p.Pod.UID, state)
-			}
+		case retryNow:
+			r.Evictions.RetryNow(p.Pod.UID, state)
 		}
 		if towardEviction := p.step == drain.StepEvict || p.step == drain.StepOutOfService; towardEviction && len(p.PDBs) > 0 &&
 			r.Evictions.State(p.Pod.UID).WaitsOnBudget() {

@@ -23,6 +23,7 @@ import (
 // next step.
 type podStep struct {
 	drain.Decision
+	key string // namespace/name
 	// rec is what the eviction queue and the gates remember of it;
 	// holder what holds it (step Held); surge what the pass read of its
 	// surge (not read for a held pod).
@@ -47,7 +48,7 @@ func (r *Reconciler) nextSteps(ctx context.Context, s *scope) (reconcile.Result,
 		if d.Action != drain.Evict {
 			continue
 		}
-		p := podStep{Decision: d, rec: r.recordOf(d.Pod.UID)}
+		p := podStep{Decision: d, key: d.Key(), rec: r.recordOf(d.Pod.UID)}
 		var held bool
 		p.holder, held = s.evac.holds.Of(d.Pod)
 		if !held {

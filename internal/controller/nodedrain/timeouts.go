@@ -84,12 +84,16 @@ func timeLeft(s *scope) time.Duration {
 // leave, the drain is Drained if nothing was spared, else Failed naming the
 // spared pods. Either way it reaches a final phase.
 func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, reason, why string) (reconcile.Result, error) {
-	found := s.podsFound(plan) // no step was taken: what the queue knows of each pod says what holds it
+	found := s.podsFound(plan) // no step was taken: what is known of each pod says what holds it
 	for _, d := range plan.Decisions {
 		if d.Action != drain.Evict {
 			continue
 		}
-		if b, ok := s.blockerOf(d, r.recordOf(d.Pod.UID)); ok {
+		p := podStep{Decision: d, key: d.Key(), rec: r.recordOf(d.Pod.UID)}
+		if holder, held := s.evac.holds.Of(d.Pod); held {
+			p.step, p.holder = drain.StepHeld, holder
+		}
+		if b, ok := s.stepBlocker(p); ok {
 			found.blockers = append(found.blockers, b)
 		}
 	}
