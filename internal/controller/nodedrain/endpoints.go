@@ -268,14 +268,6 @@ func (s *scope) gateBlocker(d drain.Decision, since time.Time, detail string) {
 		Detail: detail}
 }
 
-// recheckIn asks for the drain's next pass within d at the latest.
-func (s *scope) recheckIn(d time.Duration) {
-	d = max(d, 100*time.Millisecond)
-	if s.recheck == 0 || d < s.recheck {
-		s.recheck = d
-	}
-}
-
 // slicesHandler wakes the drains of the nodes of a changed EndpointSlice's
 // endpoints, before and after the change: a pod out of service waits for
 // its endpoints to show it not ready, or to be removed.
