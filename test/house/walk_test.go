@@ -57,6 +57,30 @@ func TestTheStageThatQueuesEvictionsReadsInOnePass(t *testing.T) {
 	}
 }
 
+// TestThePodsStepsStagesStayAsStraight: the stages before it, one step
+// kind each, followed the same way, come back to a file they had left no
+// more often than they do now (a ratchet: lower the figures as they
+// improve).
+func TestThePodsStepsStagesStayAsStraight(t *testing.T) {
+	loaded := loadWalk(t)
+	for _, c := range []struct {
+		stage          string
+		rooms, returns int
+	}{
+		{"nextSteps", 14, 13},
+		{"endpointAware", 12, 41},
+		{"surgePods", 10, 37},
+	} {
+		w := loaded.fresh()
+		w.from(t, module+"internal/controller/nodedrain", "Reconciler", c.stage, "s")
+		returns := len(w.stays) - len(w.rooms)
+		t.Logf("%s: %d files, %d returns: %s", c.stage, len(w.rooms), returns, strings.Join(w.stays, " → "))
+		if len(w.rooms) > c.rooms || returns > c.returns {
+			t.Errorf("%s enters %d files (at most %d) and comes back %d times (at most %d)", c.stage, len(w.rooms), c.rooms, returns, c.returns)
+		}
+	}
+}
+
 // loadWalk type-checks the walked packages from source.
 func loadWalk(t *testing.T) *walk {
 	t.Helper()
@@ -85,6 +109,11 @@ func loadWalk(t *testing.T) *walk {
 		}
 	}
 	return w
+}
+
+// fresh is a walk of the same packages that has not started.
+func (w *walk) fresh() *walk {
+	return &walk{fset: w.fset, byObj: w.byObj, info: w.info, seen: map[*types.Func]bool{}, rooms: map[string]bool{}}
 }
 
 // from walks param of the named method (or function, recv "").
