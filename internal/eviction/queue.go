@@ -348,7 +348,7 @@ func (q *Queue) next(ctx context.Context) bool {
 	q.take(r)
 	q.mu.Unlock()
 
-	if !q.admit(ctx) || !q.wanted(uid) { // shut down, or forgotten meanwhile
+	if !q.admit(ctx) || !q.Pending(uid) { // shut down, or forgotten meanwhile
 		q.release(r)
 		return true
 	}
@@ -391,14 +391,6 @@ func (q *Queue) next(ctx context.Context) bool {
 	}
 	q.opts.OnOutcome(out)
 	return true
-}
-
-// wanted says whether the pod is still queued (not forgotten).
-func (q *Queue) wanted(uid types.UID) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, ok := q.requests[uid]
-	return ok
 }
 
 // take uses the request's node slot and its PDBs' one call in flight.

@@ -111,24 +111,17 @@ func (q *Queue) ForgetNode(node string) int {
 func (q *Queue) Remembered(node string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return onNode(q.requests, node, func(r Request) string { return r.Node }) +
+		onNode(q.evicted, node, func(e evictedPod) string { return e.node }) +
+		onNode(q.reserved, node, func(r Request) string { return r.Node }) +
+		onNode(q.refusals, node, func(r Refusal) string { return r.node })
+}
+
+// onNode is how many of the pods in m are on the node.
+func onNode[V any](m map[types.UID]V, node string, nodeOf func(V) string) int {
 	n := 0
-	for _, r := range q.requests {
-		if r.Node == node {
-			n++
-		}
-	}
-	for _, e := range q.evicted {
-		if e.node == node {
-			n++
-		}
-	}
-	for _, r := range q.reserved {
-		if r.Node == node {
-			n++
-		}
-	}
-	for _, ref := range q.refusals {
-		if ref.node == node {
+	for _, v := range m {
+		if nodeOf(v) == node {
 			n++
 		}
 	}

@@ -27,8 +27,8 @@ func TestGatesKeepOnlyWhatIsOutOfService(t *testing.T) {
 	if e := g.get(web1.UID); e.gate.queued || e.gate.refused != "PDBBlocked: budget" {
 		t.Errorf("gate after the refusal: %+v", e.gate)
 	}
-	if !g.done(web1.UID) || g.get(web1.UID).gated || len(g.pods) != 0 {
-		t.Errorf("an evicted pod's gate is kept: %d entries", len(g.pods))
+	if !g.done(web1.UID) || g.get(web1.UID).gated || len(g.byPod) != 0 {
+		t.Errorf("an evicted pod's gate is kept: %d entries", len(g.byPod))
 	}
 	g.updateGate(web2, func(e *gate) { e.since = time.Now() })
 	g.triedAt(web1, time.Now())

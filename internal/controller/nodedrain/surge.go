@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -75,50 +74,21 @@ const surgeCreateRetry = 30 * time.Second
 // conflicts loses it, and the create must not be tried again before its
 // time (surgeFailedWaits). A drain that stops forgets its node's.
 type surgeRefusals struct {
-	mu    sync.Mutex
-	byPod map[types.UID]surgeRefusal
+	podMemory[surgeRefusal]
 }
 
 // surgeRefusal is a refused create of a pod's replacement.
 type surgeRefusal struct {
-	node string
-	at   time.Time
-	msg  string
+	at  time.Time
+	msg string
 }
 
 // refuse records a refused create of the pod's replacement.
 func (f *surgeRefusals) refuse(pod *corev1.Pod, at time.Time, msg string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.byPod == nil {
-		f.byPod = map[types.UID]surgeRefusal{}
-	}
-	f.byPod[pod.UID] = surgeRefusal{node: pod.Spec.NodeName, at: at, msg: msg}
-}
-
-// of is the last refused create of the pod's replacement; zero if none.
-func (f *surgeRefusals) of(uid types.UID) surgeRefusal {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.byPod[uid]
-}
-
-// created forgets a refused create: one was created.
-func (f *surgeRefusals) created(uid types.UID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.byPod, uid)
-}
-
-// forgetNode forgets the refusals of the node's pods.
-func (f *surgeRefusals) forgetNode(node string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for uid, r := range f.byPod {
-		if r.node == node {
-			delete(f.byPod, uid)
-		}
-	}
+	f.update(pod.UID, pod.Spec.NodeName, func(r *surgeRefusal) bool {
+		*r = surgeRefusal{at: at, msg: msg}
+		return true
+	})
 }
 
 // surgePass is what a pass knows of the drain's surges.
@@ -364,7 +334,7 @@ func (r *Reconciler) createReplacement(ctx context.Context, s *scope, d drain.De
 		return nil
 	}
 	s.log.Info("surge: replacement created", "pod", d.Key(), "replacement", rep.Name, "why", f.reason)
-	r.surgeRefused.created(d.Pod.UID)
+	r.surgeRefused.forget(d.Pod.UID) // one was created
 	s.surge.byPod[string(d.Pod.UID)] = rep
 	r.surgeStep(s, d, rep.Name, v1alpha1.SurgeStarting, corev1.EventTypeNormal, v1alpha1.EventSurgeStarted, v1alpha1.BlockerSurge,
 		fmt.Sprintf("replacement %s created (%s)", rep.Name, f.reason), surgeRecheck)
@@ -378,7 +348,7 @@ func (r *Reconciler) createReplacement(ctx context.Context, s *scope, d drain.De
 // then written again, since it was.
 func (r *Reconciler) surgeFailedWaits(s *scope, d drain.Decision) bool {
 	rec := surgeRecord(s.drain, string(d.Pod.UID))
-	if refused := r.surgeRefused.of(d.Pod.UID); !refused.at.IsZero() && (rec == nil || rec.Phase != v1alpha1.SurgeFailed) {
+	if refused := r.surgeRefused.get(d.Pod.UID); !refused.at.IsZero() && (rec == nil || rec.Phase != v1alpha1.SurgeFailed) {
 		s.setSurge(d, "", v1alpha1.SurgeFailed, refused.msg)
 		rec = surgeRecord(s.drain, string(d.Pod.UID))
 		rec.Since = metav1.NewTime(refused.at)

@@ -70,7 +70,7 @@ func TestRefusedSurgeOutlivesALostStatusWrite(t *testing.T) {
 
 	// A created replacement clears the memory of the refusal.
 	r.surgeRefused.refuse(pod, t0, "refused")
-	r.surgeRefused.created(pod.UID)
+	r.surgeRefused.forget(pod.UID)
 	if _, waits := pass(&v1alpha1.NodeDrain{}, t0.Add(time.Second)); waits {
 		t.Error("a refusal followed by a created replacement still holds the pod")
 	}
