@@ -68,8 +68,8 @@ func TestThePodsStepsStagesStayAsStraight(t *testing.T) {
 		rooms, returns int
 	}{
 		{"nextSteps", 14, 13},
-		{"endpointAware", 12, 41},
-		{"surgePods", 10, 37},
+		{"endpointAware", 13, 43},
+		{"surgePods", 11, 40},
 	} {
 		w := loaded.fresh()
 		w.from(t, module+"internal/controller/nodedrain", "Reconciler", c.stage, "s")
