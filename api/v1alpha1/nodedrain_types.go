@@ -396,7 +396,19 @@ type NodeDrainStatus struct {
 	// goes up or a pod that must leave turns up on its node.
 	// +optional
 	Run *DrainRun `json:"run,omitempty"`
-	// StartTime is when the drain was first admitted.
+	// RunNumber counts the drain's runs: 0 for its first, one more for each
+	// run after the drain had ended (see run) and for each request after an
+	// undo. Written by the NodeDrain controller.
+	// +optional
+	RunNumber int64 `json:"runNumber,omitempty"`
+	// AdmittedRun is the run (runNumber) that admission last wrote its
+	// fields for: the Admitted condition, requestTime, startTime and
+	// queuePosition. While it is not runNumber, those fields are the last
+	// run's, and the drain waits for admission afresh. Written by admission
+	// only.
+	// +optional
+	AdmittedRun int64 `json:"admittedRun,omitempty"`
+	// StartTime is when the drain's run was admitted.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// CompletionTime is when the drain reached Drained or Failed.

@@ -20,18 +20,26 @@ func (nd *NodeDrain) Requested() bool {
 	return len(nd.Spec.Requesters) > 0 && nd.DeletionTimestamp.IsZero()
 }
 
-// Admitted reports whether admission let the drain start (its Admitted
-// condition is True).
+// Admitted reports whether admission let the drain's current run start:
+// its Admitted condition is True, written for this run (AdmissionCurrent).
 func (nd *NodeDrain) Admitted() bool {
-	return meta.IsStatusConditionTrue(nd.Status.Conditions, ConditionAdmitted)
+	return nd.AdmissionCurrent() && meta.IsStatusConditionTrue(nd.Status.Conditions, ConditionAdmitted)
+}
+
+// AdmissionCurrent reports whether admission's fields (the Admitted
+// condition, requestTime, startTime, queuePosition) were written for the
+// drain's current run; otherwise they are the last run's, and admission
+// has yet to look at this one.
+func (nd *NodeDrain) AdmissionCurrent() bool {
+	return nd.Status.AdmittedRun == nd.Status.RunNumber
 }
 
 // AdmissionHold returns the Admitted condition while admission holds the
-// drain (written, and not True: its reason says why), and nil once the drain
-// is admitted or before admission has looked at it.
+// drain's current run (written, and not True: its reason says why), and
+// nil once the run is admitted or before admission has looked at it.
 func (nd *NodeDrain) AdmissionHold() *metav1.Condition {
 	c := meta.FindStatusCondition(nd.Status.Conditions, ConditionAdmitted)
-	if c == nil || c.Status == metav1.ConditionTrue {
+	if c == nil || c.Status == metav1.ConditionTrue || !nd.AdmissionCurrent() {
 		return nil
 	}
 	return c

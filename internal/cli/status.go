@@ -392,10 +392,11 @@ func why(nd *v1alpha1.NodeDrain) string {
 		}
 		return s
 	}
-	for _, t := range []string{v1alpha1.ConditionAdmitted, v1alpha1.ConditionCordoned} {
-		if c := meta.FindStatusCondition(nd.Status.Conditions, t); c != nil && c.Status != "True" {
-			return c.Reason + ": " + c.Message
-		}
+	if c := nd.AdmissionHold(); c != nil { // this run's: the last run's says nothing of it
+		return c.Reason + ": " + c.Message
+	}
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionCordoned); c != nil && c.Status != "True" {
+		return c.Reason + ": " + c.Message
 	}
 	if nd.Status.Phase == v1alpha1.PhaseFailed {
 		if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionDrained); c != nil {

@@ -229,10 +229,11 @@ func waitingReason(nd *v1alpha1.NodeDrain) string {
 	if len(nd.Spec.Requesters) == 0 {
 		return "no requester: the drain is idle"
 	}
-	for _, t := range []string{v1alpha1.ConditionAdmitted, v1alpha1.ConditionCordoned} {
-		if c := meta.FindStatusCondition(nd.Status.Conditions, t); c != nil && c.Status != "True" {
-			return c.Message
-		}
+	if c := nd.AdmissionHold(); c != nil { // this run's: the last run's says nothing of it
+		return c.Message
+	}
+	if c := meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionCordoned); c != nil && c.Status != "True" {
+		return c.Message
 	}
 	return "waiting for the controller"
 }

@@ -80,7 +80,10 @@ func (r *Reconciler) hold(ctx context.Context, logger klog.Logger) (reconcile.Re
 		}
 		held = true
 		admitted := nd.Admitted()
-		written, err := r.patch(ctx, nd, func(nd *v1alpha1.NodeDrain) { wait(nd, 0, reason, msg, now) })
+		written, err := r.patch(ctx, nd, func(nd *v1alpha1.NodeDrain) {
+			forRun(nd, now)
+			wait(nd, 0, reason, msg, now)
+		})
 		switch {
 		case err != nil:
 			return reconcile.Result{}, err

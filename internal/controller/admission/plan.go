@@ -181,10 +181,11 @@ func (q *queue) toSchedule(m *member) schedule.Drain {
 	return d
 }
 
-// requestTime is when the drain was requested: status.requestTime once
-// admission recorded it, else now (this pass records it).
+// requestTime is when the drain's current run was requested:
+// status.requestTime once admission recorded it for this run, else now
+// (this pass records it).
 func requestTime(nd *v1alpha1.NodeDrain, now time.Time) time.Time {
-	if nd.Status.RequestTime != nil {
+	if nd.Status.RequestTime != nil && nd.AdmissionCurrent() {
 		return nd.Status.RequestTime.Time
 	}
 	return now

@@ -91,7 +91,7 @@ func queueMayChange(e event.UpdateEvent) bool {
 		(len(o.Spec.Requesters) == 0) != (len(n.Spec.Requesters) == 0) ||
 		controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerRestore) != controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerRestore) ||
 		o.Spec.PolicyName != n.Spec.PolicyName || o.Status.NodeUID != n.Status.NodeUID ||
-		!o.Status.RequestTime.Equal(n.Status.RequestTime) ||
+		!o.Status.RequestTime.Equal(n.Status.RequestTime) || o.Status.RunNumber != n.Status.RunNumber ||
 		cond(o, v1alpha1.ConditionAdmitted) != cond(n, v1alpha1.ConditionAdmitted) ||
 		cond(o, v1alpha1.ConditionCordoned) != cond(n, v1alpha1.ConditionCordoned)
 }

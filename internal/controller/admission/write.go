@@ -65,10 +65,8 @@ func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p 
 // meanwhile (a conflict) or is gone.
 func (r *Reconciler) record(ctx context.Context, q *queue, m *member, v verdict) (bool, error) {
 	return r.patch(ctx, m.drain, func(nd *v1alpha1.NodeDrain) {
+		forRun(nd, q.now)
 		st := &nd.Status
-		if st.RequestTime == nil {
-			st.RequestTime = &metav1.Time{Time: q.now}
-		}
 		if !v.Admit {
 			wait(nd, v.Position, v.Reason, v.Message, q.now)
 			return
@@ -79,6 +77,20 @@ func (r *Reconciler) record(ctx context.Context, q *queue, m *member, v verdict)
 		}
 		setAdmitted(nd, true, v1alpha1.ReasonAdmitted, v.Message, q.now)
 	})
+}
+
+// forRun makes admission's fields the drain's current run's: a new run
+// (the NodeDrain controller moved runNumber on) does not carry the last
+// run's admission over; it starts with its own request time and no start
+// time.
+func forRun(nd *v1alpha1.NodeDrain, now time.Time) {
+	st := &nd.Status
+	if !nd.AdmissionCurrent() {
+		st.AdmittedRun, st.RequestTime, st.StartTime = st.RunNumber, nil, nil
+	}
+	if st.RequestTime == nil {
+		st.RequestTime = &metav1.Time{Time: now}
+	}
 }
 
 // patch writes what change does to the drain's status, under an optimistic

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
@@ -184,10 +183,8 @@ func (r *Reconciler) runAgain(s *scope, reason, why string) {
 	st := &nd.Status
 	was := st.Phase
 	s.log.Info("running the drain again", "was", was, "reason", reason, "detail", why)
-	st.QueuePosition = 0
-	st.StartTime, st.CompletionTime = nil, nil
-	st.RequestTime = &metav1.Time{Time: s.now}
-	st.RunID = ""
+	st.RunNumber++ // admission takes the new run afresh (AdmittedRun)
+	st.CompletionTime, st.RunID = nil, ""
 	st.Run = &v1alpha1.DrainRun{Reason: reason, Message: condition.Cap(why)}
 	msg := fmt.Sprintf("running again after it was %s: %s", was, why)
 	s.found.again = &ending{reason, msg}

@@ -141,11 +141,13 @@ func TestStagesOnAFakeClock(t *testing.T) {
 }
 
 // TestRunAgainAndUndoOnAFakeClock: a Failed drain that a new requester
-// joins runs again, and waits for admission afresh in the same pass (its
-// last run's admission removed, Pending, Drained=False RequesterAdded).
-// When every requester leaves, the undo uncordons the node vacate
-// cordoned and leaves the drain idle: Pending, Cordoned=False Restored,
-// the run's conditions gone.
+// joins runs again, and waits for admission afresh in the same pass (a new
+// run counted, its last run's admission no longer its own: Pending,
+// Drained=False RequesterAdded; the Admitted condition is admission's and
+// left as it was). When every requester leaves, the undo uncordons the
+// node vacate cordoned and leaves the drain idle: Pending, Cordoned=False
+// Restored, the run's conditions gone, and a request that comes back is a
+// run of its own.
 func TestRunAgainAndUndoOnAFakeClock(t *testing.T) {
 	w := newStagesWorld(t, time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	w.pass()
@@ -161,16 +163,24 @@ func TestRunAgainAndUndoOnAFakeClock(t *testing.T) {
 	if got.Status.Phase != v1alpha1.PhasePending || got.Status.Run == nil || got.Status.Run.Reason != v1alpha1.ReasonRequesterAdded {
 		t.Fatalf("a requester joined the Failed drain: phase %q, run %+v; want Pending, RequesterAdded", got.Status.Phase, got.Status.Run)
 	}
-	w.conditions("running again", got, map[string]string{v1alpha1.ConditionAdmitted: "absent", v1alpha1.ConditionBlocked: "absent",
+	if got.Admitted() || got.Status.RunNumber != 1 {
+		t.Errorf("running again: admitted %t, run %d; want not admitted, run 1", got.Admitted(), got.Status.RunNumber)
+	}
+	w.conditions("running again", got, map[string]string{v1alpha1.ConditionAdmitted: "True/" + v1alpha1.ReasonAdmitted, v1alpha1.ConditionBlocked: "absent",
 		v1alpha1.ConditionDrained: "False/" + v1alpha1.ReasonRequesterAdded, v1alpha1.ConditionCordoned: "True/" + v1alpha1.ReasonCordoned})
 
 	w.update(func(nd *v1alpha1.NodeDrain) { nd.Spec.Requesters = nil })
 	got, _ = w.pass()
-	if got.Status.Phase != v1alpha1.PhasePending || got.Status.StartTime != nil || got.Status.Total != 0 {
-		t.Errorf("undone: phase %q, start %v, total %d; want Pending, idle", got.Status.Phase, got.Status.StartTime, got.Status.Total)
+	if got.Status.Phase != v1alpha1.PhasePending || got.Status.Total != 0 || got.Status.RunNumber != 2 || got.Admitted() {
+		t.Errorf("undone: phase %q, total %d, run %d, admitted %t; want Pending, idle, run 2, not admitted",
+			got.Status.Phase, got.Status.Total, got.Status.RunNumber, got.Admitted())
+	}
+	again, _ := w.pass()
+	if again.Status.RunNumber != 2 {
+		t.Errorf("an idle drain's next pass counted another run: %d, want 2", again.Status.RunNumber)
 	}
 	w.conditions("undone", got, map[string]string{v1alpha1.ConditionCordoned: "False/" + v1alpha1.ReasonRestored,
-		v1alpha1.ConditionAdmitted: "absent", v1alpha1.ConditionBlocked: "absent", v1alpha1.ConditionDrained: "absent"})
+		v1alpha1.ConditionBlocked: "absent", v1alpha1.ConditionDrained: "absent"})
 	if n := w.node(); n.Spec.Unschedulable || n.Annotations[v1alpha1.AnnotationCordonedBy] != "" {
 		t.Errorf("undone: the node is still cordoned (%t) or annotated %q", n.Spec.Unschedulable, n.Annotations[v1alpha1.AnnotationCordonedBy])
 	}

@@ -21,9 +21,10 @@ import (
 // write (Reconcile). A fact the pass did not reach is its zero value: the
 // condition it feeds stays as the last pass wrote it.
 //
-// The Admitted condition and the queue fields are the admission
-// controller's; setStatus removes Admitted only when a run ends (undo) or
-// starts again (runAgain), for admission to take the drain afresh.
+// The Admitted condition and the queue fields (requestTime, startTime,
+// queuePosition) are the admission controller's alone. At a run's
+// boundary (runAgain, the undo's idle) this controller counts a new run
+// (runNumber); admission then takes the drain afresh (AdmittedRun).
 type facts struct {
 	// again is why a drain that had ended runs again (runAgain).
 	again *ending
@@ -98,7 +99,6 @@ type drainedCounts struct {
 // setStatus derives the drain's conditions and phase from what the pass
 // found. It is the only writer of both in this controller.
 func (s *scope) setStatus() {
-	f := &s.found
 	s.setPodCounts()
 	s.setNoExecuteCondition()
 	s.setCordonedCondition()
@@ -106,9 +106,6 @@ func (s *scope) setStatus() {
 	s.setPodsEvictedCondition()
 	s.setBlockedCondition()
 	s.setDrainedCondition()
-	if f.again != nil || f.restored != "" {
-		meta.RemoveStatusCondition(&s.drain.Status.Conditions, v1alpha1.ConditionAdmitted)
-	}
 	s.drain.Status.Phase = s.phase()
 }
 

@@ -134,7 +134,8 @@ var statusCases = []struct {
 	name: "an ended drain runs again", phase: v1alpha1.PhaseFailed, node: cordonedByUs, conds: admittedAndRunning,
 	found:     facts{again: &ending{v1alpha1.ReasonModeRaised, "running again after it was Failed: mode raised"}, waiting: true},
 	wantPhase: v1alpha1.PhasePending,
-	want: map[string]want{v1alpha1.ConditionAdmitted: absent, v1alpha1.ConditionBlocked: absent,
+	// Admitted is admission's: left as it was (the run counts anew: runAgain).
+	want: map[string]want{v1alpha1.ConditionAdmitted: {metav1.ConditionTrue, v1alpha1.ReasonAdmitted}, v1alpha1.ConditionBlocked: absent,
 		v1alpha1.ConditionDrained: {metav1.ConditionFalse, v1alpha1.ReasonModeRaised}},
 }, {
 	name: "the node is missing", phase: v1alpha1.PhaseEvicting, conds: admittedAndRunning,
@@ -159,8 +160,8 @@ var statusCases = []struct {
 	found:     facts{undoing: true, restored: "no requester is left; vacate undid its changes"},
 	wantPhase: v1alpha1.PhasePending,
 	want: map[string]want{v1alpha1.ConditionCordoned: {metav1.ConditionFalse, v1alpha1.ReasonRestored},
-		v1alpha1.ConditionAdmitted: absent, v1alpha1.ConditionBlocked: absent, v1alpha1.ConditionDrained: absent,
-		v1alpha1.ConditionNoExecuteTaint: absent},
+		v1alpha1.ConditionAdmitted: {metav1.ConditionTrue, v1alpha1.ReasonAdmitted}, // admission's: left as it was
+		v1alpha1.ConditionBlocked:  absent, v1alpha1.ConditionDrained: absent, v1alpha1.ConditionNoExecuteTaint: absent},
 }, {
 	name: "a NoExecute trigger taint", phase: v1alpha1.PhaseEvicting, node: tainted,
 	found:     facts{node: tainted, noExecute: true},

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -151,8 +152,13 @@ func idle(s *scope) {
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted, nd.Status.Hooks = nil, 0, 0, nil
 	nd.Status.HooksOmitted, nd.Status.HookCalls, nd.Status.RunID = 0, nil, "" // the next request is a new run
 	nd.Status.Total, nd.Status.Evicted, nd.Status.Remaining, nd.Status.Progress = 0, 0, 0, ""
-	nd.Status.StartTime, nd.Status.CompletionTime, nd.Status.RequestTime, nd.Status.QueuePosition = nil, nil, nil, 0
-	nd.Status.UndoStartTime, nd.Status.Mode, nd.Status.Deadline, nd.Status.Run = nil, "", nil, nil
+	// A request that comes back is a new run, admitted afresh: counted once,
+	// when the run being undone had begun (its stages ran, or admission
+	// looked at it).
+	if nd.Status.Run != nil || nd.AdmissionCurrent() && meta.FindStatusCondition(nd.Status.Conditions, v1alpha1.ConditionAdmitted) != nil {
+		nd.Status.RunNumber++
+	}
+	nd.Status.CompletionTime, nd.Status.UndoStartTime, nd.Status.Mode, nd.Status.Deadline, nd.Status.Run = nil, nil, "", nil, nil
 	restored := "no requester is left; vacate undid its changes"
 	if left := s.surge.leftMessage(); left != "" {
 		restored += "; " + left
