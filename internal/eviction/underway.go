@@ -128,14 +128,6 @@ func onNode[V any](m map[types.UID]V, node string, nodeOf func(V) string) int {
 	return n
 }
 
-// Evicted reports whether the pod's eviction succeeded lately.
-func (q *Queue) Evicted(uid types.UID) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, ok := q.evicted[uid]
-	return ok
-}
-
 // Pending reports whether the pod is queued or in flight.
 func (q *Queue) Pending(uid types.UID) bool {
 	q.mu.Lock()
