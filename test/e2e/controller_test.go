@@ -337,7 +337,46 @@ func drained(nd *v1alpha1.NodeDrain) bool { return nd.Status.Phase == v1alpha1.P
 // deleted the pod; the PDB then allows one disruption less until that entry
 // expires, two minutes later (seen here: 504s in the audit log at the kill,
 // then 429s until the expiry). vacate cannot shorten that; the drain resumes.
+// The tests that fault a drain part way (faultMidDrain, TestLeaderFailover)
+// hold the evictions first (holdEvictions), so their fault lands between two
+// eviction calls and they do not wait those two minutes.
 const afterKill = 4 * time.Minute
+
+// holdEvictions makes the workload's PDB (web in ns, maxUnavailable 1) allow
+// no eviction and waits until none can be half done: the disruption
+// controller has seen the change, allows nothing, and counts no pod in
+// disruptedPods (an eviction accepted before the change has deleted its
+// pod). A controller killed, or an API server frozen or restarted, after
+// that cannot cut an eviction short between the PDB's update and the pod's
+// deletion. The returned func lets evictions go on (maxUnavailable 1 again).
+func (e *env) holdEvictions(t *testing.T, ns string) (release func()) {
+	t.Helper()
+	e.setMaxUnavailable(t, ns, 0)
+	testutil.Eventually(t, time.Minute, "the PDB to allow nothing, with no eviction half done", func() error {
+		pdb, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(testenv.Context(t), "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s := pdb.Status; s.ObservedGeneration != pdb.Generation || s.DisruptionsAllowed != 0 || len(s.DisruptedPods) != 0 {
+			return fmt.Errorf("generation %d observed %d, %d allowed, disrupted %v", pdb.Generation, s.ObservedGeneration, s.DisruptionsAllowed, s.DisruptedPods)
+		}
+		return nil
+	})
+	t.Log("the PDB holds the evictions; none is under way")
+	return func() {
+		t.Log("the PDB lets evictions go on")
+		e.setMaxUnavailable(t, ns, 1)
+	}
+}
+
+// setMaxUnavailable sets the maxUnavailable of the workload's PDB.
+func (e *env) setMaxUnavailable(t *testing.T, ns string, n int) {
+	t.Helper()
+	patch := []byte(fmt.Sprintf(`{"spec":{"maxUnavailable":%d}}`, n))
+	if _, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Patch(testenv.Context(t), "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // slowEvictions slows a controller's evictions so that a test can act while
 // a drain is part way: on kwok a PDB of maxUnavailable 1 lets a node of 8 pods
@@ -359,10 +398,7 @@ func TestResumeAfterKillBetweenCordonAndFirstEviction(t *testing.T) {
 	})
 	t.Log("killing the controller (SIGKILL) after cordon, before any eviction")
 	first.kill()
-	patch := []byte(`{"spec":{"maxUnavailable":1}}`)
-	if _, err := e.c.Client.PolicyV1().PodDisruptionBudgets(ns).Patch(testenv.Context(t), "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.setMaxUnavailable(t, ns, 1)
 	t.Log("starting a new controller")
 	startController(t, e.c, "second", false, "resume-a")
 	nd := e.waitDrain(t, node, "Drained", 2*time.Minute, drained)
@@ -383,8 +419,8 @@ func TestResumeAfterKillMidEvictions(t *testing.T) {
 
 // faultMidDrain drains the node of a fresh workload (16 pods, a PDB of
 // maxUnavailable 1) with one controller, calls fault once some pods are
-// evicted, and checks that the drain finishes, every pod evicted at most
-// once, and no PDB dipped.
+// evicted (between two eviction calls: holdEvictions), and checks that the
+// drain finishes, every pod evicted at most once, and no PDB dipped.
 func (e *env) faultMidDrain(t *testing.T, name string, fault func(e *env, ctrl *proc)) {
 	t.Helper()
 	ns, node := e.workload(t, name, 2, 16, "1")
@@ -394,7 +430,9 @@ func (e *env) faultMidDrain(t *testing.T, name string, fault func(e *env, ctrl *
 	e.waitDrain(t, node, "part way", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Evicted >= 2 && nd.Status.Remaining > 0
 	})
+	release := e.holdEvictions(t, ns)
 	fault(e, ctrl)
+	release()
 	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
 	t.Logf("drained: %s evicted", nd.Status.Progress)
 	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))
@@ -430,6 +468,7 @@ func TestLeaderFailover(t *testing.T) {
 	if standby.leads() {
 		t.Fatal("both controllers say they lead")
 	}
+	release := e.holdEvictions(t, ns)
 	t.Log("killing the leader (SIGKILL)")
 	killed := time.Now()
 	leader.kill()
@@ -439,6 +478,7 @@ func TestLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal("the standby never took the lease")
 	}
+	release()
 	took := time.Since(killed)
 	t.Logf("the standby took over %s after the leader died (lease duration 4s)", took.Round(100*time.Millisecond))
 	lease, err := e.c.Client.CoordinationV1().Leases("kube-system").Get(testenv.Context(t), "failover", metav1.GetOptions{})

@@ -18,14 +18,24 @@ import (
 
 // PDBGuard watches the PDBs of a namespace and records every moment one's
 // healthy count is below its desired count, once that PDB has been healthy
-// (a workload still starting is not a disruption). It checks safety
-// invariant 1 throughout a test, not by sampling at the end.
+// (a workload still starting is not a disruption). A budget a person
+// tightened below what is healthy at that moment is judged by the budget
+// last met until it is met in turn: the pods already gone went under the
+// budget then in force. It checks safety invariant 1 throughout a test, not
+// by sampling at the end.
 type PDBGuard struct {
 	mu         sync.Mutex
 	violations []string
 	events     int
-	healthy    map[string]bool // PDBs seen healthy once
+	met        map[string]metBudget // each PDB's budget last seen met
 	stop       func()
+}
+
+// metBudget is a PDB's spec generation and desired healthy count when it was
+// last seen met.
+type metBudget struct {
+	generation int64
+	desired    int32
 }
 
 // WatchPDBs starts a guard; call Check at the end of the test.
@@ -88,14 +98,15 @@ func (g *PDBGuard) observe(ns string, pdb *policyv1.PodDisruptionBudget) {
 	s := pdb.Status
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.healthy == nil {
-		g.healthy = map[string]bool{}
+	if g.met == nil {
+		g.met = map[string]metBudget{}
 	}
 	g.events++
 	if s.ObservedGeneration > 0 && s.ExpectedPods > 0 && s.CurrentHealthy >= s.DesiredHealthy {
-		g.healthy[pdb.Name] = true
+		g.met[pdb.Name] = metBudget{generation: s.ObservedGeneration, desired: s.DesiredHealthy}
 	}
-	if g.healthy[pdb.Name] && s.CurrentHealthy < s.DesiredHealthy {
+	last, ok := g.met[pdb.Name]
+	if ok && s.CurrentHealthy < s.DesiredHealthy && (last.generation == s.ObservedGeneration || s.CurrentHealthy < last.desired) {
 		g.violations = append(g.violations, fmt.Sprintf("PDB %s/%s: %d healthy < %d desired at %s",
 			ns, pdb.Name, s.CurrentHealthy, s.DesiredHealthy, time.Now().Format(time.StampMilli)))
 	}
