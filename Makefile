@@ -12,17 +12,19 @@ CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 HELM_DOCS  := $(TOOLS_BIN)/helm-docs
 # Go modules in this repository: vacate itself and the build-only modules.
 MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
-# -p 3: three packages at once, each with a dev cluster of its own. On two
-# cores the suite is CPU-bound (about 89% busy over a run): its wall time
-# follows the total work, not the longest package. docs/dev/test-suite.md
-# has what each package costs.
+# -p 4: four packages at once, each with a dev cluster of its own. A
+# package's tests wait on its cluster much of the time: at -p 3 two cores
+# were 72% busy and the suite's length followed the packages' wall times
+# added up over three; at -p 4 they are 82% busy and the suite is about
+# three minutes shorter, for no more work. docs/dev/test-suite.md has what
+# each package costs.
 # -ldflags=-w: the ~50 race-built test binaries are linked without DWARF
 # (stack traces and race reports do not need it), which saves about a
 # fifth of their link time.
 # -vet=off: `make verify` runs all of go vet on every module; the subset
 # go test would run again costs about 40 CPU-seconds.
-TEST_FLAGS ?= -race -count=1 -timeout 30m -p 3 -ldflags=-w -vet=off
-# The longest packages first: go test starts them in this order, three at
+TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4 -ldflags=-w -vet=off
+# The longest packages first: go test starts them in this order, four at
 # once, so the suite's length is not one of them started last. test/rbac
 # and test/monitoring (a dev cluster each, and little CPU) came last in
 # ./..., and the machine was 7% busy for the half minute they ran alone.
