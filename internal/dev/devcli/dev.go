@@ -78,7 +78,7 @@ func nameFlag(cmd *cobra.Command, name *string) {
 }
 
 func newDevUpCommand(s Streams) *cobra.Command {
-	var foreground bool
+	var foreground, evictionRequests bool
 	name := new(string)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -88,15 +88,18 @@ func newDevUpCommand(s Streams) *cobra.Command {
   kubectl get nodes
 
   # Keep it in the foreground; Ctrl-C stops it
-  vacate-dev up --name scratch --foreground`,
+  vacate-dev up --name scratch --foreground
+
+  # Serve Kubernetes 1.37's EvictionRequest API (alpha, off by default)
+  vacate-dev up --name er --eviction-request-api`,
 		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			c, err := devcluster.Up(ctx, devcluster.Options{Name: *name, Detach: !foreground, Out: s.Err})
+			c, err := devcluster.Up(ctx, devcluster.Options{Name: *name, Detach: !foreground, Out: s.Err, EvictionRequestAPI: evictionRequests})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(s.Out, "dev cluster %q is up: API server %s\n", c.Name, c.Server)
+			fmt.Fprintf(s.Out, "dev cluster %q is up: API server %s%s\n", c.Name, c.Server, servesEvictionRequests(c.State))
 			fmt.Fprintf(s.Out, "kubeconfig: %s\n", c.Kubeconfig)
 			fmt.Fprintf(s.Out, "use it with:\n  export KUBECONFIG=%s\n", c.Kubeconfig)
 			if !foreground {
@@ -111,8 +114,19 @@ func newDevUpCommand(s Streams) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&foreground, "foreground", false, "stay in the foreground and stop the cluster on Ctrl-C")
+	cmd.Flags().BoolVar(&evictionRequests, "eviction-request-api", false,
+		"serve Kubernetes 1.37's EvictionRequest API ("+devcluster.EvictionRequestGroupVersion+", feature gate "+devcluster.EvictionRequestFeatureGate+")")
 	nameFlag(cmd, name)
 	return cmd
+}
+
+// servesEvictionRequests is what a cluster's line says of the EvictionRequest
+// API: nothing when it is off, as it is by default.
+func servesEvictionRequests(st devcluster.State) string {
+	if !st.EvictionRequestAPI {
+		return ""
+	}
+	return ", serving " + devcluster.EvictionRequestGroupVersion + " (feature gate " + devcluster.EvictionRequestFeatureGate + ")"
 }
 
 func newDevDownCommand(s Streams) *cobra.Command {
@@ -244,7 +258,7 @@ func printStatus(ctx context.Context, out io.Writer, st devcluster.State) error 
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nAPI server %s: %s\n", st.Server, apiServerReadiness(ctx, st.Kubeconfig))
+	fmt.Fprintf(out, "\nAPI server %s: %s%s\n", st.Server, apiServerReadiness(ctx, st.Kubeconfig), servesEvictionRequests(st))
 	return nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/cli"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
+	"github.com/vacate-dev/vacate/internal/evictionrequest"
 )
 
 func TestMain(m *testing.M) {
@@ -218,24 +219,29 @@ func checkDevDown(t *testing.T, dir string) {
 }
 
 // TestDevUpStopsOnInterrupt runs the real vacate-dev: Ctrl-C, both during start
-// and once the cluster is up in the foreground, stops every process.
+// and once the cluster is up in the foreground, stops every process. The
+// cluster in the foreground serves the EvictionRequest API
+// (--eviction-request-api), and says so.
 func TestDevUpStopsOnInterrupt(t *testing.T) {
 	bin := buildDev(t)
 	clusters := t.TempDir()
 
 	for _, tc := range []struct {
 		name string
-		// waitFor is the line after which Ctrl-C is sent.
+		args []string
+		// waitFor is the line after which Ctrl-C is sent, once check (if
+		// any) has looked at the cluster.
 		waitFor  string
 		stream   string
 		wantCode int
+		check    func(t *testing.T, dir, out string)
 	}{
 		{name: "during-start", waitFor: "started kube-apiserver", stream: "stderr", wantCode: cli.ExitError},
-		{name: "foreground", waitFor: "press Ctrl-C", stream: "stdout", wantCode: cli.ExitOK},
+		{name: "foreground", args: []string{"--eviction-request-api"}, waitFor: "press Ctrl-C", stream: "stdout", wantCode: cli.ExitOK, check: checkServesEvictionRequests},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(clusters, tc.name)
-			cmd := exec.Command(bin, "up", "--foreground", "--name", tc.name)
+			cmd := exec.Command(bin, append([]string{"up", "--foreground", "--name", tc.name}, tc.args...)...)
 			cmd.Env = append(os.Environ(), devcluster.EnvClustersDir+"="+clusters)
 			stdout, _ := cmd.StdoutPipe()
 			stderr, _ := cmd.StderrPipe()
@@ -269,6 +275,9 @@ func TestDevUpStopsOnInterrupt(t *testing.T) {
 			case <-time.After(3 * time.Minute):
 				t.Fatalf("vacate-dev did not print %q in time", tc.waitFor)
 			}
+			if tc.check != nil {
+				tc.check(t, dir, lines.String())
+			}
 			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 				t.Fatal(err)
 			}
@@ -286,6 +295,30 @@ func TestDevUpStopsOnInterrupt(t *testing.T) {
 				t.Errorf("processes still running after Ctrl-C: %v", pids)
 			}
 		})
+	}
+}
+
+// checkServesEvictionRequests checks a cluster started with
+// --eviction-request-api: its line says it serves the API, its state records
+// it, and discovery finds the API (evictionrequest.Served).
+func checkServesEvictionRequests(t *testing.T, dir, out string) {
+	t.Helper()
+	if want := "serving lifecycle.k8s.io/v1alpha1 (feature gate EvictionRequestAPI)"; !strings.Contains(out, want) {
+		t.Errorf("dev up does not say %q:\n%s", want, out)
+	}
+	st, err := devcluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.EvictionRequestAPI {
+		t.Error("the cluster's state does not record the EvictionRequest API")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if served, err := evictionrequest.Served(kubernetes.NewForConfigOrDie(cfg).Discovery()); !served || err != nil {
+		t.Errorf("the cluster does not serve the EvictionRequest API: %v", err)
 	}
 }
 

@@ -64,6 +64,12 @@ type Options struct {
 	// ExtraArgs appends flags to a component's command line, by component
 	// name (KubeControllerManager, KubeScheduler, ...); a later flag wins.
 	ExtraArgs map[string][]string
+	// EvictionRequestAPI serves Kubernetes 1.37's EvictionRequest API
+	// (KEP-4563: lifecycle.k8s.io/v1alpha1, and pods'
+	// spec.evictionResponders), alpha and off by default: the API server
+	// runs with the feature gate EvictionRequestAPI and the group version
+	// enabled. Kubernetes 1.37 has no controller for it.
+	EvictionRequestAPI bool
 }
 
 // Cluster is a running dev cluster.
@@ -92,6 +98,9 @@ type State struct {
 	AuditLog   string           `json:"auditLog"`
 	Started    time.Time        `json:"started"`
 	Components []ComponentState `json:"components"`
+	// EvictionRequestAPI says the API server serves the EvictionRequest
+	// API (Options.EvictionRequestAPI).
+	EvictionRequestAPI bool `json:"evictionRequestAPI,omitempty"`
 }
 
 // ComponentState describes one running component.
@@ -210,7 +219,7 @@ func lostPortRace(err error, opts Options) bool {
 }
 
 func up(ctx context.Context, opts Options, bins Binaries) (_ *Cluster, err error) {
-	c := &Cluster{State: State{Name: opts.Name, Dir: opts.Dir, PodCIDR: opts.PodCIDR, Binaries: bins},
+	c := &Cluster{State: State{Name: opts.Name, Dir: opts.Dir, PodCIDR: opts.PodCIDR, Binaries: bins, EvictionRequestAPI: opts.EvictionRequestAPI},
 		comps: map[string]*component{}, detach: opts.Detach}
 	defer func() {
 		if err != nil {

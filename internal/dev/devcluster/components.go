@@ -97,7 +97,7 @@ func (l *layout) etcd() *component {
 
 // apiserver is the API server, with RBAC and the audit log the tests read.
 func (l *layout) apiserver() *component {
-	return l.component(KubeAPIServer, []string{
+	args := []string{
 		"--etcd-servers=http://" + l.loop(Etcd),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -120,8 +120,19 @@ func (l *layout) apiserver() *component {
 		"--audit-log-format=json",
 		"--audit-log-maxsize=200",
 		"--audit-log-maxbackup=1",
-	}, healthCheck{url: l.server + "/readyz", client: l.tlsClient, ok: ok200})
+	}
+	if l.evictionRequestAPI {
+		args = append(args, "--feature-gates="+EvictionRequestFeatureGate+"=true", "--runtime-config="+EvictionRequestGroupVersion+"=true")
+	}
+	return l.component(KubeAPIServer, args, healthCheck{url: l.server + "/readyz", client: l.tlsClient, ok: ok200})
 }
+
+// The EvictionRequest API of Kubernetes 1.37 (KEP-4563), alpha: its feature
+// gate and group version, both off by default.
+const (
+	EvictionRequestFeatureGate  = "EvictionRequestAPI"
+	EvictionRequestGroupVersion = "lifecycle.k8s.io/v1alpha1"
+)
 
 // controllerManager runs every controller, each with its own
 // ServiceAccount, and signs certificates with the cluster's authority.

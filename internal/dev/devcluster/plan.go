@@ -25,7 +25,7 @@ func (c *Cluster) plan(bins Binaries, opts Options) ([][]*component, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.dir, l.bins, l.extraArgs, l.podCIDR = c.Dir, bins, opts.ExtraArgs, c.PodCIDR
+	l.dir, l.bins, l.extraArgs, l.podCIDR, l.evictionRequestAPI = c.Dir, bins, opts.ExtraArgs, c.PodCIDR, opts.EvictionRequestAPI
 	if l.ports, err = choosePorts(opts.Ports); err != nil {
 		return nil, err
 	}
@@ -56,7 +56,9 @@ type layout struct {
 	bins      Binaries
 	extraArgs map[string][]string
 	podCIDR   string
-	ports     map[string]int
+	// evictionRequestAPI serves lifecycle.k8s.io/v1alpha1 (Options).
+	evictionRequestAPI bool
+	ports              map[string]int
 	// server is the API server's URL.
 	server string
 
