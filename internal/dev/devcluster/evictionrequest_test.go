@@ -37,17 +37,21 @@ func TestEvictionRequestAPIOnlyWithTheGate(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		name   string
-		client kubernetes.Interface
-		served bool
-	}{{"gated", gated.Client, true}, {"plain", plain.Client, false}} {
+		name, ns string
+		client   kubernetes.Interface
+		served   bool
+	}{{"gated", "default", gated.Client, true}, {"plain", testenv.Namespace(t, plain), plain.Client, false}} {
 		served, err := evictionrequest.Served(c.client.Discovery())
 		if err != nil || served != c.served {
 			t.Errorf("%s cluster: Served = %v, %v; want %v", c.name, served, err, c.served)
 		}
-		pod := devcluster.BarePod("default", "responder-"+c.name, "nowhere")
+		if err := devcluster.WaitForServiceAccount(ctx, c.client, c.ns, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		pod := devcluster.BarePod(c.ns, "responder", "nowhere")
+		pod.Name, pod.GenerateName = "", "responder-"
 		pod.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: "example.com/mover", Priority: ptr.To[int32](10000)}}
-		got, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		got, err := c.client.CoreV1().Pods(c.ns).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("%s cluster: creating a pod with responders: %v", c.name, err)
 		}
@@ -65,13 +69,13 @@ func TestEvictionRequestAPIOnlyWithTheGate(t *testing.T) {
 				Intent:    lifecyclev1alpha1.EvictionRequestIntentEviction,
 			},
 		}
-		if _, err := c.client.LifecycleV1alpha1().EvictionRequests("default").Create(ctx, er, metav1.CreateOptions{}); err != nil {
+		if _, err := c.client.LifecycleV1alpha1().EvictionRequests(c.ns).Create(ctx, er, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("%s cluster: creating an EvictionRequest: %v", c.name, err)
 		}
 		// Kubernetes 1.37 has no coordinator: the request is stored and
 		// nothing acts on it (the controller manager runs every controller).
 		time.Sleep(3 * time.Second)
-		evictions, err := c.client.LifecycleV1alpha1().Evictions("default").List(ctx, metav1.ListOptions{})
+		evictions, err := c.client.LifecycleV1alpha1().Evictions(c.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
