@@ -1,0 +1,190 @@
+package evictionrequest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+const operator = "example.com/operator"
+
+func responderPod() *corev1.Pod {
+	return &corev1.Pod{Spec: corev1.PodSpec{EvictionResponders: []corev1.EvictionResponder{{Name: operator, Priority: ptr.To[int32](10000)}}}}
+}
+
+func request(requester string, intent lifecyclev1alpha1.EvictionRequestIntent) lifecyclev1alpha1.EvictionRequest {
+	return lifecyclev1alpha1.EvictionRequest{Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: requester, Intent: intent}}
+}
+
+var wants = []lifecyclev1alpha1.EvictionRequest{request("example.com/descheduler", lifecyclev1alpha1.EvictionRequestIntentEviction)}
+
+// step runs Next and stores its status as the Eviction's, as the
+// coordinator's write would.
+func step(f *Facts) bool {
+	status, evict := Next(*f)
+	if f.Eviction == nil {
+		f.Eviction = &lifecyclev1alpha1.Eviction{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	}
+	f.Eviction.Status = status
+	return evict
+}
+
+func states(s lifecyclev1alpha1.EvictionStatus) string {
+	out := ""
+	for _, r := range s.TargetResponders {
+		out += fmt.Sprintf("%s=%s ", r.Name, r.State)
+	}
+	return out
+}
+
+func wantStates(t *testing.T, s lifecyclev1alpha1.EvictionStatus, want string) {
+	t.Helper()
+	if got := states(s); got != want {
+		t.Errorf("responders %q, want %q", got, want)
+	}
+}
+
+func wantCondition(t *testing.T, s lifecyclev1alpha1.EvictionStatus, typ lifecyclev1alpha1.EvictionConditionType, reason lifecyclev1alpha1.EvictionConditionReason) {
+	t.Helper()
+	c := meta.FindStatusCondition(s.Conditions, string(typ))
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(reason) {
+		t.Errorf("condition %s = %+v, want True %s", typ, c, reason)
+	}
+}
+
+func TestNextHandsTheTurnOnByPriorityCompletionAndHeartbeat(t *testing.T) {
+	f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+	if step(f) {
+		t.Error("the evictor was called on before the operator's turn")
+	}
+	s := f.Eviction.Status
+	wantStates(t, s, operator+"=Active "+Evictor+"=Inactive ")
+	if st := responderStatus(&s, operator).StartTime; st == nil || !st.Time.Equal(t0) {
+		t.Errorf("the operator's startTime %v, want the present %v", st, t0)
+	}
+	if len(s.Requesters) != 1 || s.Requesters[0].Intent != lifecyclev1alpha1.RequesterIntentEviction {
+		t.Errorf("requesters %v", s.Requesters)
+	}
+
+	// A heartbeat keeps the turn; a minute short of the deadline it is kept.
+	responderStatus(&f.Eviction.Status, operator).HeartbeatTime = ptr.To(metav1.NewTime(t0.Add(time.Minute)))
+	f.Now = t0.Add(time.Minute + HeartbeatDeadline - time.Second)
+	if step(f) {
+		t.Error("the evictor was called on while the operator's heartbeat is fresh")
+	}
+	wantStates(t, f.Eviction.Status, operator+"=Active "+Evictor+"=Inactive ")
+
+	// At the deadline the operator is interrupted and the evictor's turn comes.
+	f.Now = t0.Add(time.Minute + HeartbeatDeadline)
+	if !step(f) {
+		t.Error("the evictor's turn came and Next did not say so")
+	}
+	wantStates(t, f.Eviction.Status, operator+"=Interrupted "+Evictor+"=Active ")
+	if st := responderStatus(&f.Eviction.Status, Evictor).StartTime; st == nil || !st.Time.Equal(f.Now) {
+		t.Errorf("the evictor's startTime %v, want %v", st, f.Now)
+	}
+
+	// The pod goes (the evictor evicted it and said so): the Eviction ends.
+	responderStatus(&f.Eviction.Status, Evictor).CompletionTime = ptr.To(metav1.NewTime(f.Now))
+	f.Pod = nil
+	if step(f) {
+		t.Error("the evictor was called on for a pod that is gone")
+	}
+	wantStates(t, f.Eviction.Status, operator+"=Interrupted "+Evictor+"=Completed ")
+	wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+
+	// A final Eviction changes no more.
+	before := states(f.Eviction.Status)
+	f.Now = f.Now.Add(time.Hour)
+	step(f)
+	if got := states(f.Eviction.Status); got != before {
+		t.Errorf("a final Eviction changed: %q to %q", before, got)
+	}
+}
+
+func TestNextCompletedResponderPassesToTheEvictor(t *testing.T) {
+	f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+	step(f)
+	f.Now = t0.Add(time.Minute)
+	responderStatus(&f.Eviction.Status, operator).CompletionTime = ptr.To(metav1.NewTime(f.Now))
+	if !step(f) {
+		t.Error("the evictor's turn came and Next did not say so")
+	}
+	wantStates(t, f.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
+}
+
+func TestNextPlainPodGoesStraightToTheEvictor(t *testing.T) {
+	f := &Facts{Pod: &corev1.Pod{}, Requests: wants, Now: t0}
+	if !step(f) {
+		t.Error("a pod without responders: the evictor's turn is first")
+	}
+	wantStates(t, f.Eviction.Status, Evictor+"=Active ")
+}
+
+func TestNextCancelsWhenEveryRequesterWithdraws(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		requests []lifecyclev1alpha1.EvictionRequest
+	}{
+		{"withdrawn", []lifecyclev1alpha1.EvictionRequest{request("example.com/descheduler", lifecyclev1alpha1.EvictionRequestIntentWithdrawn)}},
+		{"request deleted", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+			step(f)
+			f.Requests, f.Now = tc.requests, t0.Add(time.Minute)
+			if step(f) {
+				t.Error("the evictor was called on after every requester withdrew")
+			}
+			wantStates(t, f.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+			wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters)
+			if r := f.Eviction.Status.Requesters; len(r) != 1 || r[0].Intent != lifecyclev1alpha1.RequesterIntentWithdrawn {
+				t.Errorf("requesters %v, want the one, Withdrawn", r)
+			}
+		})
+	}
+	// No request that wants the eviction and no Eviction yet: nothing to start.
+	status, evict := Next(Facts{Pod: responderPod(), Requests: []lifecyclev1alpha1.EvictionRequest{request("example.com/x", lifecyclev1alpha1.EvictionRequestIntentWithdrawn)}, Now: t0})
+	if evict || len(status.TargetResponders) != 0 || len(status.Conditions) != 0 {
+		t.Errorf("a withdrawn request alone started an Eviction: %+v", status)
+	}
+}
+
+func TestNextEndsWhenThePodEnds(t *testing.T) {
+	f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+	step(f)
+	f.Pod.Status.Phase = corev1.PodSucceeded
+	step(f)
+	wantStates(t, f.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+	wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodTerminal)
+}
+
+func TestNextFailsWhenNoResponderIsLeft(t *testing.T) {
+	f := &Facts{Pod: &corev1.Pod{}, Requests: wants, Now: t0}
+	step(f)
+	f.Now = t0.Add(HeartbeatDeadline)
+	if step(f) {
+		t.Error("the evictor was called on after its own turn was interrupted")
+	}
+	wantStates(t, f.Eviction.Status, Evictor+"=Interrupted ")
+	wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder)
+}
+
+func TestRequestersKeepTheWantingOnesWithinTheLimit(t *testing.T) {
+	var recorded []lifecyclev1alpha1.Requester
+	for i := range maxRequesters {
+		recorded = append(recorded, lifecyclev1alpha1.Requester{Name: fmt.Sprintf("example.com/old-%03d", i), Intent: lifecyclev1alpha1.RequesterIntentWithdrawn})
+	}
+	got := requesters(recorded, wants)
+	if len(got) != maxRequesters || got[0].Name != "example.com/descheduler" || got[0].Intent != lifecyclev1alpha1.RequesterIntentEviction {
+		t.Errorf("%d requesters, first %v: the one that wants the eviction must be kept", len(got), got[0])
+	}
+}
