@@ -33,20 +33,27 @@ import (
 
 var (
 	mainUsed bool
+	tunes    []func(*devcluster.Options)
 	once     sync.Once
 	shared   *devcluster.Cluster
 	startErr error
 	dir      string
 )
 
+// EvictionRequestAPI is a Main option: the shared cluster serves Kubernetes
+// 1.37's EvictionRequest API.
+func EvictionRequestAPI(o *devcluster.Options) { o.EvictionRequestAPI = true }
+
 // Main runs the tests and then stops the shared cluster, if one was started.
 // Its directory (logs included) is removed when every test passed and kept,
-// with its path printed, otherwise.
-func Main(m *testing.M) int {
+// with its path printed, otherwise. tune adjusts the options the shared
+// cluster starts with (EvictionRequestAPI).
+func Main(m *testing.M, tune ...func(*devcluster.Options)) int {
 	// Controllers run in the test process log nowhere; tests assert on
 	// what the controllers write to the cluster.
 	ctrllog.SetLogger(logr.Discard())
 	mainUsed = true
+	tunes = tune
 	code := m.Run()
 	testutil.RemovePrograms()
 	if shared != nil {
@@ -75,11 +82,15 @@ func Start(t testing.TB) *devcluster.Cluster {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
-		shared, startErr = devcluster.Up(ctx, devcluster.Options{
+		opts := devcluster.Options{
 			Name: fmt.Sprintf("test-%d", os.Getpid()),
 			Dir:  dir,
 			Out:  progressWriter{},
-		})
+		}
+		for _, f := range tunes {
+			f(&opts)
+		}
+		shared, startErr = devcluster.Up(ctx, opts)
 	})
 	if startErr != nil {
 		t.Fatalf("starting the dev cluster: %v", startErr)

@@ -1,0 +1,149 @@
+package evictionrequest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+)
+
+// coordinator plays vacate's coordinator against the real API server: it
+// writes each status Next computes, so the API server's validation of
+// Evictions (the state machine, the present times, the final conditions)
+// judges every write.
+type coordinator struct {
+	t      *testing.T
+	client kubernetes.Interface
+	facts  Facts
+}
+
+func newCoordinator(t *testing.T, withResponder bool) *coordinator {
+	t.Helper()
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	ns := testenv.Namespace(t, c)
+	if err := devcluster.WaitForServiceAccount(ctx, c.Client, ns, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pod := devcluster.BarePod(ns, "target", "nowhere")
+	if withResponder {
+		pod.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: operator, Priority: ptr.To[int32](10000)}}
+	}
+	pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &lifecyclev1alpha1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns},
+		Spec:       lifecyclev1alpha1.EvictionSpec{Target: lifecyclev1alpha1.EvictionTarget{Pod: &lifecyclev1alpha1.EvictionPodReference{Name: pod.Name, UID: pod.UID}}},
+	}
+	if ev, err = c.Client.LifecycleV1alpha1().Evictions(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &coordinator{t: t, client: c.Client, facts: Facts{Pod: pod, Requests: wants, Eviction: ev}}
+}
+
+// step writes Next's status at the present time; the API server must accept it.
+func (c *coordinator) step(what string) bool {
+	c.t.Helper()
+	c.facts.Now = time.Now()
+	status, evict := Next(c.facts)
+	ev := c.facts.Eviction.DeepCopy()
+	ev.Status = status
+	stored, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(context.Background(), ev, metav1.UpdateOptions{})
+	if err != nil {
+		c.t.Fatalf("%s: the API server refused Next's status: %v", what, err)
+	}
+	c.facts.Eviction = stored
+	return evict
+}
+
+// respond writes what the Active responder reports, as a responder would.
+func (c *coordinator) respond(name string, report func(*lifecyclev1alpha1.ResponderStatus)) {
+	c.t.Helper()
+	ev := c.facts.Eviction.DeepCopy()
+	report(responderStatus(&ev.Status, name))
+	stored, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(context.Background(), ev, metav1.UpdateOptions{})
+	if err != nil {
+		c.t.Fatalf("%s's report refused: %v", name, err)
+	}
+	c.facts.Eviction = stored
+}
+
+func now() *metav1.Time { return ptr.To(metav1.Now()) }
+
+// TestTheAPIServerAcceptsNextsWrites walks Evictions through their turns on
+// the real API server. Not here: an interruption on a stale heartbeat,
+// which its validation allows only 20 real minutes after the last one
+// (docs/dev/eviction-requests.md).
+func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
+	t.Run("a responder completes, then the evictor evicts", func(t *testing.T) {
+		c := newCoordinator(t, true)
+		if c.step("the first turn") {
+			t.Error("the evictor's turn before the operator's")
+		}
+		wantStates(t, c.facts.Eviction.Status, operator+"=Active "+Evictor+"=Inactive ")
+		c.respond(operator, func(r *lifecyclev1alpha1.ResponderStatus) {
+			r.HeartbeatTime, r.Message = now(), ptr.To("moving data")
+		})
+		c.respond(operator, func(r *lifecyclev1alpha1.ResponderStatus) { r.CompletionTime = now() })
+		if !c.step("the handover to the evictor") {
+			t.Error("the evictor's turn came and Next did not say so")
+		}
+		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
+		c.respond(Evictor, func(r *lifecyclev1alpha1.ResponderStatus) { r.CompletionTime = now() })
+		c.facts.Pod = nil
+		c.step("the end, the pod evicted")
+		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Completed ")
+		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+	})
+	t.Run("every requester withdraws", func(t *testing.T) {
+		c := newCoordinator(t, true)
+		c.step("the first turn")
+		c.facts.Requests = nil
+		c.step("the cancel")
+		wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters)
+	})
+	t.Run("the pod is deleted during a responder's turn", func(t *testing.T) {
+		c := newCoordinator(t, true)
+		c.step("the first turn")
+		c.facts.Pod = nil
+		c.step("the end")
+		wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+	})
+	t.Run("an interruption before the heartbeat deadline is refused", func(t *testing.T) {
+		c := newCoordinator(t, true)
+		c.step("the first turn")
+		// What Next does at the deadline, written a few seconds after the
+		// start: the API server must refuse it, or this test proves nothing
+		// of the writes above.
+		c.facts.Now = time.Now().Add(HeartbeatDeadline)
+		early, _ := Next(c.facts)
+		ev := c.facts.Eviction.DeepCopy()
+		ev.Status = early
+		responderStatus(&ev.Status, Evictor).StartTime = now()
+		_, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(context.Background(), ev, metav1.UpdateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "must stay Active") {
+			t.Errorf("an early interruption: %v, want the API server's refusal (must stay Active)", err)
+		}
+		t.Logf("refused: %v", err)
+	})
+	t.Run("a pod without responders", func(t *testing.T) {
+		c := newCoordinator(t, false)
+		if !c.step("the first turn") {
+			t.Error("the evictor's turn is first and Next did not say so")
+		}
+		wantStates(t, c.facts.Eviction.Status, Evictor+"=Active ")
+	})
+}
