@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -42,6 +43,16 @@ func newCoordinator(t *testing.T, withResponder bool) *coordinator {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req := &lifecyclev1alpha1.EvictionRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns},
+		Spec: lifecyclev1alpha1.EvictionRequestSpec{
+			Target:    lifecyclev1alpha1.EvictionRequestTarget{Pod: &lifecyclev1alpha1.EvictionRequestPodReference{Name: pod.Name, UID: pod.UID}},
+			Requester: "example.com/descheduler", Intent: lifecyclev1alpha1.EvictionRequestIntentEviction,
+		},
+	}
+	if req, err = c.Client.LifecycleV1alpha1().EvictionRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	ev := &lifecyclev1alpha1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns},
 		Spec:       lifecyclev1alpha1.EvictionSpec{Target: lifecyclev1alpha1.EvictionTarget{Pod: &lifecyclev1alpha1.EvictionPodReference{Name: pod.Name, UID: pod.UID}}},
@@ -49,21 +60,31 @@ func newCoordinator(t *testing.T, withResponder bool) *coordinator {
 	if ev, err = c.Client.LifecycleV1alpha1().Evictions(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &coordinator{t: t, client: c.Client, facts: Facts{Pod: pod, Requests: wants, Eviction: ev}}
+	return &coordinator{t: t, client: c.Client, facts: Facts{Pod: pod, Requests: []lifecyclev1alpha1.EvictionRequest{*req}, Eviction: ev}}
 }
 
-// step writes Next's status at the present time; the API server must accept it.
+// step writes Next's status at the present time, and each request's
+// RequestStatus; the API server must accept them.
 func (c *coordinator) step(what string) bool {
 	c.t.Helper()
+	ctx := context.Background()
 	c.facts.Now = time.Now()
 	status, evict := Next(c.facts)
 	ev := c.facts.Eviction.DeepCopy()
 	ev.Status = status
-	stored, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(context.Background(), ev, metav1.UpdateOptions{})
+	stored, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(ctx, ev, metav1.UpdateOptions{})
 	if err != nil {
 		c.t.Fatalf("%s: the API server refused Next's status: %v", what, err)
 	}
 	c.facts.Eviction = stored
+	for i, req := range c.facts.Requests {
+		req.Status = RequestStatus(&req, stored)
+		got, err := c.client.LifecycleV1alpha1().EvictionRequests(req.Namespace).UpdateStatus(ctx, &req, metav1.UpdateOptions{})
+		if err != nil {
+			c.t.Fatalf("%s: the API server refused the request's status: %v", what, err)
+		}
+		c.facts.Requests[i] = *got
+	}
 	return evict
 }
 
@@ -105,6 +126,10 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		c.step("the end, the pod evicted")
 		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Completed ")
 		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+		req := c.facts.Requests[0]
+		if cond := meta.FindStatusCondition(req.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)); cond == nil || cond.Reason != string(lifecyclev1alpha1.EvictionConditionReasonPodDeleted) || ptr.Deref(req.Status.ObservedGeneration, 0) != req.Generation {
+			t.Errorf("the request's status %+v, want TargetEvicted PodDeleted at its generation", req.Status)
+		}
 	})
 	t.Run("every requester withdraws", func(t *testing.T) {
 		c := newCoordinator(t, true)

@@ -197,3 +197,27 @@ func setCondition(s *lifecyclev1alpha1.EvictionStatus, t lifecyclev1alpha1.Evict
 		ObservedGeneration: ptr.Deref(s.ObservedGeneration, 0), LastTransitionTime: now,
 	})
 }
+
+// RequestStatus is an EvictionRequest's next status: the generation seen,
+// and the outcome of its target's Eviction once that is final (TargetEvicted
+// or Failed, as the Eviction says). An outcome recorded for an earlier
+// Eviction of the target is dropped while a new one is under way.
+func RequestStatus(req *lifecyclev1alpha1.EvictionRequest, ev *lifecyclev1alpha1.Eviction) lifecyclev1alpha1.EvictionRequestStatus {
+	status := *req.Status.DeepCopy()
+	status.ObservedGeneration = ptr.To(req.Generation)
+	if ev == nil {
+		return status
+	}
+	for _, t := range []lifecyclev1alpha1.EvictionConditionType{lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionFailed} {
+		c := meta.FindStatusCondition(ev.Status.Conditions, string(t))
+		if c == nil || c.Status != metav1.ConditionTrue {
+			meta.RemoveStatusCondition(&status.Conditions, string(t))
+			continue
+		}
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
+			ObservedGeneration: req.Generation, LastTransitionTime: c.LastTransitionTime,
+		})
+	}
+	return status
+}

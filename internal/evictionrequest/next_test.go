@@ -188,3 +188,29 @@ func TestRequestersKeepTheWantingOnesWithinTheLimit(t *testing.T) {
 		t.Errorf("%d requesters, first %v: the one that wants the eviction must be kept", len(got), got[0])
 	}
 }
+
+func TestRequestStatusFollowsItsEviction(t *testing.T) {
+	req := &lifecyclev1alpha1.EvictionRequest{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+	if s := RequestStatus(req, nil); ptr.Deref(s.ObservedGeneration, 0) != 2 || len(s.Conditions) != 0 {
+		t.Errorf("before its Eviction exists: %+v, want generation 2 seen and no condition", s)
+	}
+	f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+	step(f)
+	if s := RequestStatus(req, f.Eviction); len(s.Conditions) != 0 {
+		t.Errorf("while its Eviction is under way: conditions %v, want none", s.Conditions)
+	}
+	f.Requests = nil
+	step(f)
+	req.Status = RequestStatus(req, f.Eviction)
+	c := meta.FindStatusCondition(req.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionFailed))
+	if c == nil || c.Reason != string(lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters) || c.ObservedGeneration != 2 {
+		t.Errorf("after the cancel: %+v, want Failed CanceledDueToNoRequesters at generation 2", c)
+	}
+	// A new Eviction of the target (the request wants it again): the old
+	// outcome goes.
+	again := &Facts{Pod: responderPod(), Requests: wants, Now: t0.Add(time.Hour)}
+	step(again)
+	if s := RequestStatus(req, again.Eviction); len(s.Conditions) != 0 {
+		t.Errorf("with a new Eviction under way: conditions %v, want none", s.Conditions)
+	}
+}
