@@ -2,12 +2,14 @@ package evictionrequest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // coordinator plays vacate's coordinator against the real API server: it
@@ -53,10 +56,7 @@ func newCoordinator(t *testing.T, withResponder bool) *coordinator {
 	if req, err = c.Client.LifecycleV1alpha1().EvictionRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev := &lifecyclev1alpha1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns},
-		Spec:       lifecyclev1alpha1.EvictionSpec{Target: lifecyclev1alpha1.EvictionTarget{Pod: &lifecyclev1alpha1.EvictionPodReference{Name: pod.Name, UID: pod.UID}}},
-	}
+	ev := Eviction(pod, []lifecyclev1alpha1.EvictionRequest{*req})
 	if ev, err = c.Client.LifecycleV1alpha1().Evictions(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +101,49 @@ func (c *coordinator) respond(name string, report func(*lifecyclev1alpha1.Respon
 }
 
 func now() *metav1.Time { return ptr.To(metav1.Now()) }
+
+// TestTheEvictionGoesWithItsLastRequest creates the Eviction of a pod asked
+// for by two requests: the garbage collector deletes it when the second
+// request is deleted, not the first.
+func TestTheEvictionGoesWithItsLastRequest(t *testing.T) {
+	c := newCoordinator(t, true)
+	ctx := testenv.Context(t)
+	first := c.facts.Requests[0]
+	second := first.DeepCopy()
+	second.ObjectMeta = metav1.ObjectMeta{Name: first.Name + "-2", Namespace: first.Namespace}
+	second.Spec.Requester = "example.com/autoscaler"
+	second, err := c.client.LifecycleV1alpha1().EvictionRequests(first.Namespace).Create(ctx, second, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evictions := c.client.LifecycleV1alpha1().Evictions(first.Namespace)
+	ev := c.facts.Eviction
+	ev.OwnerReferences = Eviction(c.facts.Pod, []lifecyclev1alpha1.EvictionRequest{first, *second}).OwnerReferences
+	if ev, err = evictions.Update(ctx, ev, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.Labels; got[operator] != "responder" || got[Evictor] != "responder" || got["example.com/descheduler"] != "requester" {
+		t.Errorf("the Eviction's labels %v, want each participant's role", got)
+	}
+	requests := c.client.LifecycleV1alpha1().EvictionRequests(first.Namespace)
+	if err := requests.Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // time for a wrong garbage collection
+	if _, err := evictions.Get(ctx, ev.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the Eviction went with its first request: %v", err)
+	}
+	if err := requests.Delete(ctx, second.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the garbage collector to delete the Eviction", func() error {
+		_, err := evictions.Get(ctx, ev.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+}
 
 // TestTheAPIServerAcceptsNextsWrites walks Evictions through their turns on
 // the real API server. Not here: an interruption on a stale heartbeat,

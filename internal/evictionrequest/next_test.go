@@ -214,3 +214,20 @@ func TestRequestStatusFollowsItsEviction(t *testing.T) {
 		t.Errorf("with a new Eviction under way: conditions %v, want none", s.Conditions)
 	}
 }
+
+func TestEvictionNamesEveryParticipant(t *testing.T) {
+	pod := responderPod()
+	pod.Name, pod.Namespace, pod.UID = "db-0", "shop", "uid-1"
+	requests := []lifecyclev1alpha1.EvictionRequest{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "ra"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: "example.com/descheduler"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: "rb"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: operator}},
+	}
+	ev := Eviction(pod, requests)
+	want := map[string]string{"example.com/descheduler": "requester", operator: "requester-responder", Evictor: "responder"}
+	if fmt.Sprint(ev.Labels) != fmt.Sprint(want) {
+		t.Errorf("labels %v, want %v", ev.Labels, want)
+	}
+	if len(ev.OwnerReferences) != 2 || ev.OwnerReferences[1].UID != "rb" || ev.Spec.Target.Pod.UID != "uid-1" || ev.Namespace != "shop" {
+		t.Errorf("owners %v, target %v in %q: want both requests and the pod", ev.OwnerReferences, ev.Spec.Target.Pod, ev.Namespace)
+	}
+}
