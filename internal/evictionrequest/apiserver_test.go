@@ -174,22 +174,24 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 			t.Errorf("the request's status %+v, want TargetEvicted PodDeleted at its generation", req.Status)
 		}
 	})
-	t.Run("every requester withdraws", func(t *testing.T) {
-		c := newCoordinator(t, true)
-		c.step("the first turn")
-		c.facts.Requests = nil
-		c.step("the cancel")
-		wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
-		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters)
-	})
-	t.Run("the pod is deleted during a responder's turn", func(t *testing.T) {
-		c := newCoordinator(t, true)
-		c.step("the first turn")
-		c.facts.Pod = nil
-		c.step("the end")
-		wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
-		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
-	})
+	for _, end := range []struct {
+		name   string
+		change func(*Facts)
+		cond   lifecyclev1alpha1.EvictionConditionType
+		reason lifecyclev1alpha1.EvictionConditionReason
+	}{
+		{"every requester withdraws", func(f *Facts) { f.Requests = nil }, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters},
+		{"the pod is deleted during a responder's turn", func(f *Facts) { f.Pod = nil }, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			c := newCoordinator(t, true)
+			c.step("the first turn")
+			end.change(&c.facts)
+			c.step("the end")
+			wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+			wantCondition(t, c.facts.Eviction.Status, end.cond, end.reason)
+		})
+	}
 	t.Run("an interruption before the heartbeat deadline is refused", func(t *testing.T) {
 		c := newCoordinator(t, true)
 		c.step("the first turn")
