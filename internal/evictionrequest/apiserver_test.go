@@ -165,6 +165,8 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		}
 		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
 		c.respond(Evictor, func(r *lifecyclev1alpha1.ResponderStatus) { r.CompletionTime = now() })
+		c.step("the evictor's turn ends, its pod still seen")
+		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Completed ")
 		c.facts.Pod = nil
 		c.step("the end, the pod evicted")
 		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Completed ")

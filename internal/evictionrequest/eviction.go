@@ -14,13 +14,15 @@ import (
 // the garbage collector deletes it once the last request is gone.
 func Eviction(pod *corev1.Pod, requests []lifecyclev1alpha1.EvictionRequest) *lifecyclev1alpha1.Eviction {
 	labels := map[string]string{}
+	responders := map[string]bool{}
 	for _, r := range TargetResponders(pod) {
 		labels[r.Name] = string(lifecyclev1alpha1.EvictionParticipantRoleResponder)
+		responders[r.Name] = true
 	}
 	owners := make([]metav1.OwnerReference, 0, len(requests))
 	for _, r := range requests {
 		role := lifecyclev1alpha1.EvictionParticipantRoleRequester
-		if labels[r.Spec.Requester] != "" {
+		if responders[r.Spec.Requester] {
 			role = lifecyclev1alpha1.EvictionParticipantRoleRequesterResponder
 		}
 		labels[r.Spec.Requester] = string(role)

@@ -40,7 +40,10 @@ type Facts struct {
 func Next(f Facts) (status lifecyclev1alpha1.EvictionStatus, evict bool) {
 	if f.Eviction != nil {
 		status = *f.Eviction.Status.DeepCopy()
-		status.ObservedGeneration = ptr.To(f.Eviction.Generation)
+		status.ObservedGeneration = observed(status.ObservedGeneration, f.Eviction.Generation)
+		// Another writer may have stored them in any order; turns follow
+		// the API's order whatever the list's.
+		Order(status.TargetResponders)
 	}
 	status.Requesters = requesters(status.Requesters, f.Requests)
 	if final(status) {
@@ -79,7 +82,7 @@ func Next(f Facts) (status lifecyclev1alpha1.EvictionStatus, evict bool) {
 func handOver(status lifecyclev1alpha1.EvictionStatus, now metav1.Time) (lifecyclev1alpha1.EvictionStatus, bool) {
 	i := activeIndex(status)
 	if i < 0 {
-		return status, false
+		return noneActive(status, now), false
 	}
 	r := responderStatus(&status, status.TargetResponders[i].Name)
 	switch {
@@ -91,11 +94,35 @@ func handOver(status lifecyclev1alpha1.EvictionStatus, now metav1.Time) (lifecyc
 		return status, status.TargetResponders[i].Name == Evictor
 	}
 	if i+1 == len(status.TargetResponders) {
-		setCondition(&status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder, "no responder is left to evict the pod", now)
-		return status, false
+		return noneActive(status, now), false
 	}
 	activate(&status, i+1, now)
 	return status, status.TargetResponders[i+1].Name == Evictor
+}
+
+// noneActive ends an Eviction in which every responder has had its turn. When
+// the evictor's turn ended Completed it evicted the pod, which may still be
+// terminating (or seen so late): the pod's end records TargetEvicted. Any
+// other way, no responder is left to evict the pod.
+func noneActive(status lifecyclev1alpha1.EvictionStatus, now metav1.Time) lifecyclev1alpha1.EvictionStatus {
+	if n := len(status.TargetResponders); n > 0 {
+		last := status.TargetResponders[n-1]
+		if last.Name == Evictor && last.State == lifecyclev1alpha1.ResponderStateCompleted {
+			return status
+		}
+	}
+	setCondition(&status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder, "no responder is left to evict the pod", now)
+	return status
+}
+
+// observed is the observedGeneration to write: generation, never less than
+// the one stored (the API requires it to grow), and never a generation the
+// object does not have yet (0, before it is stored).
+func observed(stored *int64, generation int64) *int64 {
+	if generation <= 0 {
+		return stored
+	}
+	return ptr.To(max(generation, ptr.Deref(stored, 0)))
 }
 
 // requesters merges the requests into the recorded requesters: a requester
@@ -106,10 +133,15 @@ func requesters(recorded []lifecyclev1alpha1.Requester, requests []lifecyclev1al
 	for _, r := range recorded {
 		intents[r.Name] = lifecyclev1alpha1.RequesterIntentWithdrawn
 	}
+	// A requester with several requests wants the eviction while one of
+	// them does, whatever order they are listed in.
 	for _, r := range requests {
-		intent := lifecyclev1alpha1.RequesterIntent(r.Spec.Intent)
-		if r.DeletionTimestamp != nil {
-			intent = lifecyclev1alpha1.RequesterIntentWithdrawn
+		if intents[r.Spec.Requester] == lifecyclev1alpha1.RequesterIntentEviction {
+			continue // an earlier request of this requester wants it
+		}
+		intent := lifecyclev1alpha1.RequesterIntentWithdrawn
+		if r.Spec.Intent == lifecyclev1alpha1.EvictionRequestIntentEviction && r.DeletionTimestamp == nil {
+			intent = lifecyclev1alpha1.RequesterIntentEviction
 		}
 		intents[r.Spec.Requester] = intent
 	}
@@ -150,10 +182,13 @@ func activeIndex(s lifecyclev1alpha1.EvictionStatus) int {
 	})
 }
 
-// activate gives responder i its turn, starting now.
+// activate gives responder i its turn, starting now (a startTime already
+// stored cannot change).
 func activate(s *lifecyclev1alpha1.EvictionStatus, i int, now metav1.Time) {
 	s.TargetResponders[i].State = lifecyclev1alpha1.ResponderStateActive
-	responderStatus(s, s.TargetResponders[i].Name).StartTime = ptr.To(now)
+	if r := responderStatus(s, s.TargetResponders[i].Name); r.StartTime == nil {
+		r.StartTime = ptr.To(now)
+	}
 }
 
 // endActive ends the Active responder's turn, if any, as Completed when it
@@ -204,7 +239,7 @@ func setCondition(s *lifecyclev1alpha1.EvictionStatus, t lifecyclev1alpha1.Evict
 // Eviction of the target is dropped while a new one is under way.
 func RequestStatus(req *lifecyclev1alpha1.EvictionRequest, ev *lifecyclev1alpha1.Eviction) lifecyclev1alpha1.EvictionRequestStatus {
 	status := *req.Status.DeepCopy()
-	status.ObservedGeneration = ptr.To(req.Generation)
+	status.ObservedGeneration = observed(status.ObservedGeneration, req.Generation)
 	if ev == nil {
 		return status
 	}

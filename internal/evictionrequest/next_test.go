@@ -223,11 +223,80 @@ func TestEvictionNamesEveryParticipant(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: "rb"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: operator}},
 	}
 	ev := Eviction(pod, requests)
+	requests = append(requests, lifecyclev1alpha1.EvictionRequest{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: "rc"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: "example.com/descheduler"}})
+	ev = Eviction(pod, requests)
 	want := map[string]string{"example.com/descheduler": "requester", operator: "requester-responder", Evictor: "responder"}
 	if fmt.Sprint(ev.Labels) != fmt.Sprint(want) {
 		t.Errorf("labels %v, want %v", ev.Labels, want)
 	}
-	if len(ev.OwnerReferences) != 2 || ev.OwnerReferences[1].UID != "rb" || ev.Spec.Target.Pod.UID != "uid-1" || ev.Namespace != "shop" {
-		t.Errorf("owners %v, target %v in %q: want both requests and the pod", ev.OwnerReferences, ev.Spec.Target.Pod, ev.Namespace)
+	if len(ev.OwnerReferences) != 3 || ev.OwnerReferences[1].UID != "rb" || ev.Spec.Target.Pod.UID != "uid-1" || ev.Namespace != "shop" {
+		t.Errorf("owners %v, target %v in %q: want the three requests and the pod", ev.OwnerReferences, ev.Spec.Target.Pod, ev.Namespace)
 	}
+}
+
+// Found by review: the cases below are what another writer, an informer's
+// list order or a cache that lags can hand Next.
+func TestNextOnWhatOthersStoreAndCachesShow(t *testing.T) {
+	t.Run("one requester, two requests, either order", func(t *testing.T) {
+		wantsIt := request("example.com/d", lifecyclev1alpha1.EvictionRequestIntentEviction)
+		withdrew := request("example.com/d", lifecyclev1alpha1.EvictionRequestIntentWithdrawn)
+		for _, reqs := range [][]lifecyclev1alpha1.EvictionRequest{{wantsIt, withdrew}, {withdrew, wantsIt}} {
+			got := requesters(nil, reqs)
+			if len(got) != 1 || got[0].Intent != lifecyclev1alpha1.RequesterIntentEviction {
+				t.Errorf("requesters %v, want example.com/d wanting the eviction", got)
+			}
+		}
+	})
+	t.Run("responders stored in another order", func(t *testing.T) {
+		f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+		step(f)
+		s := &f.Eviction.Status
+		s.TargetResponders[0], s.TargetResponders[1] = s.TargetResponders[1], s.TargetResponders[0]
+		responderStatus(s, operator).CompletionTime = ptr.To(metav1.NewTime(t0.Add(time.Minute)))
+		f.Now = t0.Add(time.Minute)
+		if !step(f) {
+			t.Error("the evictor's turn came and Next did not say so")
+		}
+		wantStates(t, f.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
+	})
+	t.Run("the evictor completed, the pod not yet seen going", func(t *testing.T) {
+		f := &Facts{Pod: &corev1.Pod{}, Requests: wants, Now: t0}
+		step(f)
+		responderStatus(&f.Eviction.Status, Evictor).CompletionTime = ptr.To(metav1.NewTime(t0))
+		step(f)
+		wantStates(t, f.Eviction.Status, Evictor+"=Completed ")
+		if len(f.Eviction.Status.Conditions) != 0 {
+			t.Errorf("conditions %v while the evicted pod is still seen, want none yet", f.Eviction.Status.Conditions)
+		}
+		step(f) // nothing Active: it waits for the pod
+		if len(f.Eviction.Status.Conditions) != 0 {
+			t.Errorf("conditions %v, want none until the pod is gone", f.Eviction.Status.Conditions)
+		}
+		f.Pod = nil
+		step(f)
+		wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+	})
+	t.Run("nothing Active and the evictor did not complete", func(t *testing.T) {
+		f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+		step(f)
+		f.Eviction.Status.TargetResponders[0].State = lifecyclev1alpha1.ResponderStateCompleted
+		f.Eviction.Status.TargetResponders[1].State = lifecyclev1alpha1.ResponderStateInterrupted
+		step(f)
+		wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder)
+	})
+	t.Run("observedGeneration never goes back, startTime never changes", func(t *testing.T) {
+		f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
+		step(f)
+		f.Eviction.Status.ObservedGeneration = ptr.To[int64](5)
+		started := metav1.NewTime(t0.Add(-time.Hour))
+		responderStatus(&f.Eviction.Status, Evictor).StartTime = &started
+		responderStatus(&f.Eviction.Status, operator).CompletionTime = ptr.To(metav1.NewTime(t0))
+		step(f)
+		if g := ptr.Deref(f.Eviction.Status.ObservedGeneration, 0); g != 5 {
+			t.Errorf("observedGeneration %d, want 5 kept (generation is 1)", g)
+		}
+		if st := responderStatus(&f.Eviction.Status, Evictor).StartTime; !st.Equal(&started) {
+			t.Errorf("the evictor's stored startTime %v was changed to %v", started, st)
+		}
+	})
 }

@@ -1,12 +1,14 @@
 package evictionrequest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 )
 
 // GroupVersion is the EvictionRequest API's group and version.
@@ -23,7 +25,8 @@ var resources = []string{"evictionrequests", "evictionrequests/status", "evictio
 // is any failure to ask discovery: never a silent no.
 func Served(d discovery.ServerResourcesInterface) (bool, error) {
 	list, err := d.ServerResourcesForGroupVersion(GroupVersion.String())
-	if apierrors.IsNotFound(err) {
+	// A cached discovery client says so with an error of its own.
+	if apierrors.IsNotFound(err) || errors.Is(err, memory.ErrCacheNotFound) || (err == nil && list == nil) {
 		return false, nil
 	}
 	if err != nil {

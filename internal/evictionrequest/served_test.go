@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery/cached/memory"
 	discoveryfake "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
@@ -33,6 +34,7 @@ func TestServedNamesWhatIsMissing(t *testing.T) {
 		{name: "not served", resources: []*metav1.APIResourceList{{GroupVersion: "v1"}}},
 		{name: "served without evictions", resources: list("evictionrequests", "evictionrequests/status"), wantErr: "served without evictions"},
 		{name: "discovery fails", fail: errors.New("connection refused"), wantErr: "discovering lifecycle.k8s.io/v1alpha1: connection refused"},
+		{name: "not in a cached client's discovery", fail: memory.ErrCacheNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &discoveryfake.FakeDiscovery{Fake: &clienttesting.Fake{Resources: tc.resources}}
