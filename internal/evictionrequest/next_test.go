@@ -221,10 +221,10 @@ func TestEvictionNamesEveryParticipant(t *testing.T) {
 	requests := []lifecyclev1alpha1.EvictionRequest{
 		{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "ra"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: "example.com/descheduler"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: "rb"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: operator}},
+		// A second request of a plain requester keeps it a requester.
+		{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: "rc"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: "example.com/descheduler"}},
 	}
 	ev := Eviction(pod, requests)
-	requests = append(requests, lifecyclev1alpha1.EvictionRequest{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: "rc"}, Spec: lifecyclev1alpha1.EvictionRequestSpec{Requester: "example.com/descheduler"}})
-	ev = Eviction(pod, requests)
 	want := map[string]string{"example.com/descheduler": "requester", operator: "requester-responder", Evictor: "responder"}
 	if fmt.Sprint(ev.Labels) != fmt.Sprint(want) {
 		t.Errorf("labels %v, want %v", ev.Labels, want)
