@@ -118,7 +118,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
 		&evacuationprovider.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()},
-		&trigger.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
+		&trigger.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {

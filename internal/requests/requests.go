@@ -14,11 +14,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -149,25 +151,60 @@ func drain(name, uid string, spec map[string]any) *unstructured.Unstructured {
 // the one it removes. It never creates a drain: the apply names nd's UID.
 // A drain that is gone is a NotFound error (apierrors.IsNotFound): there is
 // nothing to withdraw from.
+//
+// What it reads after a write is the API server's answer to that write, not
+// c's cache: a controller's client reads an informer's copy, which can lag
+// the write by a moment, and a stale copy would make every guarded patch
+// fail its test. When a patch is refused all the same (someone else moved the
+// entries), it reads c again after a pause that lets such a copy catch up.
 func Withdraw(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, requester string) (*v1alpha1.NodeDrain, error) {
 	if err := restate(ctx, c, nd, requester); err != nil {
 		return nil, err
 	}
-	for range 10 {
-		if err := c.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); err != nil {
-			return nil, err
+	pause := withdrawPause
+	for attempt := range withdrawAttempts {
+		if attempt > 0 {
+			if err := sleep(ctx, pause); err != nil {
+				return nil, err
+			}
+			pause *= 2
+			if err := c.Get(ctx, types.NamespacedName{Name: nd.Name}, nd); err != nil {
+				return nil, err
+			}
 		}
 		i := Index(nd, requester)
 		if i < 0 {
 			return nd, nil
 		}
 		err := c.Patch(ctx, nd, WithdrawPatch(i, requester))
-		if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+		if err == nil {
+			return nd, nil // nd is the server's answer: the entry is gone
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
 			return nil, err
 		}
-		// Done, or the test failed (422) or the object moved: read it again.
+		// The test failed (422) or the object moved: read it again.
 	}
 	return nil, fmt.Errorf("NodeDrain %s kept changing while withdrawing %s", nd.Name, requester)
+}
+
+// withdrawAttempts and withdrawPause bound Withdraw's guarded patches: the
+// pauses between them add up to about 2.5 s, far longer than an informer's
+// copy lags.
+const (
+	withdrawAttempts = 8
+	withdrawPause    = 20 * time.Millisecond
+)
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // WithdrawPatch is the JSON patch that removes requester, the i-th entry of
@@ -201,8 +238,18 @@ func restate(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain, reque
 		if nd.Spec.PolicyName != "" {
 			spec["policyName"] = nd.Spec.PolicyName
 		}
-		err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(drain(nd.Name, string(nd.UID), spec)), client.FieldOwner(FieldManager(requester)))
-		if err == nil || attempt == restateAttempts || (!apierrors.IsConflict(err) && !apierrors.IsInvalid(err)) {
+		applied := drain(nd.Name, string(nd.UID), spec)
+		err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(applied), client.FieldOwner(FieldManager(requester)))
+		if err == nil {
+			// The answer is the whole drain as stored after the apply.
+			stored := &v1alpha1.NodeDrain{}
+			if cerr := runtime.DefaultUnstructuredConverter.FromUnstructured(applied.Object, stored); cerr != nil {
+				return fmt.Errorf("reading the API server's answer for NodeDrain %s: %w", nd.Name, cerr)
+			}
+			*nd = *stored
+			return nil
+		}
+		if attempt == restateAttempts || (!apierrors.IsConflict(err) && !apierrors.IsInvalid(err)) {
 			return err
 		}
 		uid := nd.UID
@@ -243,6 +290,22 @@ func DeleteIfIdle(ctx context.Context, c client.Client, nd *v1alpha1.NodeDrain) 
 		}
 	}
 	return false, fmt.Errorf("NodeDrain %s kept changing", nd.Name)
+}
+
+// ManagedBy reports whether a requester that is picks out has a field
+// manager among nd's managed fields: it applied to the drain, and owns some
+// of its fields still (a requester that withdrew keeps the drain's nodeName,
+// mode and policy it restated). nd must be read from the API server: an
+// informer's copy may have its managed fields stripped. A manager whose name
+// was shortened with a hash (FieldManager) is judged by the requester name's
+// first part.
+func ManagedBy(nd *v1alpha1.NodeDrain, is func(requester string) bool) bool {
+	for _, m := range nd.ManagedFields {
+		if name, ok := strings.CutPrefix(m.Manager, "vacate-"); ok && is(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Index is the position of the requester's entry, or -1.

@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
@@ -144,6 +146,86 @@ func TestWithdrawRereadsWhenTheGuardFails(t *testing.T) {
 	}
 }
 
+// TestWithdrawTrustsTheServersAnswerOverALaggingCache: a controller's
+// client reads an informer's copy, which lags its own writes. Withdraw
+// takes what the drain is after its apply from the API server's answer:
+// with a copy that still shows the entry (it never catches up here), an
+// entry Apply added is withdrawn by the apply alone, no guarded patch is
+// sent against the stale copy, and the drain returned has no requester
+// left, so the caller can delete it. (A Withdraw that read the copy again
+// sent ten patches whose test failed and gave up: the drain stayed, idle.)
+func TestWithdrawTrustsTheServersAnswerOverALaggingCache(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	if err := Apply(ctx, e.c, "n1", v1alpha1.Requester{Name: "external:ToBeDeletedByClusterAutoscaler"}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	stale := e.mustDrain("n1")
+	cached := interceptor.NewClient(e.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(_ context.Context, _ client.WithWatch, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+			stale.DeepCopyInto(obj.(*v1alpha1.NodeDrain))
+			return nil
+		},
+	})
+	after, err := Withdraw(ctx, cached, stale.DeepCopy(), "external:ToBeDeletedByClusterAutoscaler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Spec.Requesters) != 0 || after.UID != stale.UID || after.ResourceVersion == stale.ResourceVersion {
+		t.Errorf("Withdraw returned %v at %s (uid %s); want the drain after the apply, with no requester", names(after), after.ResourceVersion, after.UID)
+	}
+	if len(e.patches) != 0 {
+		t.Errorf("sent guarded patches %v against a stale copy", e.patches)
+	}
+	if got := names(e.mustDrain("n1")); len(got) != 0 {
+		t.Errorf("requesters %v stored, want none", got)
+	}
+}
+
+// TestWithdrawWaitsForALaggingCacheAfterARefusedPatch: an entry written
+// another way needs the guarded patch; when the entries moved before it
+// (another requester left, so the test fails) and the copy read again lags
+// for a while, Withdraw pauses between reads until the copy has caught up,
+// then removes the entry at its new index.
+func TestWithdrawWaitsForALaggingCacheAfterARefusedPatch(t *testing.T) {
+	ctx := context.Background()
+	seeded := testutil.NodeDrain("n1", "", "taint", "cli:bob", "agent")
+	seeded.UID = "u-1"
+	e := newEnv(t, seeded)
+	var stale *v1alpha1.NodeDrain
+	var fresh time.Time // when the copy catches up
+	e.patchErr = func(n int, c client.Client) error {
+		if n == 1 { // taint leaves just before the first patch
+			nd := &v1alpha1.NodeDrain{}
+			if err := c.Get(ctx, types.NamespacedName{Name: "n1"}, nd); err != nil {
+				t.Fatal(err)
+			}
+			stale = nd.DeepCopy()
+			nd.Spec.Requesters = slices.DeleteFunc(nd.Spec.Requesters, func(r v1alpha1.Requester) bool { return r.Name == "taint" })
+			if err := c.Update(ctx, nd); err != nil {
+				t.Fatal(err)
+			}
+			fresh = time.Now().Add(200 * time.Millisecond)
+		}
+		return nil
+	}
+	cached := interceptor.NewClient(e.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if stale != nil && time.Now().Before(fresh) {
+				stale.DeepCopyInto(obj.(*v1alpha1.NodeDrain))
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	if _, err := Withdraw(ctx, cached, e.mustDrain("n1"), "cli:bob"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(e.mustDrain("n1")); !slices.Equal(got, []string{"agent"}) {
+		t.Errorf("requesters %v, want agent only", got)
+	}
+}
+
 // TestWithdrawPatchErrors: a guarded patch that never lands (the drain
 // keeps changing) is retried a bounded number of times, then Withdraw
 // fails saying so; an error other than a failed guard or a conflict is
@@ -155,7 +237,7 @@ func TestWithdrawPatchErrors(t *testing.T) {
 		patches int
 		is      func(error) bool
 	}{
-		{"keeps changing", apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", drainsGR, "n1", "test failed", 0, false), 10,
+		{"keeps changing", apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", drainsGR, "n1", "test failed", 0, false), withdrawAttempts,
 			func(err error) bool { return err != nil && strings.Contains(err.Error(), "kept changing") }},
 		{"forbidden", forbidden(), 1, apierrors.IsForbidden},
 	} {

@@ -73,6 +73,8 @@ func IsTrigger(name string) bool {
 // and vacate's finalizer on the nodes whose policy drains them on deletion.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads a drain's managed fields, which the cache strips.
+	APIReader client.Reader
 	// Clock tells when timeouts.nodeDeletion passes.
 	Clock clock.PassiveClock
 	// Events records the release of a node whose bound passed.
@@ -201,10 +203,14 @@ func (r *Reconciler) request(ctx context.Context, node string, nd *v1alpha1.Node
 }
 
 // withdraw withdraws the triggers' entries that are not wanted (all of them
-// when the node is gone), and deletes the drain when none is left.
+// when the node is gone), and deletes the drain when none is left (see
+// leftIdle for a withdrawal cut short before the deletion).
 func (r *Reconciler) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, wanted []v1alpha1.Requester) error {
 	if nd == nil || !nd.DeletionTimestamp.IsZero() {
 		return nil
+	}
+	if len(nd.Spec.Requesters) == 0 && len(wanted) == 0 { // else a wanted trigger has just joined it
+		return r.leftIdle(ctx, nd.Name)
 	}
 	for _, have := range nd.Spec.Requesters {
 		if !IsTrigger(have.Name) || slices.ContainsFunc(wanted, func(w v1alpha1.Requester) bool { return w.Name == have.Name }) {
@@ -224,6 +230,36 @@ func (r *Reconciler) withdraw(ctx context.Context, nd *v1alpha1.NodeDrain, wante
 		nd = after
 	}
 	return nil
+}
+
+// leftIdle deletes the node's drain when it has no requester and a trigger
+// applied to it: a trigger's withdrawal was cut short between the withdrawal
+// and the deletion (a restart, an error, a cache that had not caught up), so
+// the trigger finishes it, as 'vacate cancel' finishes an interrupted
+// cancel. A drain left idle by someone else (a person who removed the
+// entries by hand) is left to them: explain names it. The drain is read from
+// the API server, since the cache strips the managed fields that tell.
+func (r *Reconciler) leftIdle(ctx context.Context, name string) error {
+	live := &v1alpha1.NodeDrain{}
+	if err := r.reader().Get(ctx, types.NamespacedName{Name: name}, live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if len(live.Spec.Requesters) > 0 || !live.DeletionTimestamp.IsZero() || !requests.ManagedBy(live, IsTrigger) {
+		return nil
+	}
+	logf.FromContext(ctx).Info("deleting a NodeDrain a trigger's withdrawal left with no requester", "node", name)
+	if _, err := requests.DeleteIfIdle(ctx, r.Client, live); err != nil {
+		return fmt.Errorf("deleting idle NodeDrain %s: %w", name, err)
+	}
+	return nil
+}
+
+// reader reads past the cache: APIReader, or Client when it is not set.
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // unresolved bounds a deleted node whose policy cannot be resolved (an

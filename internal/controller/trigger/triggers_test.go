@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -216,6 +217,7 @@ func TestTriggersThatNoLongerHoldAreWithdrawn(t *testing.T) {
 		want     []applied
 		wantLeft []string // nil with wantGone
 		wantGone bool
+		managers []string // in the drain's managed fields, as the API server reads it
 	}{
 		{
 			name:     "the taint removed: its entry goes, a person's stays",
@@ -255,6 +257,33 @@ func TestTriggersThatNoLongerHoldAreWithdrawn(t *testing.T) {
 			wantGone: true,
 		},
 		{
+			name:     "a trigger's withdrawal cut short before the deletion: the idle drain is deleted",
+			node:     newNode("node-a").Obj(),
+			nd:       drain(v1alpha1.ModeMaintenance),
+			managers: []string{"vacate-controller", "vacate-external:" + karpenterTaint},
+			wantGone: true,
+		},
+		{
+			name:     "the node gone, its idle drain a trigger applied to: deleted",
+			nd:       drain(v1alpha1.ModeDecommission),
+			managers: []string{"vacate-" + v1alpha1.RequesterDelete},
+			wantGone: true,
+		},
+		{
+			name:     "a drain left idle by a person: left to them",
+			node:     newNode("node-a").Obj(),
+			nd:       drain(v1alpha1.ModeMaintenance),
+			managers: []string{"vacate-cli:alice", "kubectl-edit", "vacate-controller"},
+		},
+		{
+			name:     "an idle drain a trigger joins again: kept",
+			node:     newNode("node-a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Obj(),
+			nd:       drain(v1alpha1.ModeMaintenance),
+			managers: []string{"vacate-" + v1alpha1.RequesterTaint},
+			want:     []applied{request(v1alpha1.RequesterTaint, v1alpha1.ModeMaintenance, "")},
+			wantLeft: nil, // the fake stores no apply: what counts is the join asked and no deletion
+		},
+		{
 			name:     "a drain being undone",
 			node:     newNode("node-a").Obj(),
 			nd:       undoing(drain(v1alpha1.ModeMaintenance, v1alpha1.RequesterTaint)),
@@ -268,6 +297,7 @@ func TestTriggersThatNoLongerHoldAreWithdrawn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd)...)
+			w.r.APIReader = managedReader{w.cl, tc.managers}
 			res, err := w.reconcile()
 			if err != nil || res != (reconcile.Result{}) {
 				t.Fatalf("Reconcile = %+v, %v; want no requeue and no error", res, err)
@@ -281,4 +311,23 @@ func TestTriggersThatNoLongerHoldAreWithdrawn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// managedReader reads as the API server does, with the drain's managed
+// fields (the fake client returns none): one entry per manager.
+type managedReader struct {
+	client.Reader
+	managers []string
+}
+
+func (m managedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := m.Reader.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if nd, ok := obj.(*v1alpha1.NodeDrain); ok {
+		for _, name := range m.managers {
+			nd.ManagedFields = append(nd.ManagedFields, metav1.ManagedFieldsEntry{Manager: name, Operation: metav1.ManagedFieldsOperationApply})
+		}
+	}
+	return nil
 }

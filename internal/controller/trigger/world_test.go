@@ -151,17 +151,18 @@ func (a applied) String() string {
 }
 
 // applies records the server-side applies of NodeDrains and answers them
-// with err, writing nothing. The fake client's apply has no schema for
-// NodeDrain: it treats spec.requesters as atomic, so a requester joining a
-// drain conflicts where the API server merges the entries by name. The
-// tests here check what each apply asks; the merge is the API server's (the
-// e2e tests cover it).
+// with err, writing nothing; without err, the answer is the drain as stored
+// (as the API server answers an apply that changes nothing). The fake
+// client's apply has no schema for NodeDrain: it treats spec.requesters as
+// atomic, so a requester joining a drain conflicts where the API server
+// merges the entries by name. The tests here check what each apply asks;
+// the merge is the API server's (the e2e tests cover it).
 type applies struct {
 	got []applied
 	err error
 }
 
-func (a *applies) apply(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+func (a *applies) apply(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		return err
@@ -176,7 +177,20 @@ func (a *applies) apply(_ context.Context, _ client.WithWatch, obj runtime.Apply
 		rec.Requesters = append(rec.Requesters, r.Name)
 	}
 	a.got = append(a.got, rec)
-	return a.err
+	if a.err != nil {
+		return a.err
+	}
+	answer, ok := obj.(interface{ SetUnstructuredContent(map[string]any) })
+	stored := &v1alpha1.NodeDrain{}
+	if !ok || c.Get(ctx, client.ObjectKeyFromObject(nd), stored) != nil {
+		return nil
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(stored)
+	if err != nil {
+		return err
+	}
+	answer.SetUnstructuredContent(content)
+	return nil
 }
 
 // request is what a trigger's apply joining or creating a drain looks like.
