@@ -210,15 +210,7 @@ func TestCordonUnderDrainPolicyRequestsADrain(t *testing.T) {
 // requester is deleted; a node that is gone withdraws every trigger's
 // entry; a drain being undone is left alone.
 func TestTriggersThatNoLongerHoldAreWithdrawn(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		node     *corev1.Node
-		nd       *v1alpha1.NodeDrain
-		want     []applied
-		wantLeft []string // nil with wantGone
-		wantGone bool
-		managers []string // in the drain's managed fields, as the API server reads it
-	}{
+	for _, tc := range []withdrawCase{
 		{
 			name:     "the taint removed: its entry goes, a person's stays",
 			node:     newNode("node-a").Obj(),
@@ -257,6 +249,29 @@ func TestTriggersThatNoLongerHoldAreWithdrawn(t *testing.T) {
 			wantGone: true,
 		},
 		{
+			name:     "a drain being undone",
+			node:     newNode("node-a").Obj(),
+			nd:       undoing(drain(v1alpha1.ModeMaintenance, v1alpha1.RequesterTaint)),
+			wantLeft: []string{v1alpha1.RequesterTaint},
+		},
+		{
+			name:     "the node gone, its drain being undone",
+			nd:       undoing(drain(v1alpha1.ModeMaintenance, v1alpha1.RequesterTaint)),
+			wantLeft: []string{v1alpha1.RequesterTaint},
+		},
+	} {
+		t.Run(tc.name, tc.run)
+	}
+}
+
+// TestADrainATriggerLeftIdleIsDeleted: a drain with no requester left,
+// whose managed fields show a trigger applied to it, is one whose
+// withdrawal was cut short before the deletion: the trigger controller
+// deletes it, the node there or gone. One left idle by a person stays
+// theirs, and one a wanted trigger joins again is not deleted.
+func TestADrainATriggerLeftIdleIsDeleted(t *testing.T) {
+	for _, tc := range []withdrawCase{
+		{
 			name:     "a trigger's withdrawal cut short before the deletion: the idle drain is deleted",
 			node:     newNode("node-a").Obj(),
 			nd:       drain(v1alpha1.ModeMaintenance),
@@ -283,33 +298,35 @@ func TestTriggersThatNoLongerHoldAreWithdrawn(t *testing.T) {
 			want:     []applied{request(v1alpha1.RequesterTaint, v1alpha1.ModeMaintenance, "")},
 			wantLeft: nil, // the fake stores no apply: what counts is the join asked and no deletion
 		},
-		{
-			name:     "a drain being undone",
-			node:     newNode("node-a").Obj(),
-			nd:       undoing(drain(v1alpha1.ModeMaintenance, v1alpha1.RequesterTaint)),
-			wantLeft: []string{v1alpha1.RequesterTaint},
-		},
-		{
-			name:     "the node gone, its drain being undone",
-			nd:       undoing(drain(v1alpha1.ModeMaintenance, v1alpha1.RequesterTaint)),
-			wantLeft: []string{v1alpha1.RequesterTaint},
-		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd)...)
-			w.r.APIReader = managedReader{w.cl, tc.managers}
-			res, err := w.reconcile()
-			if err != nil || res != (reconcile.Result{}) {
-				t.Fatalf("Reconcile = %+v, %v; want no requeue and no error", res, err)
-			}
-			if !sameApplies(w.applies.got, tc.want) {
-				t.Errorf("applied %v, want %v", w.applies.got, tc.want)
-			}
-			left, there := w.requesters()
-			if there == tc.wantGone || !slices.Equal(left, tc.wantLeft) {
-				t.Errorf("drain there: %v with requesters %v; want there: %v with %v", there, left, !tc.wantGone, tc.wantLeft)
-			}
-		})
+		t.Run(tc.name, tc.run)
+	}
+}
+
+// withdrawCase is a node, its drain and what a pass must do with them.
+type withdrawCase struct {
+	name     string
+	node     *corev1.Node
+	nd       *v1alpha1.NodeDrain
+	want     []applied
+	wantLeft []string // nil with wantGone
+	wantGone bool
+	managers []string // in the drain's managed fields, as the API server reads it
+}
+
+func (tc withdrawCase) run(t *testing.T) {
+	w := newWorld(t, interceptor.Funcs{}, objects(tc.node, tc.nd)...)
+	w.r.APIReader = managedReader{w.cl, tc.managers}
+	res, err := w.reconcile()
+	if err != nil || res != (reconcile.Result{}) {
+		t.Fatalf("Reconcile = %+v, %v; want no requeue and no error", res, err)
+	}
+	if !sameApplies(w.applies.got, tc.want) {
+		t.Errorf("applied %v, want %v", w.applies.got, tc.want)
+	}
+	left, there := w.requesters()
+	if there == tc.wantGone || !slices.Equal(left, tc.wantLeft) {
+		t.Errorf("drain there: %v with requesters %v; want there: %v with %v", there, left, !tc.wantGone, tc.wantLeft)
 	}
 }
 
