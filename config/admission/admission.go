@@ -12,7 +12,8 @@
 // vacate's finalizers, and set only spec.release on an Evacuation, as
 // themselves.
 // evacuation-status.yaml: only a provider's reporter writes its Evacuations'
-// status.
+// status. eviction-requests.yaml: only someone who may evict a pod asks for
+// its eviction with an EvictionRequest.
 package admission
 
 import (
@@ -49,6 +50,13 @@ var NodeDrainWebhookYAML string
 //go:embed evacuation-status.yaml
 var EvacuationStatusYAML string
 
+// EvictionRequestsYAML is the policy vacate-eviction-requests and its
+// binding: an EvictionRequest that asks for a pod's eviction only from
+// someone who may evict that pod.
+//
+//go:embed eviction-requests.yaml
+var EvictionRequestsYAML string
+
 // TokensYAML is the policy vacate-controller-tokens and its binding: the
 // controller's own service-account tokens only for one pod's HTTP hook, ten
 // minutes long.
@@ -64,5 +72,5 @@ var UsersYAML string
 
 // YAML is every policy and binding, for `vacate manifests admission`.
 func YAML() string {
-	return NodesYAML + "---\n" + PodsYAML + "---\n" + TokensYAML + "---\n" + WebhookYAML + "---\n" + NodeDrainWebhookYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML
+	return NodesYAML + "---\n" + PodsYAML + "---\n" + TokensYAML + "---\n" + WebhookYAML + "---\n" + NodeDrainWebhookYAML + "---\n" + UsersYAML + "---\n" + EvacuationStatusYAML + "---\n" + EvictionRequestsYAML
 }

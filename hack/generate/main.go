@@ -71,6 +71,7 @@ func run() error {
 		"config/admission/webhook.yaml":           "files/admission/webhook.yaml",
 		"config/admission/users.yaml":             "files/admission/users.yaml",
 		"config/admission/evacuation-status.yaml": "files/admission/evacuation-status.yaml",
+		"config/admission/eviction-requests.yaml": "files/admission/eviction-requests.yaml",
 		"config/agent/policy.yaml":                "files/agent/policy.yaml",
 		"config/monitoring/dashboard.json":        "files/dashboard.json",
 		"config/monitoring/prometheusrule.yaml":   "files/prometheusrule.yaml",

@@ -82,7 +82,7 @@ func TestInstallManifestsAreAccepted(t *testing.T) {
 	}
 	want := map[string]int{"CustomResourceDefinition": 4, "ClusterRole": 4, "Namespace": 1, "ServiceAccount": 1,
 		"ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1,
-		"ValidatingAdmissionPolicy": 10, "ValidatingAdmissionPolicyBinding": 10,
+		"ValidatingAdmissionPolicy": 11, "ValidatingAdmissionPolicyBinding": 11,
 		"MutatingWebhookConfiguration": 1, "ValidatingWebhookConfiguration": 1, "Secret": 1, "Service": 2}
 	for k, n := range want {
 		if kinds[k] != n {

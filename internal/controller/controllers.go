@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/client-go/discovery"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vacate-dev/vacate/internal/controller/admission"
+	"github.com/vacate-dev/vacate/internal/controller/coordinator"
 	"github.com/vacate-dev/vacate/internal/controller/drainpolicy"
 	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/controller/index"
@@ -20,6 +22,7 @@ import (
 	servingctl "github.com/vacate-dev/vacate/internal/controller/serving"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/hook"
 )
 
@@ -52,6 +55,34 @@ type Options struct {
 	// WrapHookTransport, if set, wraps the HTTP hook client's transport (the
 	// operator's leader fence: no hook call unless this replica leads).
 	WrapHookTransport func(http.RoundTripper) http.RoundTripper
+	// EvictionRequests is the coordinator's mode (EvictionRequestsAuto when
+	// empty): whether vacate coordinates the EvictionRequest API.
+	EvictionRequests EvictionRequestsMode
+}
+
+// EvictionRequestsMode says whether vacate coordinates Kubernetes'
+// EvictionRequest API (lifecycle.k8s.io/v1alpha1).
+type EvictionRequestsMode string
+
+// The modes of --eviction-requests.
+const (
+	// EvictionRequestsAuto coordinates where the API server serves the API
+	// (discovery at start), and does nothing elsewhere.
+	EvictionRequestsAuto EvictionRequestsMode = "auto"
+	// EvictionRequestsCoordinate coordinates, and refuses to start where
+	// the API is not served.
+	EvictionRequestsCoordinate EvictionRequestsMode = "coordinate"
+	// EvictionRequestsOff never coordinates (another coordinator runs).
+	EvictionRequestsOff EvictionRequestsMode = "off"
+)
+
+// ParseEvictionRequestsMode reads --eviction-requests.
+func ParseEvictionRequestsMode(s string) (EvictionRequestsMode, error) {
+	switch m := EvictionRequestsMode(s); m {
+	case EvictionRequestsAuto, EvictionRequestsCoordinate, EvictionRequestsOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("--eviction-requests %q: want auto, coordinate or off", s)
 }
 
 // DefaultDrainWorkers is how many drains' passes run at once by default:
@@ -102,7 +133,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	// Every outcome updates the drains' ledger and wakes the node's drain;
 	// every attempt is checked against the pod's holds right before the
 	// call.
-	evictions.Handle(drains.OnOutcome, drains.MayEvict)
+	evictions.Handle(eviction.ForDrains, drains.OnOutcome, drains.MayEvict)
 	if opts.WrapHookTransport != nil {
 		drains.Hooks.Client.Transport = opts.WrapHookTransport(drains.Hooks.Client.Transport)
 	}
@@ -113,17 +144,45 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	drains.Hooks.Tokens = hook.NewTokenRequests(cs.CoreV1(), caller)
 	drains.Workers = cmp.Or(opts.DrainWorkers, DefaultDrainWorkers)
-	for _, c := range []controllerSetup{
+	setups := []controllerSetup{
 		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: nodePods, Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		drains,
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
 		&evacuationprovider.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()},
 		&trigger.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock},
-	} {
+	}
+	coordinate, err := coordinates(opts.EvictionRequests, cs.Discovery())
+	if err != nil {
+		return err
+	}
+	if coordinate {
+		setups = append(setups, coordinator.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions))
+	}
+	mgr.GetLogger().Info("EvictionRequest API", "mode", cmp.Or(opts.EvictionRequests, EvictionRequestsAuto), "coordinating", coordinate)
+	for _, c := range setups {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %T: %w", c, err)
 		}
 	}
 	return nil
+}
+
+// coordinates decides, at start, whether vacate coordinates the
+// EvictionRequest API: in auto, where discovery says the API server serves
+// it (not by version number: it is an alpha behind a feature gate).
+func coordinates(mode EvictionRequestsMode, d discovery.ServerResourcesInterface) (bool, error) {
+	mode = cmp.Or(mode, EvictionRequestsAuto)
+	if mode == EvictionRequestsOff {
+		return false, nil
+	}
+	served, err := evictionrequest.Served(d)
+	if err != nil {
+		return false, fmt.Errorf("--eviction-requests %s: %w", mode, err)
+	}
+	if !served && mode == EvictionRequestsCoordinate {
+		return false, fmt.Errorf("--eviction-requests coordinate: the API server does not serve %s (enable the feature gate %s and that API), or use auto",
+			evictionrequest.GroupVersion, "EvictionRequestAPI")
+	}
+	return served, nil
 }

@@ -36,7 +36,7 @@ func (q *Queue) call(ctx context.Context, r Request, dryRun []string) Outcome {
 	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: no answer within %s", ErrCallTimeout, q.opts.CallTimeout)
 	}
-	out := Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, At: q.opts.Clock.Now()}
+	out := Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, For: r.For, At: q.opts.Clock.Now()}
 	switch {
 	case err == nil:
 		out.Result = Evicted

@@ -62,6 +62,7 @@ type Outcome struct {
 	Pod    types.NamespacedName
 	UID    types.UID
 	Node   string
+	For    string // the request's
 	Result Result
 	// Message is the API server's own explanation of a refusal (for
 	// PDBBlocked, the DisruptionBudget cause's), or MayEvict's reason for
@@ -83,6 +84,13 @@ type Request struct {
 	Pod  types.NamespacedName
 	UID  types.UID
 	Node string
+	// For is who queued the eviction: ForDrains (the NodeDrain
+	// controller), or another consumer that Handle registered (the
+	// EvictionRequest coordinator). That consumer's MayEvict checks it
+	// right before the call and its OnOutcome hears the answer; every
+	// consumer's evictions share the workers, the rate, the per-node and
+	// per-PDB bounds, and count against the PDBs' budgets (Budget) alike.
+	For string
 	// GracePeriodSeconds overrides the pod's own; nil keeps it. Never 0.
 	GracePeriodSeconds *int64
 	// PerNode bounds the evictions in flight on this pod's node (the drain
@@ -162,6 +170,19 @@ type Queue struct {
 	// pausedUntil is when the API server's latest throttling ends: no
 	// eviction call of any pod is made before.
 	pausedUntil time.Time
+
+	// consumers are the handlers of the requests For each consumer but
+	// ForDrains, whose are opts' (Handle).
+	consumers map[string]handlers
+}
+
+// ForDrains is Request.For of the drains' evictions.
+const ForDrains = ""
+
+// handlers are one consumer's OnOutcome and MayEvict.
+type handlers struct {
+	onOutcome func(Outcome)
+	mayEvict  func(Request) (bool, string)
 }
 
 // Defaults of Options.
@@ -273,6 +294,8 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 		reserved: map[types.UID]Request{},
 		refusals: map[types.UID]Refusal{},
 		byPDB:    map[string]map[types.UID]bool{},
+
+		consumers: map[string]handlers{},
 	}
 	return q
 }
@@ -281,16 +304,41 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 // answer within Options.CallTimeout.
 var ErrCallTimeout = errors.New("the eviction call timed out")
 
-// Handle sets the queue's OnOutcome and MayEvict (see Options), for a
-// consumer built after the queue: the NodeDrain controller, which checks
-// its holds before every call and hears every answer. Call it before Run.
-func (q *Queue) Handle(onOutcome func(Outcome), mayEvict func(Request) (bool, string)) {
-	if onOutcome != nil {
-		q.opts.OnOutcome = onOutcome
+// Handle sets the OnOutcome and MayEvict (see Options) of the requests For
+// consumer, for a consumer built after the queue: the NodeDrain controller
+// (ForDrains), which checks its holds before every call and hears every
+// answer, and the EvictionRequest coordinator. Call it before Run. A
+// request For a consumer nobody registered is evicted without a check, and
+// its answers go nowhere.
+func (q *Queue) Handle(consumer string, onOutcome func(Outcome), mayEvict func(Request) (bool, string)) {
+	if consumer == ForDrains {
+		if onOutcome != nil {
+			q.opts.OnOutcome = onOutcome
+		}
+		if mayEvict != nil {
+			q.opts.MayEvict = mayEvict
+		}
+		return
 	}
-	if mayEvict != nil {
-		q.opts.MayEvict = mayEvict
+	h := handlers{onOutcome: onOutcome, mayEvict: mayEvict}
+	if h.onOutcome == nil {
+		h.onOutcome = func(Outcome) {}
 	}
+	if h.mayEvict == nil {
+		h.mayEvict = func(Request) (bool, string) { return true, "" }
+	}
+	q.consumers[consumer] = h
+}
+
+// handlersOf are the handlers of the requests For consumer.
+func (q *Queue) handlersOf(consumer string) handlers {
+	if h, ok := q.consumers[consumer]; ok {
+		return h
+	}
+	if consumer == ForDrains {
+		return handlers{onOutcome: q.opts.OnOutcome, mayEvict: q.opts.MayEvict}
+	}
+	return handlers{onOutcome: func(Outcome) {}, mayEvict: func(Request) (bool, string) { return true, "" }}
 }
 
 // Start runs the queue's workers until ctx ends: the queue is a
@@ -352,7 +400,7 @@ func (q *Queue) next(ctx context.Context) bool {
 		q.release(r)
 		return true
 	}
-	if ok, why := q.opts.MayEvict(r); !ok {
+	if ok, why := q.handlersOf(r.For).mayEvict(r); !ok {
 		q.hold(r, why)
 		return true
 	}
@@ -389,7 +437,7 @@ func (q *Queue) next(ctx context.Context) bool {
 	if out.Result == Throttled {
 		q.pause(out)
 	}
-	q.opts.OnOutcome(out)
+	q.handlersOf(r.For).onOutcome(out)
 	return true
 }
 
@@ -433,7 +481,7 @@ func (q *Queue) hold(r Request, why string) {
 	delete(q.refusals, r.UID)
 	q.mu.Unlock()
 	q.queue.Forget(r.UID)
-	q.opts.OnOutcome(Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, Result: Held, Message: why, At: q.opts.Clock.Now()})
+	q.handlersOf(r.For).onOutcome(Outcome{Pod: r.Pod, UID: r.UID, Node: r.Node, For: r.For, Result: Held, Message: why, At: q.opts.Clock.Now()})
 }
 
 // retry queues the pod again after its backoff, and no sooner than the

@@ -64,34 +64,35 @@ func (q *Queue) Forget(uid types.UID) {
 	q.queue.Forget(uid)
 }
 
-// ForgetNode drops every queued eviction of the node's pods and what the
-// queue remembers of them: evictions, reservations and refusals (the drain
-// ended, failed, was held or cancelled). It returns how many queued
-// evictions it dropped.
+// ForgetNode drops every queued eviction the drains asked for of the node's
+// pods and what the queue remembers of them: evictions, reservations and
+// refusals (the drain ended, failed, was held or cancelled). Another
+// consumer's evictions on the node (Request.For) are that consumer's to
+// forget. It returns how many queued evictions it dropped.
 func (q *Queue) ForgetNode(node string) int {
 	q.mu.Lock()
 	var uids []types.UID
 	for uid, r := range q.requests {
-		if r.Node == node {
+		if r.Node == node && r.For == ForDrains {
 			uids = append(uids, uid)
 			delete(q.requests, uid)
 			q.unclaimLocked(uid, r.PDBs)
 		}
 	}
 	for uid, e := range q.evicted {
-		if e.node == node {
+		if e.node == node && e.req.For == ForDrains {
 			delete(q.evicted, uid)
 			q.unclaimLocked(uid, e.req.PDBs)
 		}
 	}
 	for uid, r := range q.reserved {
-		if r.Node == node {
+		if r.Node == node && r.For == ForDrains {
 			delete(q.reserved, uid)
 			q.unclaimLocked(uid, r.PDBs)
 		}
 	}
 	for uid, ref := range q.refusals {
-		if ref.node == node {
+		if ref.node == node && ref.forConsumer == ForDrains {
 			delete(q.refusals, uid)
 		}
 	}
@@ -159,7 +160,7 @@ type Refusal struct {
 	// knows the pod's PDBs; the message is never read).
 	MultiplePDBs bool
 
-	node string
+	node, forConsumer string
 }
 
 // PodState is what the queue knows of one pod's eviction.
@@ -307,7 +308,7 @@ func (q *Queue) recordLocked(o Outcome) {
 	}
 	ref, refused := q.refusals[o.UID]
 	if !refused || ref.Result != o.Result || ref.Code != o.Code {
-		ref = Refusal{Since: o.At, Result: o.Result, Code: o.Code, node: o.Node,
+		ref = Refusal{Since: o.At, Result: o.Result, Code: o.Code, node: o.Node, forConsumer: o.For,
 			MultiplePDBs: o.Result == Failed && o.Code == http.StatusInternalServerError}
 	}
 	ref.Message, ref.Retrying = o.Message, false

@@ -27,6 +27,8 @@ const (
 	// LabelPolicy is a drain's DrainPolicy (status.policy), empty under
 	// the built-in defaults.
 	LabelPolicy = "policy"
+	// LabelCondition is the condition that ended an Eviction.
+	LabelCondition = "condition"
 )
 
 // ResultCancelled is the result of a drain whose requesters all left
@@ -90,7 +92,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld,
-			EndpointsUpdate, OutOfService, ServingSet, Surges, buildinfo.Collector("vacate-controller", version.Get()))
+			EndpointsUpdate, OutOfService, ServingSet, Surges, EvictionRequestsEnded, buildinfo.Collector("vacate-controller", version.Get()))
 		initLabels()
 	})
 }
@@ -134,6 +136,15 @@ var EvictionsHeld = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "vacate_evictions_held_total",
 	Help: "Queued evictions dropped before their Eviction API call because the pod was held.",
 })
+
+// EvictionRequestsEnded counts the Evictions the EvictionRequest coordinator
+// ended, by the condition that ended them (TargetEvicted, Failed) and its
+// reason (PodDeleted, PodTerminal, CanceledDueToNoRequesters,
+// NoFurtherResponder, ...).
+var EvictionRequestsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "vacate_eviction_requests_ended_total",
+	Help: "Evictions (EvictionRequest API) the coordinator ended, by condition (TargetEvicted, Failed) and reason.",
+}, []string{LabelCondition, LabelReason})
 
 // EndpointsUpdate observes, per endpoint-aware pod, the time from vacate
 // taking it out of service (its vacate.dev/serving condition False) to

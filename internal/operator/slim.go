@@ -60,6 +60,9 @@ var _ toolscache.TransformFunc = slimObjects
 //   - spec.nodeName: the pod-by-node index, the pod watch, the eviction
 //     request.
 //   - spec.hostNetwork: the HTTP hook never calls a host-network pod.
+//   - spec.evictionResponders: the EvictionRequest coordinator
+//     (internal/controller/coordinator) lists them as the responders of
+//     the pod's Eviction.
 //   - spec.volumes, only emptyDir ones with their name: the planner's
 //     local-storage rule.
 //   - status.phase: the planner (completed pods).
@@ -86,9 +89,10 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 			DeletionTimestamp: p.DeletionTimestamp,
 		},
 		Spec: corev1.PodSpec{
-			NodeName:    p.Spec.NodeName,
-			HostNetwork: p.Spec.HostNetwork,
-			Volumes:     emptyDirs(p.Spec.Volumes),
+			NodeName:           p.Spec.NodeName,
+			HostNetwork:        p.Spec.HostNetwork,
+			Volumes:            emptyDirs(p.Spec.Volumes),
+			EvictionResponders: p.Spec.EvictionResponders,
 		},
 		Status: corev1.PodStatus{
 			Phase:  p.Status.Phase,

@@ -96,8 +96,9 @@ func bigPodSpec() corev1.PodSpec {
 		}
 	}
 	return corev1.PodSpec{
-		InitContainers: []corev1.Container{container("migrate", 8079)},
-		Containers:     []corev1.Container{container("app", 8080), container("sidecar", 9090), container("proxy", 15001)},
+		InitContainers:     []corev1.Container{container("migrate", 8079)},
+		Containers:         []corev1.Container{container("app", 8080), container("sidecar", 9090), container("proxy", 15001)},
+		EvictionResponders: []corev1.EvictionResponder{{Name: "example.com/backup", Priority: ptr.To[int32](500)}},
 		Volumes: []corev1.Volume{
 			{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Gi"))}}},
 			{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "checkout"}}}},
@@ -167,8 +168,9 @@ func TestSlimPodKeepsWhatVacateReads(t *testing.T) {
 		},
 		Spec: corev1.PodSpec{
 			NodeName: "node-17", HostNetwork: true,
-			Volumes:        []corev1.Volume{p.Spec.Volumes[0]},
-			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "vacate.dev/serving"}},
+			Volumes:            []corev1.Volume{p.Spec.Volumes[0]},
+			EvictionResponders: p.Spec.EvictionResponders,
+			ReadinessGates:     []corev1.PodReadinessGate{{ConditionType: "vacate.dev/serving"}},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
 			Conditions: []corev1.PodCondition{p.Status.Conditions[5]}},

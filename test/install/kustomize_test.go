@@ -43,7 +43,7 @@ func TestKustomizations(t *testing.T) {
 	installPrometheusOperatorCRDs(t, cl)
 	base := map[string]int{"CustomResourceDefinition": 4, "Namespace": 1, "ClusterRole": 4, "Role": 1, "ServiceAccount": 1,
 		"ClusterRoleBinding": 1, "RoleBinding": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "Secret": 1,
-		"MutatingWebhookConfiguration": 1, "ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 10, "ValidatingAdmissionPolicyBinding": 10}
+		"MutatingWebhookConfiguration": 1, "ValidatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 11, "ValidatingAdmissionPolicyBinding": 11}
 	with := func(extras ...map[string]int) map[string]int {
 		out := map[string]int{}
 		for k, n := range base {

@@ -60,7 +60,7 @@ func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler 
 			return err
 		}
 		r = nodedrain.NewReconciler(cl, clock.RealClock{}, mgr.GetEventRecorder("vacate-test"), evictions)
-		evictions.Handle(r.OnOutcome, r.MayEvict)
+		evictions.Handle(eviction.ForDrains, r.OnOutcome, r.MayEvict)
 		r.APIReader = mgr.GetAPIReader()
 		admClient := mgr.GetClient()
 		if s.shareClient {

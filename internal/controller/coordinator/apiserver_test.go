@@ -1,4 +1,4 @@
-package evictionrequest
+package coordinator_test
 
 import (
 	"context"
@@ -18,19 +18,21 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 )
 
-// coordinator plays vacate's coordinator against the real API server: it
-// writes each status Next computes, so the API server's validation of
-// Evictions (the state machine, the present times, the final conditions)
-// judges every write.
-type coordinator struct {
+// player plays the coordinator's decision (internal/evictionrequest's Next)
+// against the real API server, with no controller running: it writes each
+// status Next computes, so the API server's validation of Evictions (the
+// state machine, the present times, the final conditions) judges every
+// write, one step at a time.
+type player struct {
 	t      *testing.T
 	client kubernetes.Interface
-	facts  Facts
+	facts  er.Facts
 }
 
-func newCoordinator(t *testing.T, withResponder bool) *coordinator {
+func newPlayer(t *testing.T, withResponder bool) *player {
 	t.Helper()
 	c := testenv.Start(t)
 	ctx := testenv.Context(t)
@@ -56,20 +58,20 @@ func newCoordinator(t *testing.T, withResponder bool) *coordinator {
 	if req, err = c.Client.LifecycleV1alpha1().EvictionRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev := Eviction(pod, []lifecyclev1alpha1.EvictionRequest{*req})
+	ev := er.Eviction(pod, []lifecyclev1alpha1.EvictionRequest{*req})
 	if ev, err = c.Client.LifecycleV1alpha1().Evictions(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &coordinator{t: t, client: c.Client, facts: Facts{Pod: pod, Requests: []lifecyclev1alpha1.EvictionRequest{*req}, Eviction: ev}}
+	return &player{t: t, client: c.Client, facts: er.Facts{Pod: pod, Requests: []lifecyclev1alpha1.EvictionRequest{*req}, Eviction: ev}}
 }
 
 // step writes Next's status at the present time, and each request's
 // RequestStatus; the API server must accept them.
-func (c *coordinator) step(what string) bool {
+func (c *player) step(what string) bool {
 	c.t.Helper()
 	ctx := context.Background()
 	c.facts.Now = time.Now()
-	status, evict := Next(c.facts)
+	status, evict := er.Next(c.facts)
 	ev := c.facts.Eviction.DeepCopy()
 	ev.Status = status
 	stored, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(ctx, ev, metav1.UpdateOptions{})
@@ -78,7 +80,7 @@ func (c *coordinator) step(what string) bool {
 	}
 	c.facts.Eviction = stored
 	for i, req := range c.facts.Requests {
-		req.Status = RequestStatus(&req, stored)
+		req.Status = er.RequestStatus(&req, stored)
 		got, err := c.client.LifecycleV1alpha1().EvictionRequests(req.Namespace).UpdateStatus(ctx, &req, metav1.UpdateOptions{})
 		if err != nil {
 			c.t.Fatalf("%s: the API server refused the request's status: %v", what, err)
@@ -89,7 +91,7 @@ func (c *coordinator) step(what string) bool {
 }
 
 // respond writes what the Active responder reports, as a responder would.
-func (c *coordinator) respond(name string, report func(*lifecyclev1alpha1.ResponderStatus)) {
+func (c *player) respond(name string, report func(*lifecyclev1alpha1.ResponderStatus)) {
 	c.t.Helper()
 	ev := c.facts.Eviction.DeepCopy()
 	report(responderStatus(&ev.Status, name))
@@ -106,7 +108,7 @@ func now() *metav1.Time { return ptr.To(metav1.Now()) }
 // for by two requests: the garbage collector deletes it when the second
 // request is deleted, not the first.
 func TestTheEvictionGoesWithItsLastRequest(t *testing.T) {
-	c := newCoordinator(t, true)
+	c := newPlayer(t, true)
 	ctx := testenv.Context(t)
 	first := c.facts.Requests[0]
 	second := first.DeepCopy()
@@ -118,11 +120,11 @@ func TestTheEvictionGoesWithItsLastRequest(t *testing.T) {
 	}
 	evictions := c.client.LifecycleV1alpha1().Evictions(first.Namespace)
 	ev := c.facts.Eviction
-	ev.OwnerReferences = Eviction(c.facts.Pod, []lifecyclev1alpha1.EvictionRequest{first, *second}).OwnerReferences
+	ev.OwnerReferences = er.Eviction(c.facts.Pod, []lifecyclev1alpha1.EvictionRequest{first, *second}).OwnerReferences
 	if ev, err = evictions.Update(ctx, ev, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ev.Labels; got[operator] != "responder" || got[Evictor] != "responder" || got["example.com/descheduler"] != "requester" {
+	if got := ev.Labels; got[operator] != "responder" || got[er.Evictor] != "responder" || got["example.com/descheduler"] != "requester" {
 		t.Errorf("the Eviction's labels %v, want each participant's role", got)
 	}
 	requests := c.client.LifecycleV1alpha1().EvictionRequests(first.Namespace)
@@ -151,11 +153,11 @@ func TestTheEvictionGoesWithItsLastRequest(t *testing.T) {
 // (docs/dev/eviction-requests.md).
 func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 	t.Run("a responder completes, then the evictor evicts", func(t *testing.T) {
-		c := newCoordinator(t, true)
+		c := newPlayer(t, true)
 		if c.step("the first turn") {
 			t.Error("the evictor's turn before the operator's")
 		}
-		wantStates(t, c.facts.Eviction.Status, operator+"=Active "+Evictor+"=Inactive ")
+		wantStates(t, c.facts.Eviction.Status, operator+"=Active "+er.Evictor+"=Inactive ")
 		c.respond(operator, func(r *lifecyclev1alpha1.ResponderStatus) {
 			r.HeartbeatTime, r.Message = now(), ptr.To("moving data")
 		})
@@ -163,13 +165,13 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		if !c.step("the handover to the evictor") {
 			t.Error("the evictor's turn came and Next did not say so")
 		}
-		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
-		c.respond(Evictor, func(r *lifecyclev1alpha1.ResponderStatus) { r.CompletionTime = now() })
+		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Active ")
+		c.respond(er.Evictor, func(r *lifecyclev1alpha1.ResponderStatus) { r.CompletionTime = now() })
 		c.step("the evictor's turn ends, its pod still seen")
-		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Completed ")
+		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Completed ")
 		c.facts.Pod = nil
 		c.step("the end, the pod evicted")
-		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+Evictor+"=Completed ")
+		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Completed ")
 		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
 		req := c.facts.Requests[0]
 		if cond := meta.FindStatusCondition(req.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)); cond == nil || cond.Reason != string(lifecyclev1alpha1.EvictionConditionReasonPodDeleted) || ptr.Deref(req.Status.ObservedGeneration, 0) != req.Generation {
@@ -178,33 +180,33 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 	})
 	for _, end := range []struct {
 		name   string
-		change func(*Facts)
+		change func(*er.Facts)
 		cond   lifecyclev1alpha1.EvictionConditionType
 		reason lifecyclev1alpha1.EvictionConditionReason
 	}{
-		{"every requester withdraws", func(f *Facts) { f.Requests = nil }, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters},
-		{"the pod is deleted during a responder's turn", func(f *Facts) { f.Pod = nil }, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted},
+		{"every requester withdraws", func(f *er.Facts) { f.Requests = nil }, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters},
+		{"the pod is deleted during a responder's turn", func(f *er.Facts) { f.Pod = nil }, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted},
 	} {
 		t.Run(end.name, func(t *testing.T) {
-			c := newCoordinator(t, true)
+			c := newPlayer(t, true)
 			c.step("the first turn")
 			end.change(&c.facts)
 			c.step("the end")
-			wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+			wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+er.Evictor+"=Inactive ")
 			wantCondition(t, c.facts.Eviction.Status, end.cond, end.reason)
 		})
 	}
 	t.Run("an interruption before the heartbeat deadline is refused", func(t *testing.T) {
-		c := newCoordinator(t, true)
+		c := newPlayer(t, true)
 		c.step("the first turn")
 		// What Next does at the deadline, written a few seconds after the
 		// start: the API server must refuse it, or this test proves nothing
 		// of the writes above.
-		c.facts.Now = time.Now().Add(HeartbeatDeadline)
-		early, _ := Next(c.facts)
+		c.facts.Now = time.Now().Add(er.HeartbeatDeadline)
+		early, _ := er.Next(c.facts)
 		ev := c.facts.Eviction.DeepCopy()
 		ev.Status = early
-		responderStatus(&ev.Status, Evictor).StartTime = now()
+		responderStatus(&ev.Status, er.Evictor).StartTime = now()
 		_, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(context.Background(), ev, metav1.UpdateOptions{})
 		if err == nil || !strings.Contains(err.Error(), "must stay Active") {
 			t.Errorf("an early interruption: %v, want the API server's refusal (must stay Active)", err)
@@ -212,10 +214,47 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		t.Logf("refused: %v", err)
 	})
 	t.Run("a pod without responders", func(t *testing.T) {
-		c := newCoordinator(t, false)
+		c := newPlayer(t, false)
 		if !c.step("the first turn") {
 			t.Error("the evictor's turn is first and Next did not say so")
 		}
-		wantStates(t, c.facts.Eviction.Status, Evictor+"=Active ")
+		wantStates(t, c.facts.Eviction.Status, er.Evictor+"=Active ")
 	})
+}
+
+// operator is the responder the played pods declare.
+const operator = "example.com/operator"
+
+func states(s lifecyclev1alpha1.EvictionStatus) string {
+	out := ""
+	for _, r := range s.TargetResponders {
+		out += fmt.Sprintf("%s=%s ", r.Name, r.State)
+	}
+	return out
+}
+
+func wantStates(t *testing.T, s lifecyclev1alpha1.EvictionStatus, want string) {
+	t.Helper()
+	if got := states(s); got != want {
+		t.Errorf("responders %q, want %q", got, want)
+	}
+}
+
+func wantCondition(t *testing.T, s lifecyclev1alpha1.EvictionStatus, typ lifecyclev1alpha1.EvictionConditionType, reason lifecyclev1alpha1.EvictionConditionReason) {
+	t.Helper()
+	c := meta.FindStatusCondition(s.Conditions, string(typ))
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(reason) {
+		t.Errorf("condition %s = %+v, want True %s", typ, c, reason)
+	}
+}
+
+// responderStatus is the entry of status.responders named name.
+func responderStatus(s *lifecyclev1alpha1.EvictionStatus, name string) *lifecyclev1alpha1.ResponderStatus {
+	for i := range s.Responders {
+		if s.Responders[i].Name == name {
+			return &s.Responders[i]
+		}
+	}
+	s.Responders = append(s.Responders, lifecyclev1alpha1.ResponderStatus{Name: name})
+	return &s.Responders[len(s.Responders)-1]
 }

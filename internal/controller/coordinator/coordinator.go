@@ -1,0 +1,375 @@
+// Package coordinator is vacate's coordinator of Kubernetes 1.37's
+// EvictionRequest API (KEP-4563, lifecycle.k8s.io/v1alpha1): the role of
+// upstream's eviction-request controller, which 1.37 does not ship. For each
+// pod that EvictionRequests target it keeps one Eviction, gives its
+// responders their turns one at a time (internal/evictionrequest.Next
+// decides), and, when the imperative evictor's turn comes, evicts the pod
+// through vacate's eviction queue, so the PodDisruptionBudgets, the rate
+// limits and the per-node bounds apply as they do for a drain. All it knows
+// is in the objects: a restarted or newly elected controller goes on from
+// them.
+//
+// It trusts EvictionRequests only, never an Eviction's recorded requesters:
+// an Eviction that no request wants is cancelled, whoever wrote it.
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vacate-dev/vacate/internal/controller/requeue"
+	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/eviction"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
+)
+
+// +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictionrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictionrequests/status,verbs=update
+// +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictions,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictions/status,verbs=update
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
+
+// Consumer is the eviction queue's name for the coordinator's evictions
+// (eviction.Request.For).
+const Consumer = "evictionrequest"
+
+const (
+	// heartbeatEvery is how often the evictor says it is still at work
+	// while the pod's eviction waits (a PodDisruptionBudget, a throttled
+	// API server): well within er.HeartbeatDeadline, after which its turn
+	// would pass on and the Eviction fail.
+	heartbeatEvery = 5 * time.Minute
+	// refusedRecheck is how soon a pass looks again at a pod whose
+	// eviction a PDB refused, to try again at once when the PDB allows.
+	refusedRecheck = 5 * time.Second
+)
+
+// Reconciler coordinates the Eviction of one target pod per pass: the
+// request's key is the pod's namespace and name.
+type Reconciler struct {
+	Client    client.Client
+	Evictions *eviction.Queue
+	Clock     clock.PassiveClock
+	Events    events.EventRecorder
+	// Wake brings a pass for a pod whose eviction call was answered.
+	Wake chan event.GenericEvent
+}
+
+// NewReconciler builds the coordinator over the shared eviction queue and
+// registers its handlers there (before the queue runs).
+func NewReconciler(c client.Client, clk clock.PassiveClock, rec events.EventRecorder, q *eviction.Queue) *Reconciler {
+	r := &Reconciler{Client: c, Evictions: q, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
+	q.Handle(Consumer, r.OnOutcome, r.MayEvict)
+	return r
+}
+
+// target is what a pass reads of one target pod.
+type target struct {
+	key      types.NamespacedName
+	pod      *corev1.Pod // nil when there is none
+	eviction *lifecyclev1alpha1.Eviction
+	requests []lifecyclev1alpha1.EvictionRequest // every request naming the pod, of any UID
+}
+
+// Reconcile brings the pod's Eviction one step on: creates it when a
+// request wants the pod out, records its requesters, gives the next
+// responder its turn, evicts when the evictor's turn comes, ends it when
+// the pod goes or every requester withdraws, and reports the end on the
+// requests.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	t, err := r.read(ctx, req.NamespacedName)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if t.eviction != nil && (t.pod == nil || t.eviction.Spec.Target.Pod == nil || t.eviction.Spec.Target.Pod.UID != t.pod.UID) {
+		return r.podGone(ctx, t)
+	}
+	if t.pod == nil {
+		return reconcile.Result{}, nil // nothing to evict; requests for it wait for their requesters
+	}
+	mine := forUID(t.requests, t.pod.UID)
+	if t.eviction == nil {
+		if !anyWants(mine) {
+			return reconcile.Result{}, nil
+		}
+		return r.create(ctx, t.pod, mine)
+	}
+	if final(t.eviction) {
+		if askedAgain(t.eviction, mine) {
+			return r.replace(ctx, t.eviction)
+		}
+		return reconcile.Result{}, r.reportOn(ctx, mine, t.eviction)
+	}
+	if err := r.keepOwners(ctx, t.pod, t.eviction, mine); err != nil {
+		return reconcile.Result{}, err
+	}
+	return r.step(ctx, t.pod, t.eviction, mine)
+}
+
+// read reads the pod, its Eviction and the requests that name it, from the
+// cache.
+func (r *Reconciler) read(ctx context.Context, key types.NamespacedName) (*target, error) {
+	t := &target{key: key}
+	pod := &corev1.Pod{}
+	switch err := r.Client.Get(ctx, key, pod); {
+	case err == nil:
+		t.pod = pod
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading pod %s: %w", key, err)
+	}
+	ev := &lifecyclev1alpha1.Eviction{}
+	switch err := r.Client.Get(ctx, key, ev); {
+	case err == nil:
+		t.eviction = ev
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading Eviction %s: %w", key, err)
+	}
+	list := &lifecyclev1alpha1.EvictionRequestList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{TargetIndex: key.Name}); err != nil {
+		return nil, fmt.Errorf("listing EvictionRequests for pod %s: %w", key, err)
+	}
+	t.requests = list.Items
+	return t, nil
+}
+
+// podGone ends the Eviction of a pod that is gone (deleted, or replaced by
+// another of the same name): its responders' turns end and it records
+// TargetEvicted; its requests report it. A final one makes room for the
+// Eviction of the pod now under that name, when that one is asked for.
+func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, error) {
+	ev := t.eviction
+	var uid types.UID
+	if ev.Spec.Target.Pod != nil {
+		uid = ev.Spec.Target.Pod.UID
+	}
+	theirs := forUID(t.requests, uid)
+	if !final(ev) {
+		next, _ := er.Next(er.Facts{Requests: theirs, Eviction: ev, Now: r.Clock.Now()})
+		if err := r.writeStatus(ctx, ev, next); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, r.reportOn(ctx, theirs, ev)
+	}
+	if err := r.reportOn(ctx, theirs, ev); err != nil {
+		return reconcile.Result{}, err
+	}
+	if t.pod != nil && anyWants(forUID(t.requests, t.pod.UID)) {
+		return r.replace(ctx, ev)
+	}
+	return reconcile.Result{}, nil
+}
+
+// create creates the pod's Eviction for the requests that name it; the next
+// pass (its watch event) gives it its first status.
+func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, requests []lifecyclev1alpha1.EvictionRequest) (reconcile.Result, error) {
+	ev := er.Eviction(pod, requests)
+	if err := r.Client.Create(ctx, ev); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil // the cache has not seen it yet
+		}
+		return reconcile.Result{}, fmt.Errorf("creating the Eviction of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	logf.FromContext(ctx).Info("coordinating the eviction of a pod", "pod", client.ObjectKeyFromObject(pod), "requesters", requesterNames(requests))
+	r.Events.Eventf(ev, pod, corev1.EventTypeNormal, ReasonCoordinating, "Coordinate",
+		"asked for by %v; responders in turn: %v", requesterNames(requests), responderNames(ev, pod))
+	return r.step(ctx, pod, ev, requests)
+}
+
+// replace deletes a final Eviction so that a new one can be made for the
+// requests that ask again (only if it is still the one read).
+func (r *Reconciler) replace(ctx context.Context, ev *lifecyclev1alpha1.Eviction) (reconcile.Result, error) {
+	uid, rv := ev.UID, ev.ResourceVersion
+	err := r.Client.Delete(ctx, ev, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return reconcile.Result{}, fmt.Errorf("deleting the ended Eviction %s/%s: %w", ev.Namespace, ev.Name, err)
+	}
+	return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
+}
+
+// keepOwners keeps the Eviction owned by every request for its pod (the
+// garbage collector deletes it with the last one) and labelled with their
+// requesters.
+func (r *Reconciler) keepOwners(ctx context.Context, pod *corev1.Pod, ev *lifecyclev1alpha1.Eviction, requests []lifecyclev1alpha1.EvictionRequest) error {
+	want := er.Eviction(pod, requests)
+	if len(requests) == 0 || (sameOwners(ev.OwnerReferences, want.OwnerReferences) && sameLabels(ev.Labels, want.Labels)) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(ev.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	ev.OwnerReferences, ev.Labels = want.OwnerReferences, want.Labels
+	if err := r.Client.Patch(ctx, ev, patch); err != nil {
+		return fmt.Errorf("updating the owners of Eviction %s/%s: %w", ev.Namespace, ev.Name, err)
+	}
+	return nil
+}
+
+// step first reports as the evictor, when it has the turn and something to
+// say (the API server takes a responder's report only while it is Active,
+// so the report is a write of its own); else it computes the Eviction's
+// next status, writes it with the requests' and evicts when the evictor's
+// turn has come.
+func (r *Reconciler) step(ctx context.Context, pod *corev1.Pod, ev *lifecyclev1alpha1.Eviction, requests []lifecyclev1alpha1.EvictionRequest) (reconcile.Result, error) {
+	now := r.Clock.Now()
+	if report, ok := r.evictorReport(ev, pod, now); ok {
+		return reconcile.Result{}, r.writeStatus(ctx, ev, report) // its watch event brings the next step
+	}
+	next, evict := er.Next(er.Facts{Pod: pod, Requests: requests, Eviction: ev, Now: now})
+	if evict {
+		evictorStarted(&next)
+	}
+	if err := r.writeStatus(ctx, ev, next); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.reportOn(ctx, requests, ev); err != nil {
+		return reconcile.Result{}, err
+	}
+	if !evict {
+		return reconcile.Result{RequeueAfter: untilDeadline(next, now)}, nil
+	}
+	return r.evict(ctx, pod)
+}
+
+// writeStatus stores next as the Eviction's status when it changed,
+// recording an event when the Eviction ends.
+func (r *Reconciler) writeStatus(ctx context.Context, ev *lifecyclev1alpha1.Eviction, next lifecyclev1alpha1.EvictionStatus) error {
+	if equalStatus(ev.Status, next) {
+		return nil
+	}
+	wasFinal := final(ev)
+	ev.Status = next
+	if err := r.Client.Status().Update(ctx, ev); err != nil {
+		return fmt.Errorf("writing the status of Eviction %s/%s: %w", ev.Namespace, ev.Name, err)
+	}
+	if !wasFinal && final(ev) {
+		r.recordEnd(ev)
+	}
+	return nil
+}
+
+// reportOn writes each request's status: the generation seen and, once the
+// Eviction is final, its outcome.
+func (r *Reconciler) reportOn(ctx context.Context, requests []lifecyclev1alpha1.EvictionRequest, ev *lifecyclev1alpha1.Eviction) error {
+	for i := range requests {
+		req := &requests[i]
+		next := er.RequestStatus(req, ev)
+		if equalRequestStatus(req.Status, next) {
+			continue
+		}
+		req.Status = next
+		if err := r.Client.Status().Update(ctx, req); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("writing the status of EvictionRequest %s/%s: %w", req.Namespace, req.Name, err)
+		}
+	}
+	return nil
+}
+
+// evict queues the pod's eviction (once), and tries a refused one again at
+// once when its PodDisruptionBudgets allow a disruption now.
+func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod) (reconcile.Result, error) {
+	pdbs, err := r.pdbsOf(ctx, pod)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	state := r.Evictions.State(pod.UID)
+	switch {
+	case state.Evicted:
+		return reconcile.Result{}, nil // the pod's end comes as a watch event
+	case !state.Pending:
+		req := eviction.PodRequest(pod, nil, 0)
+		req.For = Consumer
+		for _, p := range pdbs {
+			req.PDBs = append(req.PDBs, p.Namespace+"/"+p.Name)
+		}
+		req.Marks = eviction.MarksOf(pod.Name, req.PDBs, byKey(pdbs))
+		if err := r.Evictions.Add(req); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: heartbeatEvery}, nil
+	case state.PDBRefused():
+		if now := pdbState(pdbs); allowNow(pdbs) && state.Refusal.RetriedAt != now {
+			r.Evictions.RetryNow(pod.UID, now)
+		}
+		return reconcile.Result{RequeueAfter: refusedRecheck}, nil
+	}
+	return reconcile.Result{RequeueAfter: heartbeatEvery}, nil
+}
+
+// pdbsOf are the PodDisruptionBudgets that select the pod.
+func (r *Reconciler) pdbsOf(ctx context.Context, pod *corev1.Pod) ([]*policyv1.PodDisruptionBudget, error) {
+	list := &policyv1.PodDisruptionBudgetList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(pod.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the PodDisruptionBudgets of %s: %w", pod.Namespace, err)
+	}
+	all := make([]*policyv1.PodDisruptionBudget, 0, len(list.Items))
+	for i := range list.Items {
+		all = append(all, &list.Items[i])
+	}
+	return drain.GuardsOf(all...).Of(pod), nil
+}
+
+// MayEvict is asked by the queue right before each eviction call of the
+// coordinator's: the pod's Eviction must still give the evictor its turn
+// (an Eviction cancelled meanwhile, or another pod under the name, stops
+// it).
+func (r *Reconciler) MayEvict(req eviction.Request) (bool, string) {
+	ev := &lifecyclev1alpha1.Eviction{}
+	if err := r.Client.Get(context.Background(), req.Pod, ev); err != nil {
+		return false, "cannot read the pod's Eviction: " + err.Error()
+	}
+	if ev.Spec.Target.Pod == nil || ev.Spec.Target.Pod.UID != req.UID {
+		return false, "the pod's Eviction is for another pod"
+	}
+	if final(ev) {
+		return false, "the pod's Eviction ended"
+	}
+	for _, t := range ev.Status.TargetResponders {
+		if t.State == lifecyclev1alpha1.ResponderStateActive {
+			if t.Name == er.Evictor {
+				return true, ""
+			}
+			return false, "responder " + t.Name + " has the turn"
+		}
+	}
+	return false, "no responder has the turn"
+}
+
+// OnOutcome hears every answer to the coordinator's eviction calls and
+// brings a pass for the pod.
+func (r *Reconciler) OnOutcome(o eviction.Outcome) {
+	countOutcome(o)
+	ev := event.GenericEvent{Object: &corev1.Pod{}}
+	ev.Object.SetNamespace(o.Pod.Namespace)
+	ev.Object.SetName(o.Pod.Name)
+	select {
+	case r.Wake <- ev:
+	default: // full: the pass's own requeue comes
+	}
+}
+
+func final(ev *lifecyclev1alpha1.Eviction) bool {
+	return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)) ||
+		meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionFailed))
+}
+
+// findTrue is the Eviction's condition of type t, if True.
+func findTrue(ev *lifecyclev1alpha1.Eviction, t lifecyclev1alpha1.EvictionConditionType) *metav1.Condition {
+	c := meta.FindStatusCondition(ev.Status.Conditions, string(t))
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return nil
+	}
+	return c
+}

@@ -1,0 +1,112 @@
+package coordinator
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/internal/eviction"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
+)
+
+// The evictor's side. vacate answers as the imperative evictor (the API
+// fixes its name, er.Evictor): when its turn comes it queues the pod's
+// eviction, says in its message what the eviction waits on, heartbeats
+// while it waits, and reports completion once the pod is terminating.
+
+// Messages of the evictor's responder status.
+const (
+	msgQueued     = "vacate-controller is evicting the pod through its eviction queue (PodDisruptionBudgets, rate limits)"
+	msgTerminated = "vacate-controller evicted the pod; it is terminating"
+)
+
+// evictorReport is the Eviction's status with the evictor's report, and
+// whether there is one to write: the evictor has the turn and either the
+// pod is terminating (its completion), or its message changed, or its last
+// heartbeat is heartbeatEvery old.
+func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod, now time.Time) (lifecyclev1alpha1.EvictionStatus, bool) {
+	status := *ev.Status.DeepCopy()
+	rs := activeEvictor(&status)
+	if rs == nil || rs.CompletionTime != nil {
+		return status, false
+	}
+	at := metav1.NewTime(now)
+	state := r.Evictions.State(pod.UID)
+	if !pod.DeletionTimestamp.IsZero() || state.Evicted {
+		rs.CompletionTime, rs.Message = &at, ptr.To(msgTerminated)
+		if rs.StartTime != nil && rs.CompletionTime.Before(rs.StartTime) { // clocks a little apart
+			rs.CompletionTime = rs.StartTime
+		}
+		return status, true
+	}
+	msg := evictorMessage(state)
+	last := ptr.Deref(rs.HeartbeatTime, ptr.Deref(rs.StartTime, metav1.Time{}))
+	if ptr.Deref(rs.Message, "") == msg && now.Sub(last.Time) < heartbeatEvery {
+		return status, false
+	}
+	if at.Before(&last) {
+		at = last
+	}
+	rs.HeartbeatTime, rs.Message = &at, ptr.To(msg)
+	return status, true
+}
+
+// evictorStarted gives the evictor's first message as its turn comes.
+func evictorStarted(status *lifecyclev1alpha1.EvictionStatus) {
+	if rs := activeEvictor(status); rs != nil && rs.Message == nil {
+		rs.Message = ptr.To(msgQueued)
+	}
+}
+
+// evictorMessage says what the pod's eviction waits on.
+func evictorMessage(state eviction.PodState) string {
+	if !state.Refused {
+		return msgQueued
+	}
+	ref := state.Refusal
+	if ref.Message == "" {
+		return fmt.Sprintf("vacate-controller's eviction of the pod was refused (%s) since %s; it tries again", ref.Result, ref.Since.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("vacate-controller's eviction of the pod was refused (%s: %s) since %s; it tries again", ref.Result, ref.Message, ref.Since.UTC().Format(time.RFC3339))
+}
+
+// activeEvictor is the evictor's responder status while it has the turn.
+func activeEvictor(status *lifecyclev1alpha1.EvictionStatus) *lifecyclev1alpha1.ResponderStatus {
+	for _, t := range status.TargetResponders {
+		if t.Name != er.Evictor || t.State != lifecyclev1alpha1.ResponderStateActive {
+			continue
+		}
+		for i := range status.Responders {
+			if status.Responders[i].Name == er.Evictor {
+				return &status.Responders[i]
+			}
+		}
+	}
+	return nil
+}
+
+// untilDeadline is when the next pass must look: when the Active
+// responder's heartbeat reaches er.HeartbeatDeadline (its turn then
+// passes on), or heartbeatEvery from now if that is sooner.
+func untilDeadline(status lifecyclev1alpha1.EvictionStatus, now time.Time) time.Duration {
+	wait := heartbeatEvery
+	for _, t := range status.TargetResponders {
+		if t.State != lifecyclev1alpha1.ResponderStateActive {
+			continue
+		}
+		for _, rs := range status.Responders {
+			if rs.Name != t.Name {
+				continue
+			}
+			last := ptr.Deref(rs.HeartbeatTime, ptr.Deref(rs.StartTime, metav1.NewTime(now)))
+			if d := last.Add(er.HeartbeatDeadline).Sub(now) + time.Second; d < wait {
+				wait = max(d, time.Second)
+			}
+		}
+	}
+	return wait
+}

@@ -1,0 +1,108 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/vacate-dev/vacate/internal/eviction"
+	"github.com/vacate-dev/vacate/internal/metrics"
+)
+
+// TargetIndex indexes EvictionRequests by their target pod's name.
+const TargetIndex = "spec.target.pod.name"
+
+// Event reasons, on the Eviction (regarding) and its pod (related).
+const (
+	ReasonCoordinating = "Coordinating"
+	ReasonEvicted      = "TargetEvicted"
+	ReasonEvictionEnd  = "EvictionFailed"
+)
+
+// SetupWithManager indexes the requests by target and watches what moves
+// a target's Eviction on: its requests, the Eviction (responders write
+// their reports there), the pod, and the answers of its eviction calls.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lifecyclev1alpha1.EvictionRequest{}, TargetIndex,
+		func(o client.Object) []string {
+			if p := o.(*lifecyclev1alpha1.EvictionRequest).Spec.Target.Pod; p != nil {
+				return []string{p.Name}
+			}
+			return nil
+		}); err != nil {
+		return fmt.Errorf("indexing EvictionRequests by target: %w", err)
+	}
+	return ctrl.ControllerManagedBy(mgr).
+		Named("evictionrequest").
+		Watches(&lifecyclev1alpha1.EvictionRequest{}, handler.EnqueueRequestsFromMapFunc(requestTarget)).
+		Watches(&lifecyclev1alpha1.Eviction{}, handler.EnqueueRequestsFromMapFunc(evictionTarget)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.requestedPod)).
+		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+func requestTarget(_ context.Context, o client.Object) []reconcile.Request {
+	if p := o.(*lifecyclev1alpha1.EvictionRequest).Spec.Target.Pod; p != nil {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: p.Name}}}
+	}
+	return nil
+}
+
+func evictionTarget(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetName()
+	if p := o.(*lifecyclev1alpha1.Eviction).Spec.Target.Pod; p != nil {
+		name = p.Name
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// requestedPod brings a pass for a pod that a request names: the others,
+// nearly every pod of the cluster, cost one index lookup.
+func (r *Reconciler) requestedPod(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &lifecyclev1alpha1.EvictionRequestList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{TargetIndex: o.GetName()}); err != nil || len(list.Items) == 0 {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+}
+
+// recordEnd records the end of an Eviction as an event and a metric.
+func (r *Reconciler) recordEnd(ev *lifecyclev1alpha1.Eviction) {
+	for _, t := range []lifecyclev1alpha1.EvictionConditionType{lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionFailed} {
+		c := findTrue(ev, t)
+		if c == nil {
+			continue
+		}
+		metrics.EvictionRequestsEnded.WithLabelValues(c.Type, c.Reason).Inc()
+		kind, reason := corev1.EventTypeNormal, ReasonEvicted
+		if t == lifecyclev1alpha1.EvictionConditionFailed {
+			kind, reason = corev1.EventTypeWarning, ReasonEvictionEnd
+		}
+		pod := &corev1.Pod{}
+		pod.Namespace, pod.Name = ev.Namespace, ev.Name
+		if ev.Spec.Target.Pod != nil {
+			pod.Name, pod.UID = ev.Spec.Target.Pod.Name, ev.Spec.Target.Pod.UID
+		}
+		r.Events.Eventf(ev, pod, kind, reason, "Coordinate", "%s (%s): %s", c.Type, c.Reason, c.Message)
+		return
+	}
+}
+
+// countOutcome counts an eviction call of the coordinator's as the drains'
+// are counted.
+func countOutcome(o eviction.Outcome) {
+	if o.Result == eviction.Held {
+		metrics.EvictionsHeld.Inc()
+		return
+	}
+	metrics.EvictionsTotal.WithLabelValues(string(o.Result)).Inc()
+}

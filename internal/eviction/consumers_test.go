@@ -1,0 +1,115 @@
+package eviction
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
+)
+
+// TestEachConsumerChecksAndHearsItsOwnEvictions: the drains and the
+// EvictionRequest coordinator share one queue. A request For the
+// coordinator is checked by the coordinator's MayEvict and answered to its
+// OnOutcome, never the drains' (whose MayEvict reads the node's NodeDrain,
+// which the coordinator's pods may not have), and the other way round; a
+// drain's ForgetNode leaves the coordinator's eviction on that node queued.
+func TestEachConsumerChecksAndHearsItsOwnEvictions(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string][]string{} // consumer: pods its MayEvict was asked about
+	heard := map[string][]string{} // consumer: pods whose outcome it heard
+	outcomes := make(chan Outcome, 10)
+	release := make(chan struct{})
+	q := NewQueueWithEvictor(func(_ context.Context, ev *policyv1.Eviction) error {
+		if ev.Name == "er-held-back" {
+			<-release
+		}
+		return nil
+	}, Options{})
+	for _, consumer := range []string{ForDrains, "evictionrequest"} {
+		q.Handle(consumer, func(o Outcome) {
+			mu.Lock()
+			heard[consumer] = append(heard[consumer], o.Pod.Name)
+			mu.Unlock()
+			outcomes <- o
+		}, func(r Request) (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked[consumer] = append(asked[consumer], r.Pod.Name)
+			return true, ""
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	drains := PodRequest(testutil.Pod("drain-pod").OnNode("n1").Obj(), nil, 0)
+	coordinated := PodRequest(testutil.Pod("er-pod").OnNode("n1").Obj(), nil, 0)
+	coordinated.For = "evictionrequest"
+	for _, r := range []Request{drains, coordinated} {
+		if err := q.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]Outcome{}
+	for range 2 {
+		select {
+		case o := <-outcomes:
+			got[o.Pod.Name] = o
+		case <-time.After(10 * time.Second):
+			t.Fatalf("outcomes so far: %v", got)
+		}
+	}
+	if got["er-pod"].For != "evictionrequest" || got["drain-pod"].For != ForDrains {
+		t.Errorf("outcomes %+v: each should name who asked", got)
+	}
+	mu.Lock()
+	if len(asked[ForDrains]) != 1 || asked[ForDrains][0] != "drain-pod" || len(asked["evictionrequest"]) != 1 || asked["evictionrequest"][0] != "er-pod" {
+		t.Errorf("MayEvict asked %v; want each consumer asked about its own pod only", asked)
+	}
+	if len(heard[ForDrains]) != 1 || heard[ForDrains][0] != "drain-pod" || len(heard["evictionrequest"]) != 1 || heard["evictionrequest"][0] != "er-pod" {
+		t.Errorf("outcomes heard %v; want each consumer to hear its own pod only", heard)
+	}
+	mu.Unlock()
+
+	// A drain of n1 ends: it forgets its own, not the coordinator's.
+	later := PodRequest(testutil.Pod("er-held-back").OnNode("n1").Obj(), nil, 0)
+	later.For = "evictionrequest"
+	queued := PodRequest(testutil.Pod("er-queued").OnNode("n1").Obj(), nil, 1)
+	queued.For = "evictionrequest"
+	drainsToo := PodRequest(testutil.Pod("drain-queued").OnNode("n1").Obj(), nil, 1)
+	later.PerNode = 1 // in flight, it keeps n1's one slot: the others wait in the queue
+	if err := q.Add(later); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(asked["evictionrequest"])
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the held-back eviction was never asked for")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, r := range []Request{queued, drainsToo} {
+		if err := q.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dropped := q.ForgetNode("n1"); dropped != 1 {
+		t.Errorf("ForgetNode dropped %d queued evictions, want the drains' one", dropped)
+	}
+	if !q.Pending(queued.UID) || !q.Pending(later.UID) || q.Pending(drainsToo.UID) {
+		t.Errorf("pending after ForgetNode: coordinator's %v and %v, drains' %v; want the coordinator's only",
+			q.Pending(queued.UID), q.Pending(later.UID), q.Pending(drainsToo.UID))
+	}
+	close(release)
+}
