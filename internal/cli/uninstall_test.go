@@ -161,7 +161,7 @@ func uninstallLines(drained string, held int) []*regexp.Regexp {
 		regexp.MustCompile(`(?m)^controller: a vacate-controller still holds Lease kube-system/vacate-controller \(\S+\); waiting until it stops$`),
 		regexp.MustCompile(fmt.Sprintf(`(?m)^node finalizers: removed vacate.dev/drain from %d of \d+ node\(s\)$`, held)),
 		regexp.MustCompile(`(?m)^drain policies: deleted 1: default$`),
-		regexp.MustCompile(`(?m)^rbac and namespace: deleted 34: ` + regexp.QuoteMeta(installedRest) + `$`),
+		regexp.MustCompile(`(?m)^rbac and namespace: deleted 36: ` + regexp.QuoteMeta(installedRest) + `$`),
 		regexp.MustCompile(`(?m)^crds: deleted 4: CustomResourceDefinition nodedrains.vacate.dev, CustomResourceDefinition evacuations.vacate.dev, ` +
 			`CustomResourceDefinition evacuationproviders.vacate.dev, CustomResourceDefinition drainpolicies.vacate.dev$`),
 		regexp.MustCompile(`(?m)^note: .* uninstall-test-carol \(to vacate-user\); delete them if nobody needs them$`),

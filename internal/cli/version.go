@@ -31,6 +31,10 @@ type controllerLease struct {
 	// controller acts on drains.
 	Held    bool       `json:"held"`
 	Renewed *time.Time `json:"renewed,omitempty"`
+	// EvictionRequests says whether the holder coordinates Kubernetes'
+	// EvictionRequest API (coordinating, off, not-served); "" from a
+	// controller that does not say.
+	EvictionRequests string `json:"evictionRequests,omitempty"`
 }
 
 // versionReport is what `vacate version -o json|yaml` prints.
@@ -50,8 +54,9 @@ func newVersionCommand(flags *genericclioptions.ConfigFlags, s Streams, clk cloc
 		Long: `Prints this vacate's version, commit and build date, and, unless --client, the
 version of the vacate-controller that holds the leader Lease: the leader writes
 its version on the Lease (label app.kubernetes.io/version) each time it takes
-it. Warns when the two are of different minor versions, and when no
-controller holds the Lease (nothing acts on drains).`,
+it, and whether it coordinates Kubernetes' EvictionRequest API (label
+vacate.dev/eviction-requests). Warns when the two are of different minor
+versions, and when no controller holds the Lease (nothing acts on drains).`,
 		Example: `  vacate version
   vacate version --client -o json`,
 		Args: NoArgs,
@@ -148,7 +153,7 @@ func (s *session) controllers(ctx context.Context, now time.Time) ([]controllerL
 
 // leaseOf reads a controller's Lease at time now.
 func leaseOf(l *coordinationv1.Lease, now time.Time) controllerLease {
-	c := controllerLease{Lease: l.Namespace + "/" + l.Name, Version: l.Labels[leader.LabelVersion]}
+	c := controllerLease{Lease: l.Namespace + "/" + l.Name, Version: l.Labels[leader.LabelVersion], EvictionRequests: l.Labels[leader.LabelEvictionRequests]}
 	if h := l.Spec.HolderIdentity; h != nil {
 		c.Holder = *h
 	}
@@ -175,7 +180,21 @@ func (c controllerLease) describe(now time.Time) string {
 	if !c.Held {
 		return fmt.Sprintf("none running: no one holds the Lease %s%s (last: %s, %s)", c.Lease, renewed, orNone(c.Holder), v)
 	}
-	return fmt.Sprintf("%s, leader %s (Lease %s%s)", v, c.Holder, c.Lease, renewed)
+	return fmt.Sprintf("%s, leader %s (Lease %s%s)%s", v, c.Holder, c.Lease, renewed, c.evictionRequests())
+}
+
+// evictionRequests says, for `vacate version`, whether the leader
+// coordinates Kubernetes' EvictionRequest API.
+func (c controllerLease) evictionRequests() string {
+	switch c.EvictionRequests {
+	case leader.EvictionRequestsCoordinating:
+		return "; coordinates EvictionRequests (lifecycle.k8s.io/v1alpha1)"
+	case leader.EvictionRequestsOff:
+		return "; EvictionRequests: off (--eviction-requests=off: another coordinator owns them)"
+	case leader.EvictionRequestsNotServed:
+		return "; EvictionRequests: not served by the API server (feature gate EvictionRequestAPI off)"
+	}
+	return ""
 }
 
 func orNone(s string) string {

@@ -116,7 +116,7 @@ func leadAs(t *testing.T, c *devcluster.Cluster, ns, holder, v string) {
 		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "vacate-controller"},
 		Client:     c.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: holder},
-		Labels:     leader.LeaseLabels(version.Info{Version: v}),
+		Labels:     leader.LeaseLabels(version.Info{Version: v}, ""),
 	}
 	now := metav1.NewTime(time.Now())
 	if err := lock.Create(testenv.Context(t), resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 60, AcquireTime: now, RenewTime: now}); err != nil {
@@ -193,5 +193,27 @@ func TestLeaseOf(t *testing.T) {
 	l.Spec.HolderIdentity = &empty // released
 	if c := leaseOf(l, now); c.Held {
 		t.Errorf("released: held")
+	}
+}
+
+// TestVersionSaysWhetherTheLeaderCoordinatesEvictionRequests: the leader's
+// Lease carries its EvictionRequest mode (leader.LeaseLabels), and vacate
+// version says it in words; a Lease without it (an older controller) says
+// nothing of it.
+func TestVersionSaysWhetherTheLeaderCoordinatesEvictionRequests(t *testing.T) {
+	now := time.Now()
+	holder, dur := "ctl", int32(15)
+	for state, want := range map[string]string{
+		leader.EvictionRequestsCoordinating: "; coordinates EvictionRequests (lifecycle.k8s.io/v1alpha1)",
+		leader.EvictionRequestsOff:          "; EvictionRequests: off (--eviction-requests=off: another coordinator owns them)",
+		leader.EvictionRequestsNotServed:    "; EvictionRequests: not served by the API server (feature gate EvictionRequestAPI off)",
+		"":                                  ")",
+	} {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "l", Labels: leader.LeaseLabels(version.Info{Version: "v1.0.0"}, state)},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &metav1.MicroTime{Time: now}}}
+		c := leaseOf(l, now)
+		if c.EvictionRequests != state || !strings.HasSuffix(c.describe(now), want) {
+			t.Errorf("Lease labelled %q: %q (%+v), want it to end %q", state, c.describe(now), c, want)
+		}
 	}
 }

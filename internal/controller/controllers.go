@@ -24,6 +24,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/hook"
+	"github.com/vacate-dev/vacate/internal/leader"
 )
 
 // Options tune the controllers.
@@ -58,6 +59,10 @@ type Options struct {
 	// EvictionRequests is the coordinator's mode (EvictionRequestsAuto when
 	// empty): whether vacate coordinates the EvictionRequest API.
 	EvictionRequests EvictionRequestsMode
+	// Coordinate registers the EvictionRequest coordinator: the mode's
+	// decision at start (Coordinates), made by the caller, which also
+	// writes it on the leader's Lease.
+	Coordinate bool
 }
 
 // EvictionRequestsMode says whether vacate coordinates Kubernetes'
@@ -152,14 +157,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		&trigger.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock},
 	}
-	coordinate, err := coordinates(opts.EvictionRequests, cs.Discovery())
-	if err != nil {
-		return err
+	if opts.Coordinate {
+		co := coordinator.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
+		// Its hook calls are the drains': the same client (leader fence
+		// included), tokens and loopback rule.
+		co.Hooks.Client, co.Hooks.Tokens, co.AllowLoopbackHooks = drains.Hooks.Client, drains.Hooks.Tokens, drains.AllowLoopbackHooks
+		setups = append(setups, co)
 	}
-	if coordinate {
-		setups = append(setups, coordinator.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions))
-	}
-	mgr.GetLogger().Info("EvictionRequest API", "mode", cmp.Or(opts.EvictionRequests, EvictionRequestsAuto), "coordinating", coordinate)
+	mgr.GetLogger().Info("EvictionRequest API", "mode", cmp.Or(opts.EvictionRequests, EvictionRequestsAuto), "coordinating", opts.Coordinate)
 	for _, c := range setups {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %T: %w", c, err)
@@ -168,21 +173,25 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	return nil
 }
 
-// coordinates decides, at start, whether vacate coordinates the
+// Coordinates decides, at start, whether vacate coordinates the
 // EvictionRequest API: in auto, where discovery says the API server serves
-// it (not by version number: it is an alpha behind a feature gate).
-func coordinates(mode EvictionRequestsMode, d discovery.ServerResourcesInterface) (bool, error) {
+// it (not by version number: it is an alpha behind a feature gate). state
+// says so for the leader's Lease (leader.LabelEvictionRequests).
+func Coordinates(mode EvictionRequestsMode, d discovery.ServerResourcesInterface) (coordinate bool, state string, err error) {
 	mode = cmp.Or(mode, EvictionRequestsAuto)
 	if mode == EvictionRequestsOff {
-		return false, nil
+		return false, leader.EvictionRequestsOff, nil
 	}
 	served, err := evictionrequest.Served(d)
 	if err != nil {
-		return false, fmt.Errorf("--eviction-requests %s: %w", mode, err)
+		return false, "", fmt.Errorf("--eviction-requests %s: %w", mode, err)
 	}
 	if !served && mode == EvictionRequestsCoordinate {
-		return false, fmt.Errorf("--eviction-requests coordinate: the API server does not serve %s (enable the feature gate %s and that API), or use auto",
+		return false, "", fmt.Errorf("--eviction-requests coordinate: the API server does not serve %s (enable the feature gate %s and that API), or use auto",
 			evictionrequest.GroupVersion, "EvictionRequestAPI")
 	}
-	return served, nil
+	if !served {
+		return false, leader.EvictionRequestsNotServed, nil
+	}
+	return true, leader.EvictionRequestsCoordinating, nil
 }

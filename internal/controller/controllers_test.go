@@ -44,7 +44,10 @@ func TestTheModeDecidesWhetherVacateCoordinates(t *testing.T) {
 			if tc.fail != nil {
 				d.AddReactor("get", "resource", func(clienttesting.Action) (bool, runtime.Object, error) { return true, nil, tc.fail })
 			}
-			coordinate, err := coordinates(tc.mode, d)
+			coordinate, state, err := Coordinates(tc.mode, d)
+			if want := map[bool]string{true: "coordinating", false: map[bool]string{true: "off", false: "not-served"}[tc.mode == EvictionRequestsOff]}[coordinate]; err == nil && state != want {
+				t.Errorf("the Lease's label %q, want %q", state, want)
+			}
 			if coordinate != tc.coordinate {
 				t.Errorf("coordinates = %v, want %v", coordinate, tc.coordinate)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
@@ -112,4 +113,52 @@ func TestEachConsumerChecksAndHearsItsOwnEvictions(t *testing.T) {
 			q.Pending(queued.UID), q.Pending(later.UID), q.Pending(drainsToo.UID))
 	}
 	close(release)
+}
+
+// TestConsumersNeverTakeOverEachOthersEvictions (from a review): the
+// coordinator asking for a pod the drains reserved (taken out of service,
+// counted against its PDB) or queued leaves that request as it is, so the
+// PDB's budget still counts it; a drain's Forget leaves the coordinator's
+// eviction queued; and a request for a consumer nobody registered is held,
+// never evicted unchecked.
+func TestConsumersNeverTakeOverEachOthersEvictions(t *testing.T) {
+	q := NewQueueWithEvictor(func(context.Context, *policyv1.Eviction) error { return nil }, Options{})
+	pdb := testutil.PDB("default", "web", "web", 1, 1)
+	pdbs := map[string]*policyv1.PodDisruptionBudget{"default/web": pdb}
+	running := func(types.UID, types.NamespacedName) bool { return true }
+
+	reserved := PodRequest(testutil.Pod("web-1").OnNode("n1").Obj(), nil, 0)
+	reserved.PDBs = []string{"default/web"}
+	q.Reserve(reserved)
+	if got := q.Budget(pdbs, running)["default/web"]; got != 0 {
+		t.Fatalf("budget with the reservation: %d, want 0", got)
+	}
+	theirs := reserved
+	theirs.For = "evictionrequest"
+	if err := q.Add(theirs); err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Budget(pdbs, running)["default/web"]; got != 0 || q.Pending(reserved.UID) || !q.State(reserved.UID).Reserved {
+		t.Errorf("after the coordinator's Add: budget %d, pending %v, reserved %v; want the drains' reservation kept, nothing queued",
+			got, q.Pending(reserved.UID), q.State(reserved.UID).Reserved)
+	}
+
+	coordinated := PodRequest(testutil.Pod("web-2").OnNode("n1").Obj(), nil, 0)
+	coordinated.For = "evictionrequest"
+	if err := q.Add(coordinated); err != nil {
+		t.Fatal(err)
+	}
+	drains := coordinated
+	drains.For = ForDrains
+	if err := q.Add(drains); err != nil {
+		t.Fatal(err)
+	}
+	q.Forget(coordinated.UID)
+	if !q.Pending(coordinated.UID) || q.requests[coordinated.UID].For != "evictionrequest" {
+		t.Errorf("the drains' Add or Forget took over the coordinator's eviction: %+v", q.requests[coordinated.UID])
+	}
+
+	if ok, why := q.handlersOf("nobody").mayEvict(coordinated); ok || why == "" {
+		t.Errorf("a consumer nobody registered: may evict %v (%q), want held", ok, why)
+	}
 }

@@ -308,8 +308,7 @@ var ErrCallTimeout = errors.New("the eviction call timed out")
 // consumer, for a consumer built after the queue: the NodeDrain controller
 // (ForDrains), which checks its holds before every call and hears every
 // answer, and the EvictionRequest coordinator. Call it before Run. A
-// request For a consumer nobody registered is evicted without a check, and
-// its answers go nowhere.
+// request For a consumer nobody registered is never evicted.
 func (q *Queue) Handle(consumer string, onOutcome func(Outcome), mayEvict func(Request) (bool, string)) {
 	if consumer == ForDrains {
 		if onOutcome != nil {
@@ -330,7 +329,8 @@ func (q *Queue) Handle(consumer string, onOutcome func(Outcome), mayEvict func(R
 	q.consumers[consumer] = h
 }
 
-// handlersOf are the handlers of the requests For consumer.
+// handlersOf are the handlers of the requests For consumer. A request for
+// a consumer nobody registered is held: nothing checks it.
 func (q *Queue) handlersOf(consumer string) handlers {
 	if h, ok := q.consumers[consumer]; ok {
 		return h
@@ -338,7 +338,9 @@ func (q *Queue) handlersOf(consumer string) handlers {
 	if consumer == ForDrains {
 		return handlers{onOutcome: q.opts.OnOutcome, mayEvict: q.opts.MayEvict}
 	}
-	return handlers{onOutcome: func(Outcome) {}, mayEvict: func(Request) (bool, string) { return true, "" }}
+	return handlers{onOutcome: func(Outcome) {}, mayEvict: func(Request) (bool, string) {
+		return false, "no consumer " + consumer + " is registered to check it"
+	}}
 }
 
 // Start runs the queue's workers until ctx ends: the queue is a

@@ -43,6 +43,17 @@ func (q *Queue) Add(r Request) error {
 		q.mu.Unlock()
 		return nil
 	}
+	// One consumer's eviction of a pod at a time: another's request, or
+	// reservation (its pod out of service, counted against its PDBs), is
+	// left as it is; that eviction's end serves both.
+	if old, ok := q.requests[r.UID]; ok && old.For != r.For {
+		q.mu.Unlock()
+		return nil
+	}
+	if res, ok := q.reserved[r.UID]; ok && res.For != r.For {
+		q.mu.Unlock()
+		return nil
+	}
 	_, known := q.requests[r.UID]
 	q.requests[r.UID] = r
 	delete(q.reserved, r.UID)
@@ -54,11 +65,16 @@ func (q *Queue) Add(r Request) error {
 	return nil
 }
 
-// Forget drops the pod: a later attempt will not happen. Its latest
-// refusal is kept (it still explains the pod, and says when trying again
-// is worth it) until ForgetNode.
+// Forget drops the pod's eviction the drains asked for: a later attempt
+// will not happen. Another consumer's is left. Its latest refusal is kept
+// (it still explains the pod, and says when trying again is worth it)
+// until ForgetNode.
 func (q *Queue) Forget(uid types.UID) {
 	q.mu.Lock()
+	if r, ok := q.requests[uid]; ok && r.For != ForDrains {
+		q.mu.Unlock()
+		return
+	}
 	q.dropRequestLocked(uid)
 	q.mu.Unlock()
 	q.queue.Forget(uid)

@@ -158,7 +158,7 @@ func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { ret
 // clients of its own built from cfg (which must not be fenced: the lock is
 // how the fence opens). Each request is bounded by timeout, so that one hung
 // renewal cannot use up the renew deadline.
-func NewLeaseLock(cfg *rest.Config, namespace, name, identity string, timeout time.Duration) (resourcelock.Interface, error) {
+func NewLeaseLock(cfg *rest.Config, namespace, name, identity string, timeout time.Duration, labels map[string]string) (resourcelock.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = timeout
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -169,7 +169,7 @@ func NewLeaseLock(cfg *rest.Config, namespace, name, identity string, timeout ti
 		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-		Labels:     LeaseLabels(version.Get()),
+		Labels:     labels,
 	}, nil
 }
 
@@ -182,7 +182,24 @@ const (
 	ControllerName = "vacate-controller"
 )
 
-// LeaseLabels are the labels of the Lease held by a controller of build b.
-func LeaseLabels(b version.Info) map[string]string {
-	return map[string]string{LabelName: ControllerName, LabelVersion: version.LabelValue(b.Version)}
+// LabelEvictionRequests says whether the Lease's holder coordinates
+// Kubernetes' EvictionRequest API: EvictionRequestsCoordinating, or why not
+// (EvictionRequestsOff, EvictionRequestsNotServed).
+const LabelEvictionRequests = "vacate.dev/eviction-requests"
+
+// Values of LabelEvictionRequests.
+const (
+	EvictionRequestsCoordinating = "coordinating"
+	EvictionRequestsOff          = "off"
+	EvictionRequestsNotServed    = "not-served"
+)
+
+// LeaseLabels are the labels of the Lease held by a controller of build b;
+// evictionRequests is LabelEvictionRequests's value ("" leaves it out).
+func LeaseLabels(b version.Info, evictionRequests string) map[string]string {
+	l := map[string]string{LabelName: ControllerName, LabelVersion: version.LabelValue(b.Version)}
+	if evictionRequests != "" {
+		l[LabelEvictionRequests] = evictionRequests
+	}
+	return l
 }

@@ -119,6 +119,12 @@ func initLabels() {
 	for _, r := range []string{v1alpha1.SurgeStarting, v1alpha1.SurgeHandedOver, v1alpha1.SurgeFailed, v1alpha1.SurgeCancelled} {
 		Surges.WithLabelValues(r)
 	}
+	for _, c := range []struct{ condition, reason string }{
+		{"TargetEvicted", "PodDeleted"}, {"TargetEvicted", "PodTerminal"},
+		{"Failed", "CanceledDueToNoRequesters"}, {"Failed", "NoFurtherResponder"},
+	} {
+		EvictionRequestsEnded.WithLabelValues(c.condition, c.reason)
+	}
 }
 
 // NodeDeletionTimeouts counts deleted nodes released by timeouts.nodeDeletion

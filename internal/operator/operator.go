@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
@@ -31,6 +32,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/metrics/state"
+	"github.com/vacate-dev/vacate/internal/version"
 	"github.com/vacate-dev/vacate/internal/webhook"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
@@ -111,7 +113,16 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	// The metrics' token and access reviews are creates that every replica
 	// makes, the standby too: not through the fence.
 	reviewCfg := rest.CopyConfig(cfg)
-	lock, err := fence(cfg, identity, &opts)
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating a discovery client: %w", err)
+	}
+	coordinate, evictionRequests, err := controller.Coordinates(opts.Controllers.EvictionRequests, dc)
+	if err != nil {
+		return nil, err
+	}
+	opts.Controllers.Coordinate = coordinate
+	lock, err := fence(cfg, identity, evictionRequests, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +263,7 @@ func metricsOptions(opts Options, reviewCfg *rest.Config) metricsserver.Options 
 // requests that change something, and opts' HTTP hook calls, go through
 // only while the last renewal is fresher than the renew deadline. Without
 // leader election there is neither lock nor fence.
-func fence(cfg *rest.Config, identity string, opts *Options) (resourcelock.Interface, error) {
+func fence(cfg *rest.Config, identity, evictionRequests string, opts *Options) (resourcelock.Interface, error) {
 	if !opts.LeaderElect {
 		return nil, nil
 	}
@@ -260,7 +271,7 @@ func fence(cfg *rest.Config, identity string, opts *Options) (resourcelock.Inter
 	leaseCfg.UserAgent += "/leader-election"
 	// One hung request must not use up the renew deadline.
 	lock, err := leader.NewLeaseLock(leaseCfg, opts.LeaderElectionNamespace, opts.LeaderElectionID, identity,
-		max(opts.RenewDeadline/2, time.Second))
+		max(opts.RenewDeadline/2, time.Second), leader.LeaseLabels(version.Get(), evictionRequests))
 	if err != nil {
 		return nil, err
 	}

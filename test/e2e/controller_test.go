@@ -491,6 +491,11 @@ func TestLeaderFailover(t *testing.T) {
 		t.Errorf("the leader's Lease is labelled %v, want %s=%s and %s=%s", lease.Labels,
 			leaderpkg.LabelName, leaderpkg.ControllerName, leaderpkg.LabelVersion, testutil.ProgramVersion)
 	}
+	// And whether it coordinates EvictionRequests: the suite's cluster does
+	// not serve the API.
+	if got := lease.Labels[leaderpkg.LabelEvictionRequests]; got != leaderpkg.EvictionRequestsNotServed {
+		t.Errorf("the leader's Lease says %s=%q, want %q", leaderpkg.LabelEvictionRequests, got, leaderpkg.EvictionRequestsNotServed)
+	}
 	nd := e.waitDrain(t, node, "Drained", afterKill, drained)
 	t.Logf("drained by the new leader: %s evicted", nd.Status.Progress)
 	e.checkOneEvictionPerPod(t, ns, int(nd.Status.Total))

@@ -16,6 +16,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	er "github.com/vacate-dev/vacate/internal/evictionrequest"
+	"github.com/vacate-dev/vacate/internal/hook"
 )
 
 // +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictionrequests,verbs=get;list;watch
@@ -43,6 +45,8 @@ import (
 // +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictions,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictions/status,verbs=update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods;nodes;namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get;list;watch
 
 // Consumer is the eviction queue's name for the coordinator's evictions
 // (eviction.Request.For).
@@ -68,6 +72,10 @@ type Reconciler struct {
 	Events    events.EventRecorder
 	// Wake brings a pass for a pod whose eviction call was answered.
 	Wake chan event.GenericEvent
+	// Hooks converses with the HTTP hooks of pods that declare vacate's
+	// responder (responder.go); AllowLoopbackHooks as for drains.
+	Hooks              *hook.Prober
+	AllowLoopbackHooks bool
 }
 
 // NewReconciler builds the coordinator over the shared eviction queue and
@@ -75,6 +83,10 @@ type Reconciler struct {
 func NewReconciler(c client.Client, clk clock.PassiveClock, rec events.EventRecorder, q *eviction.Queue) *Reconciler {
 	r := &Reconciler{Client: c, Evictions: q, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
 	q.Handle(Consumer, r.OnOutcome, r.MayEvict)
+	// A hook's answer needs no wake-up: a pass polls while vacate has the
+	// turn (hookPoll).
+	r.Hooks = hook.NewProber(func(string) {})
+	r.Hooks.Check = r.stillTheTarget
 	return r
 }
 
@@ -84,6 +96,9 @@ type target struct {
 	pod      *corev1.Pod // nil when there is none
 	eviction *lifecyclev1alpha1.Eviction
 	requests []lifecyclev1alpha1.EvictionRequest // every request naming the pod, of any UID
+	// others are Evictions of the pod under other names than its own:
+	// another coordinator's (vacate names each after its pod).
+	others []string
 }
 
 // Reconcile brings the pod's Eviction one step on: creates it when a
@@ -95,6 +110,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	t, err := r.read(ctx, req.NamespacedName)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if len(t.others) > 0 {
+		// Another coordinator's: never fight over a pod.
+		logf.FromContext(ctx).V(1).Info("leaving the pod to another coordinator's Eviction", "pod", req.NamespacedName, "evictions", t.others)
+		return reconcile.Result{}, nil
 	}
 	if t.eviction != nil && (t.pod == nil || t.eviction.Spec.Target.Pod == nil || t.eviction.Spec.Target.Pod.UID != t.pod.UID) {
 		return r.podGone(ctx, t)
@@ -110,6 +130,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.create(ctx, t.pod, mine)
 	}
 	if final(t.eviction) {
+		r.Hooks.Forget(t.pod.UID)
 		if askedAgain(t.eviction, mine) {
 			return r.replace(ctx, t.eviction)
 		}
@@ -132,12 +153,16 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName) (*targe
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading pod %s: %w", key, err)
 	}
-	ev := &lifecyclev1alpha1.Eviction{}
-	switch err := r.Client.Get(ctx, key, ev); {
-	case err == nil:
-		t.eviction = ev
-	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("reading Eviction %s: %w", key, err)
+	evictions := &lifecyclev1alpha1.EvictionList{}
+	if err := r.Client.List(ctx, evictions, client.InNamespace(key.Namespace), client.MatchingFields{TargetIndex: key.Name}); err != nil {
+		return nil, fmt.Errorf("listing the Evictions of pod %s: %w", key, err)
+	}
+	for i := range evictions.Items {
+		if ev := &evictions.Items[i]; ev.Name == key.Name {
+			t.eviction = ev
+		} else {
+			t.others = append(t.others, ev.Name)
+		}
 	}
 	list := &lifecyclev1alpha1.EvictionRequestList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{TargetIndex: key.Name}); err != nil {
@@ -158,6 +183,7 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 		uid = ev.Spec.Target.Pod.UID
 	}
 	theirs := forUID(t.requests, uid)
+	r.Hooks.Forget(uid)
 	if !final(ev) {
 		next, _ := er.Next(er.Facts{Requests: theirs, Eviction: ev, Now: r.Clock.Now()})
 		if err := r.writeStatus(ctx, ev, next); err != nil {
@@ -180,14 +206,29 @@ func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, requests []lif
 	ev := er.Eviction(pod, requests)
 	if err := r.Client.Create(ctx, ev); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil // the cache has not seen it yet
+			return r.nameTaken(ctx, ev)
 		}
 		return reconcile.Result{}, fmt.Errorf("creating the Eviction of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	logf.FromContext(ctx).Info("coordinating the eviction of a pod", "pod", client.ObjectKeyFromObject(pod), "requesters", requesterNames(requests))
 	r.Events.Eventf(ev, pod, corev1.EventTypeNormal, ReasonCoordinating, "Coordinate",
-		"asked for by %v; responders in turn: %v", requesterNames(requests), responderNames(ev, pod))
+		"asked for by %v; responders in turn: %v", requesterNames(requests), responderOrder(er.TargetResponders(pod)))
 	return r.step(ctx, pod, ev, requests)
+}
+
+// nameTaken answers a create refused because an Eviction has the pod's
+// name: one the cache has not seen yet (a pass comes back soon), or one for
+// another pod (another coordinator's naming), which is left alone: its
+// watch brings a pass when it goes.
+func (r *Reconciler) nameTaken(ctx context.Context, want *lifecyclev1alpha1.Eviction) (reconcile.Result, error) {
+	have := &lifecyclev1alpha1.Eviction{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if err != nil || have.Spec.Target.Pod == nil || have.Spec.Target.Pod.Name == want.Name {
+		return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, client.IgnoreNotFound(err)
+	}
+	logf.FromContext(ctx).Info("an Eviction for another pod has this pod's name: leaving it alone",
+		"eviction", client.ObjectKeyFromObject(have), "its pod", have.Spec.Target.Pod.Name)
+	return reconcile.Result{}, nil
 }
 
 // replace deletes a final Eviction so that a new one can be made for the
@@ -210,37 +251,71 @@ func (r *Reconciler) keepOwners(ctx context.Context, pod *corev1.Pod, ev *lifecy
 		return nil
 	}
 	patch := client.MergeFromWithOptions(ev.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	ev.OwnerReferences, ev.Labels = want.OwnerReferences, want.Labels
+	ev.OwnerReferences = want.OwnerReferences
+	if ev.Labels == nil {
+		ev.Labels = map[string]string{}
+	}
+	maps.Copy(ev.Labels, want.Labels) // others' labels stay
 	if err := r.Client.Patch(ctx, ev, patch); err != nil {
 		return fmt.Errorf("updating the owners of Eviction %s/%s: %w", ev.Namespace, ev.Name, err)
 	}
 	return nil
 }
 
-// step first reports as the evictor, when it has the turn and something to
-// say (the API server takes a responder's report only while it is Active,
-// so the report is a write of its own); else it computes the Eviction's
-// next status, writes it with the requests' and evicts when the evictor's
-// turn has come.
+// step computes the Eviction's next status from the objects and writes it
+// with the requests' when it changed: cancels, handovers and ends always
+// go first. When nothing is to be decided, it reports as the Active
+// responder, vacate's own (responder.go) or the evictor (evictor.go): the
+// API server takes a responder's report only while it is Active, so a
+// report is a write of its own, and the next pass decides again. The
+// evictor evicts only once the stored status gives it the turn.
 func (r *Reconciler) step(ctx context.Context, pod *corev1.Pod, ev *lifecyclev1alpha1.Eviction, requests []lifecyclev1alpha1.EvictionRequest) (reconcile.Result, error) {
-	now := r.Clock.Now()
-	if report, ok := r.evictorReport(ev, pod, now); ok {
-		return reconcile.Result{}, r.writeStatus(ctx, ev, report) // its watch event brings the next step
+	if !sameResponders(ev, pod) {
+		return r.notItsResponders(ctx, ev, pod)
 	}
+	now := r.Clock.Now()
 	next, evict := er.Next(er.Facts{Pod: pod, Requests: requests, Eviction: ev, Now: now})
 	if evict {
 		evictorStarted(&next)
 	}
-	if err := r.writeStatus(ctx, ev, next); err != nil {
+	if !equalStatus(ev.Status, next) {
+		if err := r.writeStatus(ctx, ev, next); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, r.reportOn(ctx, requests, ev) // the write's watch event brings the next pass
+	}
+	report, write, poll, err := r.responderReport(ctx, ev, pod, now)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.reportOn(ctx, requests, ev); err != nil {
-		return reconcile.Result{}, err
+	if !write {
+		report, write = r.evictorReport(ev, pod, now)
 	}
-	if !evict {
-		return reconcile.Result{RequeueAfter: untilDeadline(next, now)}, nil
+	if write {
+		return reconcile.Result{}, r.writeStatus(ctx, ev, report)
 	}
-	return r.evict(ctx, pod)
+	res := reconcile.Result{RequeueAfter: untilDeadline(next, now)}
+	switch {
+	case evict:
+		if res, err = r.evict(ctx, pod); err != nil {
+			return res, err
+		}
+	case poll:
+		res.RequeueAfter = hookPoll
+	}
+	return res, r.reportOn(ctx, requests, ev)
+}
+
+// notItsResponders deletes an Eviction whose responders are not its pod's
+// (names and priorities): someone else initialized its status, and turns
+// taken on it could skip the pod's own responders. A new one is made for
+// the requests.
+func (r *Reconciler) notItsResponders(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod) (reconcile.Result, error) {
+	logf.FromContext(ctx).Info("deleting an Eviction whose responders are not its pod's", "eviction", client.ObjectKeyFromObject(ev),
+		"responders", responderOrder(ev.Status.TargetResponders), "pod's", responderOrder(er.TargetResponders(pod)))
+	r.Events.Eventf(ev, pod, corev1.EventTypeWarning, ReasonNotItsResponders, "Coordinate",
+		"the Eviction lists the responders %s, its pod declares %s: deleted, and made again", responderOrder(ev.Status.TargetResponders), responderOrder(er.TargetResponders(pod)))
+	return r.replace(ctx, ev)
 }
 
 // writeStatus stores next as the Eviction's status when it changed,
@@ -262,6 +337,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ev *lifecyclev1alpha1.Evic
 
 // reportOn writes each request's status: the generation seen and, once the
 // Eviction is final, its outcome.
+// A request changed meanwhile (a conflict) brings a pass of its own.
 func (r *Reconciler) reportOn(ctx context.Context, requests []lifecyclev1alpha1.EvictionRequest, ev *lifecyclev1alpha1.Eviction) error {
 	for i := range requests {
 		req := &requests[i]
@@ -270,7 +346,7 @@ func (r *Reconciler) reportOn(ctx context.Context, requests []lifecyclev1alpha1.
 			continue
 		}
 		req.Status = next
-		if err := r.Client.Status().Update(ctx, req); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.Client.Status().Update(ctx, req); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("writing the status of EvictionRequest %s/%s: %w", req.Namespace, req.Name, err)
 		}
 	}
@@ -326,15 +402,24 @@ func (r *Reconciler) pdbsOf(ctx context.Context, pod *corev1.Pod) ([]*policyv1.P
 // (an Eviction cancelled meanwhile, or another pod under the name, stops
 // it).
 func (r *Reconciler) MayEvict(req eviction.Request) (bool, string) {
-	ev := &lifecyclev1alpha1.Eviction{}
-	if err := r.Client.Get(context.Background(), req.Pod, ev); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := r.read(ctx, req.Pod)
+	if err != nil {
 		return false, "cannot read the pod's Eviction: " + err.Error()
 	}
-	if ev.Spec.Target.Pod == nil || ev.Spec.Target.Pod.UID != req.UID {
+	ev := t.eviction
+	switch {
+	case ev == nil:
+		return false, "the pod has no Eviction"
+	case ev.Spec.Target.Pod == nil || ev.Spec.Target.Pod.UID != req.UID:
 		return false, "the pod's Eviction is for another pod"
-	}
-	if final(ev) {
+	case final(ev):
 		return false, "the pod's Eviction ended"
+	case !anyWants(forUID(t.requests, req.UID)):
+		return false, "no EvictionRequest asks for the pod's eviction any more"
+	case t.pod != nil && !sameResponders(ev, t.pod):
+		return false, "the pod's Eviction lists responders that are not the pod's"
 	}
 	for _, t := range ev.Status.TargetResponders {
 		if t.State == lifecyclev1alpha1.ResponderStateActive {

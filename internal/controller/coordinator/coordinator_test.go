@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,7 +42,9 @@ const descheduler = "descheduler.example.com/rebalance"
 
 type world struct {
 	t    *testing.T
+	c    *devcluster.Cluster
 	cs   kubernetes.Interface
+	node string
 	ns   string
 	pods []corev1.Pod
 }
@@ -49,16 +52,27 @@ type world struct {
 // newWorld starts vacate's controller and a Deployment "api" of n pods on a
 // node of their own, which declare backup as their responder, behind a PDB
 // that allows maxUnavailable.
-func newWorld(t *testing.T, n int32, maxUnavailable string) *world {
+func newWorld(t *testing.T, n int32, maxUnavailable string, tune ...func(*appsv1.Deployment)) *world {
+	t.Helper()
+	w := newWorkload(t, n, maxUnavailable, tune...)
+	testenv.Controller(t, w.c)
+	return w
+}
+
+// newWorkload is newWorld without vacate's controller.
+func newWorkload(t *testing.T, n int32, maxUnavailable string, tune ...func(*appsv1.Deployment)) *world {
 	t.Helper()
 	c := testenv.Start(t)
-	testenv.Controller(t, c)
 	ctx := testenv.Context(t)
-	w := &world{t: t, cs: c.Client, ns: testenv.Namespace(t, c)}
-	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "er", Count: 1})[0]
+	w := &world{t: t, c: c, cs: c.Client, ns: testenv.Namespace(t, c)}
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "er", Count: 1, Labels: map[string]string{"pool": "er-" + w.ns}})[0]
+	w.node = node
 	dep := devcluster.Deployment(w.ns, "api", n)
 	dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	dep.Spec.Template.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: backup, Priority: ptr.To[int32](5000)}}
+	for _, f := range tune {
+		f(dep)
+	}
 	if _, err := w.cs.AppsV1().Deployments(w.ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +312,46 @@ func TestWithdrawalCancelsAndThePodStays(t *testing.T) {
 	}
 }
 
+// TestARestartMidwayEvictsOnce: vacate's controller stops while the
+// evictor has the turn and the pod's PDB refuses its eviction; another
+// starts (as after a crash or a new leader), finds where the Eviction
+// stands in the objects alone, and evicts the pod once the PDB allows:
+// the API server accepted exactly one eviction of the pod.
+func TestARestartMidwayEvictsOnce(t *testing.T) {
+	w := newWorkload(t, 2, "1")
+	_, stop := testenv.StartController(t, w.c)
+	target := w.pods[0]
+	w.request(target, "rebalance-4")
+	w.waitEviction(target, "the responder has the turn", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, backup) == lifecyclev1alpha1.ResponderStateActive
+	})
+	w.setMaxUnavailable(0)
+	w.respond(target, backup, func(r *lifecyclev1alpha1.ResponderStatus) {
+		r.CompletionTime, r.Message = ptr.To(metav1.Now()), ptr.To("copied")
+	})
+	w.waitEviction(target, "the evictor waits on the PDB", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, er.Evictor) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, er.Evictor), "PDBBlocked")
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("the first controller: %v", err)
+	}
+	testenv.Controller(t, w.c)
+	w.setMaxUnavailable(1)
+	ev := w.waitEviction(target, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted))
+	})
+	if state(ev, backup) != lifecyclev1alpha1.ResponderStateCompleted || state(ev, er.Evictor) != lifecyclev1alpha1.ResponderStateCompleted {
+		t.Errorf("after the restart:\n%s\nwant both turns Completed", describe(ev))
+	}
+	events, err := devcluster.ReadAudit(w.c.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := devcluster.SuccessfulEvictions(events)[w.ns+"/"+target.Name]; n != 1 {
+		t.Errorf("the API server accepted %d evictions of %s, want exactly 1", n, target.Name)
+	}
+}
+
 func state(ev *lifecyclev1alpha1.Eviction, name string) lifecyclev1alpha1.ResponderStateType {
 	for _, r := range ev.Status.TargetResponders {
 		if r.Name == name {
@@ -341,4 +395,46 @@ func describe(ev *lifecyclev1alpha1.Eviction) string {
 		fmt.Fprintf(&b, "  condition %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 	}
 	return b.String()
+}
+
+// TestAForgedEvictionCannotSkipTheResponders is the abuse test of the
+// Eviction's trust (from a review): someone who may write Evictions (every
+// responder's operator may write their status) makes the pod's Eviction
+// first, listing only the evictor. The API server accepts that list (it
+// never checks it against the pod); vacate does not: it deletes the forged
+// Eviction and makes the pod's own, whose responder has the first turn, and
+// the pod is not evicted.
+func TestAForgedEvictionCannotSkipTheResponders(t *testing.T) {
+	w := newWorld(t, 2, "1")
+	target := w.pods[0]
+	ctx := testenv.Context(t)
+	forged := &lifecyclev1alpha1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: target.Name, Namespace: w.ns},
+		Spec: lifecyclev1alpha1.EvictionSpec{Target: lifecyclev1alpha1.EvictionTarget{
+			Pod: &lifecyclev1alpha1.EvictionPodReference{Name: target.Name, UID: target.UID}}},
+	}
+	forged, err := w.cs.LifecycleV1alpha1().Evictions(w.ns).Create(ctx, forged, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Status.TargetResponders = []lifecyclev1alpha1.TargetResponder{{Name: er.Evictor, Priority: ptr.To[int32](100), State: lifecyclev1alpha1.ResponderStateActive}}
+	forged.Status.Responders = []lifecyclev1alpha1.ResponderStatus{{Name: er.Evictor, StartTime: ptr.To(metav1.Now())}}
+	if _, err := w.cs.LifecycleV1alpha1().Evictions(w.ns).UpdateStatus(ctx, forged, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		t.Fatalf("the API server refused the forged status (the test needs it accepted): %v", err)
+	}
+	w.request(target, "rebalance-6")
+	ev := w.waitEviction(target, "the pod's own Eviction, its responder first", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return ev.UID != forged.UID && state(ev, backup) == lifecyclev1alpha1.ResponderStateActive
+	})
+	time.Sleep(2 * time.Second)
+	if p := w.pod(target); p == nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod was evicted past its responder:\n%s", describe(ev))
+	}
+	events, err := devcluster.ReadAudit(w.c.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := devcluster.SuccessfulEvictions(events)[w.ns+"/"+target.Name]; n != 0 {
+		t.Errorf("the API server accepted %d evictions of %s, want none", n, target.Name)
+	}
 }

@@ -21,7 +21,7 @@ import (
 // Messages of the evictor's responder status.
 const (
 	msgQueued     = "vacate-controller is evicting the pod through its eviction queue (PodDisruptionBudgets, rate limits)"
-	msgTerminated = "vacate-controller evicted the pod; it is terminating"
+	msgTerminated = "the pod is terminating"
 )
 
 // evictorReport is the Eviction's status with the evictor's report, and
@@ -30,7 +30,7 @@ const (
 // heartbeat is heartbeatEvery old.
 func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod, now time.Time) (lifecyclev1alpha1.EvictionStatus, bool) {
 	status := *ev.Status.DeepCopy()
-	rs := activeEvictor(&status)
+	rs := active(&status, er.Evictor)
 	if rs == nil || rs.CompletionTime != nil {
 		return status, false
 	}
@@ -43,21 +43,12 @@ func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.P
 		}
 		return status, true
 	}
-	msg := evictorMessage(state)
-	last := ptr.Deref(rs.HeartbeatTime, ptr.Deref(rs.StartTime, metav1.Time{}))
-	if ptr.Deref(rs.Message, "") == msg && now.Sub(last.Time) < heartbeatEvery {
-		return status, false
-	}
-	if at.Before(&last) {
-		at = last
-	}
-	rs.HeartbeatTime, rs.Message = &at, ptr.To(msg)
-	return status, true
+	return status, heartbeat(rs, evictorMessage(state), now)
 }
 
 // evictorStarted gives the evictor's first message as its turn comes.
 func evictorStarted(status *lifecyclev1alpha1.EvictionStatus) {
-	if rs := activeEvictor(status); rs != nil && rs.Message == nil {
+	if rs := active(status, er.Evictor); rs != nil && rs.Message == nil {
 		rs.Message = ptr.To(msgQueued)
 	}
 }
@@ -72,21 +63,6 @@ func evictorMessage(state eviction.PodState) string {
 		return fmt.Sprintf("vacate-controller's eviction of the pod was refused (%s) since %s; it tries again", ref.Result, ref.Since.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("vacate-controller's eviction of the pod was refused (%s: %s) since %s; it tries again", ref.Result, ref.Message, ref.Since.UTC().Format(time.RFC3339))
-}
-
-// activeEvictor is the evictor's responder status while it has the turn.
-func activeEvictor(status *lifecyclev1alpha1.EvictionStatus) *lifecyclev1alpha1.ResponderStatus {
-	for _, t := range status.TargetResponders {
-		if t.Name != er.Evictor || t.State != lifecyclev1alpha1.ResponderStateActive {
-			continue
-		}
-		for i := range status.Responders {
-			if status.Responders[i].Name == er.Evictor {
-				return &status.Responders[i]
-			}
-		}
-	}
-	return nil
 }
 
 // untilDeadline is when the next pass must look: when the Active

@@ -72,11 +72,10 @@ func requesterNames(requests []lifecyclev1alpha1.EvictionRequest) []string {
 	return out
 }
 
-// responderNames are the responders of the pod's Eviction in turn order,
-// with their priorities.
-func responderNames(_ *lifecyclev1alpha1.Eviction, pod *corev1.Pod) string {
-	var out []string
-	for _, t := range er.TargetResponders(pod) {
+// responderOrder names responders in turn order, with their priorities.
+func responderOrder(responders []lifecyclev1alpha1.TargetResponder) string {
+	out := make([]string, 0, len(responders))
+	for _, t := range responders {
 		p := ""
 		if t.Priority != nil {
 			p = " (" + strconv.Itoa(int(*t.Priority)) + ")"
@@ -84,6 +83,32 @@ func responderNames(_ *lifecyclev1alpha1.Eviction, pod *corev1.Pod) string {
 		out = append(out, t.Name+p)
 	}
 	return strings.Join(out, ", ")
+}
+
+// sameResponders reports whether the Eviction's responders, once its status
+// lists them, are its pod's: the same names at the same priorities. The API
+// server orders whatever list the first status write gives and never checks
+// it against the pod.
+func sameResponders(ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod) bool {
+	if len(ev.Status.TargetResponders) == 0 {
+		return true
+	}
+	key := func(rs []lifecyclev1alpha1.TargetResponder) []string {
+		out := make([]string, 0, len(rs))
+		for _, t := range rs {
+			out = append(out, fmt.Sprintf("%s=%d", t.Name, ptrInt(t.Priority)))
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(key(ev.Status.TargetResponders), key(er.TargetResponders(pod)))
+}
+
+func ptrInt(p *int32) int64 {
+	if p == nil {
+		return -1
+	}
+	return int64(*p)
 }
 
 // sameOwners compares owner references by UID, in any order.
@@ -140,7 +165,8 @@ func allowNow(pdbs []*policyv1.PodDisruptionBudget) bool {
 // each PDB's generation, the generation its status saw, and the
 // disruptions it allows (eviction.Refusal.RetriedAt).
 func pdbState(pdbs []*policyv1.PodDisruptionBudget) string {
-	parts := make([]string, 0, len(pdbs))
+	parts := make([]string, 0, len(pdbs)+1)
+	parts = append(parts, "pdbs") // never "", the state of a pod never retried
 	for _, p := range pdbs {
 		parts = append(parts, fmt.Sprintf("%s/%s=%d/%d/%d", p.Namespace, p.Name, p.Generation, p.Status.ObservedGeneration, p.Status.DisruptionsAllowed))
 	}

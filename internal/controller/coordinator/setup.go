@@ -18,7 +18,8 @@ import (
 	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
-// TargetIndex indexes EvictionRequests by their target pod's name.
+// TargetIndex indexes EvictionRequests and Evictions by their target pod's
+// name.
 const TargetIndex = "spec.target.pod.name"
 
 // Event reasons, on the Eviction (regarding) and its pod (related).
@@ -26,6 +27,9 @@ const (
 	ReasonCoordinating = "Coordinating"
 	ReasonEvicted      = "TargetEvicted"
 	ReasonEvictionEnd  = "EvictionFailed"
+	// ReasonNotItsResponders: an Eviction listed responders that are not
+	// its pod's; it was deleted and made again.
+	ReasonNotItsResponders = "NotItsResponders"
 )
 
 // SetupWithManager indexes the requests by target and watches what moves
@@ -40,6 +44,18 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 			return nil
 		}); err != nil {
 		return fmt.Errorf("indexing EvictionRequests by target: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lifecyclev1alpha1.Eviction{}, TargetIndex,
+		func(o client.Object) []string {
+			if p := o.(*lifecyclev1alpha1.Eviction).Spec.Target.Pod; p != nil {
+				return []string{p.Name}
+			}
+			return nil
+		}); err != nil {
+		return fmt.Errorf("indexing Evictions by target: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.Hooks.Run)); err != nil {
+		return fmt.Errorf("adding the coordinator's hook prober: %w", err)
 	}
 	return ctrl.ControllerManagedBy(mgr).
 		Named("evictionrequest").

@@ -1,0 +1,172 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/hook"
+	"github.com/vacate-dev/vacate/internal/policy"
+)
+
+// vacate as a responder. A pod that declares vacate's responder in its
+// spec.evictionResponders gets, in its turn, what a drain gives it before
+// its eviction: its HTTP evacuation hook (protocol v1) is called and its
+// turn completes when the hook answers Completed, whoever asked for the
+// eviction. The calls follow the same rules as a drain's: the DrainPolicy of
+// the pod's node must enable httpHooks for its namespace, and only the pod's
+// own address is called.
+
+// Responder is vacate's responder name, for pods' spec.evictionResponders.
+const Responder = "vacate.dev/evacuation"
+
+// hookPoll is how often a pass looks at the hook's conversation while
+// vacate has the turn (the prober converses in the background).
+const hookPoll = 2 * time.Second
+
+// hookMode is the mode the hook protocol is told: the pod goes and comes
+// back elsewhere, as in a maintenance drain; its node stays.
+const hookMode = string(v1alpha1.ModeMaintenance)
+
+// responderReport is the Eviction's status with vacate's report as the
+// Active responder, and whether there is one to write; poll says a pass must
+// come back soon (the hook is still at work).
+func (r *Reconciler) responderReport(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod, now time.Time) (status lifecyclev1alpha1.EvictionStatus, write, poll bool, err error) {
+	status = *ev.Status.DeepCopy()
+	rs := active(&status, Responder)
+	if rs == nil || rs.CompletionTime != nil {
+		return status, false, false, nil
+	}
+	done, msg, err := r.evacuate(ctx, ev, pod)
+	if err != nil {
+		return status, false, false, err
+	}
+	if done {
+		at := metav1.NewTime(now)
+		if rs.StartTime != nil && at.Before(rs.StartTime) {
+			at = *rs.StartTime
+		}
+		rs.CompletionTime, rs.Message = &at, ptr.To(capped(msg))
+		return status, true, false, nil
+	}
+	return status, heartbeat(rs, msg, now), true, nil
+}
+
+// evacuate says whether vacate's part for the pod is done, and the message
+// for its responder status.
+func (r *Reconciler) evacuate(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod) (bool, string, error) {
+	if !hook.Wants(pod) {
+		return true, "vacate has nothing to move for this pod: it has no annotation " + hook.AnnotationPort, nil
+	}
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, "the pod's node " + pod.Spec.NodeName + " is gone: no hook to call", nil
+		}
+		return false, "", fmt.Errorf("reading node %s: %w", pod.Spec.NodeName, err)
+	}
+	pol, err := policy.Resolve(ctx, r.Client, "", node)
+	if err != nil {
+		return false, "vacate cannot tell whether it may call the pod's hook: " + err.Error(), nil
+	}
+	calls, whyNot, err := pol.CallsHook(pod, r.namespaceLabels(ctx))
+	if err != nil {
+		return false, "", err
+	}
+	if !calls {
+		return true, "vacate does not call the pod's HTTP hook (" + whyNot + "): nothing was called", nil
+	}
+	t, err := hook.TargetFor(pod, hook.Run{Drain: string(ev.UID), ID: string(ev.UID), Node: pod.Spec.NodeName, Mode: hookMode}, r.AllowLoopbackHooks)
+	if err != nil {
+		return false, "vacate cannot call the pod's HTTP hook: " + err.Error(), nil
+	}
+	res := r.Hooks.Evacuate(t)
+	if res.Done() {
+		return true, "HTTP hook " + t.URL() + ": Completed: " + res.Message, nil
+	}
+	return false, "HTTP hook " + t.URL() + ": " + res.Describe(), nil
+}
+
+// namespaceLabels reads a namespace's labels from the cache.
+func (r *Reconciler) namespaceLabels(ctx context.Context) policy.NamespaceLabels {
+	return func(name string) (labels.Set, error) {
+		ns := &corev1.Namespace{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ns)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading namespace %s: %w", name, err)
+		}
+		return ns.Labels, nil
+	}
+}
+
+// stillTheTarget is the prober's check before every call: the pod is still
+// there under its UID, at an address vacate calls.
+func (r *Reconciler) stillTheTarget(t hook.Target) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, t.Key, pod); err != nil {
+		return fmt.Errorf("reading pod %s: %w", t.Name, err)
+	}
+	if pod.UID != t.Pod {
+		return fmt.Errorf("pod %s is gone (another pod has its name)", t.Name)
+	}
+	return hook.CheckPod(pod, t.IP, r.AllowLoopbackHooks)
+}
+
+// heartbeat records msg on the responder status and a heartbeat, when the
+// message changed or the last heartbeat is heartbeatEvery old; it reports
+// whether it changed anything.
+func heartbeat(rs *lifecyclev1alpha1.ResponderStatus, msg string, now time.Time) bool {
+	msg = capped(msg)
+	last := ptr.Deref(rs.HeartbeatTime, ptr.Deref(rs.StartTime, metav1.Time{}))
+	if ptr.Deref(rs.Message, "") == msg && now.Sub(last.Time) < heartbeatEvery {
+		return false
+	}
+	at := metav1.NewTime(now)
+	if at.Before(&last) {
+		at = last
+	}
+	rs.HeartbeatTime, rs.Message = &at, ptr.To(msg)
+	return true
+}
+
+// maxMessage bounds a message vacate writes in a responder status (the API
+// allows 4000 characters; a refusal's text, an admission webhook's denial
+// or an app's answer, can be longer).
+const maxMessage = 1000
+
+// capped is msg cut to maxMessage runes.
+func capped(msg string) string {
+	if r := []rune(msg); len(r) > maxMessage {
+		return string(r[:maxMessage-1]) + "…"
+	}
+	return msg
+}
+
+// active is the named responder's status while it has the turn.
+func active(status *lifecyclev1alpha1.EvictionStatus, name string) *lifecyclev1alpha1.ResponderStatus {
+	for _, t := range status.TargetResponders {
+		if t.Name != name || t.State != lifecyclev1alpha1.ResponderStateActive {
+			continue
+		}
+		for i := range status.Responders {
+			if status.Responders[i].Name == name {
+				return &status.Responders[i]
+			}
+		}
+	}
+	return nil
+}

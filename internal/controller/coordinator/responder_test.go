@@ -1,0 +1,115 @@
+package coordinator_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/coordinator"
+	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
+	"github.com/vacate-dev/vacate/internal/hook"
+)
+
+// hookApp is a pod's HTTP evacuation hook (protocol v1), served on the
+// simulated pod's own loopback address: it records the POSTs and answers
+// GETs with state.
+type hookApp struct {
+	mu    sync.Mutex
+	state string
+	posts []map[string]any
+}
+
+func (a *hookApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r.Method == http.MethodPost {
+		body := map[string]any{}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		a.posts = append(a.posts, body)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"state":%q,"message":"forwarding stored messages","remaining":%d}`, a.state, map[bool]int{true: 0, false: 120}[a.state == hook.Completed])
+}
+
+func (a *hookApp) set(state string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.state = state
+}
+
+func (a *hookApp) posted() []map[string]any {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]map[string]any(nil), a.posts...)
+}
+
+// TestVacateAnswersAsAResponder: a broker's pod declares vacate's responder
+// and its HTTP hook; a descheduler (the test) asks for its eviction. In
+// vacate's turn its hook is POSTed (for the pod's node) and polled; the pod
+// stays while the hook answers InProgress, vacate heartbeats with the hook's
+// message; once the hook answers Completed, vacate's turn completes and the
+// evictor evicts the pod.
+func TestVacateAnswersAsAResponder(t *testing.T) {
+	const port = 18091
+	w := newWorld(t, 1, "1", func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: coordinator.Responder, Priority: ptr.To[int32](5000)}}
+		d.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(port)}
+	})
+	// The pod's node is under a policy that calls HTTP hooks.
+	admin := testenv.DrainClient(t, w.c)
+	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "hooks-" + w.ns}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "er-" + w.ns}},
+		HTTPHooks:    v1alpha1.HTTPHooks{Enabled: true},
+	}}
+	if err := admin.Create(testenv.Context(t), dp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(testenv.Context(t), dp) })
+	target := w.pods[0]
+	app := &hookApp{state: hook.InProgress}
+	ln, err := net.Listen("tcp", net.JoinHostPort(target.Status.PodIP, fmt.Sprint(port)))
+	if err != nil {
+		t.Fatalf("listening on the pod's IP: %v", err)
+	}
+	srv := &http.Server{Handler: app, ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	w.request(target, "rebalance-5")
+	ev := w.waitEviction(target, "vacate's turn, the hook in progress", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, coordinator.Responder), "InProgress: forwarding stored messages (120 remaining)")
+	})
+	time.Sleep(2 * time.Second) // passes come and go while the hook works
+	if p := w.pod(target); p == nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod was evicted while its hook was in progress:\n%s", describe(ev))
+	}
+	posts := app.posted()
+	if len(posts) == 0 || posts[0]["node"] != target.Spec.NodeName || posts[0]["mode"] != string(v1alpha1.ModeMaintenance) {
+		t.Errorf("the hook's POSTs %v: want one for the pod's node %s in Maintenance", posts, target.Spec.NodeName)
+	}
+
+	app.set(hook.Completed)
+	ev = w.waitEviction(target, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted))
+	})
+	if state(ev, coordinator.Responder) != lifecyclev1alpha1.ResponderStateCompleted || !strings.Contains(message(ev, coordinator.Responder), "Completed") ||
+		state(ev, er.Evictor) != lifecyclev1alpha1.ResponderStateCompleted {
+		t.Errorf("at the end:\n%s\nwant vacate's turn Completed with the hook's answer, then the evictor's", describe(ev))
+	}
+}
