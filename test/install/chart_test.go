@@ -334,6 +334,15 @@ func checkRendered(t *testing.T, name string, vals map[string]any, objs []*unstr
 			t.Errorf("%s: the agent's security context %+v, want root without escalation", name, actr.SecurityContext)
 		}
 	}
+	// controller.evictionRequests: the flag; auto is off without the
+	// admission policy that keeps EvictionRequests to those who may evict.
+	mode := dig(vals, "controller", "evictionRequests").(string)
+	if policies, _ := dig(vals, "admissionPolicies", "enabled").(bool); !policies && mode == "auto" {
+		mode = "off"
+	}
+	if got, _ := flagValue(args, "eviction-requests"); got != mode {
+		t.Errorf("%s: --eviction-requests=%s, want %s", name, got, mode)
+	}
 	// metrics.secure: the flag, the controller's reviews, the readers'
 	// binding, and a ServiceMonitor that scrapes over HTTPS with a token.
 	secure, _ := dig(vals, "metrics", "secure").(bool)
@@ -422,6 +431,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		// The agent's own policy is what keeps it to its own node.
 		{"agent without admission policies", "agent:\n  enabled: true\nadmissionPolicies:\n  enabled: false\n", "admissionPolicies.enabled"},
 		{"surge without admission policies", "controller:\n  surge: true\nadmissionPolicies:\n  enabled: false\n", "controller.surge=true needs admissionPolicies.enabled=true"},
+		// The coordinator evicts for every EvictionRequest; only its policy keeps asking to those who may evict.
+		{"coordinating without admission policies", "controller:\n  evictionRequests: coordinate\nadmissionPolicies:\n  enabled: false\n", "controller.evictionRequests=coordinate needs admissionPolicies.enabled=true"},
+		{"an unknown EvictionRequest mode", "controller:\n  evictionRequests: always\n", "evictionRequests"},
 		// One installation per cluster, with fixed names (docs/install.md).
 		{"nameOverride", "nameOverride: drains\n", "nameOverride"},
 		{"an issuer without a name", "webhook:\n  certManager:\n    enabled: true\n    issuerRef:\n      kind: ClusterIssuer\n", "issuerRef needs a name"},

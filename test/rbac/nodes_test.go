@@ -86,3 +86,42 @@ func TestControllerCannotTaintNodesEmpty(t *testing.T) {
 func isConflictOrTestFailed(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsConflict(err)
 }
+
+// TestControllerSetsOnlyTheDrainConditionsOnNodes: through nodes/status
+// vacate-controller sets the node conditions Kubernetes defines for drains,
+// DrainInProgress and Drained, and nothing else: a stolen controller token
+// cannot mark a node NotReady (which would have its pods evicted by the
+// node lifecycle controller), nor change its capacity or addresses.
+func TestControllerSetsOnlyTheDrainConditionsOnNodes(t *testing.T) {
+	c := testenv.Start(t)
+	install(t, c)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "rbac-status", Count: 1})[0]
+	sa := clientset(t, asServiceAccount(c)).CoreV1().Nodes()
+	try := func(patch, refusal string) error {
+		_, err := sa.Patch(ctx, node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		if refusal == "" {
+			return err
+		}
+		return refused(err, refusal)
+	}
+	const (
+		conditions = "vacate-controller may set only the node conditions DrainInProgress and Drained"
+		status     = "vacate-controller may change nothing of a Node's status but its drain conditions"
+	)
+	check(t, "the policy refusing a Ready condition", func() error {
+		return try(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Forged","message":"x"}]}}`, conditions)
+	})
+	for _, p := range []struct{ what, patch, refusal string }{
+		{"mark the node under memory pressure", `{"status":{"conditions":[{"type":"MemoryPressure","status":"True","reason":"Forged"}]}}`, conditions},
+		{"set MaintenancePlanned (people's, a trigger)", `{"status":{"conditions":[{"type":"MaintenancePlanned","status":"True","reason":"Forged"}]}}`, conditions},
+		{"change its capacity", `{"status":{"capacity":{"pods":"1"}}}`, status},
+		{"change its addresses", `{"status":{"addresses":[{"type":"InternalIP","address":"10.0.0.9"}]}}`, status},
+		{"set DrainInProgress", `{"status":{"conditions":[{"type":"DrainInProgress","status":"True","reason":"Evicting","message":"vacate NodeDrain x: Evicting"}]}}`, ""},
+		{"set Drained", `{"status":{"conditions":[{"type":"Drained","status":"True","reason":"Drained","message":"vacate NodeDrain x: drained"}]}}`, ""},
+	} {
+		if err := try(p.patch, p.refusal); err != nil {
+			t.Errorf("%s: %v", p.what, err)
+		}
+	}
+}

@@ -8,8 +8,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -114,4 +116,57 @@ func patch(ctx context.Context, c client.Client, node *corev1.Node, change func(
 	}
 	*node = *updated
 	return nil
+}
+
+// DrainConditions are the Node conditions Kubernetes defines for drains
+// ("the admin is responsible for setting and clearing"), which vacate sets
+// while it drains a node and clears when the drain is undone.
+var DrainConditions = []corev1.NodeConditionType{corev1.NodeDrainInProgress, corev1.NodeDrained}
+
+// SetDrainConditions makes the node's drain conditions (DrainConditions)
+// the wanted ones: each wanted is set (its transition time kept while its
+// status stays), and those not wanted are removed; no other condition is
+// touched (a strategic merge patch of nodes/status, conditions merged by
+// type). Status, reason and message decide whether anything changed; it
+// reports whether it wrote, and node becomes the result once it did.
+func SetDrainConditions(ctx context.Context, c client.Client, node *corev1.Node, want []corev1.NodeCondition, now time.Time) (bool, error) {
+	updated := node.DeepCopy()
+	var kept []corev1.NodeCondition
+	changed := false
+	for _, have := range updated.Status.Conditions {
+		if !slices.Contains(DrainConditions, have.Type) {
+			kept = append(kept, have)
+			continue
+		}
+		i := slices.IndexFunc(want, func(w corev1.NodeCondition) bool { return w.Type == have.Type })
+		if i < 0 {
+			changed = true // no longer wanted: removed
+			continue
+		}
+		w := want[i]
+		if have.Status == w.Status && have.Reason == w.Reason && have.Message == w.Message {
+			kept = append(kept, have)
+			continue
+		}
+		w.LastHeartbeatTime, w.LastTransitionTime = metav1.NewTime(now), have.LastTransitionTime
+		if have.Status != w.Status {
+			w.LastTransitionTime = metav1.NewTime(now)
+		}
+		kept, changed = append(kept, w), true
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(node.Status.Conditions, func(h corev1.NodeCondition) bool { return h.Type == w.Type }) {
+			w.LastHeartbeatTime, w.LastTransitionTime = metav1.NewTime(now), metav1.NewTime(now)
+			kept, changed = append(kept, w), true
+		}
+	}
+	if !changed {
+		return false, nil
+	}
+	updated.Status.Conditions = kept
+	if err := c.Status().Patch(ctx, updated, client.StrategicMergeFrom(node)); err != nil {
+		return false, fmt.Errorf("setting the drain conditions of node %s: %w", node.Name, err)
+	}
+	*node = *updated
+	return true, nil
 }

@@ -37,6 +37,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 		s.setStatus()
 		r.reportPods(s)
+		if merr := r.markNode(ctx, s); merr != nil {
+			err = errors.Join(err, merr)
+		}
 		now := time.Now()
 		progress := !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status)
 		if progress {

@@ -32,6 +32,7 @@ import (
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains/finalizers,verbs=update
 // +kubebuilder:rbac:groups=vacate.dev,resources=drainpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch

@@ -83,6 +83,11 @@ func TestTaintTriggerAndAnotherRequester(t *testing.T) {
 	if got := requesterNames(nd); len(got) != 1 || got[0] != v1alpha1.RequesterTaint {
 		t.Fatalf("requesters %v, want only %q", got, v1alpha1.RequesterTaint)
 	}
+	// The node says it too, in the conditions Kubernetes defines for drains.
+	waitNodeConditions(t, e, node, "Drained True, DrainInProgress False", func(c map[corev1.NodeConditionType]corev1.NodeCondition) bool {
+		return c[corev1.NodeDrained].Status == corev1.ConditionTrue && c[corev1.NodeDrainInProgress].Status == corev1.ConditionFalse &&
+			strings.Contains(c[corev1.NodeDrained].Message, "vacate NodeDrain "+node)
+	})
 	if err := requests.Apply(context.Background(), e.cl, node, v1alpha1.Requester{Name: "cli:alice"}, nd.Spec.Mode, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +112,33 @@ func TestTaintTriggerAndAnotherRequester(t *testing.T) {
 	waitGone(t, e, node)
 	if n := getNode(t, e, node); n.Spec.Unschedulable {
 		t.Error("the node is still cordoned after the last requester left")
+	}
+	waitNodeConditions(t, e, node, "no drain conditions once undone", func(c map[corev1.NodeConditionType]corev1.NodeCondition) bool {
+		_, inProgress := c[corev1.NodeDrainInProgress]
+		_, drained := c[corev1.NodeDrained]
+		return !inProgress && !drained
+	})
+}
+
+// waitNodeConditions waits until the node's conditions, by type, satisfy
+// cond.
+func waitNodeConditions(t *testing.T, e *env, name, what string, cond func(map[corev1.NodeConditionType]corev1.NodeCondition) bool) {
+	t.Helper()
+	var last []corev1.NodeCondition
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := e.c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = n.Status.Conditions
+		byType := map[corev1.NodeConditionType]corev1.NodeCondition{}
+		for _, c := range n.Status.Conditions {
+			byType[c.Type] = c
+		}
+		return cond(byType), nil
+	})
+	if err != nil {
+		t.Fatalf("node %s: %s: %v; conditions %+v", name, what, err, last)
 	}
 }
 

@@ -100,6 +100,11 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		}
 	}
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
+	if !nodeGone && (nd.Status.NodeUID == "" || nd.Status.NodeUID == string(node.UID)) {
+		if _, err := cordon.SetDrainConditions(ctx, r.Client, node, nil, s.now); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if !nodeGone {
 		if changed, err := cordon.LetDaemonSetsBack(ctx, r.Client, node, nd); apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
