@@ -84,7 +84,7 @@ func handOver(status lifecyclev1alpha1.EvictionStatus, now metav1.Time) (lifecyc
 	if i < 0 {
 		return noneActive(status, now), false
 	}
-	r := responderStatus(&status, status.TargetResponders[i].Name)
+	r := ResponderStatus(&status, status.TargetResponders[i].Name)
 	switch {
 	case r.CompletionTime != nil:
 		status.TargetResponders[i].State = lifecyclev1alpha1.ResponderStateCompleted
@@ -186,7 +186,7 @@ func activeIndex(s lifecyclev1alpha1.EvictionStatus) int {
 // stored cannot change).
 func activate(s *lifecyclev1alpha1.EvictionStatus, i int, now metav1.Time) {
 	s.TargetResponders[i].State = lifecyclev1alpha1.ResponderStateActive
-	if r := responderStatus(s, s.TargetResponders[i].Name); r.StartTime == nil {
+	if r := ResponderStatus(s, s.TargetResponders[i].Name); r.StartTime == nil {
 		r.StartTime = ptr.To(now)
 	}
 }
@@ -199,16 +199,16 @@ func endActive(s *lifecyclev1alpha1.EvictionStatus, now metav1.Time, state lifec
 	if i < 0 {
 		return
 	}
-	if responderStatus(s, s.TargetResponders[i].Name).CompletionTime != nil {
+	if ResponderStatus(s, s.TargetResponders[i].Name).CompletionTime != nil {
 		state = lifecyclev1alpha1.ResponderStateCompleted
 	}
 	s.TargetResponders[i].State = state
 }
 
-// responderStatus is the entry of status.responders named name. The API
+// ResponderStatus is the entry of status.responders named name. The API
 // server keeps one per target responder; one missing (which it would refuse)
 // is added rather than trusted away.
-func responderStatus(s *lifecyclev1alpha1.EvictionStatus, name string) *lifecyclev1alpha1.ResponderStatus {
+func ResponderStatus(s *lifecyclev1alpha1.EvictionStatus, name string) *lifecyclev1alpha1.ResponderStatus {
 	for i := range s.Responders {
 		if s.Responders[i].Name == name {
 			return &s.Responders[i]

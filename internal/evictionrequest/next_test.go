@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -37,37 +39,14 @@ func step(f *Facts) bool {
 	return evict
 }
 
-func states(s lifecyclev1alpha1.EvictionStatus) string {
-	out := ""
-	for _, r := range s.TargetResponders {
-		out += fmt.Sprintf("%s=%s ", r.Name, r.State)
-	}
-	return out
-}
-
-func wantStates(t *testing.T, s lifecyclev1alpha1.EvictionStatus, want string) {
-	t.Helper()
-	if got := states(s); got != want {
-		t.Errorf("responders %q, want %q", got, want)
-	}
-}
-
-func wantCondition(t *testing.T, s lifecyclev1alpha1.EvictionStatus, typ lifecyclev1alpha1.EvictionConditionType, reason lifecyclev1alpha1.EvictionConditionReason) {
-	t.Helper()
-	c := meta.FindStatusCondition(s.Conditions, string(typ))
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(reason) {
-		t.Errorf("condition %s = %+v, want True %s", typ, c, reason)
-	}
-}
-
 func TestNextHandsTheTurnOnByPriorityCompletionAndHeartbeat(t *testing.T) {
 	f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
 	if step(f) {
 		t.Error("the evictor was called on before the operator's turn")
 	}
 	s := f.Eviction.Status
-	wantStates(t, s, operator+"=Active "+Evictor+"=Inactive ")
-	if st := responderStatus(&s, operator).StartTime; st == nil || !st.Time.Equal(t0) {
+	testutil.WantResponderStates(t, s, operator+"=Active "+Evictor+"=Inactive ")
+	if st := ResponderStatus(&s, operator).StartTime; st == nil || !st.Time.Equal(t0) {
 		t.Errorf("the operator's startTime %v, want the present %v", st, t0)
 	}
 	if len(s.Requesters) != 1 || s.Requesters[0].Intent != lifecyclev1alpha1.RequesterIntentEviction {
@@ -75,37 +54,37 @@ func TestNextHandsTheTurnOnByPriorityCompletionAndHeartbeat(t *testing.T) {
 	}
 
 	// A heartbeat keeps the turn; a minute short of the deadline it is kept.
-	responderStatus(&f.Eviction.Status, operator).HeartbeatTime = ptr.To(metav1.NewTime(t0.Add(time.Minute)))
+	ResponderStatus(&f.Eviction.Status, operator).HeartbeatTime = ptr.To(metav1.NewTime(t0.Add(time.Minute)))
 	f.Now = t0.Add(time.Minute + HeartbeatDeadline - time.Second)
 	if step(f) {
 		t.Error("the evictor was called on while the operator's heartbeat is fresh")
 	}
-	wantStates(t, f.Eviction.Status, operator+"=Active "+Evictor+"=Inactive ")
+	testutil.WantResponderStates(t, f.Eviction.Status, operator+"=Active "+Evictor+"=Inactive ")
 
 	// At the deadline the operator is interrupted and the evictor's turn comes.
 	f.Now = t0.Add(time.Minute + HeartbeatDeadline)
 	if !step(f) {
 		t.Error("the evictor's turn came and Next did not say so")
 	}
-	wantStates(t, f.Eviction.Status, operator+"=Interrupted "+Evictor+"=Active ")
-	if st := responderStatus(&f.Eviction.Status, Evictor).StartTime; st == nil || !st.Time.Equal(f.Now) {
+	testutil.WantResponderStates(t, f.Eviction.Status, operator+"=Interrupted "+Evictor+"=Active ")
+	if st := ResponderStatus(&f.Eviction.Status, Evictor).StartTime; st == nil || !st.Time.Equal(f.Now) {
 		t.Errorf("the evictor's startTime %v, want %v", st, f.Now)
 	}
 
 	// The pod goes (the evictor evicted it and said so): the Eviction ends.
-	responderStatus(&f.Eviction.Status, Evictor).CompletionTime = ptr.To(metav1.NewTime(f.Now))
+	ResponderStatus(&f.Eviction.Status, Evictor).CompletionTime = ptr.To(metav1.NewTime(f.Now))
 	f.Pod = nil
 	if step(f) {
 		t.Error("the evictor was called on for a pod that is gone")
 	}
-	wantStates(t, f.Eviction.Status, operator+"=Interrupted "+Evictor+"=Completed ")
-	wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+	testutil.WantResponderStates(t, f.Eviction.Status, operator+"=Interrupted "+Evictor+"=Completed ")
+	testutil.WantEvictionCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
 
 	// A final Eviction changes no more.
-	before := states(f.Eviction.Status)
+	before := testutil.ResponderStates(f.Eviction.Status)
 	f.Now = f.Now.Add(time.Hour)
 	step(f)
-	if got := states(f.Eviction.Status); got != before {
+	if got := testutil.ResponderStates(f.Eviction.Status); got != before {
 		t.Errorf("a final Eviction changed: %q to %q", before, got)
 	}
 }
@@ -114,11 +93,11 @@ func TestNextCompletedResponderPassesToTheEvictor(t *testing.T) {
 	f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
 	step(f)
 	f.Now = t0.Add(time.Minute)
-	responderStatus(&f.Eviction.Status, operator).CompletionTime = ptr.To(metav1.NewTime(f.Now))
+	ResponderStatus(&f.Eviction.Status, operator).CompletionTime = ptr.To(metav1.NewTime(f.Now))
 	if !step(f) {
 		t.Error("the evictor's turn came and Next did not say so")
 	}
-	wantStates(t, f.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
+	testutil.WantResponderStates(t, f.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
 }
 
 func TestNextPlainPodGoesStraightToTheEvictor(t *testing.T) {
@@ -126,7 +105,7 @@ func TestNextPlainPodGoesStraightToTheEvictor(t *testing.T) {
 	if !step(f) {
 		t.Error("a pod without responders: the evictor's turn is first")
 	}
-	wantStates(t, f.Eviction.Status, Evictor+"=Active ")
+	testutil.WantResponderStates(t, f.Eviction.Status, Evictor+"=Active ")
 }
 
 func TestNextCancelsWhenEveryRequesterWithdraws(t *testing.T) {
@@ -144,8 +123,8 @@ func TestNextCancelsWhenEveryRequesterWithdraws(t *testing.T) {
 			if step(f) {
 				t.Error("the evictor was called on after every requester withdrew")
 			}
-			wantStates(t, f.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
-			wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters)
+			testutil.WantResponderStates(t, f.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+			testutil.WantEvictionCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters)
 			if r := f.Eviction.Status.Requesters; len(r) != 1 || r[0].Intent != lifecyclev1alpha1.RequesterIntentWithdrawn {
 				t.Errorf("requesters %v, want the one, Withdrawn", r)
 			}
@@ -163,8 +142,8 @@ func TestNextEndsWhenThePodEnds(t *testing.T) {
 	step(f)
 	f.Pod.Status.Phase = corev1.PodSucceeded
 	step(f)
-	wantStates(t, f.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
-	wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodTerminal)
+	testutil.WantResponderStates(t, f.Eviction.Status, operator+"=Canceled "+Evictor+"=Inactive ")
+	testutil.WantEvictionCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodTerminal)
 }
 
 func TestNextFailsWhenNoResponderIsLeft(t *testing.T) {
@@ -174,8 +153,8 @@ func TestNextFailsWhenNoResponderIsLeft(t *testing.T) {
 	if step(f) {
 		t.Error("the evictor was called on after its own turn was interrupted")
 	}
-	wantStates(t, f.Eviction.Status, Evictor+"=Interrupted ")
-	wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder)
+	testutil.WantResponderStates(t, f.Eviction.Status, Evictor+"=Interrupted ")
+	testutil.WantEvictionCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder)
 }
 
 func TestRequestersKeepTheWantingOnesWithinTheLimit(t *testing.T) {
@@ -252,19 +231,19 @@ func TestNextOnWhatOthersStoreAndCachesShow(t *testing.T) {
 		step(f)
 		s := &f.Eviction.Status
 		s.TargetResponders[0], s.TargetResponders[1] = s.TargetResponders[1], s.TargetResponders[0]
-		responderStatus(s, operator).CompletionTime = ptr.To(metav1.NewTime(t0.Add(time.Minute)))
+		ResponderStatus(s, operator).CompletionTime = ptr.To(metav1.NewTime(t0.Add(time.Minute)))
 		f.Now = t0.Add(time.Minute)
 		if !step(f) {
 			t.Error("the evictor's turn came and Next did not say so")
 		}
-		wantStates(t, f.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
+		testutil.WantResponderStates(t, f.Eviction.Status, operator+"=Completed "+Evictor+"=Active ")
 	})
 	t.Run("the evictor completed, the pod not yet seen going", func(t *testing.T) {
 		f := &Facts{Pod: &corev1.Pod{}, Requests: wants, Now: t0}
 		step(f)
-		responderStatus(&f.Eviction.Status, Evictor).CompletionTime = ptr.To(metav1.NewTime(t0))
+		ResponderStatus(&f.Eviction.Status, Evictor).CompletionTime = ptr.To(metav1.NewTime(t0))
 		step(f)
-		wantStates(t, f.Eviction.Status, Evictor+"=Completed ")
+		testutil.WantResponderStates(t, f.Eviction.Status, Evictor+"=Completed ")
 		if len(f.Eviction.Status.Conditions) != 0 {
 			t.Errorf("conditions %v while the evicted pod is still seen, want none yet", f.Eviction.Status.Conditions)
 		}
@@ -274,7 +253,7 @@ func TestNextOnWhatOthersStoreAndCachesShow(t *testing.T) {
 		}
 		f.Pod = nil
 		step(f)
-		wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+		testutil.WantEvictionCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
 	})
 	t.Run("nothing Active and the evictor did not complete", func(t *testing.T) {
 		f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
@@ -282,20 +261,20 @@ func TestNextOnWhatOthersStoreAndCachesShow(t *testing.T) {
 		f.Eviction.Status.TargetResponders[0].State = lifecyclev1alpha1.ResponderStateCompleted
 		f.Eviction.Status.TargetResponders[1].State = lifecyclev1alpha1.ResponderStateInterrupted
 		step(f)
-		wantCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder)
+		testutil.WantEvictionCondition(t, f.Eviction.Status, lifecyclev1alpha1.EvictionConditionFailed, lifecyclev1alpha1.EvictionConditionReasonNoFurtherResponder)
 	})
 	t.Run("observedGeneration never goes back, startTime never changes", func(t *testing.T) {
 		f := &Facts{Pod: responderPod(), Requests: wants, Now: t0}
 		step(f)
 		f.Eviction.Status.ObservedGeneration = ptr.To[int64](5)
 		started := metav1.NewTime(t0.Add(-time.Hour))
-		responderStatus(&f.Eviction.Status, Evictor).StartTime = &started
-		responderStatus(&f.Eviction.Status, operator).CompletionTime = ptr.To(metav1.NewTime(t0))
+		ResponderStatus(&f.Eviction.Status, Evictor).StartTime = &started
+		ResponderStatus(&f.Eviction.Status, operator).CompletionTime = ptr.To(metav1.NewTime(t0))
 		step(f)
 		if g := ptr.Deref(f.Eviction.Status.ObservedGeneration, 0); g != 5 {
 			t.Errorf("observedGeneration %d, want 5 kept (generation is 1)", g)
 		}
-		if st := responderStatus(&f.Eviction.Status, Evictor).StartTime; !st.Equal(&started) {
+		if st := ResponderStatus(&f.Eviction.Status, Evictor).StartTime; !st.Equal(&started) {
 			t.Errorf("the evictor's stored startTime %v was changed to %v", started, st)
 		}
 	})

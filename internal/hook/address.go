@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // RefusedError is an address the controller never calls: the hook would
@@ -118,4 +120,20 @@ func Summary(s string) string {
 		}
 	}
 	return string(out)
+}
+
+// StillTheTarget is a prober's check before every call (Prober.Check),
+// against what c reads (an informer's current view): the pod is there with
+// the same UID, and the target's IP is still one of its addresses and one
+// vacate calls. A pod gone, replaced or moved to another IP is not called:
+// the IP may belong to another pod by now.
+func StillTheTarget(ctx context.Context, c client.Reader, t Target, allowLoopback bool) error {
+	pod := &corev1.Pod{}
+	if err := c.Get(ctx, t.Key, pod); err != nil {
+		return fmt.Errorf("reading pod %s: %w", t.Name, err)
+	}
+	if pod.UID != t.Pod {
+		return fmt.Errorf("pod %s is gone (another pod has its name)", t.Name)
+	}
+	return CheckPod(pod, t.IP, allowLoopback)
 }

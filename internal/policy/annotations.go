@@ -1,11 +1,14 @@
 package policy
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/hook"
@@ -15,11 +18,27 @@ import (
 // them) and `vacate plan`'s (which predicts with them): what a pod's own
 // annotations may do under a policy, and whether a drain calls its HTTP
 // evacuation hook. They read nothing themselves: the caller passes how to
-// read a namespace's labels.
+// read a namespace's labels (NamespaceLabelsFrom, for a controller).
 
 // NamespaceLabels returns a namespace's labels; a namespace that does not
 // exist has none (nil, and no error).
 type NamespaceLabels func(namespace string) (labels.Set, error)
+
+// NamespaceLabelsFrom reads namespaces' labels with c (a controller's
+// cache), for the shared decisions (here, internal/providers).
+func NamespaceLabelsFrom(ctx context.Context, c client.Reader) NamespaceLabels {
+	return func(name string) (labels.Set, error) {
+		ns := &corev1.Namespace{}
+		err := c.Get(ctx, types.NamespacedName{Name: name}, ns)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading namespace %s: %w", name, err)
+		}
+		return ns.Labels, nil
+	}
+}
 
 // HoldingAnnotations are the pod annotations with which a pod can hold a
 // drain: opt out of it or make it wait (vacate.dev/drain), or make it wait

@@ -94,7 +94,7 @@ func (c *player) step(what string) bool {
 func (c *player) respond(name string, report func(*lifecyclev1alpha1.ResponderStatus)) {
 	c.t.Helper()
 	ev := c.facts.Eviction.DeepCopy()
-	report(responderStatus(&ev.Status, name))
+	report(er.ResponderStatus(&ev.Status, name))
 	stored, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(context.Background(), ev, metav1.UpdateOptions{})
 	if err != nil {
 		c.t.Fatalf("%s's report refused: %v", name, err)
@@ -157,7 +157,7 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		if c.step("the first turn") {
 			t.Error("the evictor's turn before the operator's")
 		}
-		wantStates(t, c.facts.Eviction.Status, operator+"=Active "+er.Evictor+"=Inactive ")
+		testutil.WantResponderStates(t, c.facts.Eviction.Status, operator+"=Active "+er.Evictor+"=Inactive ")
 		c.respond(operator, func(r *lifecyclev1alpha1.ResponderStatus) {
 			r.HeartbeatTime, r.Message = now(), ptr.To("moving data")
 		})
@@ -165,14 +165,14 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		if !c.step("the handover to the evictor") {
 			t.Error("the evictor's turn came and Next did not say so")
 		}
-		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Active ")
+		testutil.WantResponderStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Active ")
 		c.respond(er.Evictor, func(r *lifecyclev1alpha1.ResponderStatus) { r.CompletionTime = now() })
 		c.step("the evictor's turn ends, its pod still seen")
-		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Completed ")
+		testutil.WantResponderStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Completed ")
 		c.facts.Pod = nil
 		c.step("the end, the pod evicted")
-		wantStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Completed ")
-		wantCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
+		testutil.WantResponderStates(t, c.facts.Eviction.Status, operator+"=Completed "+er.Evictor+"=Completed ")
+		testutil.WantEvictionCondition(t, c.facts.Eviction.Status, lifecyclev1alpha1.EvictionConditionTargetEvicted, lifecyclev1alpha1.EvictionConditionReasonPodDeleted)
 		req := c.facts.Requests[0]
 		if cond := meta.FindStatusCondition(req.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)); cond == nil || cond.Reason != string(lifecyclev1alpha1.EvictionConditionReasonPodDeleted) || ptr.Deref(req.Status.ObservedGeneration, 0) != req.Generation {
 			t.Errorf("the request's status %+v, want TargetEvicted PodDeleted at its generation", req.Status)
@@ -192,8 +192,8 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 			c.step("the first turn")
 			end.change(&c.facts)
 			c.step("the end")
-			wantStates(t, c.facts.Eviction.Status, operator+"=Canceled "+er.Evictor+"=Inactive ")
-			wantCondition(t, c.facts.Eviction.Status, end.cond, end.reason)
+			testutil.WantResponderStates(t, c.facts.Eviction.Status, operator+"=Canceled "+er.Evictor+"=Inactive ")
+			testutil.WantEvictionCondition(t, c.facts.Eviction.Status, end.cond, end.reason)
 		})
 	}
 	t.Run("an interruption before the heartbeat deadline is refused", func(t *testing.T) {
@@ -206,7 +206,7 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		early, _ := er.Next(c.facts)
 		ev := c.facts.Eviction.DeepCopy()
 		ev.Status = early
-		responderStatus(&ev.Status, er.Evictor).StartTime = now()
+		er.ResponderStatus(&ev.Status, er.Evictor).StartTime = now()
 		_, err := c.client.LifecycleV1alpha1().Evictions(ev.Namespace).UpdateStatus(context.Background(), ev, metav1.UpdateOptions{})
 		if err == nil || !strings.Contains(err.Error(), "must stay Active") {
 			t.Errorf("an early interruption: %v, want the API server's refusal (must stay Active)", err)
@@ -218,43 +218,9 @@ func TestTheAPIServerAcceptsNextsWrites(t *testing.T) {
 		if !c.step("the first turn") {
 			t.Error("the evictor's turn is first and Next did not say so")
 		}
-		wantStates(t, c.facts.Eviction.Status, er.Evictor+"=Active ")
+		testutil.WantResponderStates(t, c.facts.Eviction.Status, er.Evictor+"=Active ")
 	})
 }
 
 // operator is the responder the played pods declare.
 const operator = "example.com/operator"
-
-func states(s lifecyclev1alpha1.EvictionStatus) string {
-	out := ""
-	for _, r := range s.TargetResponders {
-		out += fmt.Sprintf("%s=%s ", r.Name, r.State)
-	}
-	return out
-}
-
-func wantStates(t *testing.T, s lifecyclev1alpha1.EvictionStatus, want string) {
-	t.Helper()
-	if got := states(s); got != want {
-		t.Errorf("responders %q, want %q", got, want)
-	}
-}
-
-func wantCondition(t *testing.T, s lifecyclev1alpha1.EvictionStatus, typ lifecyclev1alpha1.EvictionConditionType, reason lifecyclev1alpha1.EvictionConditionReason) {
-	t.Helper()
-	c := meta.FindStatusCondition(s.Conditions, string(typ))
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(reason) {
-		t.Errorf("condition %s = %+v, want True %s", typ, c, reason)
-	}
-}
-
-// responderStatus is the entry of status.responders named name.
-func responderStatus(s *lifecyclev1alpha1.EvictionStatus, name string) *lifecyclev1alpha1.ResponderStatus {
-	for i := range s.Responders {
-		if s.Responders[i].Name == name {
-			return &s.Responders[i]
-		}
-	}
-	s.Responders = append(s.Responders, lifecyclev1alpha1.ResponderStatus{Name: name})
-	return &s.Responders[len(s.Responders)-1]
-}

@@ -150,6 +150,17 @@ func (w *world) respond(pod corev1.Pod, responder string, change func(*lifecycle
 	}
 }
 
+// acceptedEvictions counts the evictions of the pod the API server
+// accepted, from its audit log.
+func (w *world) acceptedEvictions(pod corev1.Pod) int {
+	w.t.Helper()
+	events, err := devcluster.ReadAudit(w.c.AuditLog)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return devcluster.SuccessfulEvictions(events)[w.ns+"/"+pod.Name]
+}
+
 // pod reads the pod; nil once it is gone.
 func (w *world) pod(p corev1.Pod) *corev1.Pod {
 	w.t.Helper()
@@ -343,11 +354,7 @@ func TestARestartMidwayEvictsOnce(t *testing.T) {
 	if state(ev, backup) != lifecyclev1alpha1.ResponderStateCompleted || state(ev, er.Evictor) != lifecyclev1alpha1.ResponderStateCompleted {
 		t.Errorf("after the restart:\n%s\nwant both turns Completed", describe(ev))
 	}
-	events, err := devcluster.ReadAudit(w.c.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := devcluster.SuccessfulEvictions(events)[w.ns+"/"+target.Name]; n != 1 {
+	if n := w.acceptedEvictions(target); n != 1 {
 		t.Errorf("the API server accepted %d evictions of %s, want exactly 1", n, target.Name)
 	}
 }
@@ -430,11 +437,7 @@ func TestAForgedEvictionCannotSkipTheResponders(t *testing.T) {
 	if p := w.pod(target); p == nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the pod was evicted past its responder:\n%s", describe(ev))
 	}
-	events, err := devcluster.ReadAudit(w.c.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := devcluster.SuccessfulEvictions(events)[w.ns+"/"+target.Name]; n != 0 {
+	if n := w.acceptedEvictions(target); n != 0 {
 		t.Errorf("the API server accepted %d evictions of %s, want none", n, target.Name)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -78,7 +77,7 @@ func (r *Reconciler) evacuate(ctx context.Context, ev *lifecyclev1alpha1.Evictio
 	if err != nil {
 		return false, "vacate cannot tell whether it may call the pod's hook: " + err.Error(), nil
 	}
-	calls, whyNot, err := pol.CallsHook(pod, r.namespaceLabels(ctx))
+	calls, whyNot, err := pol.CallsHook(pod, policy.NamespaceLabelsFrom(ctx, r.Client))
 	if err != nil {
 		return false, "", err
 	}
@@ -96,34 +95,12 @@ func (r *Reconciler) evacuate(ctx context.Context, ev *lifecyclev1alpha1.Evictio
 	return false, "HTTP hook " + t.URL() + ": " + res.Describe(), nil
 }
 
-// namespaceLabels reads a namespace's labels from the cache.
-func (r *Reconciler) namespaceLabels(ctx context.Context) policy.NamespaceLabels {
-	return func(name string) (labels.Set, error) {
-		ns := &corev1.Namespace{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ns)
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading namespace %s: %w", name, err)
-		}
-		return ns.Labels, nil
-	}
-}
-
-// stillTheTarget is the prober's check before every call: the pod is still
-// there under its UID, at an address vacate calls.
+// stillTheTarget is the prober's check before every call, against the
+// informer's current view (hook.StillTheTarget).
 func (r *Reconciler) stillTheTarget(t hook.Target) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pod := &corev1.Pod{}
-	if err := r.Client.Get(ctx, t.Key, pod); err != nil {
-		return fmt.Errorf("reading pod %s: %w", t.Name, err)
-	}
-	if pod.UID != t.Pod {
-		return fmt.Errorf("pod %s is gone (another pod has its name)", t.Name)
-	}
-	return hook.CheckPod(pod, t.IP, r.AllowLoopbackHooks)
+	return hook.StillTheTarget(ctx, r.Client, t, r.AllowLoopbackHooks)
 }
 
 // heartbeat records msg on the responder status and a heartbeat, when the

@@ -2,13 +2,10 @@ package nodedrain
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -21,20 +18,9 @@ import (
 const EventAnnotationIgnored = "AnnotationIgnored"
 
 // namespaceLabels reads a namespace's labels from the cache, for the
-// shared decisions (internal/policy, internal/providers); a namespace that
-// is gone has none.
+// shared decisions (internal/policy, internal/providers).
 func (r *Reconciler) namespaceLabels(ctx context.Context) policy.NamespaceLabels {
-	return func(name string) (labels.Set, error) {
-		ns := &corev1.Namespace{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ns)
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading namespace %s: %w", name, err)
-		}
-		return ns.Labels, nil
-	}
+	return policy.NamespaceLabelsFrom(ctx, r.Client)
 }
 
 // honouredNamespaces are, among the namespaces of the pods that carry the

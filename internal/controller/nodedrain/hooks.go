@@ -162,19 +162,9 @@ func (r *Reconciler) callHook(s *scope, pod *corev1.Pod, t hook.Target, terr err
 }
 
 // stillTheTarget is the prober's check before every call, against the
-// informer's current view: the pod is there with the same UID, and the
-// target's IP is still one of its addresses and one vacate calls. A pod
-// gone, replaced or moved to another IP is not called: the IP may belong
-// to another pod by now.
+// informer's current view (hook.StillTheTarget).
 func (r *Reconciler) stillTheTarget(t hook.Target) error {
 	ctx, cancel := context.WithTimeout(context.Background(), guardTimeout)
 	defer cancel()
-	pod := &corev1.Pod{}
-	if err := r.Client.Get(ctx, t.Key, pod); err != nil {
-		return fmt.Errorf("reading pod %s: %w", t.Name, err)
-	}
-	if pod.UID != t.Pod {
-		return fmt.Errorf("pod %s is gone (another pod has its name)", t.Name)
-	}
-	return hook.CheckPod(pod, t.IP, r.AllowLoopbackHooks)
+	return hook.StillTheTarget(ctx, r.Client, t, r.AllowLoopbackHooks)
 }
