@@ -130,6 +130,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.create(ctx, t.pod, mine)
 	}
 	if final(t.eviction) {
+		if res, pending, err := r.cancelHook(ctx, t.eviction, t.pod); pending || err != nil {
+			return res, err
+		}
+		if err := r.releaseHook(ctx, t.eviction); err != nil {
+			return reconcile.Result{}, err
+		}
 		r.Hooks.Forget(t.pod.UID)
 		if askedAgain(t.eviction, mine) {
 			return r.replace(ctx, t.eviction)
@@ -192,6 +198,9 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 		return reconcile.Result{}, r.reportOn(ctx, theirs, ev)
 	}
 	if err := r.reportOn(ctx, theirs, ev); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.releaseHook(ctx, ev); err != nil { // the pod is gone: nothing to cancel
 		return reconcile.Result{}, err
 	}
 	if t.pod != nil && anyWants(forUID(t.requests, t.pod.UID)) {

@@ -11,8 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
@@ -88,6 +92,12 @@ func (r *Reconciler) evacuate(ctx context.Context, ev *lifecyclev1alpha1.Evictio
 	if err != nil {
 		return false, "vacate cannot call the pod's HTTP hook: " + err.Error(), nil
 	}
+	// Before the first call: the Eviction stays until vacate has undone
+	// what the hook started, should every request go (the garbage
+	// collector deletes it with the last).
+	if err := r.holdForHook(ctx, ev); err != nil {
+		return false, "", err
+	}
 	res := r.Hooks.Evacuate(t)
 	if res.Done() {
 		return true, "HTTP hook " + t.URL() + ": Completed: " + res.Message, nil
@@ -144,6 +154,93 @@ func active(status *lifecyclev1alpha1.EvictionStatus, name string) *lifecyclev1a
 				return &status.Responders[i]
 			}
 		}
+	}
+	return nil
+}
+
+// AnnotationHookCancelled on an Eviction records that the cancel of vacate's
+// hook call for it is over: the hook acknowledged its DELETE, or
+// timeouts.cancel passed (the value says which).
+const AnnotationHookCancelled = "vacate.dev/hook-cancelled"
+
+// cancelHook undoes vacate's part when an Eviction is cancelled (every
+// requester withdrew) while vacate's turn had begun and its hook had not
+// answered Completed: the hook is asked to undo (DELETE), as a cancelled
+// drain asks it, until it acknowledges or the node's policy's
+// timeouts.cancel passes. pending says a pass must come back.
+func (r *Reconciler) cancelHook(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod) (reconcile.Result, bool, error) {
+	failed := findTrue(ev, lifecyclev1alpha1.EvictionConditionFailed)
+	if failed == nil || failed.Reason != string(lifecyclev1alpha1.EvictionConditionReasonCanceledDueToNoRequesters) ||
+		ev.Annotations[AnnotationHookCancelled] != "" || !hook.Wants(pod) {
+		return reconcile.Result{}, false, nil
+	}
+	rs := er.ResponderStatus(ev.Status.DeepCopy(), Responder)
+	if rs.StartTime == nil || rs.CompletionTime != nil {
+		return reconcile.Result{}, false, nil // vacate's turn never came, or its hook had completed
+	}
+	t, err := hook.TargetFor(pod, hook.Run{Drain: string(ev.UID), ID: string(ev.UID), Node: pod.Spec.NodeName, Mode: hookMode}, r.AllowLoopbackHooks)
+	if err != nil || r.Hooks.NeverReached(t) {
+		return reconcile.Result{}, false, nil // it cannot be called, or never got the POST
+	}
+	res, acknowledged := r.Hooks.Cancel(t)
+	limit := policy.DefaultCancelTimeout
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err == nil {
+		if p, err := policy.Resolve(ctx, r.Client, "", node); err == nil {
+			limit = p.CancelTimeout
+		}
+	}
+	outcome := ""
+	switch {
+	case acknowledged:
+		outcome = "acknowledged"
+	case r.Clock.Now().Sub(failed.LastTransitionTime.Time) >= limit:
+		outcome = "timed out"
+		r.Events.Eventf(ev, pod, corev1.EventTypeWarning, ReasonHookCancelTimeout, "Cancel",
+			"the HTTP hook %s did not acknowledge the cancel within %s (timeouts.cancel): %s", t.URL(), limit, res.Describe())
+	default:
+		return reconcile.Result{RequeueAfter: hookPoll}, true, nil
+	}
+	patch := client.MergeFrom(ev.DeepCopy())
+	if ev.Annotations == nil {
+		ev.Annotations = map[string]string{}
+	}
+	ev.Annotations[AnnotationHookCancelled] = outcome
+	if err := r.Client.Patch(ctx, ev, patch); err != nil {
+		return reconcile.Result{}, true, fmt.Errorf("recording the hook's cancel on Eviction %s/%s: %w", ev.Namespace, ev.Name, err)
+	}
+	return reconcile.Result{}, false, nil
+}
+
+// FinalizerHook keeps an Eviction whose pod's HTTP hook vacate called until
+// its cancel is over (cancelHook): the garbage collector deletes an
+// Eviction with its last request, and a cancel needs the Eviction.
+const FinalizerHook = "vacate.dev/hook"
+
+// holdForHook puts FinalizerHook on the Eviction (not on one being deleted:
+// the API refuses new finalizers there).
+func (r *Reconciler) holdForHook(ctx context.Context, ev *lifecyclev1alpha1.Eviction) error {
+	if controllerutil.ContainsFinalizer(ev, FinalizerHook) || !ev.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(ev.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(ev, FinalizerHook)
+	if err := r.Client.Patch(ctx, ev, patch); err != nil {
+		return fmt.Errorf("adding finalizer %s to Eviction %s/%s: %w", FinalizerHook, ev.Namespace, ev.Name, err)
+	}
+	return nil
+}
+
+// releaseHook removes FinalizerHook from an Eviction that no longer needs
+// it.
+func (r *Reconciler) releaseHook(ctx context.Context, ev *lifecyclev1alpha1.Eviction) error {
+	if !controllerutil.ContainsFinalizer(ev, FinalizerHook) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(ev.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(ev, FinalizerHook)
+	if err := r.Client.Patch(ctx, ev, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer %s from Eviction %s/%s: %w", FinalizerHook, ev.Namespace, ev.Name, err)
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +15,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -28,14 +32,20 @@ import (
 // simulated pod's own loopback address: it records the POSTs and answers
 // GETs with state.
 type hookApp struct {
-	mu    sync.Mutex
-	state string
-	posts []map[string]any
+	mu      sync.Mutex
+	state   string
+	posts   []map[string]any
+	deletes int
 }
 
 func (a *hookApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if r.Method == http.MethodDelete {
+		a.deletes++
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	if r.Method == http.MethodPost {
 		body := map[string]any{}
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -66,31 +76,7 @@ func (a *hookApp) posted() []map[string]any {
 // message; once the hook answers Completed, vacate's turn completes and the
 // evictor evicts the pod.
 func TestVacateAnswersAsAResponder(t *testing.T) {
-	const port = 18091
-	w := newWorld(t, 1, "1", func(d *appsv1.Deployment) {
-		d.Spec.Template.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: coordinator.Responder, Priority: ptr.To[int32](5000)}}
-		d.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(port)}
-	})
-	// The pod's node is under a policy that calls HTTP hooks.
-	admin := testenv.DrainClient(t, w.c)
-	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "hooks-" + w.ns}, Spec: v1alpha1.DrainPolicySpec{
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "er-" + w.ns}},
-		HTTPHooks:    v1alpha1.HTTPHooks{Enabled: true},
-	}}
-	if err := admin.Create(testenv.Context(t), dp); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(testenv.Context(t), dp) })
-	target := w.pods[0]
-	app := &hookApp{state: hook.InProgress}
-	ln, err := net.Listen("tcp", net.JoinHostPort(target.Status.PodIP, fmt.Sprint(port)))
-	if err != nil {
-		t.Fatalf("listening on the pod's IP: %v", err)
-	}
-	srv := &http.Server{Handler: app, ReadHeaderTimeout: time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-
+	w, target, app := hookedWorld(t, 18091)
 	w.request(target, "rebalance-5")
 	ev := w.waitEviction(target, "vacate's turn, the hook in progress", func(ev *lifecyclev1alpha1.Eviction) bool {
 		return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, coordinator.Responder), "InProgress: forwarding stored messages (120 remaining)")
@@ -112,4 +98,70 @@ func TestVacateAnswersAsAResponder(t *testing.T) {
 		state(ev, er.Evictor) != lifecyclev1alpha1.ResponderStateCompleted {
 		t.Errorf("at the end:\n%s\nwant vacate's turn Completed with the hook's answer, then the evictor's", describe(ev))
 	}
+}
+
+// TestACancelledEvictionCancelsTheHook: when the only request is deleted
+// while vacate's hook is in progress, the garbage collector deletes the
+// Eviction with it; vacate's finalizer keeps it until vacate has undone
+// what it started, as a cancelled drain does: the hook gets its DELETE, then
+// the Eviction goes. The pod stays.
+func TestACancelledEvictionCancelsTheHook(t *testing.T) {
+	w, target, app := hookedWorld(t, 18092)
+	req := w.request(target, "rebalance-7")
+	ev := w.waitEviction(target, "vacate's turn, the hook in progress", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, coordinator.Responder), "InProgress")
+	})
+	if !slices.Contains(ev.Finalizers, coordinator.FinalizerHook) {
+		t.Errorf("the Eviction's finalizers %v, want %s while the hook works", ev.Finalizers, coordinator.FinalizerHook)
+	}
+	if err := w.cs.LifecycleV1alpha1().EvictionRequests(w.ns).Delete(testenv.Context(t), req.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(testenv.Context(t), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := w.cs.LifecycleV1alpha1().Evictions(w.ns).Get(ctx, target.Name, metav1.GetOptions{})
+		app.mu.Lock()
+		defer app.mu.Unlock()
+		if apierrors.IsNotFound(err) && app.deletes == 0 {
+			return false, fmt.Errorf("the Eviction went before the hook got its DELETE")
+		}
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the cancel: %v", err)
+	}
+	if p := w.pod(target); p == nil || p.DeletionTimestamp != nil {
+		t.Error("the pod was evicted after its only request went")
+	}
+}
+
+// hookedWorld is a broker of one pod that declares vacate's responder and
+// its HTTP hook on port (served on the pod's address, answering
+// InProgress), on a node whose policy calls hooks, with vacate's
+// controller running.
+func hookedWorld(t *testing.T, port int) (*world, corev1.Pod, *hookApp) {
+	t.Helper()
+	w := newWorld(t, 1, "1", func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: coordinator.Responder, Priority: ptr.To[int32](5000)}}
+		d.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(port)}
+	})
+	// The pod's node is under a policy that calls HTTP hooks.
+	admin := testenv.DrainClient(t, w.c)
+	dp := &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "hooks-" + w.ns}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "er-" + w.ns}},
+		HTTPHooks:    v1alpha1.HTTPHooks{Enabled: true},
+	}}
+	if err := admin.Create(testenv.Context(t), dp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), dp) })
+	target := w.pods[0]
+	app := &hookApp{state: hook.InProgress}
+	ln, err := net.Listen("tcp", net.JoinHostPort(target.Status.PodIP, fmt.Sprint(port)))
+	if err != nil {
+		t.Fatalf("listening on the pod's IP: %v", err)
+	}
+	srv := &http.Server{Handler: app, ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return w, target, app
 }

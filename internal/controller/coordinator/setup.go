@@ -30,6 +30,9 @@ const (
 	// ReasonNotItsResponders: an Eviction listed responders that are not
 	// its pod's; it was deleted and made again.
 	ReasonNotItsResponders = "NotItsResponders"
+	// ReasonHookCancelTimeout: a cancelled Eviction's hook did not
+	// acknowledge its DELETE within timeouts.cancel.
+	ReasonHookCancelTimeout = "HookCancelTimeout"
 )
 
 // SetupWithManager indexes the requests by target and watches what moves
