@@ -1,7 +1,7 @@
 package devcluster
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -38,26 +38,32 @@ func (e AuditEvent) Succeeded() bool {
 	return e.ResponseStatus != nil && e.ResponseStatus.Code >= 200 && e.ResponseStatus.Code < 300
 }
 
-// ReadAudit returns the completed requests recorded in the audit log.
+// ReadAudit returns the completed requests recorded in the audit log. The
+// API server writes it while tests read it: a last line still being written
+// (no newline yet) is left for the next read; any complete line that does
+// not decode is an error.
 func ReadAudit(path string) ([]AuditEvent, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening audit log: %w", err)
 	}
-	defer f.Close()
+	if i := bytes.LastIndexByte(data, '\n'); i < len(data)-1 {
+		data = data[:i+1] // i is -1 when no line is complete yet
+	}
 	var out []AuditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	for sc.Scan() {
+	for _, line := range bytes.Split(data, []byte{'\n'}) {
+		if len(line) == 0 {
+			continue
+		}
 		var e AuditEvent
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+		if err := json.Unmarshal(line, &e); err != nil {
 			return nil, fmt.Errorf("decoding audit event: %w", err)
 		}
 		if e.Stage == "ResponseComplete" {
 			out = append(out, e)
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // DryRun says whether the request was a dry run (endpoint-aware eviction
