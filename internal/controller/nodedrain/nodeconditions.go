@@ -16,18 +16,21 @@ import (
 // Node), and removes them when the drain is undone.
 
 // nodeConditions are the Node's drain conditions for the drain as its
-// status now says: DrainInProgress while it runs (its phase, progress and
-// first blocker in the message), Drained once it is, both False when it
-// failed; none before it was admitted, nor while it is undone.
+// status now says: DrainInProgress while it runs (its phase, and what
+// blocks it, in the message), Drained once it is, both False when it
+// failed; none before it was admitted, nor while it is undone. The messages
+// change only when the phase or the kind of blocker does, never with each
+// eviction: every change is a write of the Node, which wakes every watcher
+// of Nodes (vacate's controllers among them); the drain's status has the
+// counts.
 func nodeConditions(nd *v1alpha1.NodeDrain) []corev1.NodeCondition {
 	st := nd.Status
 	by := "vacate NodeDrain " + nd.Name
 	switch st.Phase {
 	case v1alpha1.PhaseCordoned, v1alpha1.PhaseEvacuating, v1alpha1.PhaseEvicting:
-		msg := fmt.Sprintf("%s: %s, %d of %d pods evicted", by, st.Phase, st.Evicted, st.Total)
+		msg := fmt.Sprintf("%s: %s", by, st.Phase)
 		if len(st.Blockers) > 0 {
-			b := st.Blockers[0]
-			msg += fmt.Sprintf("; %d pods blocked, first %s (%s)", st.Blocked, b.Pod, b.Reason)
+			msg += "; blocked: " + st.Blockers[0].Reason + " (vacate explain " + nd.Name + ")"
 		}
 		return []corev1.NodeCondition{
 			{Type: corev1.NodeDrainInProgress, Status: corev1.ConditionTrue, Reason: string(st.Phase), Message: msg},
