@@ -171,6 +171,12 @@ const (
 	// new one is Ready, or its PodDisruptionBudget allows its eviction. The
 	// drain's other pods go on.
 	BlockerSurgeFailed = "SurgeFailed"
+	// BlockerEvictionRequest: the drain asked for the pod's eviction with an
+	// EvictionRequest (the pod declares eviction responders); its
+	// responders have their turns, then its coordinator evicts it. The
+	// holder is its Eviction; the detail says which responder has the
+	// turn, and its message.
+	BlockerEvictionRequest = "EvictionRequest"
 	// HolderThrottling is the holder of an EvictionThrottled blocker.
 	HolderThrottling = "API server throttling"
 )

@@ -51,7 +51,7 @@ func main() {
 		"development only: let HTTP evacuation hooks call loopback addresses (the dev cluster's simulated pods live on 127.0.0.0/8)")
 	fs.StringVar(&opts.Controllers.HookServiceAccount, "hook-service-account", hook.DefaultCaller,
 		"the service account (NAMESPACE/NAME) whose short-lived tokens prove to HTTP evacuation hooks who calls them: its own (the controller needs create on its serviceaccounts/token)")
-	fs.Func("eviction-requests", "coordinate Kubernetes' EvictionRequest API (lifecycle.k8s.io/v1alpha1): auto (where the API server serves it; the default), coordinate (refuse to start where it does not), off (another coordinator runs)",
+	fs.Func("eviction-requests", "Kubernetes' EvictionRequest API (lifecycle.k8s.io/v1alpha1): auto (coordinate where the API server serves it; the default), coordinate (coordinate it, and drains request through it; refuse to start where it is not served), request-only (drains request through it, another coordinator runs), off (neither)",
 		func(s string) error {
 			m, err := controller.ParseEvictionRequestsMode(s)
 			opts.Controllers.EvictionRequests = m

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/explain"
+	"github.com/vacate-dev/vacate/internal/leader"
 )
 
 type explainOptions struct {
@@ -161,7 +162,41 @@ func explainNode(ctx context.Context, sess *session, node string, now time.Time)
 	}
 	in.Evacuations = nodeEvacuations(ctx, sess, node)
 	in.Now = now
-	return explain.Explain(in), nil
+	e := explain.Explain(in)
+	e.EvictionRequests = leaderEvictionRequests(ctx, sess, now)
+	return e, nil
+}
+
+// leaderEvictionRequests says how the leader drains pods that declare
+// eviction responders (evictionRequestsLine); "" where the Lease cannot be
+// read.
+func leaderEvictionRequests(ctx context.Context, sess *session, now time.Time) string {
+	cs, err := sess.controllers(ctx, now)
+	if err != nil {
+		return ""
+	}
+	return evictionRequestsLine(cs)
+}
+
+// evictionRequestsLine says how the leader of the controllers drains pods
+// that declare eviction responders, where it uses Kubernetes'
+// EvictionRequest API or was told not to; "" where the API is not served,
+// no one leads, or the Lease does not say.
+func evictionRequestsLine(cs []controllerLease) string {
+	for _, c := range cs {
+		if !c.Held {
+			continue
+		}
+		switch c.EvictionRequests {
+		case leader.EvictionRequestsCoordinating:
+			return "asked for with EvictionRequests, which vacate-controller coordinates (--eviction-requests)"
+		case leader.EvictionRequestsRequesting:
+			return "asked for with EvictionRequests, which another coordinator runs (--eviction-requests=request-only)"
+		case leader.EvictionRequestsOff:
+			return "evicted by the drain, as every pod (--eviction-requests=off)"
+		}
+	}
+	return ""
 }
 
 // nodeEvacuations are the Evacuations of node, or nil when they cannot be

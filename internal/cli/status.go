@@ -384,7 +384,10 @@ func why(nd *v1alpha1.NodeDrain) string {
 	if len(nd.Status.Blockers) > 0 {
 		b := nd.Status.Blockers[0]
 		s := b.Pod + ": " + b.Reason
-		if b.Holder != "" {
+		switch {
+		case b.Reason == v1alpha1.BlockerEvictionRequest: // which responder has the turn, in its words
+			s = b.Pod + ": " + v1alpha1.Truncate(b.Detail, 120)
+		case b.Holder != "":
 			s = b.Pod + " held by " + b.Holder
 		}
 		if n := int(nd.Status.Blocked) - 1; n > 0 {

@@ -188,9 +188,11 @@ func (c controllerLease) describe(now time.Time) string {
 func (c controllerLease) evictionRequests() string {
 	switch c.EvictionRequests {
 	case leader.EvictionRequestsCoordinating:
-		return "; coordinates EvictionRequests (lifecycle.k8s.io/v1alpha1)"
+		return "; coordinates EvictionRequests (lifecycle.k8s.io/v1alpha1); drains request through them"
+	case leader.EvictionRequestsRequesting:
+		return "; EvictionRequests: drains request through them, another coordinator owns them (--eviction-requests=request-only)"
 	case leader.EvictionRequestsOff:
-		return "; EvictionRequests: off (--eviction-requests=off: another coordinator owns them)"
+		return "; EvictionRequests: off (--eviction-requests=off: drains evict every pod themselves)"
 	case leader.EvictionRequestsNotServed:
 		return "; EvictionRequests: not served by the API server (feature gate EvictionRequestAPI off)"
 	}

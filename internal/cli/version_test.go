@@ -14,6 +14,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/explain"
 	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/version"
 )
@@ -204,8 +205,9 @@ func TestVersionSaysWhetherTheLeaderCoordinatesEvictionRequests(t *testing.T) {
 	now := time.Now()
 	holder, dur := "ctl", int32(15)
 	for state, want := range map[string]string{
-		leader.EvictionRequestsCoordinating: "; coordinates EvictionRequests (lifecycle.k8s.io/v1alpha1)",
-		leader.EvictionRequestsOff:          "; EvictionRequests: off (--eviction-requests=off: another coordinator owns them)",
+		leader.EvictionRequestsCoordinating: "; coordinates EvictionRequests (lifecycle.k8s.io/v1alpha1); drains request through them",
+		leader.EvictionRequestsRequesting:   "; EvictionRequests: drains request through them, another coordinator owns them (--eviction-requests=request-only)",
+		leader.EvictionRequestsOff:          "; EvictionRequests: off (--eviction-requests=off: drains evict every pod themselves)",
 		leader.EvictionRequestsNotServed:    "; EvictionRequests: not served by the API server (feature gate EvictionRequestAPI off)",
 		"":                                  ")",
 	} {
@@ -215,5 +217,32 @@ func TestVersionSaysWhetherTheLeaderCoordinatesEvictionRequests(t *testing.T) {
 		if c.EvictionRequests != state || !strings.HasSuffix(c.describe(now), want) {
 			t.Errorf("Lease labelled %q: %q (%+v), want it to end %q", state, c.describe(now), c, want)
 		}
+	}
+}
+
+// TestExplainSaysHowPodsWithRespondersLeave: vacate explain says, from the
+// leader's Lease, whether a drain asks for pods that declare eviction
+// responders with EvictionRequests (and who coordinates them) or evicts
+// them; nothing where the API is not served, or no one leads.
+func TestExplainSaysHowPodsWithRespondersLeave(t *testing.T) {
+	for state, want := range map[string]string{
+		leader.EvictionRequestsCoordinating: "asked for with EvictionRequests, which vacate-controller coordinates (--eviction-requests)",
+		leader.EvictionRequestsRequesting:   "asked for with EvictionRequests, which another coordinator runs (--eviction-requests=request-only)",
+		leader.EvictionRequestsOff:          "evicted by the drain, as every pod (--eviction-requests=off)",
+		leader.EvictionRequestsNotServed:    "",
+		"":                                  "",
+	} {
+		standby := controllerLease{EvictionRequests: leader.EvictionRequestsCoordinating}
+		if got := evictionRequestsLine([]controllerLease{standby, {Held: true, EvictionRequests: state}}); got != want {
+			t.Errorf("leader's Lease labelled %q: %q, want %q", state, got, want)
+		}
+	}
+	if got := evictionRequestsLine([]controllerLease{{EvictionRequests: leader.EvictionRequestsCoordinating}}); got != "" {
+		t.Errorf("no one leads: %q, want nothing", got)
+	}
+	var out strings.Builder
+	e := explain.Explanation{State: "drain of node n1: Evicting", Idle: "idle", EvictionRequests: "asked for with EvictionRequests"}
+	if err := e.Write(&out, time.Now()); err != nil || !strings.Contains(out.String(), "\npods with eviction responders: asked for with EvictionRequests\n") {
+		t.Errorf("explain's text %q (%v) does not carry the line", out.String(), err)
 	}
 }

@@ -56,13 +56,13 @@ type Options struct {
 	// WrapHookTransport, if set, wraps the HTTP hook client's transport (the
 	// operator's leader fence: no hook call unless this replica leads).
 	WrapHookTransport func(http.RoundTripper) http.RoundTripper
-	// EvictionRequests is the coordinator's mode (EvictionRequestsAuto when
-	// empty): whether vacate coordinates the EvictionRequest API.
+	// EvictionRequests is the mode of --eviction-requests
+	// (EvictionRequestsAuto when empty): whether vacate coordinates the
+	// EvictionRequest API and whether its drains request through it.
 	EvictionRequests EvictionRequestsMode
-	// Coordinate registers the EvictionRequest coordinator: the mode's
-	// decision at start (Coordinates), made by the caller, which also
-	// writes it on the leader's Lease.
-	Coordinate bool
+	// Roles is the mode's decision at start (DecideRoles), made by the
+	// caller, which also writes it on the leader's Lease.
+	Roles EvictionRequestRoles
 }
 
 // EvictionRequestsMode says whether vacate coordinates Kubernetes'
@@ -71,23 +71,42 @@ type EvictionRequestsMode string
 
 // The modes of --eviction-requests.
 const (
-	// EvictionRequestsAuto coordinates where the API server serves the API
-	// (discovery at start), and does nothing elsewhere.
+	// EvictionRequestsAuto coordinates and requests where the API server
+	// serves the API (discovery at start), and does neither elsewhere.
 	EvictionRequestsAuto EvictionRequestsMode = "auto"
-	// EvictionRequestsCoordinate coordinates, and refuses to start where
-	// the API is not served.
+	// EvictionRequestsCoordinate coordinates and requests, and refuses to
+	// start where the API is not served.
 	EvictionRequestsCoordinate EvictionRequestsMode = "coordinate"
-	// EvictionRequestsOff never coordinates (another coordinator runs).
+	// EvictionRequestsRequestOnly: vacate's drains request through the API,
+	// another coordinator (upstream's) coordinates; refuses to start where
+	// the API is not served.
+	EvictionRequestsRequestOnly EvictionRequestsMode = "request-only"
+	// EvictionRequestsOff neither coordinates nor requests: drains evict
+	// every pod through the Eviction API, as where the API is not served.
 	EvictionRequestsOff EvictionRequestsMode = "off"
 )
 
 // ParseEvictionRequestsMode reads --eviction-requests.
 func ParseEvictionRequestsMode(s string) (EvictionRequestsMode, error) {
 	switch m := EvictionRequestsMode(s); m {
-	case EvictionRequestsAuto, EvictionRequestsCoordinate, EvictionRequestsOff:
+	case EvictionRequestsAuto, EvictionRequestsCoordinate, EvictionRequestsRequestOnly, EvictionRequestsOff:
 		return m, nil
 	}
-	return "", fmt.Errorf("--eviction-requests %q: want auto, coordinate or off", s)
+	return "", fmt.Errorf("--eviction-requests %q: want auto, coordinate, request-only or off", s)
+}
+
+// EvictionRequestRoles is what vacate does with the EvictionRequest API,
+// decided once at start (DecideRoles).
+type EvictionRequestRoles struct {
+	// Coordinate: vacate coordinates every EvictionRequest (the
+	// coordinator controller), and answers as its responder
+	// vacate.dev/evacuation.
+	Coordinate bool
+	// Request: vacate's drains ask for the eviction of pods that declare
+	// responders with EvictionRequests, and wait for their Evictions.
+	Request bool
+	// State says so on the leader's Lease (leader.LabelEvictionRequests).
+	State string
 }
 
 // DefaultDrainWorkers is how many drains' passes run at once by default:
@@ -157,14 +176,21 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		&trigger.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
 		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock},
 	}
-	if opts.Coordinate {
+	if opts.Roles.Coordinate || opts.Roles.Request {
+		if err := index.RegisterEvictionRequests(ctx, mgr); err != nil {
+			return err
+		}
+	}
+	drains.Requests, drains.Responds = opts.Roles.Request, opts.Roles.Coordinate
+	if opts.Roles.Coordinate {
 		co := coordinator.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
 		// Its hook calls are the drains': the same client (leader fence
 		// included), tokens and loopback rule.
 		co.Hooks.Client, co.Hooks.Tokens, co.AllowLoopbackHooks = drains.Hooks.Client, drains.Hooks.Tokens, drains.AllowLoopbackHooks
 		setups = append(setups, co)
 	}
-	mgr.GetLogger().Info("EvictionRequest API", "mode", cmp.Or(opts.EvictionRequests, EvictionRequestsAuto), "coordinating", opts.Coordinate)
+	mgr.GetLogger().Info("EvictionRequest API", "mode", cmp.Or(opts.EvictionRequests, EvictionRequestsAuto),
+		"coordinating", opts.Roles.Coordinate, "requesting", opts.Roles.Request)
 	for _, c := range setups {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %T: %w", c, err)
@@ -173,25 +199,27 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	return nil
 }
 
-// Coordinates decides, at start, whether vacate coordinates the
-// EvictionRequest API: in auto, where discovery says the API server serves
-// it (not by version number: it is an alpha behind a feature gate). state
-// says so for the leader's Lease (leader.LabelEvictionRequests).
-func Coordinates(mode EvictionRequestsMode, d discovery.ServerResourcesInterface) (coordinate bool, state string, err error) {
+// DecideRoles decides, at start, what vacate does with the EvictionRequest
+// API: in auto, it coordinates and requests where discovery says the API
+// server serves it (not by version number: it is an alpha behind a feature
+// gate).
+func DecideRoles(mode EvictionRequestsMode, d discovery.ServerResourcesInterface) (EvictionRequestRoles, error) {
 	mode = cmp.Or(mode, EvictionRequestsAuto)
 	if mode == EvictionRequestsOff {
-		return false, leader.EvictionRequestsOff, nil
+		return EvictionRequestRoles{State: leader.EvictionRequestsOff}, nil
 	}
 	served, err := evictionrequest.Served(d)
 	if err != nil {
-		return false, "", fmt.Errorf("--eviction-requests %s: %w", mode, err)
+		return EvictionRequestRoles{}, fmt.Errorf("--eviction-requests %s: %w", mode, err)
 	}
-	if !served && mode == EvictionRequestsCoordinate {
-		return false, "", fmt.Errorf("--eviction-requests coordinate: the API server does not serve %s (enable the feature gate %s and that API), or use auto",
-			evictionrequest.GroupVersion, "EvictionRequestAPI")
+	switch {
+	case !served && mode != EvictionRequestsAuto:
+		return EvictionRequestRoles{}, fmt.Errorf("--eviction-requests %s: the API server does not serve %s (enable the feature gate %s and that API), or use auto",
+			mode, evictionrequest.GroupVersion, "EvictionRequestAPI")
+	case !served:
+		return EvictionRequestRoles{State: leader.EvictionRequestsNotServed}, nil
+	case mode == EvictionRequestsRequestOnly:
+		return EvictionRequestRoles{Request: true, State: leader.EvictionRequestsRequesting}, nil
 	}
-	if !served {
-		return false, leader.EvictionRequestsNotServed, nil
-	}
-	return true, leader.EvictionRequestsCoordinating, nil
+	return EvictionRequestRoles{Coordinate: true, Request: true, State: leader.EvictionRequestsCoordinating}, nil
 }

@@ -31,6 +31,11 @@ const (
 	StepOutOfService Step = "OutOfService"
 	// StepEvict: the pod's eviction is queued, within its PDBs' budget.
 	StepEvict Step = "Evict"
+	// StepRequest: the pod declares eviction responders, and vacate
+	// requests through Kubernetes' EvictionRequest API: the drain asks for
+	// its eviction with an EvictionRequest, within its PDBs' budget; its
+	// responders take their turns, then its coordinator evicts it.
+	StepRequest Step = "Request"
 )
 
 // PodFacts are what a drain knows of one pod besides the planner's
@@ -48,6 +53,9 @@ type PodFacts struct {
 	// GateWouldStick: taking it out of service would make its own eviction
 	// impossible (GateWouldStick).
 	Gated, OutOfService, GateWouldStick bool
+	// Requested: the pod leaves through an EvictionRequest: it declares
+	// eviction responders, and vacate requests through the API.
+	Requested bool
 }
 
 // WithGate completes the facts with what the pod and its PDBs say of its
@@ -63,7 +71,9 @@ func (f PodFacts) WithGate(d Decision, pdbs map[string]*policyv1.PodDisruptionBu
 
 // Next is the pod's next step. A pod the planner evicts is held first,
 // then surged, then taken out of service (endpoint-aware eviction), then
-// evicted: each step waits for the one before it.
+// evicted: each step waits for the one before it. A pod that leaves through
+// an EvictionRequest is asked for once surged: its responders, then its
+// coordinator, have the rest.
 func Next(d Decision, f PodFacts) Step {
 	switch d.Action {
 	case Skip:
@@ -78,6 +88,8 @@ func Next(d Decision, f PodFacts) Step {
 		return StepHeld
 	case f.Surge && !f.SurgeServing:
 		return StepSurge
+	case f.Requested:
+		return StepRequest
 	case f.Gated && (f.OutOfService || !f.GateWouldStick):
 		return StepOutOfService
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // TestNextTakesThePodsStepsInOrder: a pod the planner evicts is held first,
-// then surged, then taken out of service, then evicted; the planner's other
+// then surged, then taken out of service, then evicted; one that leaves
+// through an EvictionRequest is asked for once surged; the planner's other
 // actions are steps of their own.
 func TestNextTakesThePodsStepsInOrder(t *testing.T) {
 	evict := Decision{Action: Evict}
@@ -30,6 +31,12 @@ func TestNextTakesThePodsStepsInOrder(t *testing.T) {
 		{"gated, taking it out would stick", evict, PodFacts{Gated: true, GateWouldStick: true}, StepEvict},
 		{"gated, already out of service though it would stick", evict, PodFacts{Gated: true, OutOfService: true, GateWouldStick: true}, StepOutOfService},
 		{"out of service without the gate", evict, PodFacts{OutOfService: true}, StepEvict},
+		{"requested", evict, PodFacts{Requested: true}, StepRequest},
+		{"requested, held", evict, PodFacts{Requested: true, Held: true}, StepHeld},
+		{"requested, surged, its replacement not serving", evict, PodFacts{Requested: true, Surge: true}, StepSurge},
+		{"requested, surged, its replacement serves", evict, PodFacts{Requested: true, Surge: true, SurgeServing: true}, StepRequest},
+		{"requested and gated: its responders, then its coordinator, have the rest", evict, PodFacts{Requested: true, Gated: true}, StepRequest},
+		{"requested, unmanaged", Decision{Action: Block}, PodFacts{Requested: true}, StepBlocked},
 	}
 	for _, c := range cases {
 		if got := Next(c.d, c.f); got != c.want {

@@ -179,6 +179,13 @@ type Queue struct {
 // ForDrains is Request.For of the drains' evictions.
 const ForDrains = ""
 
+// ForEvictionRequests is Request.For of the EvictionRequest coordinator's
+// evictions, and of the reservations a drain makes for the pods it asked
+// for with EvictionRequests (their evictions will be the coordinator's):
+// the coordinator's Add takes a reservation over; ForgetNode drops the
+// ones still reserved.
+const ForEvictionRequests = "evictionrequest"
+
 // handlers are one consumer's OnOutcome and MayEvict.
 type handlers struct {
 	onOutcome func(Outcome)

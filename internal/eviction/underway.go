@@ -81,8 +81,9 @@ func (q *Queue) Forget(uid types.UID) {
 }
 
 // ForgetNode drops every queued eviction the drains asked for of the node's
-// pods and what the queue remembers of them: evictions, reservations and
-// refusals (the drain ended, failed, was held or cancelled). Another
+// pods and what the queue remembers of them: evictions, reservations (those
+// for the pods they asked for with EvictionRequests too) and refusals (the
+// drain ended, failed, was held or cancelled). Another
 // consumer's evictions on the node (Request.For) are that consumer's to
 // forget. It returns how many queued evictions it dropped.
 func (q *Queue) ForgetNode(node string) int {
@@ -102,7 +103,7 @@ func (q *Queue) ForgetNode(node string) int {
 		}
 	}
 	for uid, r := range q.reserved {
-		if r.Node == node && r.For == ForDrains {
+		if r.Node == node && (r.For == ForDrains || r.For == ForEvictionRequests) { // the coordinator never reserves
 			delete(q.reserved, uid)
 			q.unclaimLocked(uid, r.PDBs)
 		}

@@ -176,6 +176,10 @@ func final(s lifecyclev1alpha1.EvictionStatus) bool {
 		meta.IsStatusConditionTrue(s.Conditions, string(lifecyclev1alpha1.EvictionConditionFailed))
 }
 
+// Final says whether the Eviction ended: TargetEvicted or Failed is True,
+// and can never be reverted.
+func Final(ev *lifecyclev1alpha1.Eviction) bool { return final(ev.Status) }
+
 func activeIndex(s lifecyclev1alpha1.EvictionStatus) int {
 	return slices.IndexFunc(s.TargetResponders, func(r lifecyclev1alpha1.TargetResponder) bool {
 		return r.State == lifecyclev1alpha1.ResponderStateActive

@@ -54,6 +54,10 @@ type Explanation struct {
 	Findings []Finding `json:"findings"`
 	// Idle says what goes on when nothing holds the drain.
 	Idle string `json:"idle,omitempty"`
+	// EvictionRequests says how the controller drains pods that declare
+	// eviction responders (its --eviction-requests, from its Lease), where
+	// it uses Kubernetes' EvictionRequest API or was told not to.
+	EvictionRequests string `json:"evictionRequests,omitempty"`
 }
 
 // Explain explains a drain.
@@ -338,6 +342,13 @@ func holderFindings(holder string, blockers []v1alpha1.Blocker, in Input) []Find
 		return []Finding{{Subject: subject, Since: since,
 			Cause: "waiting for the pod's own evacuation hook to answer Completed: " + blockers[0].Detail + hookCaller(in.Drain, pod),
 			Fix:   fix}}
+	case "Eviction", "EvictionRequest":
+		ns, name, _ := strings.Cut(names, "/")
+		return []Finding{{Subject: subject, Since: since,
+			Cause: "the drain asked for its eviction with an EvictionRequest (it declares eviction responders): " + blockers[0].Detail,
+			Fix: fmt.Sprintf("nothing, while its responders make progress (kubectl get %s -n %s %s -o yaml); if one is stuck, see its operator; "+
+				"a responder whose heartbeat is 20 minutes old loses its turn; to stop, cancel the drain ('vacate cancel %s'): its request is withdrawn and the responders cancelled",
+				strings.ToLower(kind), ns, name, in.Drain.Spec.NodeName)}}
 	case "ReplicaSet":
 		if f, ok := surgeFinding(subject, names, blockers[0], since, in); ok {
 			return []Finding{f}

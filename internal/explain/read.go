@@ -76,6 +76,9 @@ func readPDB(ctx context.Context, cs kubernetes.Interface, key string, in *Input
 // numbered, with why and what to do.
 func (e Explanation) Write(w io.Writer, now time.Time) error {
 	fmt.Fprintln(w, e.State)
+	if e.EvictionRequests != "" {
+		fmt.Fprintln(w, "pods with eviction responders: "+e.EvictionRequests)
+	}
 	if len(e.Findings) == 0 {
 		_, err := fmt.Fprintln(w, e.Idle)
 		return err

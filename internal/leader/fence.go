@@ -182,14 +182,16 @@ const (
 	ControllerName = "vacate-controller"
 )
 
-// LabelEvictionRequests says whether the Lease's holder coordinates
-// Kubernetes' EvictionRequest API: EvictionRequestsCoordinating, or why not
-// (EvictionRequestsOff, EvictionRequestsNotServed).
+// LabelEvictionRequests says what the Lease's holder does with Kubernetes'
+// EvictionRequest API: coordinates it (and its drains request through it:
+// EvictionRequestsCoordinating), only requests (EvictionRequestsRequesting),
+// or neither, and why (EvictionRequestsOff, EvictionRequestsNotServed).
 const LabelEvictionRequests = "vacate.dev/eviction-requests"
 
 // Values of LabelEvictionRequests.
 const (
 	EvictionRequestsCoordinating = "coordinating"
+	EvictionRequestsRequesting   = "requesting"
 	EvictionRequestsOff          = "off"
 	EvictionRequestsNotServed    = "not-served"
 )

@@ -117,12 +117,12 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating a discovery client: %w", err)
 	}
-	coordinate, evictionRequests, err := controller.Coordinates(opts.Controllers.EvictionRequests, dc)
+	roles, err := controller.DecideRoles(opts.Controllers.EvictionRequests, dc)
 	if err != nil {
 		return nil, err
 	}
-	opts.Controllers.Coordinate = coordinate
-	lock, err := fence(cfg, identity, evictionRequests, &opts)
+	opts.Controllers.Roles = roles
+	lock, err := fence(cfg, identity, roles.State, &opts)
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,7 @@ func TestThePodsStepsStagesStayAsStraight(t *testing.T) {
 		{"nextSteps", 14, 13},
 		{"endpointAware", 13, 43},
 		{"surgePods", 11, 40},
+		{"requestEvictions", 4, 8},
 	} {
 		w := loaded.fresh()
 		w.from(t, module+"internal/controller/nodedrain", "Reconciler", c.stage, "s")

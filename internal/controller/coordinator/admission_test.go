@@ -17,7 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/config/admission"
+	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 )
 
 // TestOnlyThoseWhoMayEvictMayRequest is the abuse test of the coordinator's
@@ -27,16 +29,8 @@ import (
 // request back to Eviction; one who may evict the pod can; withdrawing needs
 // nothing more.
 func TestOnlyThoseWhoMayEvictMayRequest(t *testing.T) {
-	c := testenv.Start(t)
+	c, ns := withPolicy(t)
 	ctx := testenv.Context(t)
-	ns := testenv.Namespace(t, c)
-	admin := testenv.DrainClient(t, c)
-	for _, obj := range testenv.Objects(t, admission.EvictionRequestsYAML) {
-		if err := admin.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("coordinator-test"), client.ForceOwnership); err != nil {
-			t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
-		}
-		t.Cleanup(func() { _ = admin.Delete(context.Background(), obj) })
-	}
 	requestOnly := []rbacv1.PolicyRule{{APIGroups: []string{"lifecycle.k8s.io"}, Resources: []string{"evictionrequests"}, Verbs: []string{"create", "update", "get"}}}
 	grant(t, c.Client, ns, "mallory", requestOnly)
 	grant(t, c.Client, ns, "dana", append(requestOnly, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}}))
@@ -75,6 +69,74 @@ func TestOnlyThoseWhoMayEvictMayRequest(t *testing.T) {
 	if _, err := dana.LifecycleV1alpha1().EvictionRequests(ns).Update(ctx, req, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("dana was refused asking again: %v", err)
 	}
+}
+
+// TestNoOneElseRequestsInVacatesName: a drain's EvictionRequests are in
+// vacate's name (vacate.dev/drain). A user who may evict the pod, and may
+// create and update EvictionRequests, still cannot make a request in a
+// vacate.dev name (so none passes for a drain's), nor change a drain's
+// (withdraw it behind the drain's back, or relabel it); vacate-controller
+// can.
+func TestNoOneElseRequestsInVacatesName(t *testing.T) {
+	c, ns := withPolicy(t)
+	ctx := testenv.Context(t)
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{"lifecycle.k8s.io"}, Resources: []string{"evictionrequests"}, Verbs: []string{"create", "update", "get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}}}
+	const controller = "system:serviceaccount:vacate-system:vacate-controller"
+	grant(t, c.Client, ns, "dana", rules)
+	grant(t, c.Client, ns, controller, rules)
+	dana, ctl := as(t, c.RESTConfig, "dana"), as(t, c.RESTConfig, controller)
+
+	forged := evictionRequest(ns, "forged", lifecyclev1alpha1.EvictionRequestIntentEviction)
+	forged.Spec.Requester = er.DrainRequester
+	var err error
+	poll := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err = dana.LifecycleV1alpha1().EvictionRequests(ns).Create(ctx, forged, metav1.CreateOptions{})
+		if err == nil { // created before the policy was enforced: not a pass
+			return false, c.Client.LifecycleV1alpha1().EvictionRequests(ns).Delete(ctx, forged.Name, metav1.DeleteOptions{})
+		}
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "may not make or change a request in vacate's name"), nil
+	})
+	if poll != nil {
+		t.Fatalf("dana made a request in vacate's name: %v (last: %v)", poll, err)
+	}
+	sub := evictionRequest(ns, "forged-sub", lifecyclev1alpha1.EvictionRequestIntentWithdrawn)
+	sub.Spec.Requester = "nodes.vacate.dev/drain"
+	if _, err := dana.LifecycleV1alpha1().EvictionRequests(ns).Create(ctx, sub, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("dana made a request in a name under vacate.dev (withdrawn): %v", err)
+	}
+	req, err := ctl.LifecycleV1alpha1().EvictionRequests(ns).Create(ctx, forged, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("vacate-controller was refused its own request: %v", err)
+	}
+	req.Spec.Intent = lifecyclev1alpha1.EvictionRequestIntentWithdrawn
+	if _, err := dana.LifecycleV1alpha1().EvictionRequests(ns).Update(ctx, req, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("dana withdrew a drain's request: %v", err)
+	}
+	req.Spec.Intent, req.Labels = lifecyclev1alpha1.EvictionRequestIntentEviction, map[string]string{er.LabelDrain: "another-node"}
+	if _, err := dana.LifecycleV1alpha1().EvictionRequests(ns).Update(ctx, req, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("dana relabelled a drain's request: %v", err)
+	}
+	if _, err := ctl.LifecycleV1alpha1().EvictionRequests(ns).Update(ctx, req, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("vacate-controller was refused a change of its own request: %v", err)
+	}
+}
+
+// withPolicy starts the shared cluster with the admission policy
+// vacate-eviction-requests (removed when the test ends), and makes the
+// test's namespace.
+func withPolicy(t *testing.T) (*devcluster.Cluster, string) {
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	ns := testenv.Namespace(t, c)
+	admin := testenv.DrainClient(t, c)
+	for _, obj := range testenv.Objects(t, admission.EvictionRequestsYAML) {
+		if err := admin.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("coordinator-test"), client.ForceOwnership); err != nil {
+			t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), obj) })
+	}
+	return c, ns
 }
 
 // evictionRequest asks for pod db-0 (a name is all the check needs).

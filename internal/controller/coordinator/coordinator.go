@@ -50,7 +50,7 @@ import (
 
 // Consumer is the eviction queue's name for the coordinator's evictions
 // (eviction.Request.For).
-const Consumer = "evictionrequest"
+const Consumer = eviction.ForEvictionRequests
 
 const (
 	// heartbeatEvery is how often the evictor says it is still at work
@@ -129,7 +129,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return r.create(ctx, t.pod, mine)
 	}
-	if final(t.eviction) {
+	if er.Final(t.eviction) {
 		if res, pending, err := r.cancelHook(ctx, t.eviction, t.pod); pending || err != nil {
 			return res, err
 		}
@@ -190,7 +190,7 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 	}
 	theirs := forUID(t.requests, uid)
 	r.Hooks.Forget(uid)
-	if !final(ev) {
+	if !er.Final(ev) {
 		next, _ := er.Next(er.Facts{Requests: theirs, Eviction: ev, Now: r.Clock.Now()})
 		if err := r.writeStatus(ctx, ev, next); err != nil {
 			return reconcile.Result{}, err
@@ -333,12 +333,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, ev *lifecyclev1alpha1.Evic
 	if equalStatus(ev.Status, next) {
 		return nil
 	}
-	wasFinal := final(ev)
+	wasFinal := er.Final(ev)
 	ev.Status = next
 	if err := r.Client.Status().Update(ctx, ev); err != nil {
 		return fmt.Errorf("writing the status of Eviction %s/%s: %w", ev.Namespace, ev.Name, err)
 	}
-	if !wasFinal && final(ev) {
+	if !wasFinal && er.Final(ev) {
 		r.recordEnd(ev)
 	}
 	return nil
@@ -423,7 +423,7 @@ func (r *Reconciler) MayEvict(req eviction.Request) (bool, string) {
 		return false, "the pod has no Eviction"
 	case ev.Spec.Target.Pod == nil || ev.Spec.Target.Pod.UID != req.UID:
 		return false, "the pod's Eviction is for another pod"
-	case final(ev):
+	case er.Final(ev):
 		return false, "the pod's Eviction ended"
 	case !anyWants(forUID(t.requests, req.UID)):
 		return false, "no EvictionRequest asks for the pod's eviction any more"
@@ -452,11 +452,6 @@ func (r *Reconciler) OnOutcome(o eviction.Outcome) {
 	case r.Wake <- ev:
 	default: // full: the pass's own requeue comes
 	}
-}
-
-func final(ev *lifecyclev1alpha1.Eviction) bool {
-	return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)) ||
-		meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionFailed))
 }
 
 // findTrue is the Eviction's condition of type t, if True.

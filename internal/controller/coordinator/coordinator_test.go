@@ -65,7 +65,10 @@ func newWorkload(t *testing.T, n int32, maxUnavailable string, tune ...func(*app
 	c := testenv.Start(t)
 	ctx := testenv.Context(t)
 	w := &world{t: t, c: c, cs: c.Client, ns: testenv.Namespace(t, c)}
-	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "er", Count: 1, Labels: map[string]string{"pool": "er-" + w.ns}})[0]
+	// A node of the test's own name (the namespace's random suffix): a
+	// drain of it must not meet the NodeDrain of a node of the same name
+	// that an earlier test left being undone.
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "er-" + w.ns[strings.LastIndex(w.ns, "-")+1:], Count: 1, Labels: map[string]string{"pool": "er-" + w.ns}})[0]
 	w.node = node
 	dep := devcluster.Deployment(w.ns, "api", n)
 	dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
@@ -110,8 +113,14 @@ func (w *world) request(pod corev1.Pod, name string) *lifecyclev1alpha1.Eviction
 // waitEviction waits until the pod's Eviction satisfies cond.
 func (w *world) waitEviction(pod corev1.Pod, what string, cond func(*lifecyclev1alpha1.Eviction) bool) *lifecyclev1alpha1.Eviction {
 	w.t.Helper()
+	return w.waitEvictionFor(pod, what, time.Minute, cond)
+}
+
+// waitEvictionFor is waitEviction, waiting up to timeout.
+func (w *world) waitEvictionFor(pod corev1.Pod, what string, timeout time.Duration, cond func(*lifecyclev1alpha1.Eviction) bool) *lifecyclev1alpha1.Eviction {
+	w.t.Helper()
 	var last *lifecyclev1alpha1.Eviction
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ev, err := w.cs.LifecycleV1alpha1().Evictions(w.ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil

@@ -30,7 +30,7 @@ import (
 // own address is called.
 
 // Responder is vacate's responder name, for pods' spec.evictionResponders.
-const Responder = "vacate.dev/evacuation"
+const Responder = er.VacateResponder
 
 // hookPoll is how often a pass looks at the hook's conversation while
 // vacate has the turn (the prober converses in the background).

@@ -36,6 +36,8 @@ type hookApp struct {
 	state   string
 	posts   []map[string]any
 	deletes int
+	// firstPost is when the first POST came.
+	firstPost time.Time
 }
 
 func (a *hookApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -50,6 +52,9 @@ func (a *hookApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body := map[string]any{}
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		a.posts = append(a.posts, body)
+		if a.firstPost.IsZero() {
+			a.firstPost = time.Now()
+		}
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
@@ -137,11 +142,11 @@ func TestACancelledEvictionCancelsTheHook(t *testing.T) {
 // hookedWorld is a broker of one pod that declares vacate's responder and
 // its HTTP hook on port (served on the pod's address, answering
 // InProgress), on a node whose policy calls hooks, with vacate's
-// controller running.
-func hookedWorld(t *testing.T, port int) (*world, corev1.Pod, *hookApp) {
+// controller running. The pod declares the other responders too.
+func hookedWorld(t *testing.T, port int, others ...corev1.EvictionResponder) (*world, corev1.Pod, *hookApp) {
 	t.Helper()
 	w := newWorld(t, 1, "1", func(d *appsv1.Deployment) {
-		d.Spec.Template.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: coordinator.Responder, Priority: ptr.To[int32](5000)}}
+		d.Spec.Template.Spec.EvictionResponders = append(others, corev1.EvictionResponder{Name: coordinator.Responder, Priority: ptr.To[int32](5000)})
 		d.Spec.Template.Annotations = map[string]string{hook.AnnotationPort: fmt.Sprint(port)}
 	})
 	// The pod's node is under a policy that calls HTTP hooks.
@@ -164,4 +169,40 @@ func hookedWorld(t *testing.T, port int) (*world, corev1.Pod, *hookApp) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return w, target, app
+}
+
+// TestADrainLeavesVacatesHookToItsTurn: a vacate drain of the node of a pod
+// that declares vacate's responder and its HTTP hook asks for the pod with
+// an EvictionRequest and does not call the hook itself: every POST the
+// hook gets is the coordinator's, for the pod's Eviction (the drain field
+// is the Eviction's UID, not the NodeDrain's). Once the hook completes, the
+// pod is evicted and the drain ends Drained.
+func TestADrainLeavesVacatesHookToItsTurn(t *testing.T) {
+	w, target, app := hookedWorld(t, 18093)
+	dw := &drainWorld{world: w, cl: testenv.DrainClient(t, w.c)}
+	t.Cleanup(func() {
+		_ = dw.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: w.node}})
+	})
+	dw.drain()
+	dw.waitBlocker(target, "")
+	ev := w.waitEviction(target, "vacate's turn, the hook in progress", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, coordinator.Responder), "InProgress")
+	})
+	nd := dw.waitBlocker(target, "responder "+coordinator.Responder+" has the turn")
+	time.Sleep(2 * time.Second) // the drain's passes come and go while the hook works
+	for _, p := range app.posted() {
+		if p["drain"] != string(ev.UID) {
+			t.Errorf("the hook got a POST for %v, want only the coordinator's (Eviction %s; the NodeDrain is %s)", p["drain"], ev.UID, nd.UID)
+		}
+	}
+	if len(app.posted()) == 0 {
+		t.Error("the hook got no POST")
+	}
+	app.set(hook.Completed)
+	testenv.WaitForDrain(t, dw.cl, w.node, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	}, testenv.DescribeDrain)
+	if n := w.acceptedEvictions(target); n != 1 {
+		t.Errorf("the pod was evicted %d times, want once", n)
+	}
 }

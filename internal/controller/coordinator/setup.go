@@ -14,13 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
 // TargetIndex indexes EvictionRequests and Evictions by their target pod's
-// name.
-const TargetIndex = "spec.target.pod.name"
+// name (index.RegisterEvictionRequests).
+const TargetIndex = index.EvictionTarget
 
 // Event reasons, on the Eviction (regarding) and its pod (related).
 const (
@@ -35,28 +36,10 @@ const (
 	ReasonHookCancelTimeout = "HookCancelTimeout"
 )
 
-// SetupWithManager indexes the requests by target and watches what moves
+// SetupWithManager watches what moves
 // a target's Eviction on: its requests, the Eviction (responders write
 // their reports there), the pod, and the answers of its eviction calls.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lifecyclev1alpha1.EvictionRequest{}, TargetIndex,
-		func(o client.Object) []string {
-			if p := o.(*lifecyclev1alpha1.EvictionRequest).Spec.Target.Pod; p != nil {
-				return []string{p.Name}
-			}
-			return nil
-		}); err != nil {
-		return fmt.Errorf("indexing EvictionRequests by target: %w", err)
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lifecyclev1alpha1.Eviction{}, TargetIndex,
-		func(o client.Object) []string {
-			if p := o.(*lifecyclev1alpha1.Eviction).Spec.Target.Pod; p != nil {
-				return []string{p.Name}
-			}
-			return nil
-		}); err != nil {
-		return fmt.Errorf("indexing Evictions by target: %w", err)
-	}
 	if err := mgr.Add(manager.RunnableFunc(r.Hooks.Run)); err != nil {
 		return fmt.Errorf("adding the coordinator's hook prober: %w", err)
 	}

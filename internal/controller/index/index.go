@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -31,6 +32,33 @@ func Register(ctx context.Context, mgr manager.Manager) error {
 		return err
 	}
 	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, EndpointPod, EndpointPodsOf)
+}
+
+// EvictionTarget indexes cached EvictionRequests and Evictions
+// (lifecycle.k8s.io/v1alpha1) by their target pod's name.
+const EvictionTarget = "spec.target.pod.name"
+
+// RegisterEvictionRequests adds the EvictionTarget indexes, where vacate
+// coordinates or requests through the EvictionRequest API (the API server
+// serves it).
+func RegisterEvictionRequests(ctx context.Context, mgr manager.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &lifecyclev1alpha1.EvictionRequest{}, EvictionTarget, func(o client.Object) []string {
+		if p := o.(*lifecyclev1alpha1.EvictionRequest).Spec.Target.Pod; p != nil {
+			return []string{p.Name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing EvictionRequests by target: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &lifecyclev1alpha1.Eviction{}, EvictionTarget, func(o client.Object) []string {
+		if p := o.(*lifecyclev1alpha1.Eviction).Spec.Target.Pod; p != nil {
+			return []string{p.Name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing Evictions by target: %w", err)
+	}
+	return nil
 }
 
 // Surge indexes cached replacement pods (internal/surge) by the drain that

@@ -50,7 +50,8 @@ type podBlocker struct {
 // stepBlocker says whether a pod the planner evicts holds the drain up
 // after its step, and how: a hold (its evacuation or HTTP hook), its
 // endpoints or its surge, or its eviction's last refusal (read before the
-// step), or a PodDisruptionBudget the plan sees allowing no disruption.
+// step), its EvictionRequest's progress, or a PodDisruptionBudget the plan
+// sees allowing no disruption.
 func (s *scope) stepBlocker(p podStep) (podBlocker, bool) {
 	if p.step == drain.StepHeld {
 		return podBlocker{Blocker: p.holder}, true
@@ -62,6 +63,9 @@ func (s *scope) stepBlocker(p podStep) (podBlocker, bool) {
 		return podBlocker{Blocker: b}, true
 	}
 	b, rec := v1alpha1.Blocker{Pod: p.key, Since: metav1.NewTime(s.now)}, p.rec
+	if asked, ok := s.requested[p.Pod.UID]; ok && !rec.Refused { // its Eviction's own call, refused, says more
+		return podBlocker{Blocker: asked}, true
+	}
 	switch {
 	case rec.Evicted:
 		// Evicted, and the cache does not show it terminating yet: the

@@ -60,7 +60,9 @@ func (r *Reconciler) evict(ctx context.Context, s *scope) (reconcile.Result, err
 
 // queueEvictions queues the evictions of the pods whose step is Evict
 // within their PDBs' budgets, and of the endpoint-aware pods whose
-// endpoints settled (their reservations hold their budgets), and records which PDBs the drain waits on:
+// endpoints settled (their reservations hold their budgets), and records
+// which PDBs the drain waits on (with those the requestEvictions stage
+// found):
 // those of its pods whose eviction (or taking out of service) waits for
 // budget. Drains run their passes concurrently and share PDBs: one pass at
 // a time computes the budgets and queues what they let through.
@@ -68,7 +70,7 @@ func (r *Reconciler) queueEvictions(ctx context.Context, s *scope) error {
 	r.budgetMu.Lock()
 	defer r.budgetMu.Unlock()
 	budget := r.pdbBudgets(ctx, *s.plan)
-	var waiting []string
+	waiting := s.requestWaits // the PDBs the pods asked for with EvictionRequests wait on
 	for _, p := range s.steps {
 		switch v, req, state := budget.admit(s, p); v {
 		case queueIt:

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/hold"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/policy"
@@ -22,7 +23,9 @@ func hookRun(nd *v1alpha1.NodeDrain) hook.Run {
 
 // hookTargets are the pods, of those given, whose HTTP hooks the policy
 // calls, with their targets for the drain's run (or why the annotations
-// cannot be used, or why the address is never called).
+// cannot be used, or why the address is never called). A pod that declares
+// vacate's responder, where vacate coordinates EvictionRequests, is asked
+// for with one: the coordinator calls its hook in that responder's turn.
 func (r *Reconciler) hookTargets(ctx context.Context, pol policy.Policy, nd *v1alpha1.NodeDrain, pods []*corev1.Pod) ([]*corev1.Pod, []hook.Target, []error, error) {
 	var outPods []*corev1.Pod
 	var targets []hook.Target
@@ -32,6 +35,9 @@ func (r *Reconciler) hookTargets(ctx context.Context, pol policy.Policy, nd *v1a
 	}
 	run := hookRun(nd)
 	for _, pod := range pods {
+		if r.Requests && r.Responds && er.DeclaresResponder(pod, er.VacateResponder) {
+			continue // the coordinator calls it, in its responder's turn
+		}
 		if ok, err := r.hookAllowed(ctx, pol, pod); err != nil || !ok {
 			if err != nil {
 				return nil, nil, nil, err

@@ -58,6 +58,13 @@ type Reconciler struct {
 	// AllowLoopbackHooks lets hooks call loopback addresses (development
 	// clusters only: --allow-loopback-hooks).
 	AllowLoopbackHooks bool
+	// Requests: pods that declare eviction responders leave through
+	// EvictionRequests of the drain's (requests.go), where vacate requests
+	// through Kubernetes' EvictionRequest API (--eviction-requests).
+	// Responds: vacate coordinates the API and answers as the responder
+	// vacate.dev/evacuation, so a drain leaves the HTTP hook of a pod that
+	// declares it to the coordinator.
+	Requests, Responds bool
 	// Workers is how many drains' passes run at once (--drain-workers);
 	// 0 means one. A drain's passes never run concurrently with each other.
 	Workers int

@@ -40,6 +40,11 @@ type scope struct {
 	// the blockers of pods that wait on theirs (surge.go).
 	surge   *surgePass
 	surging map[types.UID]v1alpha1.Blocker
+	// requested are the blockers of the pods asked for with EvictionRequests
+	// (requests.go): what their Evictions say; requestWaits the PDBs whose
+	// budgets the pods not asked for yet wait on.
+	requested    map[types.UID]v1alpha1.Blocker
+	requestWaits []string
 	// timeLeft bounds the wait of an evicting drain for its next pass: the
 	// resync, or its timeout or deadline if sooner (timeouts).
 	timeLeft time.Duration

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(r.Hooks.Run)); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodedrain").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		For(&v1alpha1.NodeDrain{}, builder.WithPredicates(predicate.Funcs{
@@ -51,8 +52,24 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&v1alpha1.EvacuationProvider{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains)).
 		Watches(&v1alpha1.DrainPolicy{}, handler.EnqueueRequestsFromMapFunc(r.activeDrains),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})). // not on status writes
-		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{})).
-		Complete(r)
+		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{}))
+	if r.Requests { // the responders' progress, for the status (requests.go)
+		b = b.Watches(&lifecyclev1alpha1.Eviction{}, handler.EnqueueRequestsFromMapFunc(r.drainOfTarget))
+	}
+	return b.Complete(r)
+}
+
+// drainOfTarget wakes the drain of the node of an Eviction's pod.
+func (r *Reconciler) drainOfTarget(ctx context.Context, o client.Object) []reconcile.Request {
+	t := o.(*lifecyclev1alpha1.Eviction).Spec.Target.Pod
+	if t == nil {
+		return nil
+	}
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: t.Name}, pod); err != nil || pod.UID != t.UID {
+		return nil
+	}
+	return r.drainNamed(ctx, pod.Spec.NodeName)
 }
 
 // podChanged reports whether a pod's update changed anything the cache

@@ -17,7 +17,8 @@ import (
 // (endpoint-aware), evicted. The nextSteps stage decides each pod's next
 // step; the stages after it carry them out, one kind each, in that order:
 // endpointAware (Held, OutOfService: endpoints.go), surgePods (Surge:
-// surge.go), evict (Evict: evict.go).
+// surge.go), requestEvictions (Request: requests.go), evict (Evict:
+// evict.go).
 
 // podStep is a pod the planner evicts, what the pass knows of it, and its
 // next step.
@@ -57,7 +58,7 @@ func (r *Reconciler) nextSteps(ctx context.Context, s *scope) (reconcile.Result,
 				return reconcile.Result{}, err
 			}
 		}
-		f := drain.PodFacts{Held: held, Surge: p.surge.waits(), SurgeServing: p.surge.rep != nil && p.surge.serves}
+		f := drain.PodFacts{Held: held, Surge: p.surge.waits(), SurgeServing: p.surge.rep != nil && p.surge.serves, Requested: r.Requests && len(d.Pod.Spec.EvictionResponders) > 0}
 		p.step = drain.Next(d, f.WithGate(d, plan.PDBs, p.rec.gated))
 		s.steps = append(s.steps, p)
 	}

@@ -86,6 +86,9 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 	if acked, err := r.cancelHooks(ctx, s, u); err != nil || !acked {
 		return reconcile.Result{RequeueAfter: min(wait, 2*time.Second)}, err
 	}
+	if over, err := r.withdrawRequests(ctx, s, u); err != nil || !over {
+		return reconcile.Result{RequeueAfter: min(wait, 2*time.Second)}, err
+	}
 	// Replacements whose pod stays are removed; those whose pod left go
 	// to its ReplicaSet (surge.go). A removal the Eviction API refuses is
 	// tried until timeouts.cancel; then the replacement is left in place,
