@@ -102,7 +102,6 @@ func responderStatus(ev *lifecyclev1alpha1.Eviction, name string) lifecyclev1alp
 	return lifecyclev1alpha1.ResponderStatus{}
 }
 
-
 // TestAStaleHeartbeatPassesTheTurnOn (make test-stale-heartbeat, outside
 // the suite: it takes 20 real minutes): the operator's program takes its
 // turn and then says nothing (-stall). The coordinator keeps the turn with
