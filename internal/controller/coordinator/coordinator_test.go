@@ -170,6 +170,23 @@ func (w *world) acceptedEvictions(pod corev1.Pod) int {
 	return devcluster.SuccessfulEvictions(events)[w.ns+"/"+pod.Name]
 }
 
+// waitRequestEvicted waits until the request's status says TargetEvicted,
+// at its generation.
+func (w *world) waitRequestEvicted(req *lifecyclev1alpha1.EvictionRequest) {
+	w.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := w.cs.LifecycleV1alpha1().EvictionRequests(w.ns).Get(ctx, req.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		req = got
+		return meta.IsStatusConditionTrue(got.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)), nil
+	})
+	if err != nil || ptr.Deref(req.Status.ObservedGeneration, 0) != req.Generation {
+		w.t.Errorf("the request's status %+v: want TargetEvicted at generation %d (%v)", req.Status, req.Generation, err)
+	}
+}
+
 // pod reads the pod; nil once it is gone.
 func (w *world) pod(p corev1.Pod) *corev1.Pod {
 	w.t.Helper()
@@ -269,17 +286,7 @@ func TestAnEvictionRequestIsCoordinatedToTheEnd(t *testing.T) {
 	if p := w.pod(target); p != nil && p.DeletionTimestamp == nil {
 		t.Errorf("the Eviction says TargetEvicted, the pod is not going")
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := w.cs.LifecycleV1alpha1().EvictionRequests(w.ns).Get(ctx, req.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		req = got
-		return meta.IsStatusConditionTrue(got.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)), nil
-	})
-	if err != nil || ptr.Deref(req.Status.ObservedGeneration, 0) != req.Generation {
-		t.Errorf("the request's status %+v: want TargetEvicted at generation %d (%v)", req.Status, req.Generation, err)
-	}
+	w.waitRequestEvicted(req)
 	if other := w.pod(w.pods[1]); other == nil || other.DeletionTimestamp != nil {
 		t.Error("the other pod, which nobody asked for, was evicted")
 	}

@@ -79,10 +79,12 @@ func (a *hookApp) posted() []map[string]any {
 // vacate's turn its hook is POSTed (for the pod's node) and polled; the pod
 // stays while the hook answers InProgress, vacate heartbeats with the hook's
 // message; once the hook answers Completed, vacate's turn completes and the
-// evictor evicts the pod.
+// evictor evicts the pod, within its PodDisruptionBudget (tightened
+// meanwhile: the evictor waits, and says so, until it allows). The Eviction
+// and the request end TargetEvicted.
 func TestVacateAnswersAsAResponder(t *testing.T) {
 	w, target, app := hookedWorld(t, 18091)
-	w.request(target, "rebalance-5")
+	req := w.request(target, "rebalance-5")
 	ev := w.waitEviction(target, "vacate's turn, the hook in progress", func(ev *lifecyclev1alpha1.Eviction) bool {
 		return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, coordinator.Responder), "InProgress: forwarding stored messages (120 remaining)")
 	})
@@ -95,7 +97,15 @@ func TestVacateAnswersAsAResponder(t *testing.T) {
 		t.Errorf("the hook's POSTs %v: want one for the pod's node %s in Maintenance", posts, target.Spec.NodeName)
 	}
 
+	w.setMaxUnavailable(0)
 	app.set(hook.Completed)
+	ev = w.waitEviction(target, "the hook completed, the evictor waits on the PDB", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateCompleted && strings.Contains(message(ev, er.Evictor), "PDBBlocked")
+	})
+	if p := w.pod(target); p == nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod was evicted past a PDB that allows nothing:\n%s", describe(ev))
+	}
+	w.setMaxUnavailable(1)
 	ev = w.waitEviction(target, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
 		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted))
 	})
@@ -103,6 +113,7 @@ func TestVacateAnswersAsAResponder(t *testing.T) {
 		state(ev, er.Evictor) != lifecyclev1alpha1.ResponderStateCompleted {
 		t.Errorf("at the end:\n%s\nwant vacate's turn Completed with the hook's answer, then the evictor's", describe(ev))
 	}
+	w.waitRequestEvicted(req)
 }
 
 // TestACancelledEvictionCancelsTheHook: when the only request is deleted
