@@ -138,6 +138,13 @@ type Triggers struct {
 	// +kubebuilder:default=Orphan
 	// +optional
 	OnNodeDelete string `json:"onNodeDelete,omitempty"`
+	// OnMaintenancePlanned: Drain drains a node whose condition
+	// MaintenancePlanned (Kubernetes 1.37's node maintenance conditions, set
+	// by the admin's tooling) is True; Ignore does not.
+	// +kubebuilder:validation:Enum=Ignore;Drain
+	// +kubebuilder:default=Ignore
+	// +optional
+	OnMaintenancePlanned string `json:"onMaintenancePlanned,omitempty"`
 	// ExternalTaints are other taint keys that request a drain. Default:
 	// ToBeDeletedByClusterAutoscaler and karpenter.sh/disrupted.
 	// +kubebuilder:validation:MaxItems=32

@@ -83,6 +83,9 @@ const (
 	// Drain): the node goes away, so it asks for Decommission and no
 	// maintenance window holds it.
 	RequesterDelete = "delete"
+	// RequesterMaintenance is the requester of a node whose condition
+	// MaintenancePlanned is True (triggers.onMaintenancePlanned: Drain).
+	RequesterMaintenance = "maintenance"
 	// RequesterExternalPrefix starts "external:<taint key>", a taint of
 	// triggers.externalTaints.
 	RequesterExternalPrefix = "external:"

@@ -122,6 +122,9 @@ type Triggers struct {
 	ExternalTaints []string
 	// OnNodeDelete: a deleted node is held (finalizer) until it is drained.
 	OnNodeDelete bool
+	// OnMaintenancePlanned: a node whose condition MaintenancePlanned is
+	// True is drained.
+	OnMaintenancePlanned bool
 }
 
 // DefaultExternalTaints are the taints of the cluster autoscaler and
@@ -285,10 +288,11 @@ func FromSpec(name string, s v1alpha1.DrainPolicySpec) (Policy, error) {
 		p.PerNode = DefaultEvictionsPerNode
 	}
 	p.Triggers = Triggers{
-		Taint:           s.Triggers.Taint == nil || *s.Triggers.Taint,
-		OnUnschedulable: s.Triggers.OnUnschedulable == "Drain",
-		ExternalTaints:  s.Triggers.ExternalTaints,
-		OnNodeDelete:    s.Triggers.OnNodeDelete == "Drain",
+		Taint:                s.Triggers.Taint == nil || *s.Triggers.Taint,
+		OnUnschedulable:      s.Triggers.OnUnschedulable == "Drain",
+		ExternalTaints:       s.Triggers.ExternalTaints,
+		OnNodeDelete:         s.Triggers.OnNodeDelete == "Drain",
+		OnMaintenancePlanned: s.Triggers.OnMaintenancePlanned == "Drain",
 	}
 	if len(p.Triggers.ExternalTaints) == 0 {
 		p.Triggers.ExternalTaints = DefaultExternalTaints

@@ -29,8 +29,29 @@ func (t Triggers) Wanted(node *corev1.Node) []v1alpha1.Requester {
 	if t.OnUnschedulable && node.Spec.Unschedulable && node.Annotations[v1alpha1.AnnotationCordonedBy] == "" {
 		out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterCordon, Reason: "the node was cordoned (policy triggers.onUnschedulable: Drain)"})
 	}
+	if c := MaintenancePlanned(node); t.OnMaintenancePlanned && c != nil {
+		reason := "node condition MaintenancePlanned=True"
+		if c.Reason != "" {
+			reason += " (" + c.Reason + ")"
+		}
+		if c.Message != "" {
+			reason += ": " + c.Message
+		}
+		out = append(out, v1alpha1.Requester{Name: v1alpha1.RequesterMaintenance, Reason: v1alpha1.Truncate(reason+" (policy triggers.onMaintenancePlanned: Drain)", 256)})
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return dedupeRequesters(out)
+}
+
+// MaintenancePlanned is the node's condition MaintenancePlanned if it is
+// True, else nil.
+func MaintenancePlanned(node *corev1.Node) *corev1.NodeCondition {
+	for i, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeMaintenancePlanned && c.Status == corev1.ConditionTrue {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // dedupeRequesters drops repeated names (a taint key with two effects),

@@ -2,6 +2,7 @@ package nodedrain_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -361,5 +362,68 @@ func TestVacatePodsLeaveLast(t *testing.T) {
 	}
 	if !vacatePod.After(lastOther) {
 		t.Errorf("vacate's own pod was evicted at %s, before the last other pod (%s)", vacatePod.Format(time.StampMicro), lastOther.Format(time.StampMicro))
+	}
+}
+
+// TestMaintenancePlannedTrigger: under onMaintenancePlanned: Drain, the
+// admin's tooling setting the node condition MaintenancePlanned=True (as
+// Kubernetes 1.37 defines it) drains the node as requester "maintenance",
+// which vacate's own node conditions then report (DrainInProgress False,
+// Drained True, as `kubectl get node -o yaml` shows them); the condition
+// turning False withdraws the request, and the node is given back with
+// vacate's conditions removed. A node under a policy that leaves the
+// trigger off (the default) is not drained.
+func TestMaintenancePlannedTrigger(t *testing.T) {
+	e := startEnv(t)
+	nodes := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "maint", Count: 2, Labels: map[string]string{"pool": "maint"}})
+	on, off := nodes[0], nodes[1]
+	updateNode(t, e, on, func(n *corev1.Node) { n.Labels["maint"] = "drain" })
+	create(t, e, &v1alpha1.DrainPolicy{ObjectMeta: metav1.ObjectMeta{Name: "maint"}, Spec: v1alpha1.DrainPolicySpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"maint": "drain"}},
+		Triggers:     v1alpha1.Triggers{OnMaintenancePlanned: "Drain"}}})
+	for _, n := range nodes {
+		name := n
+		t.Cleanup(func() { _ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+	}
+	waitPolicy(t, e, "maint", "governing its node", func(dp *v1alpha1.DrainPolicy) bool { return dp.Status.Nodes == 1 })
+	for _, n := range nodes {
+		setMaintenancePlanned(t, e, n, corev1.ConditionTrue)
+	}
+	nd := e.waitDrain(t, on, "Drained for the planned maintenance", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	})
+	if got := requesterNames(nd); len(got) != 1 || got[0] != v1alpha1.RequesterMaintenance {
+		t.Errorf("requesters %v, want only %q", got, v1alpha1.RequesterMaintenance)
+	}
+	if r := nd.Spec.Requesters[0].Reason; !strings.Contains(r, "MaintenancePlanned=True (KernelUpgrade): 6.12 rollout") {
+		t.Errorf("the request's reason %q does not carry the condition's", r)
+	}
+	waitNodeConditions(t, e, on, "Drained True", func(c map[corev1.NodeConditionType]corev1.NodeCondition) bool {
+		return c[corev1.NodeDrained].Status == corev1.ConditionTrue && c[corev1.NodeDrainInProgress].Status == corev1.ConditionFalse
+	})
+	if err := e.cl.Get(context.Background(), types.NamespacedName{Name: off}, &v1alpha1.NodeDrain{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a node whose policy leaves the trigger off got a NodeDrain (%v)", err)
+	}
+
+	setMaintenancePlanned(t, e, on, corev1.ConditionFalse)
+	waitGone(t, e, on)
+	waitNodeConditions(t, e, on, "vacate's conditions removed", func(c map[corev1.NodeConditionType]corev1.NodeCondition) bool {
+		_, inProgress := c[corev1.NodeDrainInProgress]
+		_, drained := c[corev1.NodeDrained]
+		return !inProgress && !drained && c[corev1.NodeMaintenancePlanned].Status == corev1.ConditionFalse
+	})
+	if n := getNode(t, e, on); n.Spec.Unschedulable {
+		t.Error("the node stayed cordoned after the maintenance was no longer planned")
+	}
+}
+
+// setMaintenancePlanned sets the node's condition MaintenancePlanned, as an
+// admin's tooling would (a status patch).
+func setMaintenancePlanned(t *testing.T, e *env, node string, status corev1.ConditionStatus) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"MaintenancePlanned","status":%q,"reason":"KernelUpgrade","message":"6.12 rollout","lastTransitionTime":%q}]}}`,
+		status, time.Now().UTC().Format(time.RFC3339))
+	if _, err := e.c.Client.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
 	}
 }

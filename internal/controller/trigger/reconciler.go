@@ -11,6 +11,8 @@
 //     (triggers.onUnschedulable: Drain);
 //   - "external:<key>": a taint of triggers.externalTaints, by default the
 //     cluster autoscaler's and Karpenter's;
+//   - "maintenance": the node's condition MaintenancePlanned is True
+//     (triggers.onMaintenancePlanned: Drain);
 //   - "delete": the node is being deleted (triggers.onNodeDelete: Drain). It
 //     asks for Decommission, and raises a Maintenance drain (a person's, a
 //     taint's) to it, even one already Drained, which then runs again: the
@@ -61,7 +63,8 @@ const requesterExternal = v1alpha1.RequesterExternalPrefix
 
 // IsTrigger reports whether a requester name is one of the triggers'.
 func IsTrigger(name string) bool {
-	return name == v1alpha1.RequesterTaint || name == v1alpha1.RequesterCordon || name == v1alpha1.RequesterDelete || strings.HasPrefix(name, requesterExternal)
+	return name == v1alpha1.RequesterTaint || name == v1alpha1.RequesterCordon || name == v1alpha1.RequesterDelete || name == v1alpha1.RequesterMaintenance ||
+		strings.HasPrefix(name, requesterExternal)
 }
 
 // +kubebuilder:rbac:groups=vacate.dev,resources=nodedrains,verbs=get;list;watch;create;patch;delete
@@ -415,7 +418,8 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 }
 
 // triggerFieldsChanged passes node updates that can change a trigger:
-// taints, cordon, labels, vacate's cordon annotation.
+// taints, cordon, labels, vacate's cordon annotation, whether the condition
+// MaintenancePlanned is True (not the kubelet's heartbeats).
 func triggerFieldsChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
@@ -424,8 +428,18 @@ func triggerFieldsChanged() predicate.Predicate {
 			controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerDrain) != controllerutil.ContainsFinalizer(n, v1alpha1.FinalizerDrain) ||
 			taintKeys(o) != taintKeys(n) ||
 			!maps.Equal(o.Labels, n.Labels) ||
-			o.Annotations[v1alpha1.AnnotationCordonedBy] != n.Annotations[v1alpha1.AnnotationCordonedBy]
+			o.Annotations[v1alpha1.AnnotationCordonedBy] != n.Annotations[v1alpha1.AnnotationCordonedBy] ||
+			!maintenanceEqual(policy.MaintenancePlanned(o), policy.MaintenancePlanned(n))
 	}}
+}
+
+// maintenanceEqual says whether two MaintenancePlanned conditions (nil: not
+// True) say the same: the requester's reason carries reason and message.
+func maintenanceEqual(a, b *corev1.NodeCondition) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Reason == b.Reason && a.Message == b.Message
 }
 
 func (r *Reconciler) allNodes(ctx context.Context, _ client.Object) []reconcile.Request {

@@ -24,10 +24,10 @@ import (
 // external:<key>), never a person's, the agent's or a look-alike.
 func TestIsTriggerNamesOnlyTheTriggersRequesters(t *testing.T) {
 	for name, want := range map[string]bool{
-		v1alpha1.RequesterTaint: true, v1alpha1.RequesterCordon: true, v1alpha1.RequesterDelete: true,
+		v1alpha1.RequesterTaint: true, v1alpha1.RequesterCordon: true, v1alpha1.RequesterDelete: true, v1alpha1.RequesterMaintenance: true,
 		"external:" + autoscalerTaint: true, "external:example.com/retire": true,
 		"cli:alice": false, "agent": false, "agent:aws-spot": false, "taints": false, "cordoned": false,
-		"external": false, "cli:taint": false,
+		"external": false, "cli:taint": false, "maintenance-planned": false,
 	} {
 		if got := IsTrigger(name); got != want {
 			t.Errorf("IsTrigger(%q) = %v, want %v", name, got, want)
@@ -40,7 +40,8 @@ func TestIsTriggerNamesOnlyTheTriggersRequesters(t *testing.T) {
 // taint vacate.dev/drain (any effect, once however many effects) unless the
 // policy turns it off; a cordon by anyone but vacate under
 // onUnschedulable: Drain; the external taints (by default the cluster
-// autoscaler's and Karpenter's, else only the policy's own list); a deleted
+// autoscaler's and Karpenter's, else only the policy's own list); the node
+// condition MaintenancePlanned True under onMaintenancePlanned: Drain; a deleted
 // node that vacate's finalizer holds under onNodeDelete: Drain. A trigger
 // joining a drain restates its mode and policy; node deletion asks for
 // Decommission and raises a Maintenance drain, even when its entry is there
@@ -77,7 +78,23 @@ func liveTriggerCases() []triggerCase {
 	cordonDrains := defaultPolicy(func(s *v1alpha1.DrainPolicySpec) { s.Triggers.OnUnschedulable = "Drain" })
 	noTaint := defaultPolicy(func(s *v1alpha1.DrainPolicySpec) { f := false; s.Triggers.Taint = &f })
 	ownExternal := defaultPolicy(func(s *v1alpha1.DrainPolicySpec) { s.Triggers.ExternalTaints = []string{"example.com/retire"} })
+	maintenanceDrains := defaultPolicy(func(s *v1alpha1.DrainPolicySpec) { s.Triggers.OnMaintenancePlanned = "Drain" })
 	return []triggerCase{
+		{
+			name:     "MaintenancePlanned True under onMaintenancePlanned: Drain",
+			node:     newNode("node-a").Condition(corev1.NodeMaintenancePlanned, corev1.ConditionTrue).Obj(),
+			policies: []*v1alpha1.DrainPolicy{maintenanceDrains},
+			want:     []applied{request(v1alpha1.RequesterMaintenance, "", "")},
+		},
+		{
+			name:     "MaintenancePlanned False under onMaintenancePlanned: Drain",
+			node:     newNode("node-a").Condition(corev1.NodeMaintenancePlanned, corev1.ConditionFalse).Obj(),
+			policies: []*v1alpha1.DrainPolicy{maintenanceDrains},
+		},
+		{
+			name: "MaintenancePlanned True under the default Ignore",
+			node: newNode("node-a").Condition(corev1.NodeMaintenancePlanned, corev1.ConditionTrue).Obj(),
+		},
 		{
 			name: "the taint under the built-in defaults",
 			node: newNode("node-a").Taint(v1alpha1.TaintDrain, corev1.TaintEffectNoSchedule).Obj(),

@@ -41,6 +41,12 @@ func TestTriggerFieldsChangedPassesOnlyChangesATriggerReads(t *testing.T) {
 		{"status conditions", func(n *corev1.Node) {
 			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
 		}, false},
+		{"MaintenancePlanned turned True", func(n *corev1.Node) {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeMaintenancePlanned, Status: corev1.ConditionTrue}}
+		}, true},
+		{"MaintenancePlanned False", func(n *corev1.Node) {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeMaintenancePlanned, Status: corev1.ConditionFalse}}
+		}, false},
 		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
 		{"deleted", func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{Time: now} }, true},
 		{"vacate's finalizer added", func(n *corev1.Node) { n.Finalizers = []string{v1alpha1.FinalizerDrain} }, true},

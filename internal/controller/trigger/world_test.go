@@ -55,6 +55,13 @@ func (b *nodeBuilder) Taint(key string, effect corev1.TaintEffect) *nodeBuilder 
 // Cordoned marks the node unschedulable, by someone other than vacate.
 func (b *nodeBuilder) Cordoned() *nodeBuilder { b.n.Spec.Unschedulable = true; return b }
 
+// Condition sets a node condition, as the admin's tooling or the kubelet
+// would.
+func (b *nodeBuilder) Condition(t corev1.NodeConditionType, s corev1.ConditionStatus) *nodeBuilder {
+	b.n.Status.Conditions = append(b.n.Status.Conditions, corev1.NodeCondition{Type: t, Status: s, Reason: "KernelUpgrade", Message: "6.12 rollout"})
+	return b
+}
+
 // CordonedByVacate marks the node unschedulable with vacate's record of
 // its own cordon.
 func (b *nodeBuilder) CordonedByVacate() *nodeBuilder {
