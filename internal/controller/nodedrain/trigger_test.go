@@ -383,7 +383,9 @@ func TestMaintenancePlannedTrigger(t *testing.T) {
 		Triggers:     v1alpha1.Triggers{OnMaintenancePlanned: "Drain"}}})
 	for _, n := range nodes {
 		name := n
-		t.Cleanup(func() { _ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+		t.Cleanup(func() {
+			_ = e.cl.Delete(context.Background(), &v1alpha1.NodeDrain{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		})
 	}
 	waitPolicy(t, e, "maint", "governing its node", func(dp *v1alpha1.DrainPolicy) bool { return dp.Status.Nodes == 1 })
 	for _, n := range nodes {
