@@ -12,6 +12,11 @@ import (
 // condition and blocker reasons, and event reasons. A person or a script
 // reads them in the cluster, so they never change once released.
 
+// NodeDrainConditions are the Node conditions Kubernetes defines for drains
+// ("the admin is responsible for setting and clearing"), which vacate sets
+// while it drains a node and removes when the drain is undone.
+var NodeDrainConditions = []corev1.NodeConditionType{corev1.NodeDrainInProgress, corev1.NodeDrained}
+
 // Finalizers, annotations and the taint vacate puts on objects.
 const (
 	// FinalizerRestore holds a NodeDrain until vacate has undone its changes.

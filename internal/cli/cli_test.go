@@ -32,7 +32,9 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// The shared cluster serves the EvictionRequest API: uninstall releases
+// vacate's finalizer on Evictions (TestUninstallReleasesHookedEvictions).
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.EvictionRequestAPI)) }
 
 // admin is the user of the dev cluster's kubeconfig.
 const admin = "cli:vacate-admin"

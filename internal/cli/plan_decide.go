@@ -70,7 +70,7 @@ func decideNode(r nodeRead, in *planInput, c planChoices, now time.Time) (NodePl
 	before, after := planHolds(&np, h, r.existing, r.node, leaving, onNode, in)
 	for _, d := range plan.Decisions {
 		f := podFacts{heldBy: h.Holders(d.Pod.UID), ignored: ignored[d.Pod.UID], hookBlocked: hookBlocked[d.Pod.UID],
-			gate: drain.PodFacts{}.WithGate(d, plan.PDBs, false)}
+			gate: drain.PodFacts{}.WithGate(d, plan.PDBs, false), requested: in.requests && len(d.Pod.Spec.EvictionResponders) > 0}
 		if d.Action == drain.Evict && surges(pol) {
 			if f.honoured, err = pol.HonoursAnnotations(d.Pod.Namespace, in.labelsOf); err != nil {
 				return NodePlan{}, err
@@ -172,6 +172,9 @@ type podFacts struct {
 	// gate is what the pod and its PDBs say of its readiness gate
 	// (drain.PodFacts.WithGate, as the controller asks).
 	gate drain.PodFacts
+	// requested: the pod declares eviction responders and the controller
+	// requests through the EvictionRequest API: the drain asks for it.
+	requested bool
 }
 
 // decidePod is one pod's next step, as the drain would take it now: the
@@ -190,7 +193,7 @@ func decidePod(pol policy.Policy, d drain.Decision, f podFacts) PodPlan {
 	// too). A surged pod's replacement is not up before the drain brings
 	// it: the plan previews the pass that would.
 	next := f.gate
-	next.Held, next.Surge = len(f.heldBy) > 0, pp.Surge != nil && pp.Surge.Surged
+	next.Held, next.Surge, next.Requested = len(f.heldBy) > 0, pp.Surge != nil && pp.Surge.Surged, f.requested
 	pp.Next = string(drain.Next(d, next))
 	return pp
 }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
@@ -17,8 +18,10 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/drain"
+	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/serving"
 	"github.com/vacate-dev/vacate/internal/surge"
+	"github.com/vacate-dev/vacate/internal/version"
 )
 
 // TestPlanAndControllerTakeTheSameNextStep: for every pod of a node, the
@@ -171,4 +174,58 @@ func stepsTaken(t *testing.T, c *devcluster.Cluster, cl client.Client, node stri
 		}
 	}
 	return taken, nil
+}
+
+// TestPlanShowsThePodsADrainWouldAsk: where the leading controller's Lease
+// says its drains request through Kubernetes' EvictionRequest API, plan
+// shows the next step of a pod that declares eviction responders as
+// Request (the drain asks for it with an EvictionRequest) and of a plain pod
+// as Evict; where it says off, both are Evict. A person with vacate-user
+// reads the Lease.
+func TestPlanShowsThePodsADrainWouldAsk(t *testing.T) {
+	c := testenv.Start(t)
+	testenv.DrainClient(t, c) // vacate's CRDs
+	ns := testenv.Namespace(t, c)
+	node := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-ask", Count: 1})[0]
+	d := devcluster.Deployment(ns, "asked", 1)
+	d.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: node}
+	d.Spec.Template.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: "backup.example.com/mover", Priority: ptr.To[int32](5000)}}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(testenv.Context(t), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	asked, err := devcluster.WaitForPodsReady(testenv.Context(t), c.Client, ns, labels.SelectorFromSet(labels.Set{devcluster.AppLabel: "asked"}), 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := appOn(t, c, ns, "plain", node, 1, nil)
+	planner := newUser(t, c, "ask-planner")
+	bindUserRole(t, c, "ask-planner")
+	for state, want := range map[string]drain.Step{leader.EvictionRequestsCoordinating: drain.StepRequest, leader.EvictionRequestsRequesting: drain.StepRequest,
+		leader.EvictionRequestsOff: drain.StepEvict} {
+		labelLease(t, c, holdLease(t, c, "ask-controller"), leader.LeaseLabels(version.Info{Version: "v1.0.0"}, state))
+		next := map[string]string{}
+		for _, pp := range planOf(t, planner, node).Pods {
+			next[pp.Pod] = pp.Next
+		}
+		if got := next[ns+"/"+asked[0].Name]; got != string(want) {
+			t.Errorf("Lease %s: the pod with responders is planned %q, want %s", state, got, want)
+		}
+		if got := next[ns+"/"+plain[0].Name]; got != string(drain.StepEvict) {
+			t.Errorf("Lease %s: the plain pod is planned %q, want Evict", state, got)
+		}
+	}
+}
+
+// labelLease sets the labels of the Lease namespace/name.
+func labelLease(t *testing.T, c *devcluster.Cluster, key string, l map[string]string) {
+	t.Helper()
+	ns, name, _ := strings.Cut(key, "/")
+	lease, err := c.Client.CoordinationV1().Leases(ns).Get(testenv.Context(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Labels = l
+	if _, err := c.Client.CoordinationV1().Leases(ns).Update(testenv.Context(t), lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/leader"
 	"github.com/vacate-dev/vacate/internal/policy"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
@@ -32,6 +34,9 @@ type planInput struct {
 	evacuations []v1alpha1.Evacuation
 	// namespaces are the namespaces of the pods read so far, by name.
 	namespaces map[string]namespaceRead
+	// requests: the leading controller's drains ask for pods that declare
+	// eviction responders with EvictionRequests (its Lease says so).
+	requests bool
 }
 
 // namespaceRead is a namespace as read: its labels (nil when it is gone),
@@ -89,7 +94,24 @@ func readShared(ctx context.Context, s *session) (*planInput, error) {
 		return nil, s.explain(err, "listing Evacuations")
 	}
 	in.evacuations = evList.Items
+	in.requests = leaderRequests(ctx, s)
 	return in, nil
+}
+
+// leaderRequests says whether the leading controller's drains request
+// through Kubernetes' EvictionRequest API, as its Lease says; no when the
+// Lease cannot be read.
+func leaderRequests(ctx context.Context, s *session) bool {
+	cs, err := s.controllers(ctx, time.Now())
+	if err != nil {
+		return false
+	}
+	for _, c := range cs {
+		if c.Held {
+			return c.EvictionRequests == leader.EvictionRequestsCoordinating || c.EvictionRequests == leader.EvictionRequestsRequesting
+		}
+	}
+	return false
 }
 
 // readNode reads what a drain of the node would meet: the node, its

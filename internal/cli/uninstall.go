@@ -206,6 +206,8 @@ func (u *uninstaller) execute(ctx context.Context, plan uninstallPlan, v cluster
 			}
 		case stepReleaseNodes:
 			err = u.releaseNodes(ctx)
+		case stepReleaseEvictions:
+			err = u.releaseEvictions(ctx)
 		case stepDeletePolicies:
 			err = u.deletePolicies(ctx)
 		case stepDeleteRest:

@@ -181,6 +181,11 @@ func (u *uninstaller) restoreNodes(ctx context.Context, drains []v1alpha1.NodeDr
 		if err != nil {
 			return u.explain(err, "uncordoning node "+node.Name)
 		}
+		if out == outcomeUncordoned { // vacate's drain of it: the drain conditions are vacate's too
+			if err := u.clearDrainConditions(ctx, seen); err != nil {
+				return u.explain(err, "removing the drain conditions of node "+node.Name)
+			}
+		}
 		o.add(node.Name, out, seen.Spec.Unschedulable)
 		if out == outcomeKept {
 			u.left.nodes = append(u.left.nodes, keptLine(seen, notVacatesCordon(seen, byName)))
@@ -188,6 +193,31 @@ func (u *uninstaller) restoreNodes(ctx context.Context, drains []v1alpha1.NodeDr
 	}
 	u.say("%s", o.summary(false))
 	return nil
+}
+
+// clearDrainConditions removes the node conditions DrainInProgress and
+// Drained, which vacate's drain of the node set (the controller removes
+// them in its undo), leaving every other condition alone (a strategic merge
+// patch that deletes by type).
+func (u *uninstaller) clearDrainConditions(ctx context.Context, node *corev1.Node) error {
+	var del []map[string]any
+	for _, c := range node.Status.Conditions {
+		if slices.Contains(v1alpha1.NodeDrainConditions, c.Type) {
+			del = append(del, map[string]any{"type": c.Type, "$patch": "delete"})
+		}
+	}
+	if len(del) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": del}})
+	if err != nil {
+		return err
+	}
+	_, err = u.s.clientset.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // keptLine says why a node was left as it is, and what a person may do.

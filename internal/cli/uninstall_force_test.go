@@ -11,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +23,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/operator"
 )
 
@@ -45,7 +47,8 @@ const (
 //   - --force --dry-run says all it would do and leave, and writes nothing;
 //   - --force asks the controller first, then uncordons only the node whose
 //     vacate.dev/cordoned-by is <drain>/<uid> of its live drain, in a patch
-//     that tests what it read, never touches the nodes whose annotation is
+//     that tests what it read, and removes that node's drain conditions
+//     (DrainInProgress, Drained; no other), never touches the nodes whose annotation is
 //     a legacy value or a copy, releases the NodeDrains, the provider and
 //     the node's finalizers, reports what it left behind and exits 0;
 //   - a plain uninstall then deletes the CRDs, which nothing holds.
@@ -190,6 +193,22 @@ func checkForceRestoredOnlyItsOwn(t *testing.T, c *devcluster.Cluster, cl client
 	n := st.nodes
 	if nd := getNode(t, c, n[0]); nd.Spec.Unschedulable || nd.Annotations[v1alpha1.AnnotationCordonedBy] != "" || slices.Contains(nd.Finalizers, v1alpha1.FinalizerDrain) {
 		t.Errorf("%s after uninstall --force: unschedulable=%t annotations=%v finalizers=%v; want restored", n[0], nd.Spec.Unschedulable, nd.Annotations, nd.Finalizers)
+	}
+	conditions := func(name string) (drain, others int) {
+		for _, cond := range getNode(t, c, name).Status.Conditions {
+			if slices.Contains(v1alpha1.NodeDrainConditions, cond.Type) {
+				drain++
+			} else {
+				others++
+			}
+		}
+		return drain, others
+	}
+	if drain, others := conditions(n[0]); drain != 0 || others == 0 {
+		t.Errorf("%s after uninstall --force: %d drain conditions and %d others; want vacate's removed, the kubelet's kept", n[0], drain, others)
+	}
+	if drain, _ := conditions(n[1]); drain != 2 {
+		t.Errorf("%s after uninstall --force: %d drain conditions; want both left (vacate cannot tell it drained the node)", n[1], drain)
 	}
 	for i, want := range map[int]string{1: n[1], 2: st.cordonedBy} {
 		if nd := getNode(t, c, n[i]); !nd.Spec.Unschedulable || nd.Annotations[v1alpha1.AnnotationCordonedBy] != want {
@@ -388,6 +407,12 @@ func leaveStuckState(t *testing.T, c *devcluster.Cluster, cl client.Client) stuc
 	cordonWith(t, c, n[0], st.cordonedBy) // as the controller does
 	cordonWith(t, c, n[1], n[1])          // as a controller before issue 11 did
 	cordonWith(t, c, n[2], st.cordonedBy) // a person copied it
+	for _, name := range n[:2] {          // the drain conditions the controller sets
+		patch := `{"status":{"conditions":[{"type":"DrainInProgress","status":"True","reason":"Evicting","message":"Evicting"},{"type":"Drained","status":"False","reason":"Draining"}]}}`
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatalf("setting the drain conditions of node %s: %v", name, err)
+		}
+	}
 	// As the policy's onNodeDelete: Drain puts it on the node.
 	patch := must(json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": []string{v1alpha1.FinalizerDrain}}}))
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -449,4 +474,46 @@ func releaseForCleanup(cl client.Client, obj client.Object) {
 		_ = cl.Update(ctx, obj)
 	}
 	_ = cl.Delete(ctx, obj)
+}
+
+// TestUninstallReleasesHookedEvictions: an Eviction (Kubernetes'
+// EvictionRequest API) whose pod's hook vacate was cancelling keeps vacate's
+// finalizer vacate.dev/hook; once the controller is gone, uninstall plans
+// its removal (the dry run names the Eviction), removes exactly that
+// finalizer (another's stays) and says the hook may not have been told.
+func TestUninstallReleasesHookedEvictions(t *testing.T) {
+	c := testenv.Start(t)
+	ctx := testenv.Context(t)
+	ns := testenv.Namespace(t, c)
+	ev := &lifecyclev1alpha1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-0", Finalizers: []string{er.FinalizerHook, "example.com/keep"}},
+		Spec: lifecyclev1alpha1.EvictionSpec{Target: lifecyclev1alpha1.EvictionTarget{Pod: &lifecyclev1alpha1.EvictionPodReference{
+			Name: "db-0", UID: types.UID("5f1f3c4e-0000-4000-8000-000000000009")}}},
+	}
+	ev, err := c.Client.LifecycleV1alpha1().Evictions(ns).Create(ctx, ev, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		_, _ = c.Client.LifecycleV1alpha1().Evictions(ns).Patch(context.Background(), ev.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	})
+	u := forceUninstaller(t, c)
+	hooked, err := u.hookedEvictions(ctx)
+	if err != nil || !slices.Contains(hooked, types.NamespacedName{Namespace: ns, Name: "db-0"}) {
+		t.Fatalf("hooked Evictions %v (%v), want %s/db-0 among them", hooked, err, ns)
+	}
+	if line := planReleaseEvictions(clusterView{hooked: hooked}); !strings.Contains(line, "would remove vacate.dev/hook from") || !strings.Contains(line, ns+"/db-0") {
+		t.Errorf("the plan's line %q does not name the Eviction", line)
+	}
+	if err := u.releaseEvictions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Client.LifecycleV1alpha1().Evictions(ns).Get(ctx, "db-0", metav1.GetOptions{})
+	if err != nil || !slices.Equal(got.Finalizers, []string{"example.com/keep"}) {
+		t.Errorf("the Eviction's finalizers after uninstall: %v (%v), want only example.com/keep", got.Finalizers, err)
+	}
+	if out := u.streams.Out.(*bytes.Buffer).String(); !strings.Contains(out, "eviction finalizers: removed vacate.dev/hook from") || !strings.Contains(out, "may not have been told") {
+		t.Errorf("uninstall said:\n%s", out)
+	}
 }

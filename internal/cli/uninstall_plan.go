@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/policy"
 )
 
@@ -44,6 +45,8 @@ const (
 	stepUndoLeft
 	// stepReleaseNodes removes vacate.dev/drain from the nodes.
 	stepReleaseNodes
+	// stepReleaseEvictions removes vacate.dev/hook from the Evictions.
+	stepReleaseEvictions
 	// stepDeletePolicies deletes the DrainPolicies.
 	stepDeletePolicies
 	// stepDeleteRest deletes the namespace, service account, RBAC objects
@@ -98,6 +101,9 @@ type clusterView struct {
 	policies    []v1alpha1.DrainPolicy
 	evacuations []v1alpha1.Evacuation
 	providers   []v1alpha1.EvacuationProvider
+	// hooked are the Evictions (Kubernetes' EvictionRequest API) with
+	// vacate's finalizer vacate.dev/hook.
+	hooked []types.NamespacedName
 	// podNodes maps "namespace/name" and pod UIDs, of the pods on the
 	// drains' nodes, to their node.
 	podNodes map[string]string
@@ -132,6 +138,10 @@ func planUninstall(v clusterView, inst installed, o uninstallChoices) uninstallP
 			"and once the controller is gone nothing else removes it (the providers, and vacate's CRDs, could not be deleted)", planProviders(v))
 	}
 	p.add(stepReleaseNodes, "nothing removes vacate.dev/drain once the controller is gone, and a deleted node would stay", planReleaseNodes(v))
+	if len(v.hooked) > 0 {
+		p.add(stepReleaseEvictions, "the controller keeps "+er.FinalizerHook+" on an Eviction until the hook it called acknowledges a cancel; "+
+			"once the controller is gone nothing removes it, and the Eviction would stay", planReleaseEvictions(v))
+	}
 	p.add(stepDeletePolicies, "they configure the controller that is gone", planPolicies(v, o))
 	p.add(stepDeleteRest, "installed by 'vacate manifests install'; last created, first deleted",
 		"rbac and namespace: "+planDeletes(inst.rest, v.objects).summary(true))
@@ -367,6 +377,14 @@ func planReleaseNodes(v clusterView) string {
 		return fmt.Sprintf("node finalizers: none of %d node(s) has %s", len(v.nodes), v1alpha1.FinalizerDrain)
 	}
 	return fmt.Sprintf("node finalizers: would remove %s from %d of %d node(s)", v1alpha1.FinalizerDrain, held, len(v.nodes))
+}
+
+func planReleaseEvictions(v clusterView) string {
+	names := make([]string, 0, len(v.hooked))
+	for _, k := range v.hooked {
+		names = append(names, k.String())
+	}
+	return fmt.Sprintf("eviction finalizers: would remove %s from %d Eviction(s): %s", er.FinalizerHook, len(v.hooked), strings.Join(truncated(names, 5), ", "))
 }
 
 func planPolicies(v clusterView, o uninstallChoices) string {

@@ -3,15 +3,18 @@ package cli
 import (
 	"context"
 	"errors"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 )
 
 // read gathers what the planner needs, reading only: vacate's objects (when
@@ -28,6 +31,9 @@ func (u *uninstaller) read(ctx context.Context) (clusterView, error) {
 		return v, u.explain(err, "listing nodes")
 	}
 	v.nodes = nodes.Items
+	if v.hooked, err = u.hookedEvictions(ctx); err != nil {
+		return v, err
+	}
 	if err := u.readPods(ctx, &v); err != nil {
 		return v, err
 	}
@@ -47,6 +53,26 @@ func (u *uninstaller) read(ctx context.Context) (clusterView, error) {
 	}
 	v.bindings = bindings.Items
 	return v, nil
+}
+
+// hookedEvictions are the Evictions (Kubernetes' EvictionRequest API) that
+// carry vacate's finalizer vacate.dev/hook, as namespace/name; none where
+// the API is not served.
+func (u *uninstaller) hookedEvictions(ctx context.Context) ([]types.NamespacedName, error) {
+	list, err := u.s.clientset.LifecycleV1alpha1().Evictions(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil // the API is not served
+	}
+	if err != nil {
+		return nil, u.explain(err, "listing Evictions")
+	}
+	var out []types.NamespacedName
+	for _, ev := range list.Items {
+		if slices.Contains(ev.Finalizers, er.FinalizerHook) {
+			out = append(out, types.NamespacedName{Namespace: ev.Namespace, Name: ev.Name})
+		}
+	}
+	return out, nil
 }
 
 // readVacate lists the drains, policies, evacuations and providers.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 )
 
 // This file is uninstall's executor: the steps of the plan
@@ -309,6 +311,33 @@ func (u *uninstaller) releaseNodes(ctx context.Context) error {
 		}
 	}
 	u.say("node finalizers: removed %s from %d of %d node(s)", v1alpha1.FinalizerDrain, removed, len(nodes.Items))
+	return nil
+}
+
+// releaseEvictions removes vacate's finalizer from the Evictions that have
+// it: the controller that would have removed it is gone. A hook the
+// controller was cancelling may not have been told; it is named.
+func (u *uninstaller) releaseEvictions(ctx context.Context) error {
+	hooked, err := u.hookedEvictions(ctx)
+	if err != nil {
+		return err
+	}
+	var removed []string
+	for _, k := range hooked {
+		done, err := u.removeFinalizer(ctx, &lifecyclev1alpha1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}, er.FinalizerHook)
+		if err != nil {
+			return u.explain(err, "removing finalizer "+er.FinalizerHook+" from Eviction "+k.String())
+		}
+		if done {
+			removed = append(removed, k.String())
+		}
+	}
+	if len(removed) == 0 {
+		u.say("eviction finalizers: none left to remove")
+		return nil
+	}
+	u.say("eviction finalizers: removed %s from %d Eviction(s): %s; vacate was cancelling their pods' HTTP hooks, which may not have been told: check those apps",
+		er.FinalizerHook, len(removed), strings.Join(truncated(removed, 5), ", "))
 	return nil
 }
 

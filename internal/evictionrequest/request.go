@@ -24,6 +24,11 @@ import (
 // its turn (internal/controller/coordinator).
 const VacateResponder = "vacate.dev/evacuation"
 
+// FinalizerHook keeps an Eviction whose pod's HTTP hook vacate called
+// (as its responder) until the hook's cancel is over; vacate uninstall
+// removes it once the controller is gone.
+const FinalizerHook = "vacate.dev/hook"
+
 // DrainRequester is the requester name of a vacate drain's EvictionRequests.
 // Only vacate-controller may make or change a request in a vacate.dev name
 // (the admission policy vacate-eviction-requests).

@@ -215,7 +215,7 @@ func (r *Reconciler) cancelHook(ctx context.Context, ev *lifecyclev1alpha1.Evict
 // FinalizerHook keeps an Eviction whose pod's HTTP hook vacate called until
 // its cancel is over (cancelHook): the garbage collector deletes an
 // Eviction with its last request, and a cancel needs the Eviction.
-const FinalizerHook = "vacate.dev/hook"
+const FinalizerHook = er.FinalizerHook
 
 // holdForHook puts FinalizerHook on the Eviction (not on one being deleted:
 // the API refuses new finalizers there).

@@ -118,10 +118,9 @@ func patch(ctx context.Context, c client.Client, node *corev1.Node, change func(
 	return nil
 }
 
-// DrainConditions are the Node conditions Kubernetes defines for drains
-// ("the admin is responsible for setting and clearing"), which vacate sets
-// while it drains a node and clears when the drain is undone.
-var DrainConditions = []corev1.NodeConditionType{corev1.NodeDrainInProgress, corev1.NodeDrained}
+// DrainConditions are the Node conditions vacate sets while it drains a
+// node (v1alpha1.NodeDrainConditions).
+var DrainConditions = v1alpha1.NodeDrainConditions
 
 // SetDrainConditions makes the node's drain conditions (DrainConditions)
 // the wanted ones: each wanted is set (its transition time kept while its
