@@ -162,3 +162,45 @@ func TestConsumersNeverTakeOverEachOthersEvictions(t *testing.T) {
 		t.Errorf("a consumer nobody registered: may evict %v (%q), want held", ok, why)
 	}
 }
+
+// TestARequestedPodsReservationEndsWithThePod (from a review): a drain
+// reserves the budget of a pod it asked for with an EvictionRequest. The
+// reservation counts while the pod runs, whoever evicts it (another
+// coordinator, a responder deleting it), and is dropped once the pod stops
+// running, so the PDB's next pod may be asked for. The coordinator's Add
+// takes it over; a pod this queue evicted is not reserved again by a pass
+// that read the cache before.
+func TestARequestedPodsReservationEndsWithThePod(t *testing.T) {
+	q := NewQueueWithEvictor(func(context.Context, *policyv1.Eviction) error { return nil }, Options{})
+	pdbs := map[string]*policyv1.PodDisruptionBudget{"default/web": testutil.PDB("default", "web", "web", 1, 1)}
+	asked := PodRequest(testutil.Pod("web-1").OnNode("n1").Obj(), nil, 0)
+	asked.PDBs, asked.For = []string{"default/web"}, ForEvictionRequests
+	q.Reserve(asked)
+	runs := true
+	running := func(uid types.UID, _ types.NamespacedName) bool { return uid != asked.UID || runs }
+	if got := q.Budget(pdbs, running)["default/web"]; got != 0 {
+		t.Fatalf("budget while the asked pod runs: %d, want 0", got)
+	}
+	runs = false // another coordinator evicted it; it is terminating
+	if got := q.Budget(pdbs, running)["default/web"]; got != 1 || q.State(asked.UID).Reserved {
+		t.Errorf("budget once the pod stopped running: %d (reserved %v), want 1 and the reservation gone", got, q.State(asked.UID).Reserved)
+	}
+
+	other := PodRequest(testutil.Pod("web-2").OnNode("n1").Obj(), nil, 0)
+	other.PDBs, other.For = []string{"default/web"}, ForEvictionRequests
+	q.Reserve(other)
+	if err := q.Add(other); err != nil { // the coordinator's evictor
+		t.Fatal(err)
+	}
+	if st := q.State(other.UID); !st.Pending || st.Reserved {
+		t.Errorf("after the coordinator's Add: %+v, want its eviction queued in place of the reservation", st)
+	}
+	q.mu.Lock()
+	q.evicted[other.UID] = evictedPod{req: other, at: time.Now(), node: "n1"}
+	delete(q.requests, other.UID)
+	q.mu.Unlock()
+	q.Reserve(other)
+	if q.State(other.UID).Reserved {
+		t.Error("a pod already evicted was reserved again")
+	}
+}

@@ -224,13 +224,18 @@ func (q *Queue) stateLocked(uid types.UID) PodState {
 
 // Reserve counts the pod's eviction against its PDBs' budgets without
 // queuing it: the pod was taken out of service for it (endpoint-aware
-// eviction), which the PDBs count as a disruption too. Add queues it
+// eviction), which the PDBs count as a disruption too, or a drain asked for
+// it with an EvictionRequest (For ForEvictionRequests: it counts while the
+// pod runs, Budget). A pod queued or evicted is not reserved. Add queues it
 // later; Unreserve drops the reservation (the pod is back in service).
 func (q *Queue) Reserve(r Request) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, pending := q.requests[r.UID]; pending {
 		return
+	}
+	if _, evicted := q.evicted[r.UID]; evicted {
+		return // its eviction counts as evicted until the pod is seen leaving
 	}
 	q.reserved[r.UID] = r
 	q.claimLocked(r)
@@ -341,11 +346,17 @@ type claim struct {
 }
 
 // underway says whether the pod's eviction counts against its PDBs'
-// budget: reserved for it (a pod out of service), evicted while the cache
+// budget: reserved for it (a pod out of service; a pod asked for with an
+// EvictionRequest while it still runs), evicted while the cache
 // still shows the pod not terminating (running: the PDB's status does not
 // count it yet), or queued and not waiting on a PDB refusal.
 func (c claim) underway(running func(types.UID, types.NamespacedName) bool) bool {
 	switch {
+	case c.reserved && c.req.For == ForEvictionRequests:
+		// A drain asked for the pod with an EvictionRequest: whoever
+		// evicts it (this queue's coordinator, another, a responder), the
+		// budget is taken until the pod stops running.
+		return running(c.req.UID, c.req.Pod)
 	case c.reserved:
 		return true
 	case c.evicted:
@@ -384,6 +395,9 @@ func (q *Queue) Budget(pdbs map[string]*policyv1.PodDisruptionBudget, running fu
 	if len(over) > 0 {
 		q.mu.Lock()
 		for _, c := range over {
+			if res, ok := q.reserved[c.req.UID]; ok && res.For == ForEvictionRequests {
+				delete(q.reserved, c.req.UID) // its pod stopped running: the reservation is over
+			}
 			// Only if nothing made it underway meanwhile.
 			now := q.stateLocked(c.req.UID)
 			if !now.Reserved && (!now.Pending || now.PDBRefused()) {

@@ -34,13 +34,10 @@ const FinalizerHook = "vacate.dev/hook"
 // (the admission policy vacate-eviction-requests).
 const DrainRequester = "vacate.dev/drain"
 
-// LabelDrain labels a drain's EvictionRequests with the drain's name (its
-// node's), so that its undo finds them.
-const LabelDrain = "vacate.dev/drain"
-
-// DrainRequestName is the name of the drains' EvictionRequest for a pod: one
-// per pod, so a pass finds it again after a restart, and a later drain of
-// the node asks with the same one.
+// DrainRequestName is the name the drains give their EvictionRequest for a
+// pod: one per pod, so that a pass that does not see its own create yet
+// does not make a second. (Someone else may take the name first: the
+// drains then generate one; they find theirs by requester, Ours.)
 func DrainRequestName(pod *corev1.Pod) string { return "vacate-drain-" + string(pod.UID) }
 
 // Declares says whether the pod declares eviction responders: a drain that
@@ -59,7 +56,6 @@ func DrainRequest(pod *corev1.Pod, drain metav1.OwnerReference) *lifecyclev1alph
 	return &lifecyclev1alpha1.EvictionRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: pod.Namespace, Name: DrainRequestName(pod),
-			Labels:          map[string]string{LabelDrain: drain.Name},
 			OwnerReferences: []metav1.OwnerReference{drain},
 		},
 		Spec: lifecyclev1alpha1.EvictionRequestSpec{
@@ -69,11 +65,21 @@ func DrainRequest(pod *corev1.Pod, drain metav1.OwnerReference) *lifecyclev1alph
 	}
 }
 
-// Asks says whether the request asks for the eviction of the pod (this pod,
-// not an earlier one of its name).
-func Asks(req *lifecyclev1alpha1.EvictionRequest, pod *corev1.Pod) bool {
+// Ours says whether the request is the drains' (requester
+// vacate.dev/drain, which the admission policy vacate-eviction-requests
+// keeps to vacate-controller) for this pod (not an earlier one of its
+// name), and not being deleted.
+func Ours(req *lifecyclev1alpha1.EvictionRequest, pod *corev1.Pod) bool {
 	t := req.Spec.Target.Pod
-	return t != nil && t.UID == pod.UID && req.Spec.Intent == lifecyclev1alpha1.EvictionRequestIntentEviction && req.DeletionTimestamp.IsZero()
+	return req.Spec.Requester == DrainRequester && t != nil && t.UID == pod.UID && req.DeletionTimestamp.IsZero()
+}
+
+// WantedByOthers says whether a requester other than the one named still
+// wants the Eviction (its status.requesters, as its coordinator wrote them).
+func WantedByOthers(ev *lifecyclev1alpha1.Eviction, requester string) bool {
+	return slices.ContainsFunc(ev.Status.Requesters, func(r lifecyclev1alpha1.Requester) bool {
+		return r.Name != requester && r.Intent == lifecyclev1alpha1.RequesterIntentEviction
+	})
 }
 
 // Progress says where the pod's Eviction is, for a drain's blocker and for
@@ -127,6 +133,15 @@ func Blocker(pod *corev1.Pod, ev *lifecyclev1alpha1.Eviction, now time.Time) v1a
 	}
 	return v1alpha1.Blocker{Pod: pod.Namespace + "/" + pod.Name, Reason: v1alpha1.BlockerEvictionRequest, Holder: holder,
 		Detail: v1alpha1.Truncate(Progress(ev), v1alpha1.MaxMessage), Since: metav1.NewTime(now)}
+}
+
+// AskFailed is what a drain's status says of a pod it could not ask for
+// (the API server refused the request, say): why, in the API server's
+// words. The drain asks again at its next pass.
+func AskFailed(pod *corev1.Pod, err error, now time.Time) v1alpha1.Blocker {
+	b := Blocker(pod, nil, now)
+	b.Detail = v1alpha1.Truncate("vacate could not ask for its eviction with an EvictionRequest: "+err.Error(), v1alpha1.MaxMessage)
+	return b
 }
 
 // ActiveResponder is the name of the responder whose turn it is, or "".

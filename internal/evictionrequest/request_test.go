@@ -47,25 +47,51 @@ func TestProgressSaysWhoHasTheTurn(t *testing.T) {
 }
 
 // TestADrainsRequest: one per pod (named by its UID), owned by the drain,
-// labelled with it, asking; Asks holds for that pod only, while it asks.
+// asking; Ours holds for the drains' request of that pod only (not a later
+// pod of the name, not another requester's under the same name, not one
+// being deleted), withdrawn or not.
 func TestADrainsRequest(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-0", UID: "0b6c2f1e-9d57-4c42-9a55-5f0c1f1f7a11"}}
 	owner := metav1.OwnerReference{APIVersion: "vacate.dev/v1alpha1", Kind: "NodeDrain", Name: "node-1", UID: "d"}
 	req := DrainRequest(pod, owner)
-	if req.Name != "vacate-drain-"+string(pod.UID) || req.Namespace != "shop" || req.Labels[LabelDrain] != "node-1" ||
-		req.Spec.Requester != DrainRequester || req.OwnerReferences[0] != owner {
+	if req.Name != "vacate-drain-"+string(pod.UID) || req.Namespace != "shop" || req.Spec.Requester != DrainRequester ||
+		req.OwnerReferences[0] != owner || req.Spec.Intent != lifecyclev1alpha1.EvictionRequestIntentEviction {
 		t.Errorf("the drain's request: %+v", req)
 	}
-	if !Asks(req, pod) {
-		t.Error("Asks: false for its own pod")
+	if !Ours(req, pod) {
+		t.Error("Ours: false for its own pod")
 	}
 	later := pod.DeepCopy()
 	later.UID = types.UID("5e1f0a57-0d6b-4f0e-8e0c-3c5a8f1b2d22")
-	if Asks(req, later) {
-		t.Error("Asks: true for a later pod of the same name")
+	if Ours(req, later) {
+		t.Error("Ours: true for a later pod of the same name")
+	}
+	squatted := req.DeepCopy()
+	squatted.Spec.Requester = "tenant.example.com/squat"
+	if Ours(squatted, pod) {
+		t.Error("Ours: true for another requester's request under the drains' name")
 	}
 	req.Spec.Intent = lifecyclev1alpha1.EvictionRequestIntentWithdrawn
-	if Asks(req, pod) {
-		t.Error("Asks: true once withdrawn")
+	if !Ours(req, pod) {
+		t.Error("Ours: false once withdrawn (the drain asks again with it)")
+	}
+	req.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if Ours(req, pod) {
+		t.Error("Ours: true for one being deleted")
+	}
+}
+
+// TestWantedByOthers: another requester still asking; the drain's own, or
+// another's withdrawn, does not count.
+func TestWantedByOthers(t *testing.T) {
+	ev := &lifecyclev1alpha1.Eviction{Status: lifecyclev1alpha1.EvictionStatus{Requesters: []lifecyclev1alpha1.Requester{
+		{Name: DrainRequester, Intent: lifecyclev1alpha1.RequesterIntentEviction},
+		{Name: "descheduler.example.com/x", Intent: lifecyclev1alpha1.RequesterIntentWithdrawn}}}}
+	if WantedByOthers(ev, DrainRequester) {
+		t.Error("wanted by others: only the drain and a withdrawn one ask")
+	}
+	ev.Status.Requesters[1].Intent = lifecyclev1alpha1.RequesterIntentEviction
+	if !WantedByOthers(ev, DrainRequester) {
+		t.Error("not wanted by others, though the descheduler asks")
 	}
 }

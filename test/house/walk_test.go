@@ -70,7 +70,7 @@ func TestThePodsStepsStagesStayAsStraight(t *testing.T) {
 		{"nextSteps", 14, 13},
 		{"endpointAware", 13, 43},
 		{"surgePods", 11, 40},
-		{"requestEvictions", 4, 8},
+		{"requestEvictions", 4, 12},
 	} {
 		w := loaded.fresh()
 		w.from(t, module+"internal/controller/nodedrain", "Reconciler", c.stage, "s")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -102,12 +103,27 @@ func TestADrainAsksThroughEvictionRequests(t *testing.T) {
 	if reqs := w.drainRequests(); len(reqs) != 1 || reqs[0].Spec.Target.Pod.UID != asked.UID {
 		t.Errorf("the drain asked for %d pod(s), want only the first (the PDB allows no other disruption)", len(reqs))
 	}
+
+	// A node for the replacement: the PDB allows a disruption again, the
+	// first pod's budget is free (it left), and the drain asks for the
+	// other; once its responder completes, the node is drained.
+	testenv.Nodes(t, w.c, devcluster.NodeSet{Prefix: "er2-" + w.ns[strings.LastIndex(w.ns, "-")+1:], Count: 1, Labels: map[string]string{"pool": "er-" + w.ns}})
+	w.waitEviction(other, "the other asked, its responder has the turn", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, backup) == lifecyclev1alpha1.ResponderStateActive
+	})
+	w.respond(other, backup, func(s *lifecyclev1alpha1.ResponderStatus) { s.CompletionTime, s.Message = now(), ptr.To("moved") })
+	testenv.WaitForDrain(t, w.cl, w.node, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
+		return nd.Status.Phase == v1alpha1.PhaseDrained
+	}, testenv.DescribeDrain)
 }
 
 // newDrainWorld starts the controller, the responder pods and two plain
 // pods on the node.
 func newDrainWorld(t *testing.T) *drainWorld {
-	w := &drainWorld{world: newWorld(t, 2, "1")}
+	w := &drainWorld{world: newWorld(t, 2, "1", func(d *appsv1.Deployment) {
+		// The node's pool, not the node: a replacement may run on another.
+		d.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "er-" + d.Namespace}
+	})}
 	w.cl = testenv.DrainClient(t, w.c)
 	ctx := testenv.Context(t)
 	dep := devcluster.Deployment(w.ns, "plain", 2)
@@ -176,8 +192,8 @@ func (w *drainWorld) waitAsked(n int) corev1.Pod {
 		w.t.Fatalf("the drain asked for %d pods, want %d: %v", len(got), n, err)
 	}
 	r := got[0]
-	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].Kind != "NodeDrain" || r.OwnerReferences[0].Name != w.node || r.Labels[er.LabelDrain] != w.node {
-		w.t.Errorf("the drain's request is owned by %+v, labelled %v; want its NodeDrain, and its name", r.OwnerReferences, r.Labels)
+	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].Kind != "NodeDrain" || r.OwnerReferences[0].Name != w.node {
+		w.t.Errorf("the drain's request is owned by %+v, want its NodeDrain", r.OwnerReferences)
 	}
 	for _, p := range w.pods {
 		if p.UID == r.Spec.Target.Pod.UID {

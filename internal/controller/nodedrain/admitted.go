@@ -39,6 +39,7 @@ func (r *Reconciler) hold(s *scope) {
 	s.found.held = true
 	nd.Status.Blockers, nd.Status.Blocked, nd.Status.BlockersOmitted = nil, 0, 0
 	r.forgetNode(nd.Spec.NodeName)
+	s.withdraw = true // its EvictionRequests too: nothing of the drain goes on
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	r.blocked.set(nd.Name)
 }

@@ -35,6 +35,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		if p := recover(); p != nil {
 			panic(p) // a pass that broke off halfway records nothing
 		}
+		if s.withdraw {
+			if _, werr := r.withdrawAll(ctx, s); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
 		s.setStatus()
 		r.reportPods(s)
 		if merr := r.markNode(ctx, s); merr != nil {

@@ -45,6 +45,9 @@ type scope struct {
 	// budgets the pods not asked for yet wait on.
 	requested    map[types.UID]v1alpha1.Blocker
 	requestWaits []string
+	// withdraw: the drain failed or is held; its EvictionRequests are
+	// withdrawn when the pass ends (Reconcile).
+	withdraw bool
 	// timeLeft bounds the wait of an evicting drain for its next pass: the
 	// resync, or its timeout or deadline if sooner (timeouts).
 	timeLeft time.Duration

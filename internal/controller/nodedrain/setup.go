@@ -25,6 +25,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/surge"
 )
 
@@ -54,7 +55,11 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})). // not on status writes
 		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{}))
 	if r.Requests { // the responders' progress, for the status (requests.go)
-		b = b.Watches(&lifecyclev1alpha1.Eviction{}, handler.EnqueueRequestsFromMapFunc(r.drainOfTarget))
+		b = b.Watches(&lifecyclev1alpha1.Eviction{}, handler.EnqueueRequestsFromMapFunc(r.drainOfTarget),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				// What the drain's status shows of it, not heartbeats.
+				return er.Progress(e.ObjectOld.(*lifecyclev1alpha1.Eviction)) != er.Progress(e.ObjectNew.(*lifecyclev1alpha1.Eviction))
+			}}))
 	}
 	return b.Complete(r)
 }

@@ -136,6 +136,7 @@ func (r *Reconciler) timeout(ctx context.Context, s *scope, plan drain.Plan, rea
 func (r *Reconciler) fail(s *scope, reason, msg string) {
 	nd := s.drain
 	r.forgetNode(nd.Spec.NodeName)
+	s.withdraw = true // the pods are left in place: nobody evicts them for this drain
 	r.Hooks.ForgetNode(nd.Spec.NodeName)
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
 	msg = condition.Cap(msg)
