@@ -37,16 +37,20 @@ type drainWorld struct {
 
 // TestADrainAsksThroughEvictionRequests: a vacate drain of a node with pods
 // that declare a responder (two, behind a PDB of maxUnavailable 1) and
-// plain pods. The plain pods are evicted as always, with no request; the
-// responder pods are asked for with the drain's EvictionRequests, one at a
-// time (the PDB's budget), and the drain's status, 'vacate status' and
-// 'vacate explain' show the responder that has the turn and its message.
-// 'vacate cancel' withdraws the request: the Eviction is cancelled and the
-// pod stays. Asked again, the responder completes, the coordinator evicts
-// the pod, and the other waits for the PDB, never asked while it allows no
-// disruption.
+// plain pods. A tenant took the names the drains give their requests first:
+// the drain neither takes theirs for its own nor changes them. The plain
+// pods are evicted as always, with no request; the responder pods are asked
+// for with the drain's EvictionRequests, one at a time (the PDB's budget),
+// and the drain's status, 'vacate status' and 'vacate explain' show the
+// responder that has the turn and its message. 'vacate cancel' withdraws
+// the request: the Eviction is cancelled and the pod stays. Asked again,
+// the responder completes, the coordinator evicts the pod, and the other
+// waits for the PDB, never asked while it allows no disruption; once the
+// first pod's replacement runs on another node, the other is asked for
+// too, and the node ends Drained.
 func TestADrainAsksThroughEvictionRequests(t *testing.T) {
 	w := newDrainWorld(t)
+	squatted := w.squat()
 	w.drain()
 	asked := w.waitAsked(1)
 	w.waitBlocker(asked, "responder "+backup+" has the turn")
@@ -115,6 +119,34 @@ func TestADrainAsksThroughEvictionRequests(t *testing.T) {
 	testenv.WaitForDrain(t, w.cl, w.node, "Drained", time.Minute, func(nd *v1alpha1.NodeDrain) bool {
 		return nd.Status.Phase == v1alpha1.PhaseDrained
 	}, testenv.DescribeDrain)
+	for _, name := range squatted {
+		req, err := w.cs.LifecycleV1alpha1().EvictionRequests(w.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil || req.Spec.Intent != lifecyclev1alpha1.EvictionRequestIntentWithdrawn || len(req.OwnerReferences) > 0 {
+			t.Errorf("the request that took the drain's name %s was changed: %+v (%v)", name, req, err)
+		}
+	}
+}
+
+// squat makes, as a tenant who may evict the pods would, a withdrawn
+// request of their own under the name the drains give theirs, for each
+// responder pod: the drain must not take it for its own.
+func (w *drainWorld) squat() []string {
+	w.t.Helper()
+	var names []string
+	for _, p := range w.pods {
+		req := &lifecyclev1alpha1.EvictionRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: er.DrainRequestName(&p), Namespace: w.ns},
+			Spec: lifecyclev1alpha1.EvictionRequestSpec{
+				Target:    lifecyclev1alpha1.EvictionRequestTarget{Pod: &lifecyclev1alpha1.EvictionRequestPodReference{Name: p.Name, UID: p.UID}},
+				Requester: "tenant.example.com/squat", Intent: lifecyclev1alpha1.EvictionRequestIntentWithdrawn,
+			},
+		}
+		if _, err := w.cs.LifecycleV1alpha1().EvictionRequests(w.ns).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
+			w.t.Fatal(err)
+		}
+		names = append(names, req.Name)
+	}
+	return names
 }
 
 // newDrainWorld starts the controller, the responder pods and two plain
