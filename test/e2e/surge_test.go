@@ -210,17 +210,19 @@ func setGate(t *testing.T, e *env, p *corev1.Pod) {
 // pods that were not terminating at any moment, and the most pods that
 // were not terminating.
 type readyWatch struct {
-	mu        sync.Mutex
-	fewest    int
-	most      int
-	events    int
-	ready     map[string]bool // by name, pods not terminating: Ready
-	surging   map[string]bool // replacements not terminating nor handed over
-	mostSurge int
-	lowest    string // the pods at the fewest
-	stop      func()
-	finished  chan struct{}
-	watchFail error
+	mu      sync.Mutex
+	fewest  int
+	most    int
+	events  int
+	ready   map[string]bool // by name, pods not terminating: Ready
+	surging map[string]bool // replacements not terminating nor handed over
+	// replacements are every replacement pod seen, by UID.
+	replacements map[types.UID]bool
+	mostSurge    int
+	lowest       string // the pods at the fewest
+	stop         func()
+	finished     chan struct{}
+	watchFail    error
 }
 
 func (e *surgeEnv) watchReady(t *testing.T) *readyWatch {
@@ -230,7 +232,7 @@ func (e *surgeEnv) watchReady(t *testing.T) *readyWatch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &readyWatch{ready: map[string]bool{}, surging: map[string]bool{}, stop: cancel, finished: make(chan struct{})}
+	w := &readyWatch{ready: map[string]bool{}, surging: map[string]bool{}, replacements: map[types.UID]bool{}, stop: cancel, finished: make(chan struct{})}
 	for i := range list.Items {
 		w.see(&list.Items[i])
 	}
@@ -274,6 +276,9 @@ func (e *surgeEnv) watchReady(t *testing.T) *readyWatch {
 func (w *readyWatch) see(p *corev1.Pod) {
 	delete(w.ready, p.Name)
 	delete(w.surging, p.Name)
+	if p.Labels[surge.LabelOf] != "" {
+		w.replacements[p.UID] = true
+	}
 	if !p.DeletionTimestamp.IsZero() {
 		return
 	}
@@ -526,6 +531,9 @@ func TestSurgeResumesAfterKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pod watch counts the replacements: the audit log may record the
+	// create of a controller killed as it was answered as failed (504,
+	// "context canceled") though the pod was stored, so it bounds them only.
 	created := 0
 	for _, ev := range events {
 		if ev.ObjectRef != nil && ev.ObjectRef.Namespace == e.ns && ev.ObjectRef.Resource == "pods" && ev.ObjectRef.Subresource == "" &&
@@ -533,8 +541,11 @@ func TestSurgeResumesAfterKills(t *testing.T) {
 			created++
 		}
 	}
-	if created != 1 {
-		t.Errorf("the controllers created %d replacements, want 1", created)
+	w.mu.Lock()
+	seen := len(w.replacements)
+	w.mu.Unlock()
+	if seen != 1 || created > 1 {
+		t.Errorf("the controllers created %d replacements (%d creates answered as done), want 1", seen, created)
 	}
 }
 

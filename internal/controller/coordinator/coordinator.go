@@ -191,6 +191,7 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 	theirs := forUID(t.requests, uid)
 	r.Hooks.Forget(uid)
 	if !er.Final(ev) {
+		ev = r.evictedByUs(ev, uid)
 		next, _ := er.Next(er.Facts{Requests: theirs, Eviction: ev, Now: r.Clock.Now()})
 		if err := r.writeStatus(ctx, ev, next); err != nil {
 			return reconcile.Result{}, err
@@ -207,6 +208,25 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 		return r.replace(ctx, ev)
 	}
 	return reconcile.Result{}, nil
+}
+
+// evictedByUs is the Eviction with the evictor's turn Completed, when it
+// had the turn and the eviction queue evicted the pod: the pod may be gone
+// before the evictor's report of it was written (its end then reads as the
+// evictor's turn Canceled).
+func (r *Reconciler) evictedByUs(ev *lifecyclev1alpha1.Eviction, uid types.UID) *lifecyclev1alpha1.Eviction {
+	if !r.Evictions.State(uid).Evicted {
+		return ev
+	}
+	status := *ev.Status.DeepCopy()
+	rs := active(&status, er.Evictor)
+	if rs == nil || rs.CompletionTime != nil {
+		return ev
+	}
+	completeEvictor(rs, r.Clock.Now())
+	out := ev.DeepCopy()
+	out.Status = status
+	return out
 }
 
 // create creates the pod's Eviction for the requests that name it; the next

@@ -34,16 +34,21 @@ func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.P
 	if rs == nil || rs.CompletionTime != nil {
 		return status, false
 	}
-	at := metav1.NewTime(now)
 	state := r.Evictions.State(pod.UID)
 	if !pod.DeletionTimestamp.IsZero() || state.Evicted {
-		rs.CompletionTime, rs.Message = &at, ptr.To(msgTerminated)
-		if rs.StartTime != nil && rs.CompletionTime.Before(rs.StartTime) { // clocks a little apart
-			rs.CompletionTime = rs.StartTime
-		}
+		completeEvictor(rs, now)
 		return status, true
 	}
 	return status, heartbeat(rs, evictorMessage(state), now)
+}
+
+// completeEvictor records the evictor's turn Completed: the pod is going.
+func completeEvictor(rs *lifecyclev1alpha1.ResponderStatus, now time.Time) {
+	at := metav1.NewTime(now)
+	if rs.StartTime != nil && at.Before(rs.StartTime) { // clocks a little apart
+		at = *rs.StartTime
+	}
+	rs.CompletionTime, rs.Message = &at, ptr.To(msgTerminated)
 }
 
 // evictorStarted gives the evictor's first message as its turn comes.
