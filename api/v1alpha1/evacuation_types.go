@@ -168,7 +168,9 @@ type EvacuationSpec struct {
 	Mode DrainMode `json:"mode"`
 	// Desired: Evacuate, or Cancel to undo what was done.
 	Desired Desired `json:"desired"`
-	// DrainUID is the UID of the NodeDrain this evacuation belongs to.
+	// DrainUID is the UID of the NodeDrain this evacuation belongs to, or,
+	// where the label vacate.dev/eviction holds the same UID, of the
+	// Eviction (lifecycle.k8s.io) of one pod it was asked for.
 	// +kubebuilder:validation:MaxLength=64
 	DrainUID string `json:"drainUID"`
 	// NodeUID is the UID of the node when the drain asked. A node deleted

@@ -52,6 +52,13 @@ const (
 	// value "true", opts pods into endpoint-aware eviction: the webhook
 	// adds the readiness gate ConditionServing when they are created.
 	LabelEndpointAware = "vacate.dev/endpoint-aware"
+	// LabelEviction, on an Evacuation, is the UID of the Eviction
+	// (lifecycle.k8s.io) it was asked for: vacate, as the responder of one
+	// pod's eviction, asked the pod's EvacuationProvider in its turn. It
+	// counts only while it equals spec.drainUID (Evacuation.ForEviction): a
+	// drain of the node that asks the same provider takes the Evacuation
+	// over.
+	LabelEviction = "vacate.dev/eviction"
 	// TaintNotice is vacate-agent's taint (effect NoSchedule, value the
 	// notice's source such as "aws-spot"): set while a notice says the
 	// machine goes away, so nothing new lands on the node while its drain

@@ -160,6 +160,14 @@ func (ev *Evacuation) CurrentPhase() EvacuationPhase {
 	return ev.Status.Phase
 }
 
+// ForEviction reports whether the Evacuation was asked for one pod's
+// Eviction (LabelEviction names it, and no drain has taken it over): it is
+// not a drain's, and a drain's readers leave it to the coordinator.
+func (ev *Evacuation) ForEviction() bool {
+	uid := ev.Labels[LabelEviction]
+	return uid != "" && uid == ev.Spec.DrainUID
+}
+
 // LastHeard is when the provider last reported on the Evacuation (its
 // heartbeat), or when the Evacuation was created if it has not since.
 func (ev *Evacuation) LastHeard() time.Time {

@@ -208,7 +208,7 @@ func nodeEvacuations(ctx context.Context, sess *session, node string) []v1alpha1
 	}
 	var out []v1alpha1.Evacuation
 	for _, ev := range list.Items {
-		if ev.Spec.NodeName == node {
+		if ev.Spec.NodeName == node && !ev.ForEviction() { // one pod's Eviction's is not the drain's
 			out = append(out, ev)
 		}
 	}

@@ -181,7 +181,7 @@ func (o *releaseOptions) read(ctx context.Context, s *session, node string) (*re
 	}
 	found := false
 	for i := range list.Items {
-		if ev := &list.Items[i]; ev.Spec.NodeName == node && ev.Spec.Provider == o.provider {
+		if ev := &list.Items[i]; ev.Spec.NodeName == node && ev.Spec.Provider == o.provider && !ev.ForEviction() {
 			t.ev, found = ev, true
 		}
 	}

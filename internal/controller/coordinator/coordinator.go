@@ -133,6 +133,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if res, pending, err := r.cancelHook(ctx, t.eviction, t.pod); pending || err != nil {
 			return res, err
 		}
+		if res, pending, err := r.endEvacuations(ctx, t.eviction); pending || err != nil {
+			return res, err
+		}
 		if err := r.releaseHook(ctx, t.eviction); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -201,7 +204,12 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 	if err := r.reportOn(ctx, theirs, ev); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.releaseHook(ctx, ev); err != nil { // the pod is gone: nothing to cancel
+	// The pod is gone: its hook has nothing to cancel; the provider gets the
+	// node back.
+	if res, pending, err := r.endEvacuations(ctx, ev); pending || err != nil {
+		return res, err
+	}
+	if err := r.releaseHook(ctx, ev); err != nil {
 		return reconcile.Result{}, err
 	}
 	if t.pod != nil && anyWants(forUID(t.requests, t.pod.UID)) {

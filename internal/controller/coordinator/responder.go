@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,21 +66,46 @@ func (r *Reconciler) responderReport(ctx context.Context, ev *lifecyclev1alpha1.
 }
 
 // evacuate says whether vacate's part for the pod is done, and the message
-// for its responder status.
+// for its responder status: the pod's HTTP hook (callHook) and the
+// EvacuationProviders that protect it (providers.go), side by side.
 func (r *Reconciler) evacuate(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod) (bool, string, error) {
-	if !hook.Wants(pod) {
-		return true, "vacate has nothing to move for this pod: it has no annotation " + hook.AnnotationPort, nil
-	}
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
 		if apierrors.IsNotFound(err) {
-			return true, "the pod's node " + pod.Spec.NodeName + " is gone: no hook to call", nil
+			return true, "the pod's node " + pod.Spec.NodeName + " is gone: nothing to move off it", nil
 		}
 		return false, "", fmt.Errorf("reading node %s: %w", pod.Spec.NodeName, err)
 	}
+	hookDone, hookMsg, err := r.callHook(ctx, ev, pod, node)
+	if err != nil {
+		return false, "", err
+	}
+	provDone, provMsgs, err := r.askProviders(ctx, ev, pod, node)
+	if err != nil {
+		return false, "", err
+	}
+	if len(provMsgs) == 0 {
+		if hookMsg == "" {
+			return true, "vacate has nothing to move for this pod: it has no annotation " + hook.AnnotationPort + " and no EvacuationProvider protects it", nil
+		}
+		return hookDone, hookMsg, nil
+	}
+	msgs := provMsgs
+	if hookMsg != "" {
+		msgs = append([]string{hookMsg}, provMsgs...)
+	}
+	return hookDone && provDone, strings.Join(msgs, "; "), nil
+}
+
+// callHook says whether the pod's HTTP hook is done, and its message (""
+// for a pod without the hook annotation).
+func (r *Reconciler) callHook(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod, node *corev1.Node) (bool, string, error) {
+	if !hook.Wants(pod) {
+		return true, "", nil
+	}
 	pol, err := policy.Resolve(ctx, r.Client, "", node)
 	if err != nil {
-		return false, "vacate cannot tell whether it may call the pod's hook: " + err.Error(), nil
+		return false, "vacate cannot tell whether it may call the pod's HTTP hook: " + err.Error(), nil
 	}
 	calls, whyNot, err := pol.CallsHook(pod, policy.NamespaceLabelsFrom(ctx, r.Client))
 	if err != nil {
@@ -183,13 +209,7 @@ func (r *Reconciler) cancelHook(ctx context.Context, ev *lifecyclev1alpha1.Evict
 		return reconcile.Result{}, false, nil // it cannot be called, or never got the POST
 	}
 	res, acknowledged := r.Hooks.Cancel(t)
-	limit := policy.DefaultCancelTimeout
-	node := &corev1.Node{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err == nil {
-		if p, err := policy.Resolve(ctx, r.Client, "", node); err == nil {
-			limit = p.CancelTimeout
-		}
-	}
+	limit := r.cancelLimit(ctx, pod.Spec.NodeName)
 	outcome := ""
 	switch {
 	case acknowledged:
@@ -212,9 +232,11 @@ func (r *Reconciler) cancelHook(ctx context.Context, ev *lifecyclev1alpha1.Evict
 	return reconcile.Result{}, false, nil
 }
 
-// FinalizerHook keeps an Eviction whose pod's HTTP hook vacate called until
-// its cancel is over (cancelHook): the garbage collector deletes an
-// Eviction with its last request, and a cancel needs the Eviction.
+// FinalizerHook keeps an Eviction whose pod's HTTP hook vacate called, or
+// for which it asked an EvacuationProvider, until the hook's cancel is
+// over (cancelHook) and the Evacuations are undone (endEvacuations): the
+// garbage collector deletes an Eviction with its last request, and both
+// need the Eviction.
 const FinalizerHook = er.FinalizerHook
 
 // holdForHook puts FinalizerHook on the Eviction (not on one being deleted:

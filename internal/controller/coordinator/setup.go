@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	"github.com/vacate-dev/vacate/internal/metrics"
@@ -34,6 +36,9 @@ const (
 	// ReasonHookCancelTimeout: a cancelled Eviction's hook did not
 	// acknowledge its DELETE within timeouts.cancel.
 	ReasonHookCancelTimeout = "HookCancelTimeout"
+	// ReasonAskedProvider: vacate's turn asked an EvacuationProvider to
+	// evacuate the pod's node for the pod.
+	ReasonAskedProvider = "AskedProvider"
 )
 
 // SetupWithManager watches what moves
@@ -48,6 +53,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&lifecyclev1alpha1.EvictionRequest{}, handler.EnqueueRequestsFromMapFunc(requestTarget)).
 		Watches(&lifecyclev1alpha1.Eviction{}, handler.EnqueueRequestsFromMapFunc(evictionTarget)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.requestedPod)).
+		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(r.protectedPods)).
 		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -75,6 +81,18 @@ func (r *Reconciler) requestedPod(ctx context.Context, o client.Object) []reconc
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+}
+
+// protectedPods brings a pass for each requested pod an Evacuation
+// protects: a provider's report may end vacate's turn (a drain's
+// Evacuation too), and an undone one lets an ended Eviction go.
+func (r *Reconciler) protectedPods(ctx context.Context, o client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	for _, pp := range o.(*v1alpha1.Evacuation).Spec.ProtectedPods {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pp.Namespace, Name: pp.Name}}
+		out = append(out, r.requestedPod(ctx, pod)...)
+	}
+	return out
 }
 
 // recordEnd records the end of an Eviction as an event and a metric.

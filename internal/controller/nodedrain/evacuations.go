@@ -112,8 +112,9 @@ func (r *Reconciler) ensureEvacuation(ctx context.Context, nd *v1alpha1.NodeDrai
 	}
 	patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(ev, v1alpha1.FinalizerCancel) // in case someone removed it
-	if !ours(ev, nd, node) {                                  // left by an earlier drain, or for a node of the same name before: this drain takes it over
+	if !ours(ev, nd, node) {                                  // left by an earlier drain, asked for one pod's Eviction, or for a node of the same name before: this drain takes it over
 		ev.OwnerReferences = nil
+		delete(ev.Labels, v1alpha1.LabelEviction)
 		if err := controllerutil.SetOwnerReference(nd, ev, r.Client.Scheme()); err != nil {
 			return nil, err
 		}

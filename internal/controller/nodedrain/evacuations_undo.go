@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/hold"
 )
 
@@ -55,8 +56,8 @@ func (r *Reconciler) cancelEvacuations(ctx context.Context, s *scope, u undoing)
 	var hooks []v1alpha1.HookStatus
 	for i := range list.Items {
 		ev := &list.Items[i]
-		if ev.Spec.NodeName != s.drain.Spec.NodeName {
-			continue
+		if ev.Spec.NodeName != s.drain.Spec.NodeName || ev.ForEviction() {
+			continue // another node's, or one pod's Eviction's: the coordinator undoes those
 		}
 		if !ev.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel) {
 			continue // going, and not held by vacate
@@ -94,16 +95,15 @@ func (r *Reconciler) deletedWhileRunning(s *scope, ev *v1alpha1.Evacuation) undo
 // Evacuation's state while it waits, nil once it let it go.
 func (r *Reconciler) cancelOne(ctx context.Context, s *scope, ev *v1alpha1.Evacuation, u undoing) (*v1alpha1.HookStatus, error) {
 	waiting := &v1alpha1.HookStatus{Name: ev.Name, Phase: string(ev.CurrentPhase())}
+	settled := evacuationprovider.CancelSettled(ev)
 	untouched := ev.Status.ObservedGeneration == 0 && ev.Status.HeartbeatTime == nil
-	cancelled := ev.Status.Phase == v1alpha1.EvacuationCancelled && ev.Status.ObservedGeneration == ev.Generation &&
-		ev.Spec.Desired == v1alpha1.DesiredCancel
 	provider := &v1alpha1.EvacuationProvider{}
 	perr := r.Client.Get(ctx, types.NamespacedName{Name: ev.Spec.Provider}, provider)
 	gone := apierrors.IsNotFound(perr)
 	kept := keepsItsWork(ev, u)
-	if untouched || cancelled || gone || kept || u.expired {
+	if settled || gone || kept || u.expired {
 		switch {
-		case untouched || cancelled:
+		case settled:
 		case kept:
 			s.log.Info("leaving an evacuation's work in place: the drain is not reversible", "evacuation", klogRef(ev.Name), "nodeGoing", u.nodeGoing)
 		case gone:
@@ -141,38 +141,8 @@ func (r *Reconciler) cancelOne(ctx context.Context, s *scope, ev *v1alpha1.Evacu
 	return waiting, nil
 }
 
-// letGo removes vacate's finalizer from an Evacuation and deletes it. With
-// locked, both only happen to the version the pass read (a conflict says
-// it changed).
+// letGo removes vacate's finalizer from an Evacuation and deletes it
+// (evacuationprovider.LetGo).
 func (r *Reconciler) letGo(ctx context.Context, ev *v1alpha1.Evacuation, locked bool) error {
-	if controllerutil.ContainsFinalizer(ev, v1alpha1.FinalizerCancel) {
-		opts := []ctrl.MergeFromOption{}
-		if locked {
-			opts = append(opts, ctrl.MergeFromWithOptimisticLock{})
-		}
-		patch := ctrl.MergeFromWithOptions(ev.DeepCopy(), opts...)
-		controllerutil.RemoveFinalizer(ev, v1alpha1.FinalizerCancel)
-		if err := r.Client.Patch(ctx, ev, patch); apierrors.IsNotFound(err) {
-			return nil
-		} else if err != nil {
-			if apierrors.IsConflict(err) {
-				return err
-			}
-			return fmt.Errorf("releasing Evacuation %s: %w", ev.Name, err)
-		}
-	}
-	if !ev.DeletionTimestamp.IsZero() {
-		return nil // removing the finalizer let it go
-	}
-	pre := ctrl.Preconditions{UID: &ev.UID}
-	if locked {
-		pre.ResourceVersion = &ev.ResourceVersion
-	}
-	if err := r.Client.Delete(ctx, ev, pre); err != nil && !apierrors.IsNotFound(err) {
-		if apierrors.IsConflict(err) {
-			return err
-		}
-		return fmt.Errorf("deleting Evacuation %s: %w", ev.Name, err)
-	}
-	return nil
+	return evacuationprovider.LetGo(ctx, r.Client, ev, locked)
 }
