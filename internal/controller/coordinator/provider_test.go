@@ -28,6 +28,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/coordinator"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
 
@@ -289,5 +290,65 @@ func TestAnEvacuationProviderAnswersInVacatesTurn(t *testing.T) {
 	}
 	if n := pw.acceptedEvictions(third); n != 0 {
 		t.Errorf("%d evictions of the withdrawn pod were accepted", n)
+	}
+}
+
+// TestADrainTakesAnEvictionsEvacuationOver: while vacate's turn for one
+// pod has the provider at work on an Evacuation of the pod's node, that
+// node is drained. The drain asks the same provider for the node, so it
+// takes the Evacuation over (its UID, its owner; the Eviction's label
+// goes) and records every leaving pod; vacate's turn then waits on the
+// drain's Evacuation and ends when it is Completed. When the pod's
+// Eviction ends, the coordinator leaves the drain's Evacuation alone (the
+// provider's work stays while the node drains); undoing the drain undoes
+// it.
+func TestADrainTakesAnEvictionsEvacuationOver(t *testing.T) {
+	pw := newProviderWorld(t)
+	target := pw.pods[0]
+	pw.request(target, "rebalance-d")
+	pw.waitEvacuation("asked for the pod's Eviction", func(ev *v1alpha1.Evacuation) bool {
+		return ev != nil && ev.ForEviction() && ev.Status.Phase == v1alpha1.EvacuationInProgress
+	})
+	if err := requests.Apply(testenv.Context(t), pw.cl, pw.node, v1alpha1.Requester{Name: "cli:test", Reason: "kernel upgrade"}, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	nd := &v1alpha1.NodeDrain{}
+	if err := pw.cl.Get(testenv.Context(t), types.NamespacedName{Name: pw.node}, nd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pw.cl.Delete(context.Background(), nd) })
+	evac := pw.waitEvacuation("taken over by the drain", func(ev *v1alpha1.Evacuation) bool {
+		return ev != nil && ev.Spec.DrainUID == string(nd.UID) && len(ev.Spec.ProtectedPods) == 2
+	})
+	if _, ok := evac.Labels[v1alpha1.LabelEviction]; ok || len(evac.OwnerReferences) != 1 || evac.OwnerReferences[0].UID != nd.UID {
+		t.Errorf("the drain's Evacuation: labels %v, owners %v; want no vacate.dev/eviction and the drain as owner", evac.Labels, evac.OwnerReferences)
+	}
+	pw.waitEviction(target, "vacate's turn waits on the drain's Evacuation", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return strings.Contains(message(ev, coordinator.Responder), "asked by a drain of node "+pw.node)
+	})
+	pw.gate.set(true)
+	ev := pw.waitEviction(target, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)) &&
+			!slices.Contains(ev.Finalizers, coordinator.FinalizerHook)
+	})
+	if state(ev, coordinator.Responder) != lifecyclev1alpha1.ResponderStateCompleted {
+		t.Errorf("vacate's turn ended %s %q, want Completed", state(ev, coordinator.Responder), message(ev, coordinator.Responder))
+	}
+	// The Eviction's finalizer is gone: its end was handled. (The drain
+	// itself waits on the PDB: the replacement cannot run on the cordoned
+	// node it is pinned to.)
+	if got := pw.evacuation(); got == nil || got.Spec.Desired != v1alpha1.DesiredEvacuate || got.Spec.DrainUID != string(nd.UID) {
+		t.Fatalf("the draining node's Evacuation: %+v; want the drain's, still Evacuate (its work stays while the node drains)", got)
+	}
+	if l := pw.layout(); !slices.Contains(l.Ineligible, pw.node) {
+		t.Errorf("the provider's work for the draining node was undone: %+v", l)
+	}
+
+	if err := pw.cl.Delete(testenv.Context(t), nd); err != nil {
+		t.Fatal(err)
+	}
+	pw.waitEvacuation("undone with the drain", func(ev *v1alpha1.Evacuation) bool { return ev == nil })
+	if l := pw.layout(); slices.Contains(l.Ineligible, pw.node) {
+		t.Errorf("after the drain's undo the provider's work for %s stays: %+v", pw.node, l)
 	}
 }
