@@ -204,3 +204,32 @@ func TestARequestedPodsReservationEndsWithThePod(t *testing.T) {
 		t.Error("a pod already evicted was reserved again")
 	}
 }
+
+// TestBudgetBesideLeavesOutThePodsOwnClaim: the coordinator asks what a
+// pod's PDB lets through beside the rest. A drain's reservation of another
+// pod takes the budget; the pod's own reservation (the drain asked for it
+// with an EvictionRequest) does not count against its own eviction.
+func TestBudgetBesideLeavesOutThePodsOwnClaim(t *testing.T) {
+	q := NewQueueWithEvictor(func(context.Context, *policyv1.Eviction) error { return nil }, Options{})
+	pdbs := map[string]*policyv1.PodDisruptionBudget{"default/web": testutil.PDB("default", "web", "web", 1, 1)}
+	running := func(types.UID, types.NamespacedName) bool { return true }
+	mine := PodRequest(testutil.Pod("web-1").OnNode("n1").Obj(), nil, 0)
+	mine.PDBs, mine.For = []string{"default/web"}, ForEvictionRequests
+	if got := q.BudgetBeside(mine.UID, pdbs, running)["default/web"]; got != 1 {
+		t.Fatalf("budget beside nothing: %d, want the PDB's 1", got)
+	}
+	q.Reserve(mine)
+	if got, all := q.BudgetBeside(mine.UID, pdbs, running)["default/web"], q.Budget(pdbs, running)["default/web"]; got != 1 || all != 0 {
+		t.Errorf("with the pod's own reservation: beside it %d, in all %d; want 1 and 0", got, all)
+	}
+	drains := PodRequest(testutil.Pod("web-2").OnNode("n2").Obj(), nil, 0)
+	drains.PDBs = []string{"default/web"}
+	q.Reserve(drains) // a drain took web-2 out of service
+	if got := q.BudgetBeside(mine.UID, pdbs, running)["default/web"]; got != 0 {
+		t.Errorf("with a drain's reservation of another pod: %d, want 0 (the coordinator must wait)", got)
+	}
+	q.Unreserve(drains.UID)
+	if got := q.BudgetBeside(mine.UID, pdbs, running)["default/web"]; got != 1 {
+		t.Errorf("once the drain's reservation is gone: %d, want 1", got)
+	}
+}

@@ -409,6 +409,27 @@ func (q *Queue) Budget(pdbs map[string]*policyv1.PodDisruptionBudget, running fu
 	return left
 }
 
+// BudgetBeside is Budget for the eviction of the pod with uid: what its
+// PDBs let through beside every other eviction underway, its own claim (a
+// drain's reservation of it, its own queued eviction) left out. The
+// EvictionRequest coordinator asks it before it queues a pod's eviction,
+// so that it never spends what the drains took for their pods.
+func (q *Queue) BudgetBeside(uid types.UID, pdbs map[string]*policyv1.PodDisruptionBudget, running func(types.UID, types.NamespacedName) bool) map[string]int {
+	left := q.Budget(pdbs, running)
+	q.mu.Lock()
+	c, ok := q.claimOfLocked(uid)
+	q.mu.Unlock()
+	if !ok || !c.underway(running) {
+		return left
+	}
+	for i, p := range c.req.PDBs {
+		if _, needed := left[p]; needed && !CountedBy(pdbs[p], c.req.Pod.Name, markOf(c.req, i)) {
+			left[p]++
+		}
+	}
+	return left
+}
+
 // claimsOf are the claims of the pods claiming one of the PDBs, each once.
 func (q *Queue) claimsOf(pdbs map[string]int) []claim {
 	q.mu.Lock()

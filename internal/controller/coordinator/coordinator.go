@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,10 @@ type Reconciler struct {
 	// responder (responder.go); AllowLoopbackHooks as for drains.
 	Hooks              *hook.Prober
 	AllowLoopbackHooks bool
+	// budgetWaits says, by pod UID, why the evictor has not queued the
+	// pod's eviction: its PDBs' budget is taken by evictions underway (the
+	// drains'), for the evictor's message.
+	budgetWaits sync.Map
 }
 
 // NewReconciler builds the coordinator over the shared eviction queue and
@@ -140,6 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 		r.Hooks.Forget(t.pod.UID)
+		r.budgetWaits.Delete(t.pod.UID)
 		if askedAgain(t.eviction, mine) {
 			return r.replace(ctx, t.eviction)
 		}
@@ -193,6 +199,7 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 	}
 	theirs := forUID(t.requests, uid)
 	r.Hooks.Forget(uid)
+	r.budgetWaits.Delete(uid)
 	if !er.Final(ev) {
 		ev = r.evictedByUs(ev, uid)
 		next, _ := er.Next(er.Facts{Requests: theirs, Eviction: ev, Now: r.Clock.Now()})
@@ -402,6 +409,11 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod) (reconcile.Resu
 	case state.Evicted:
 		return reconcile.Result{}, nil // the pod's end comes as a watch event
 	case !state.Pending:
+		if why := r.budgetTaken(ctx, pod, pdbs); why != "" {
+			r.budgetWaits.Store(pod.UID, why)
+			return reconcile.Result{RequeueAfter: refusedRecheck}, nil
+		}
+		r.budgetWaits.Delete(pod.UID)
 		req := eviction.PodRequest(pod, nil, 0)
 		req.For = Consumer
 		for _, p := range pdbs {
@@ -413,12 +425,37 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod) (reconcile.Resu
 		}
 		return reconcile.Result{RequeueAfter: heartbeatEvery}, nil
 	case state.PDBRefused():
-		if now := pdbState(pdbs); allowNow(pdbs) && state.Refusal.RetriedAt != now {
+		if now := pdbState(pdbs); allowNow(pdbs) && state.Refusal.RetriedAt != now && r.budgetTaken(ctx, pod, pdbs) == "" {
 			r.Evictions.RetryNow(pod.UID, now)
 		}
 		return reconcile.Result{RequeueAfter: refusedRecheck}, nil
 	}
 	return reconcile.Result{RequeueAfter: heartbeatEvery}, nil
+}
+
+// budgetTaken says why the pod's eviction must wait although its PDBs
+// allow a disruption: the evictions underway (the drains' queued ones, and
+// the pods they took out of service or asked for with EvictionRequests)
+// take what they allow (eviction.Queue.BudgetBeside), so an eviction now
+// would jump ahead of a drain's pod, as a drain never does to another's.
+// "" when it may go (or a PDB allows nothing at all: the eviction call
+// then says so).
+func (r *Reconciler) budgetTaken(ctx context.Context, pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) string {
+	if len(pdbs) == 0 || !allowNow(pdbs) {
+		return ""
+	}
+	left := r.Evictions.BudgetBeside(pod.UID, byKey(pdbs), func(uid types.UID, key types.NamespacedName) bool {
+		p := &corev1.Pod{}
+		err := r.Client.Get(ctx, key, p)
+		return err == nil && p.UID == uid && p.DeletionTimestamp.IsZero()
+	})
+	for _, p := range pdbs {
+		if k := p.Namespace + "/" + p.Name; left[k] <= 0 {
+			return fmt.Sprintf("waiting: what PodDisruptionBudget %s allows now (%d) is taken by evictions already underway (vacate's drains' pods); the pod goes when one is done",
+				k, p.Status.DisruptionsAllowed)
+		}
+	}
+	return ""
 }
 
 // pdbsOf are the PodDisruptionBudgets that select the pod.

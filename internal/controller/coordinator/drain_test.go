@@ -335,3 +335,44 @@ func condition(ev *lifecyclev1alpha1.Eviction, t lifecyclev1alpha1.EvictionCondi
 	}
 	return ""
 }
+
+// TestTheCoordinatorLeavesADrainsBudgetAlone: a drain asked for one of two
+// pods behind a PDB of maxUnavailable 1 (its EvictionRequest takes the
+// PDB's one disruption while the pod's responder works). A descheduler
+// then asks for the other pod; once that pod's responder completes, the
+// PDB alone would allow its eviction, but the drain's pod has the budget:
+// the evictor waits and says why, and the pod stays. When the drain's pod
+// is gone and its replacement runs elsewhere, the other pod is evicted.
+func TestTheCoordinatorLeavesADrainsBudgetAlone(t *testing.T) {
+	w := newDrainWorld(t)
+	w.drain()
+	asked := w.waitAsked(1)
+	other := w.pods[0]
+	if other.UID == asked.UID {
+		other = w.pods[1]
+	}
+	w.request(other, "rebalance-budget")
+	w.waitEviction(other, "its responder has the turn", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, backup) == lifecyclev1alpha1.ResponderStateActive
+	})
+	w.respond(other, backup, func(s *lifecyclev1alpha1.ResponderStatus) { s.CompletionTime, s.Message = now(), ptr.To("moved") })
+	ev := w.waitEviction(other, "the evictor waits for the drain's budget", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, er.Evictor) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, er.Evictor), "taken by evictions already underway")
+	})
+	time.Sleep(2 * time.Second) // passes come and go
+	if p := w.pod(other); p == nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod was evicted with the budget the drain took:\n%s", describe(ev))
+	}
+	if n := w.acceptedEvictions(other); n != 0 {
+		t.Fatalf("%d evictions of the pod were accepted while the drain's pod had the budget", n)
+	}
+
+	w.respond(asked, backup, func(s *lifecyclev1alpha1.ResponderStatus) { s.CompletionTime, s.Message = now(), ptr.To("moved") })
+	w.waitEviction(asked, "the drain's pod evicted", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return condition(ev, lifecyclev1alpha1.EvictionConditionTargetEvicted) != ""
+	})
+	testenv.Nodes(t, w.c, devcluster.NodeSet{Prefix: "er3-" + w.ns[strings.LastIndex(w.ns, "-")+1:], Count: 1, Labels: map[string]string{"pool": "er-" + w.ns}})
+	w.waitEviction(other, "evicted once the budget is free", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return condition(ev, lifecyclev1alpha1.EvictionConditionTargetEvicted) != ""
+	})
+}

@@ -39,7 +39,11 @@ func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.P
 		completeEvictor(rs, now)
 		return status, true
 	}
-	return status, heartbeat(rs, evictorMessage(state), now)
+	msg := evictorMessage(state)
+	if why, ok := r.budgetWaits.Load(pod.UID); ok && !state.Pending {
+		msg = why.(string)
+	}
+	return status, heartbeat(rs, msg, now)
 }
 
 // completeEvictor records the evictor's turn Completed: the pod is going.
