@@ -498,13 +498,29 @@ func TestUninstallReleasesHookedEvictions(t *testing.T) {
 		patch := []byte(`{"metadata":{"finalizers":null}}`)
 		_, _ = c.Client.LifecycleV1alpha1().Evictions(ns).Patch(context.Background(), ev.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	})
+	testenv.DrainClient(t, c) // vacate's CRDs
 	u := forceUninstaller(t, c)
+	// The Evacuation vacate's responder asked for the Eviction, and a
+	// drain's that merely carries a stale label: only the first goes.
+	asked := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: "n1.store-" + ns, Finalizers: []string{v1alpha1.FinalizerCancel},
+		Labels: map[string]string{v1alpha1.LabelEviction: string(ev.UID)}},
+		Spec: v1alpha1.EvacuationSpec{NodeName: "n1", Provider: "store", Mode: v1alpha1.ModeMaintenance, Desired: v1alpha1.DesiredEvacuate, DrainUID: string(ev.UID)}}
+	drains := asked.DeepCopy()
+	drains.Name, drains.Spec.DrainUID = "n2.store-"+ns, "a-drains-uid"
+	for _, e := range []*v1alpha1.Evacuation{asked, drains} {
+		if err := u.s.client.Create(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { releaseForCleanup(u.s.client, e) })
+	}
 	hooked, err := u.hookedEvictions(ctx)
 	if err != nil || !slices.Contains(hooked, types.NamespacedName{Namespace: ns, Name: "db-0"}) {
 		t.Fatalf("hooked Evictions %v (%v), want %s/db-0 among them", hooked, err, ns)
 	}
-	if line := planReleaseEvictions(clusterView{hooked: hooked}); !strings.Contains(line, "would remove vacate.dev/hook from") || !strings.Contains(line, ns+"/db-0") {
-		t.Errorf("the plan's line %q does not name the Eviction", line)
+	line := planReleaseEvictions(clusterView{hooked: hooked, evacuations: []v1alpha1.Evacuation{*asked, *drains}})
+	if !strings.Contains(line, "would remove vacate.dev/hook from") || !strings.Contains(line, ns+"/db-0") ||
+		!strings.Contains(line, "would delete the 1 Evacuation(s)") || !strings.Contains(line, asked.Name) || strings.Contains(line, drains.Name) {
+		t.Errorf("the plan's line %q does not name the Eviction and its Evacuation (only)", line)
 	}
 	if err := u.releaseEvictions(ctx); err != nil {
 		t.Fatal(err)
@@ -513,7 +529,15 @@ func TestUninstallReleasesHookedEvictions(t *testing.T) {
 	if err != nil || !slices.Equal(got.Finalizers, []string{"example.com/keep"}) {
 		t.Errorf("the Eviction's finalizers after uninstall: %v (%v), want only example.com/keep", got.Finalizers, err)
 	}
-	if out := u.streams.Out.(*bytes.Buffer).String(); !strings.Contains(out, "eviction finalizers: removed vacate.dev/hook from") || !strings.Contains(out, "may not have been told") {
+	if out := u.streams.Out.(*bytes.Buffer).String(); !strings.Contains(out, "eviction finalizers: removed vacate.dev/hook from") || !strings.Contains(out, "may not have been told") ||
+		!strings.Contains(out, "deleted 1 Evacuation(s) vacate asked for pods' Evictions") {
 		t.Errorf("uninstall said:\n%s", out)
+	}
+	if err := u.s.client.Get(ctx, client.ObjectKeyFromObject(asked), &v1alpha1.Evacuation{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Eviction's Evacuation after uninstall: %v, want it gone", err)
+	}
+	kept := &v1alpha1.Evacuation{}
+	if err := u.s.client.Get(ctx, client.ObjectKeyFromObject(drains), kept); err != nil || !kept.DeletionTimestamp.IsZero() || !slices.Contains(kept.Finalizers, v1alpha1.FinalizerCancel) {
+		t.Errorf("the drain's Evacuation after the step: %+v (%v), want it untouched", kept.ObjectMeta, err)
 	}
 }

@@ -384,7 +384,17 @@ func planReleaseEvictions(v clusterView) string {
 	for _, k := range v.hooked {
 		names = append(names, k.String())
 	}
-	return fmt.Sprintf("eviction finalizers: would remove %s from %d Eviction(s): %s", er.FinalizerHook, len(v.hooked), strings.Join(truncated(names, 5), ", "))
+	line := fmt.Sprintf("eviction finalizers: would remove %s from %d Eviction(s): %s", er.FinalizerHook, len(v.hooked), strings.Join(truncated(names, 5), ", "))
+	var evacs []string
+	for i := range v.evacuations {
+		if ev := &v.evacuations[i]; ev.ForEviction() {
+			evacs = append(evacs, ev.Name)
+		}
+	}
+	if len(evacs) > 0 {
+		line += fmt.Sprintf("; would delete the %d Evacuation(s) vacate asked for them, without their providers' undo: %s", len(evacs), strings.Join(truncated(evacs, 5), ", "))
+	}
+	return line
 }
 
 func planPolicies(v clusterView, o uninstallChoices) string {

@@ -334,11 +334,47 @@ func (u *uninstaller) releaseEvictions(ctx context.Context) error {
 	}
 	if len(removed) == 0 {
 		u.say("eviction finalizers: none left to remove")
-		return nil
+	} else {
+		u.say("eviction finalizers: removed %s from %d Eviction(s): %s; vacate was cancelling their pods' HTTP hooks, which may not have been told: check those apps",
+			er.FinalizerHook, len(removed), strings.Join(truncated(removed, 5), ", "))
 	}
-	u.say("eviction finalizers: removed %s from %d Eviction(s): %s; vacate was cancelling their pods' HTTP hooks, which may not have been told: check those apps",
-		er.FinalizerHook, len(removed), strings.Join(truncated(removed, 5), ", "))
+	deleted, err := u.deleteEvictionEvacuations(ctx)
+	if err != nil || len(deleted) == 0 {
+		return err
+	}
+	u.say("evictions' evacuations: deleted %d Evacuation(s) vacate asked for pods' Evictions, without their providers' undo: %s; those providers may still keep those nodes' data moved (or the nodes ineligible)",
+		len(deleted), strings.Join(truncated(deleted, 5), ", "))
 	return nil
+}
+
+// deleteEvictionEvacuations deletes the Evacuations that vacate's responder
+// asked for pods' Evictions (Evacuation.ForEviction), vacate.dev/cancel
+// removed first: with the controller gone, nobody would undo them, and no
+// owner takes them away.
+func (u *uninstaller) deleteEvictionEvacuations(ctx context.Context) ([]string, error) {
+	if !u.served {
+		return nil, nil
+	}
+	list := &v1alpha1.EvacuationList{}
+	if err := u.s.client.List(ctx, list, client.HasLabels{v1alpha1.LabelEviction}); err != nil {
+		return nil, u.explain(err, "listing the Evacuations of Evictions")
+	}
+	var out []string
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if !ev.ForEviction() {
+			continue
+		}
+		key := &v1alpha1.Evacuation{ObjectMeta: metav1.ObjectMeta{Name: ev.Name, UID: ev.UID}}
+		if _, err := u.removeFinalizer(ctx, key, v1alpha1.FinalizerCancel); err != nil {
+			return nil, u.explain(err, "removing finalizer "+v1alpha1.FinalizerCancel+" from Evacuation "+ev.Name)
+		}
+		if err := u.s.client.Delete(ctx, ev, client.Preconditions{UID: &ev.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, u.explain(err, "deleting Evacuation "+ev.Name)
+		}
+		out = append(out, fmt.Sprintf("%s (provider %s, node %s)", ev.Name, ev.Spec.Provider, ev.Spec.NodeName))
+	}
+	return out, nil
 }
 
 // jsonPatchOp is one operation of a JSON patch (RFC 6902).
