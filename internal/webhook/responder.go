@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -96,6 +97,10 @@ type ResponderGate struct {
 	Coordinating bool
 	// Priority of the declared responder; zero: DefaultResponderPriority.
 	Priority int32
+	// ControllerNamespace is vacate-controller's own: its pods, like the
+	// control plane's, never get vacate's responder, whatever the
+	// configuration says.
+	ControllerNamespace string
 }
 
 var _ admission.Handler = (*ResponderGate)(nil)
@@ -105,6 +110,9 @@ var _ admission.Handler = (*ResponderGate)(nil)
 func (h *ResponderGate) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create || req.Kind.Kind != "Pod" || req.SubResource != "" {
 		return admission.Allowed("only pod creations are changed")
+	}
+	if req.Namespace == h.ControllerNamespace || slices.Contains(controlPlaneNamespaces, req.Namespace) {
+		return admission.Allowed("never in namespace " + req.Namespace + " (the control plane's or vacate-controller's)")
 	}
 	if !h.Coordinating {
 		return admission.Allowed("vacate does not coordinate EvictionRequests (--eviction-requests): nobody would answer its responder " +

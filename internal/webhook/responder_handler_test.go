@@ -72,7 +72,8 @@ func TestResponderGateAnswers(t *testing.T) {
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "data"}}}}
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(optedNS, plainNS, otherNS, volumes).Build()
 	gate := func(coordinating bool, priority int32) *webhook.ResponderGate {
-		return &webhook.ResponderGate{Reader: reader, Decoder: admission.NewDecoder(scheme), Coordinating: coordinating, Priority: priority}
+		return &webhook.ResponderGate{Reader: reader, Decoder: admission.NewDecoder(scheme), Coordinating: coordinating, Priority: priority,
+			ControllerNamespace: "vacate-system"}
 	}
 	raw := func(p *corev1.Pod) runtime.RawExtension {
 		b, err := json.Marshal(p)
@@ -125,6 +126,8 @@ func TestResponderGateAnswers(t *testing.T) {
 		{"vacate not coordinating", gate(false, 0), create(responderPod("shop", withHook)), "", "vacate does not coordinate EvictionRequests"},
 		{"an update", gate(true, 0), req(admissionv1.Update, responderPod("shop", withHook)), "", "only pod creations"},
 		{"a subresource", gate(true, 0), subresource, "", "only pod creations"},
+		{"the controller's namespace, opted in", gate(true, 0), create(responderPod("vacate-system", withHook, annotated("true"))), "", "never in namespace vacate-system"},
+		{"kube-system, opted in", gate(true, 0), create(responderPod("kube-system", withHook, annotated("true"))), "", "never in namespace kube-system"},
 		{"a namespace it cannot read", gate(true, 0), create(responderPod("gone", withHook)), "", "reading namespace gone"},
 	} {
 		resp := tc.gate.Handle(context.Background(), tc.req)

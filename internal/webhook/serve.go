@@ -86,7 +86,7 @@ func Register(mgr manager.Manager, o Options) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	pods := &crwebhook.Admission{Handler: &PodGate{Namespaces: mgr.GetClient(), Decoder: decoder}}
 	responders := &crwebhook.Admission{Handler: &ResponderGate{Reader: mgr.GetClient(), Decoder: decoder,
-		Coordinating: o.Coordinating, Priority: o.ResponderPriority}}
+		Coordinating: o.Coordinating, Priority: o.ResponderPriority, ControllerNamespace: o.Namespace}}
 	drains := &crwebhook.Admission{Handler: &PolicyGate{Reader: mgr.GetClient(), Decoder: decoder}}
 	register := func() {
 		mgr.GetWebhookServer().Register(Path, pods)
