@@ -59,6 +59,13 @@ const (
 	// drain of the node that asks the same provider takes the Evacuation
 	// over.
 	LabelEviction = "vacate.dev/eviction"
+	// LabelEvictionResponder, on a namespace (label) or a pod (annotation),
+	// value "true", opts pods into declaring vacate's eviction responder:
+	// the webhook adds vacate.dev/evacuation to spec.evictionResponders
+	// when they are created, if vacate would act for the pod in its turn
+	// (an HTTP hook, or an EvacuationProvider that selects it). An
+	// annotation "false" opts a pod out.
+	LabelEvictionResponder = "vacate.dev/eviction-responder"
 	// TaintNotice is vacate-agent's taint (effect NoSchedule, value the
 	// notice's source such as "aws-spot"): set while a notice says the
 	// machine goes away, so nothing new lands on the node while its drain

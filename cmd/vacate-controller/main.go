@@ -20,6 +20,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/operator"
 	"github.com/vacate-dev/vacate/internal/version"
+	"github.com/vacate-dev/vacate/internal/webhook"
 )
 
 func main() {
@@ -38,10 +39,17 @@ func main() {
 	fs.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", opts.RenewDeadline, "how long the leader tries to renew before giving up")
 	fs.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", opts.RetryPeriod, "how often candidates try to acquire the Lease")
 	fs.StringVar(&opts.Identity, "identity", "", "name of this replica in the Lease, in its requests' user agent and its HTTP hook calls (default: host name and a random suffix)")
-	fs.StringVar(&opts.Webhook.Addr, "webhook-bind-address", "", "address of the endpoint-aware admission webhook (adds the readiness gate vacate.dev/serving to opted-in pods), such as :9443; empty disables it")
+	fs.StringVar(&opts.Webhook.Addr, "webhook-bind-address", "", "address of the admission webhooks (endpoint-aware: the readiness gate vacate.dev/serving on opted-in pods; eviction responder: vacate.dev/evacuation in opted-in pods' spec.evictionResponders; the NodeDrain policy check), such as :9443; empty disables them")
 	fs.StringVar(&opts.Webhook.CertDir, "webhook-cert-dir", opts.Webhook.CertDir, "directory of the webhook's serving certificate, tls.crt and tls.key")
 	fs.BoolVar(&opts.Webhook.Rotate, "webhook-cert-rotation", opts.Webhook.Rotate, "generate and rotate the webhook's certificate in Secret vacate-webhook-cert (mounted at --webhook-cert-dir) and inject its CA into the MutatingWebhookConfiguration vacate-endpoint-aware")
 	fs.StringVar(&opts.Webhook.Namespace, "webhook-namespace", opts.Webhook.Namespace, "namespace of the webhook's Service and certificate Secret")
+	fs.Func("eviction-responder-priority", fmt.Sprintf("priority (%d to %d; default %d) of vacate's eviction responder vacate.dev/evacuation, which the webhook declares on pods created with the opt-in vacate.dev/eviction-responder=true where vacate coordinates EvictionRequests",
+		webhook.MinResponderPriority, webhook.MaxResponderPriority, webhook.DefaultResponderPriority),
+		func(s string) error {
+			p, err := webhook.ParseResponderPriority(s)
+			opts.Webhook.ResponderPriority = p
+			return err
+		})
 	fs.IntVar(&opts.Controllers.EvictionWorkers, "eviction-workers", 20, "evictions in flight across all nodes")
 	fs.IntVar(&opts.Controllers.DrainWorkers, "drain-workers", controller.DefaultDrainWorkers, "drains whose reconcile passes run at once")
 	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", eviction.DefaultQPS, "eviction calls per second, first attempts and retries alike")

@@ -3,7 +3,7 @@
 // and the controller's RBAC:
 //
 //   - config/manager/webhook.yaml: the MutatingWebhookConfiguration of the
-//     endpoint-aware webhook, from internal/webhook;
+//     endpoint-aware and eviction-responder webhooks, from internal/webhook;
 //   - config/manager/nodedrain-webhook.yaml: the ValidatingWebhookConfiguration
 //     of the NodeDrain policy webhook, from internal/webhook;
 //   - charts/vacate/crds and charts/vacate/files: the Helm chart's copies of
@@ -104,8 +104,8 @@ func run() error {
 	return nil
 }
 
-// writeWebhook writes the endpoint-aware webhook's configuration, calling
-// the Service vacate-webhook in vacate-system.
+// writeWebhook writes the endpoint-aware and eviction-responder webhooks'
+// configuration, calling the Service vacate-webhook in vacate-system.
 func writeWebhook(path string) error {
 	p := webhook.Path
 	cfg := webhook.Configuration(admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
@@ -115,7 +115,9 @@ func writeWebhook(path string) error {
 		return err
 	}
 	head := fmt.Sprintf(header, "internal/webhook") +
-		"# The endpoint-aware admission webhook (docs/endpoint-aware.md): fails open,\n# called only for pods that opted in; vacate-controller injects the CA bundle.\n"
+		"# The endpoint-aware admission webhooks (docs/endpoint-aware.md) and the eviction-responder ones\n" +
+		"# (docs/evacuation.md, \"vacate as a responder\"): fail open, called only for pods that opted in;\n" +
+		"# vacate-controller injects the CA bundle.\n"
 	return write(path, append([]byte(head), b...))
 }
 

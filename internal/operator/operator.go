@@ -62,8 +62,9 @@ type Options struct {
 
 	Controllers controller.Options
 
-	// Webhook is the endpoint-aware admission webhook's server (disabled
-	// unless its address is set).
+	// Webhook is the server of the admission webhooks (endpoint-aware,
+	// eviction responder, NodeDrain policy): disabled unless its address
+	// is set.
 	Webhook webhook.Options
 
 	// SeveralInProcess allows more than one manager in the process (tests):
@@ -86,7 +87,8 @@ func DefaultOptions() Options {
 		LeaseDuration:           15 * time.Second,
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
-		Webhook:                 webhook.Options{CertDir: DefaultWebhookCertDir, Rotate: true, Namespace: leader.DefaultLeaseNamespace},
+		Webhook: webhook.Options{CertDir: DefaultWebhookCertDir, Rotate: true, Namespace: leader.DefaultLeaseNamespace,
+			ResponderPriority: webhook.DefaultResponderPriority},
 	}
 }
 
@@ -122,6 +124,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		return nil, err
 	}
 	opts.Controllers.Roles = roles
+	// The eviction-responder webhook declares vacate's responder only
+	// where vacate answers it.
+	opts.Webhook.Coordinating = roles.Coordinate
 	lock, err := fence(cfg, identity, roles.State, &opts)
 	if err != nil {
 		return nil, err

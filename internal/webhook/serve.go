@@ -42,6 +42,14 @@ type Options struct {
 	// cert-rotator): a process that runs several managers with Rotate
 	// (tests) needs a name for each.
 	RotatorName string
+	// ResponderPriority is the priority of vacate's eviction responder that
+	// the eviction-responder webhook declares (--eviction-responder-priority);
+	// zero: DefaultResponderPriority.
+	ResponderPriority int32
+	// Coordinating: vacate coordinates EvictionRequests, so the
+	// eviction-responder webhook declares its responder. Not a flag:
+	// operator.New sets it from its decision at start (DecideRoles).
+	Coordinating bool
 }
 
 // Enabled reports whether the webhook is served.
@@ -60,22 +68,29 @@ func (o Options) Server() (crwebhook.Server, error) {
 	if o.CertDir == "" {
 		return nil, errors.New("--webhook-cert-dir must name the directory of the serving certificate")
 	}
+	if err := ValidateResponderPriority(o.ResponderPriority); err != nil {
+		return nil, err
+	}
 	return crwebhook.NewServer(crwebhook.Options{Host: host, Port: p, CertDir: o.CertDir}), nil
 }
 
 // DNSName is the name the API server calls the webhook by in a cluster.
 func (o Options) DNSName() string { return ServiceName + "." + o.Namespace + ".svc" }
 
-// Register serves the PodGate and the PolicyGate on the manager's webhook
-// server. Under Rotate it first waits, in the background, for
-// cert-controller to have written the certificate (the server reads it
-// when it starts), which it injects into both configurations.
+// Register serves the PodGate, the ResponderGate and the PolicyGate on the
+// manager's webhook server. Under Rotate it first waits, in the
+// background, for cert-controller to have written the certificate (the
+// server reads it when it starts), which it injects into both
+// configurations.
 func Register(mgr manager.Manager, o Options) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	pods := &crwebhook.Admission{Handler: &PodGate{Namespaces: mgr.GetClient(), Decoder: decoder}}
+	responders := &crwebhook.Admission{Handler: &ResponderGate{Reader: mgr.GetClient(), Decoder: decoder,
+		Coordinating: o.Coordinating, Priority: o.ResponderPriority, ControllerNamespace: o.Namespace}}
 	drains := &crwebhook.Admission{Handler: &PolicyGate{Reader: mgr.GetClient(), Decoder: decoder}}
 	register := func() {
 		mgr.GetWebhookServer().Register(Path, pods)
+		mgr.GetWebhookServer().Register(ResponderPath, responders)
 		mgr.GetWebhookServer().Register(NodeDrainPath, drains)
 	}
 	if !o.Rotate {

@@ -1,6 +1,7 @@
 // Package webhook holds vacate-controller's admission webhooks, served by
 // one server with one certificate: the mutating webhook for endpoint-aware
-// eviction (below), and the validating NodeDrain policy webhook
+// eviction (below), the mutating webhook that declares vacate's eviction
+// responder (responder.go), and the validating NodeDrain policy webhook
 // (nodedrain.go: a person names only a DrainPolicy that selects the
 // drain's node).
 //
@@ -22,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -104,42 +106,68 @@ func (h *PodGate) Handle(ctx context.Context, req admission.Request) admission.R
 // optedIn: the pod's annotation decides when set; else its namespace's
 // label.
 func (h *PodGate) optedIn(ctx context.Context, namespace string, pod *corev1.Pod) (bool, string, error) {
-	switch pod.Annotations[v1alpha1.LabelEndpointAware] {
+	return optedIn(ctx, h.Namespaces, v1alpha1.LabelEndpointAware, namespace, pod)
+}
+
+// optedIn reads an opt-in key: the pod's annotation decides when set
+// ("true" or "false"); else the label of the pod's namespace, read with r.
+// The webhooks' configuration asks the same of the API server; each
+// handler asks again, so that a configuration edited by hand cannot change
+// pods that did not ask.
+func optedIn(ctx context.Context, r client.Reader, key, namespace string, pod *corev1.Pod) (bool, string, error) {
+	switch pod.Annotations[key] {
 	case optIn:
 		return true, "", nil
 	case optOut:
-		return false, "the pod opted out (annotation " + v1alpha1.LabelEndpointAware + "=false)", nil
+		return false, "the pod opted out (annotation " + key + "=false)", nil
 	}
 	ns := &corev1.Namespace{}
-	if err := h.Namespaces.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
 		return false, "", fmt.Errorf("reading namespace %s: %w", namespace, err)
 	}
-	if ns.Labels[v1alpha1.LabelEndpointAware] == optIn {
+	if ns.Labels[key] == optIn {
 		return true, "", nil
 	}
-	return false, "neither the pod nor its namespace opted in", nil
+	return false, "neither the pod nor its namespace opted in (" + key + "=true)", nil
 }
 
 // controlPlaneNamespaces never get the gate from the annotation webhook:
 // pods there must never depend on vacate to become Ready.
 var controlPlaneNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
 
-// Configuration is the MutatingWebhookConfiguration for a webhook reached
-// at cc (a Service in a cluster, a URL on the dev cluster), excluding the
-// controller's own namespace. Two webhooks: one for the pods of labelled
-// namespaces, one for annotated pods elsewhere; the API server evaluates
-// the match conditions, so other pods never reach vacate.
+// Configuration is the MutatingWebhookConfiguration for the webhooks
+// reached at cc (a Service in a cluster, a URL on the dev cluster: its path
+// is replaced by each webhook's own), excluding the controller's own
+// namespace. Two pairs of webhooks, each pair one opt-in key: the
+// endpoint-aware gate (Path, LabelEndpointAware) and vacate's eviction
+// responder (ResponderPath, LabelEvictionResponder). In each pair, one
+// webhook for the pods of labelled namespaces, one for annotated pods
+// elsewhere; the API server evaluates the match conditions, so other pods
+// never reach vacate. One configuration, so that the controller's right to
+// inject the CA (RBAC and the policy vacate-controller-webhook, by name)
+// covers both.
 func Configuration(cc admissionregistrationv1.WebhookClientConfig, controllerNamespace string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	exclude := append([]string{controllerNamespace}, controlPlaneNamespaces...)
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName, Labels: map[string]string{"app.kubernetes.io/part-of": "vacate"}},
+		Webhooks: append(optInWebhooks(at(cc, Path), v1alpha1.LabelEndpointAware, "endpoint-aware.vacate.dev", exclude),
+			optInWebhooks(at(cc, ResponderPath), v1alpha1.LabelEvictionResponder, "eviction-responder.vacate.dev", exclude)...),
+	}
+}
+
+// optInWebhooks are the two webhooks of one opt-in key, named
+// namespaces.<suffix> and pods.<suffix>: pod creations only, failing open
+// within 5 s, never in the excluded namespaces.
+func optInWebhooks(cc admissionregistrationv1.WebhookClientConfig, key, suffix string, exclude []string) []admissionregistrationv1.MutatingWebhook {
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
 			Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	}}
-	key := v1alpha1.LabelEndpointAware
 	annotation := func(op, value string) string {
 		return fmt.Sprintf("has(object.metadata.annotations) && %q in object.metadata.annotations && object.metadata.annotations[%q] %s %q", key, key, op, value)
 	}
-	exclude := append([]string{controllerNamespace}, controlPlaneNamespaces...)
 	hook := func(name string, sel *metav1.LabelSelector, cond admissionregistrationv1.MatchCondition) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
 			Name:                    name,
@@ -156,22 +184,33 @@ func Configuration(cc admissionregistrationv1.WebhookClientConfig, controllerNam
 			MatchConditions:         []admissionregistrationv1.MatchCondition{cond},
 		}
 	}
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName, Labels: map[string]string{"app.kubernetes.io/part-of": "vacate"}},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{
-			hook("namespaces.endpoint-aware.vacate.dev",
-				&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-					{Key: key, Operator: metav1.LabelSelectorOpIn, Values: []string{optIn}},
-					{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exclude},
-				}},
-				admissionregistrationv1.MatchCondition{Name: "not-opted-out", Expression: "!(" + annotation("==", optOut) + ")"}),
-			hook("pods.endpoint-aware.vacate.dev",
-				&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-					{Key: key, Operator: metav1.LabelSelectorOpNotIn, Values: []string{optIn}},
-					{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exclude},
-				}},
-				admissionregistrationv1.MatchCondition{Name: "opted-in", Expression: annotation("==", optIn)}),
-		},
+	return []admissionregistrationv1.MutatingWebhook{
+		hook("namespaces."+suffix,
+			&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: key, Operator: metav1.LabelSelectorOpIn, Values: []string{optIn}},
+				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exclude},
+			}},
+			admissionregistrationv1.MatchCondition{Name: "not-opted-out", Expression: "!(" + annotation("==", optOut) + ")"}),
+		hook("pods."+suffix,
+			&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: key, Operator: metav1.LabelSelectorOpNotIn, Values: []string{optIn}},
+				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exclude},
+			}},
+			admissionregistrationv1.MatchCondition{Name: "opted-in", Expression: annotation("==", optIn)}),
 	}
+}
+
+// at is cc with its path (the Service's, or the URL's) set to path.
+func at(cc admissionregistrationv1.WebhookClientConfig, path string) admissionregistrationv1.WebhookClientConfig {
+	cc = *cc.DeepCopy()
+	if cc.Service != nil {
+		cc.Service.Path = &path
+	}
+	if cc.URL != nil {
+		if u, err := url.Parse(*cc.URL); err == nil {
+			u.Path = path
+			cc.URL = ptr.To(u.String())
+		}
+	}
+	return cc
 }

@@ -23,7 +23,10 @@ import (
 	"github.com/vacate-dev/vacate/internal/webhook"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// The package's dev cluster serves the EvictionRequest API: without it the
+// API server drops spec.evictionResponders, which the eviction-responder
+// webhook declares.
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.EvictionRequestAPI)) }
 
 // checkOptIn creates, in a labelled and a plain namespace, the pods whose gate
 // says who opted in, and checks each.

@@ -375,6 +375,9 @@ func checkRendered(t *testing.T, name string, vals map[string]any, objs []*unstr
 		if got, _ := flagValue(args, "webhook-cert-rotation"); got != fmt.Sprint(!cm && dig(vals, "webhook", "certRotation").(bool)) {
 			t.Errorf("%s: --webhook-cert-rotation=%s with certManager.enabled %t", name, got, cm)
 		}
+		if got, _ := flagValue(args, "eviction-responder-priority"); got != fmt.Sprint(dig(vals, "webhook", "evictionResponderPriority")) {
+			t.Errorf("%s: --eviction-responder-priority=%s, want webhook.evictionResponderPriority %v", name, got, dig(vals, "webhook", "evictionResponderPriority"))
+		}
 		cert := all["Certificate "+releaseNamespace+"/vacate-webhook"]
 		if (cert != nil) != cm {
 			t.Errorf("%s: Certificate rendered %t, certManager.enabled %t", name, cert != nil, cm)
@@ -436,6 +439,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"an unknown EvictionRequest mode", "controller:\n  evictionRequests: always\n", "evictionRequests"},
 		// One installation per cluster, with fixed names (docs/install.md).
 		{"nameOverride", "nameOverride: drains\n", "nameOverride"},
+		// 0 to 999 are reserved for Kubernetes' own responders; the API refuses more than 100000.
+		{"a responder priority Kubernetes reserves", "webhook:\n  evictionResponderPriority: 999\n", "evictionResponderPriority"},
+		{"a responder priority over the API's maximum", "webhook:\n  evictionResponderPriority: 100001\n", "evictionResponderPriority"},
 		{"an issuer without a name", "webhook:\n  certManager:\n    enabled: true\n    issuerRef:\n      kind: ClusterIssuer\n", "issuerRef needs a name"},
 		{"unknown strategy", "controller:\n  strategy:\n    type: BlueGreen\n", "strategy"},
 		{"a probe's handler", "controller:\n  livenessProbe:\n    exec:\n      command: [true]\n", "livenessProbe"},
