@@ -164,8 +164,9 @@ func cannotDeclare(pod *corev1.Pod) string {
 }
 
 // vacateActs says whether vacate would do something for the pod in its
-// turn, and why: the pod's HTTP hook, or an EvacuationProvider (not being
-// deleted) that selects it. A provider whose selectors cannot be read is
+// turn, and why: the pod's HTTP hook, or an EvacuationProvider that
+// selects it and that the turn asks (not being deleted, BeforeEviction,
+// taking part in Maintenance drains). A provider whose selectors cannot be read is
 // passed over.
 func (h *ResponderGate) vacateActs(ctx context.Context, pod *corev1.Pod) (bool, string, error) {
 	if hook.Wants(pod) {
@@ -179,8 +180,8 @@ func (h *ResponderGate) vacateActs(ctx context.Context, pod *corev1.Pod) (bool, 
 	var errs []error
 	for i := range list.Items {
 		p := &list.Items[i]
-		if !p.DeletionTimestamp.IsZero() {
-			continue
+		if !providers.Eligible(p, v1alpha1.ModeMaintenance) || providers.Stage(p) != v1alpha1.StageBeforeEviction {
+			continue // vacate's turn asks only these (coordinator askProviders)
 		}
 		ok, err := providers.Selects(p, pod, labelsOf)
 		if err != nil {
@@ -191,7 +192,7 @@ func (h *ResponderGate) vacateActs(ctx context.Context, pod *corev1.Pod) (bool, 
 			return true, "EvacuationProvider " + p.Name + " selects the pod", nil
 		}
 	}
-	why := "vacate would not act for the pod: no HTTP evacuation hook (" + hook.AnnotationPort + "), and no EvacuationProvider selects it"
+	why := "vacate would not act for the pod: no HTTP evacuation hook (" + hook.AnnotationPort + "), and no EvacuationProvider that its turn asks (BeforeEviction, taking part in Maintenance) selects it"
 	if err := errors.Join(errs...); err != nil {
 		why += " (passed over: " + err.Error() + ")"
 	}

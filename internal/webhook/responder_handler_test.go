@@ -70,7 +70,11 @@ func TestResponderGateAnswers(t *testing.T) {
 	volumes := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: "volumes"}, Spec: v1alpha1.EvacuationProviderSpec{
 		PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"storage": "replicated"}},
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "data"}}}}
-	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(optedNS, plainNS, otherNS, volumes).Build()
+	// An AfterEviction provider cleans up after a drained node's pods left:
+	// vacate's turn for one pod does not ask it.
+	cleanup := &v1alpha1.EvacuationProvider{ObjectMeta: metav1.ObjectMeta{Name: "cleanup"}, Spec: v1alpha1.EvacuationProviderSpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"storage": "cleaned"}}, Stage: v1alpha1.StageAfterEviction}}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(optedNS, plainNS, otherNS, volumes, cleanup).Build()
 	gate := func(coordinating bool, priority int32) *webhook.ResponderGate {
 		return &webhook.ResponderGate{Reader: reader, Decoder: admission.NewDecoder(scheme), Coordinating: coordinating, Priority: priority,
 			ControllerNamespace: "vacate-system"}
@@ -110,7 +114,9 @@ func TestResponderGateAnswers(t *testing.T) {
 		{"opted in by its annotation, with a hook", gate(true, 0), create(responderPod("plain", withHook, annotated("true"))), first, ""},
 		{"opted in, selected by a provider", gate(true, 0), create(responderPod("shop", labelled("storage", "replicated"))), first, ""},
 		{"opted in, the provider's namespace selector does not select it", gate(true, 0),
-			create(responderPod("other", labelled("storage", "replicated"))), "", "no EvacuationProvider selects it"},
+			create(responderPod("other", labelled("storage", "replicated"))), "", "no EvacuationProvider that its turn asks"},
+		{"opted in, selected only by an AfterEviction provider", gate(true, 0),
+			create(responderPod("shop", labelled("storage", "cleaned"))), "", "no EvacuationProvider that its turn asks"},
 		{"opted in, no hook and no provider", gate(true, 0), create(responderPod("shop")), "", "vacate would not act for the pod"},
 		{"opted out in an opted-in namespace", gate(true, 0), create(responderPod("shop", withHook, annotated("false"))), "", "the pod opted out"},
 		{"not opted in", gate(true, 0), create(responderPod("plain", withHook)), "", "neither the pod nor its namespace opted in"},
