@@ -138,7 +138,7 @@ func planUninstall(v clusterView, inst installed, o uninstallChoices) uninstallP
 			"and once the controller is gone nothing else removes it (the providers, and vacate's CRDs, could not be deleted)", planProviders(v))
 	}
 	p.add(stepReleaseNodes, "nothing removes vacate.dev/drain once the controller is gone, and a deleted node would stay", planReleaseNodes(v))
-	if len(v.hooked) > 0 {
+	if len(v.hooked) > 0 || slices.ContainsFunc(v.evacuations, func(ev v1alpha1.Evacuation) bool { return ev.ForEviction() }) {
 		p.add(stepReleaseEvictions, "the controller keeps "+er.FinalizerHook+" on an Eviction until the hook it called acknowledges a cancel; "+
 			"once the controller is gone nothing removes it, and the Eviction would stay", planReleaseEvictions(v))
 	}

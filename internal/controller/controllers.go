@@ -187,6 +187,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		// Its hook calls are the drains': the same client (leader fence
 		// included), tokens and loopback rule.
 		co.Hooks.Client, co.Hooks.Tokens, co.AllowLoopbackHooks = drains.Hooks.Client, drains.Hooks.Tokens, drains.AllowLoopbackHooks
+		co.APIReader = mgr.GetAPIReader()
 		setups = append(setups, co)
 	}
 	mgr.GetLogger().Info("EvictionRequest API", "mode", cmp.Or(opts.EvictionRequests, EvictionRequestsAuto),

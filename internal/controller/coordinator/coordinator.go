@@ -77,16 +77,26 @@ type Reconciler struct {
 	// responder (responder.go); AllowLoopbackHooks as for drains.
 	Hooks              *hook.Prober
 	AllowLoopbackHooks bool
-	// budgetWaits says, by pod UID, why the evictor has not queued the
-	// pod's eviction: its PDBs' budget is taken by evictions underway (the
-	// drains'), for the evictor's message.
+	// APIReader reads around the cache where a stale read would lose
+	// something: the Evacuations an ended Eviction must undo, the Eviction
+	// that owns an Evacuation.
+	APIReader client.Reader
+	// budgetWaits says, by pod (namespace/name), why the evictor has not
+	// queued the pod's eviction: its PDBs' budget is taken by evictions
+	// underway (the drains'), for the evictor's message.
 	budgetWaits sync.Map
+}
+
+// budgetWait is an entry of Reconciler.budgetWaits.
+type budgetWait struct {
+	uid types.UID
+	why string
 }
 
 // NewReconciler builds the coordinator over the shared eviction queue and
 // registers its handlers there (before the queue runs).
 func NewReconciler(c client.Client, clk clock.PassiveClock, rec events.EventRecorder, q *eviction.Queue) *Reconciler {
-	r := &Reconciler{Client: c, Evictions: q, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
+	r := &Reconciler{Client: c, APIReader: c, Evictions: q, Clock: clk, Events: rec, Wake: make(chan event.GenericEvent, 1024)}
 	q.Handle(Consumer, r.OnOutcome, r.MayEvict)
 	// A hook's answer needs no wake-up: a pass polls while vacate has the
 	// turn (hookPoll).
@@ -124,6 +134,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if t.eviction != nil && (t.pod == nil || t.eviction.Spec.Target.Pod == nil || t.eviction.Spec.Target.Pod.UID != t.pod.UID) {
 		return r.podGone(ctx, t)
 	}
+	if t.eviction == nil {
+		r.budgetWaits.Delete(req.NamespacedName)
+	}
 	if t.pod == nil {
 		return reconcile.Result{}, nil // nothing to evict; requests for it wait for their requesters
 	}
@@ -145,7 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 		r.Hooks.Forget(t.pod.UID)
-		r.budgetWaits.Delete(t.pod.UID)
+		r.budgetWaits.Delete(t.key)
 		if askedAgain(t.eviction, mine) {
 			return r.replace(ctx, t.eviction)
 		}
@@ -199,7 +212,7 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 	}
 	theirs := forUID(t.requests, uid)
 	r.Hooks.Forget(uid)
-	r.budgetWaits.Delete(uid)
+	r.budgetWaits.Delete(t.key)
 	if !er.Final(ev) {
 		ev = r.evictedByUs(ev, uid)
 		next, _ := er.Next(er.Facts{Requests: theirs, Eviction: ev, Now: r.Clock.Now()})
@@ -332,19 +345,23 @@ func (r *Reconciler) step(ctx context.Context, pod *corev1.Pod, ev *lifecyclev1a
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	held := ""
+	if evict {
+		held = r.evictorHeld(ctx, ev, pod)
+	}
 	if !write {
-		report, write = r.evictorReport(ev, pod, now)
+		report, write = r.evictorReport(ev, pod, now, held)
 	}
 	if write {
 		return reconcile.Result{}, r.writeStatus(ctx, ev, report)
 	}
 	res := reconcile.Result{RequeueAfter: untilDeadline(next, now)}
 	switch {
-	case evict:
+	case evict && held == "":
 		if res, err = r.evict(ctx, pod); err != nil {
 			return res, err
 		}
-	case poll:
+	case evict, poll:
 		res.RequeueAfter = hookPoll
 	}
 	return res, r.reportOn(ctx, requests, ev)
@@ -409,11 +426,12 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod) (reconcile.Resu
 	case state.Evicted:
 		return reconcile.Result{}, nil // the pod's end comes as a watch event
 	case !state.Pending:
-		if why := r.budgetTaken(ctx, pod, pdbs); why != "" {
-			r.budgetWaits.Store(pod.UID, why)
+		if why := r.budgetTaken(ctx, pod, pdbs); why != "" && !state.Reserved {
+			// A pod a drain reserved had its budget from the drain.
+			r.budgetWaits.Store(client.ObjectKeyFromObject(pod), budgetWait{uid: pod.UID, why: why})
 			return reconcile.Result{RequeueAfter: refusedRecheck}, nil
 		}
-		r.budgetWaits.Delete(pod.UID)
+		r.budgetWaits.Delete(client.ObjectKeyFromObject(pod))
 		req := eviction.PodRequest(pod, nil, 0)
 		req.For = Consumer
 		for _, p := range pdbs {
@@ -425,7 +443,7 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod) (reconcile.Resu
 		}
 		return reconcile.Result{RequeueAfter: heartbeatEvery}, nil
 	case state.PDBRefused():
-		if now := pdbState(pdbs); allowNow(pdbs) && state.Refusal.RetriedAt != now && r.budgetTaken(ctx, pod, pdbs) == "" {
+		if now := pdbState(pdbs); allowNow(pdbs) && state.Refusal.RetriedAt != now && (state.Reserved || r.budgetTaken(ctx, pod, pdbs) == "") {
 			r.Evictions.RetryNow(pod.UID, now)
 		}
 		return reconcile.Result{RequeueAfter: refusedRecheck}, nil
@@ -495,13 +513,19 @@ func (r *Reconciler) MayEvict(req eviction.Request) (bool, string) {
 	case t.pod != nil && !sameResponders(ev, t.pod):
 		return false, "the pod's Eviction lists responders that are not the pod's"
 	}
-	for _, t := range ev.Status.TargetResponders {
-		if t.State == lifecyclev1alpha1.ResponderStateActive {
-			if t.Name == er.Evictor {
-				return true, ""
-			}
-			return false, "responder " + t.Name + " has the turn"
+	for _, rt := range ev.Status.TargetResponders {
+		if rt.State != lifecyclev1alpha1.ResponderStateActive {
+			continue
 		}
+		if rt.Name != er.Evictor {
+			return false, "responder " + rt.Name + " has the turn"
+		}
+		if t.pod != nil {
+			if why := r.providersHold(ctx, t.pod); why != "" {
+				return false, why
+			}
+		}
+		return true, ""
 	}
 	return false, "no responder has the turn"
 }

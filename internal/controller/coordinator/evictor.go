@@ -1,13 +1,18 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/internal/eviction"
 	er "github.com/vacate-dev/vacate/internal/evictionrequest"
@@ -28,7 +33,7 @@ const (
 // whether there is one to write: the evictor has the turn and either the
 // pod is terminating (its completion), or its message changed, or its last
 // heartbeat is heartbeatEvery old.
-func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod, now time.Time) (lifecyclev1alpha1.EvictionStatus, bool) {
+func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod, now time.Time, held string) (lifecyclev1alpha1.EvictionStatus, bool) {
 	status := *ev.Status.DeepCopy()
 	rs := active(&status, er.Evictor)
 	if rs == nil || rs.CompletionTime != nil {
@@ -40,10 +45,35 @@ func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.P
 		return status, true
 	}
 	msg := evictorMessage(state)
-	if why, ok := r.budgetWaits.Load(pod.UID); ok && !state.Pending {
-		msg = why.(string)
+	if w, ok := r.budgetWaits.Load(client.ObjectKeyFromObject(pod)); ok && w.(budgetWait).uid == pod.UID && !state.Pending {
+		msg = w.(budgetWait).why
+	}
+	if held != "" && !state.Pending {
+		msg = held
 	}
 	return status, heartbeat(rs, msg, now)
+}
+
+// evictorHeld says why the evictor must not queue the pod's eviction yet,
+// "" when it may: the EvacuationProviders that protect the pod are not done
+// with it (askProviders asks them: a pod that declares no responder of
+// vacate's, or whose move was undone after vacate's turn, is asked here).
+func (r *Reconciler) evictorHeld(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod) string {
+	if r.Evictions.State(pod.UID).Pending {
+		return "" // queued already: MayEvict checks again before the call
+	}
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "" // nothing to move off a node that is gone
+		}
+		return "vacate cannot read the pod's node: " + err.Error()
+	}
+	done, msgs := r.askProviders(ctx, ev, pod, node)
+	if done {
+		return ""
+	}
+	return "waiting for the EvacuationProviders before evicting the pod: " + strings.Join(msgs, "; ")
 }
 
 // completeEvictor records the evictor's turn Completed: the pod is going.

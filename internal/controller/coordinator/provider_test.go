@@ -28,6 +28,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/coordinator"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
+	er "github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/requests"
 	"github.com/vacate-dev/vacate/pkg/evacuation"
 )
@@ -92,11 +93,14 @@ type providerWorld struct {
 	spare    string
 }
 
-func newProviderWorld(t *testing.T) *providerWorld {
+func newProviderWorld(t *testing.T, maxUnavailable string, responders ...corev1.EvictionResponder) *providerWorld {
 	t.Helper()
 	const volume = "data-0"
-	w := newWorkload(t, 2, "1", func(d *appsv1.Deployment) {
-		d.Spec.Template.Spec.EvictionResponders = []corev1.EvictionResponder{{Name: coordinator.Responder, Priority: ptr.To[int32](5000)}}
+	if len(responders) == 0 {
+		responders = []corev1.EvictionResponder{{Name: coordinator.Responder, Priority: ptr.To[int32](5000)}}
+	}
+	w := newWorkload(t, 2, maxUnavailable, func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.EvictionResponders = responders
 		d.Spec.Template.Annotations = map[string]string{rv.AnnotationVolumes: volume}
 	})
 	pw := &providerWorld{world: w, cl: testenv.Controller(t, w.c), provider: "volumes-" + w.ns, store: &rv.Store{Root: t.TempDir()}, volume: volume}
@@ -187,41 +191,40 @@ func (w *world) withdraw(req *lifecyclev1alpha1.EvictionRequest) {
 // knows only node Evacuations) declare vacate's responder; a descheduler
 // (the test) asks for the eviction of both at once. In vacate's turn for
 // one of them, vacate asks the provider for an Evacuation of the pods'
-// node, labelled with that pod's Eviction; the other pod's turn waits (one
-// pod at a time per node and provider). The pod stays while the provider
-// works, vacate's message carries the provider's; once the provider has
-// Completed, the evictor evicts the pod, and vacate undoes the
-// Evacuation (the provider's Cancel: the node is eligible again, the added
-// replica or the original dropped) before it lets the Eviction go. Then
-// the other pod's turn asks the provider in its own name. A third request,
+// node, labelled with that pod's Eviction; the other pod joins it. The pods
+// stay while the provider works, and vacate's messages carry the
+// provider's. Once the provider has Completed, the evictor evicts them one
+// at a time (the PDB); the Evacuation passes to the Eviction still going
+// when the first ends, and the last undoes it (the provider's Cancel: the
+// node eligible again) before its Eviction goes. A third request,
 // withdrawn while the provider works, cancels: the pod stays and the
 // provider's work is undone.
 func TestAnEvacuationProviderAnswersInVacatesTurn(t *testing.T) {
-	pw := newProviderWorld(t)
+	pw := newProviderWorld(t, "1")
 	reqs := map[string]*lifecyclev1alpha1.EvictionRequest{}
 	for i, p := range pw.pods {
 		reqs[p.Name] = pw.request(p, "rebalance-p"+string(rune('a'+i)))
 	}
 
-	evac := pw.waitEvacuation("asked for one pod's Eviction", func(ev *v1alpha1.Evacuation) bool { return ev != nil && ev.ForEviction() })
-	if len(evac.Spec.ProtectedPods) != 1 || evac.Spec.Mode != v1alpha1.ModeMaintenance || evac.Spec.Desired != v1alpha1.DesiredEvacuate ||
+	evac := pw.waitEvacuation("asked for the pods' Evictions, the second joined", func(ev *v1alpha1.Evacuation) bool {
+		return ev != nil && ev.ForEviction() && len(ev.Spec.ProtectedPods) == 2
+	})
+	if evac.Spec.Mode != v1alpha1.ModeMaintenance || evac.Spec.Desired != v1alpha1.DesiredEvacuate ||
 		!slices.Contains(evac.Finalizers, v1alpha1.FinalizerCancel) || len(evac.OwnerReferences) != 0 {
-		t.Fatalf("the Evacuation asked for a pod's eviction: %+v %+v; want one protected pod, Maintenance, Evacuate, vacate.dev/cancel, no owner", evac.ObjectMeta, evac.Spec)
+		t.Fatalf("the Evacuation asked for the pods' evictions: %+v %+v; want Maintenance, Evacuate, vacate.dev/cancel, no owner", evac.ObjectMeta, evac.Spec)
 	}
-	first := pw.pods[slices.IndexFunc(pw.pods, func(p corev1.Pod) bool { return string(p.UID) == evac.Spec.ProtectedPods[0].UID })]
-	second := pw.pods[slices.IndexFunc(pw.pods, func(p corev1.Pod) bool { return p.UID != first.UID })]
-	ev := pw.waitEviction(first, "vacate's turn reports the provider's work", func(ev *lifecyclev1alpha1.Eviction) bool {
-		return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, coordinator.Responder), "held by the test")
-	})
-	if evac.Labels[v1alpha1.LabelEviction] != string(ev.UID) || evac.Spec.DrainUID != string(ev.UID) {
-		t.Errorf("the Evacuation's label %q and drainUID %q, want the Eviction's UID %s", evac.Labels[v1alpha1.LabelEviction], evac.Spec.DrainUID, ev.UID)
+	owner := pw.pods[slices.IndexFunc(pw.pods, func(p corev1.Pod) bool { return string(p.UID) == evac.Spec.ProtectedPods[0].UID })]
+	for _, p := range pw.pods {
+		ev := pw.waitEviction(p, "vacate's turn reports the provider's work", func(ev *lifecyclev1alpha1.Eviction) bool {
+			return state(ev, coordinator.Responder) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, coordinator.Responder), "held by the test")
+		})
+		if p.UID == owner.UID && (evac.Labels[v1alpha1.LabelEviction] != string(ev.UID) || evac.Spec.DrainUID != string(ev.UID)) {
+			t.Errorf("the Evacuation's label %q and drainUID %q, want the first Eviction's UID %s", evac.Labels[v1alpha1.LabelEviction], evac.Spec.DrainUID, ev.UID)
+		}
+		if p.UID == owner.UID && !slices.Contains(ev.Finalizers, coordinator.FinalizerHook) {
+			t.Errorf("the Eviction's finalizers %v: want %s while its Evacuation is not undone", ev.Finalizers, coordinator.FinalizerHook)
+		}
 	}
-	if !slices.Contains(ev.Finalizers, coordinator.FinalizerHook) {
-		t.Errorf("the Eviction's finalizers %v: want %s while its Evacuation is not undone", ev.Finalizers, coordinator.FinalizerHook)
-	}
-	pw.waitEviction(second, "the other pod's turn waits for the provider", func(ev *lifecyclev1alpha1.Eviction) bool {
-		return strings.Contains(message(ev, coordinator.Responder), "one pod at a time per node and provider")
-	})
 	time.Sleep(2 * time.Second) // passes come and go: both pods stay while the provider works
 	for _, p := range pw.pods {
 		if got := pw.pod(p); got == nil || got.DeletionTimestamp != nil {
@@ -230,19 +233,15 @@ func TestAnEvacuationProviderAnswersInVacatesTurn(t *testing.T) {
 	}
 
 	pw.gate.set(true)
-	ev = pw.waitEviction(first, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
-		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted))
-	})
-	if !strings.Contains(message(ev, coordinator.Responder), "Completed") || state(ev, coordinator.Responder) != lifecyclev1alpha1.ResponderStateCompleted {
-		t.Errorf("vacate's turn ended %s %q; want Completed with the provider's word", state(ev, coordinator.Responder), message(ev, coordinator.Responder))
+	for _, p := range pw.pods {
+		ev := pw.waitEviction(p, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
+			return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted))
+		})
+		if !strings.Contains(message(ev, coordinator.Responder), "Completed") || state(ev, coordinator.Responder) != lifecyclev1alpha1.ResponderStateCompleted {
+			t.Errorf("vacate's turn for %s ended %s %q; want Completed with the provider's word", p.Name, state(ev, coordinator.Responder), message(ev, coordinator.Responder))
+		}
+		pw.waitRequestEvicted(reqs[p.Name])
 	}
-	pw.waitRequestEvicted(reqs[first.Name])
-	// The first Evacuation is undone and goes; the second pod's turn then
-	// asks in its own name, and goes through too (the gate is open).
-	pw.waitEviction(second, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
-		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted))
-	})
-	pw.waitRequestEvicted(reqs[second.Name])
 	pw.waitEvacuation("undone and gone after both evictions", func(ev *v1alpha1.Evacuation) bool { return ev == nil })
 	if l := pw.layout(); slices.Contains(l.Ineligible, pw.node) || len(l.Added[pw.node]) != 0 {
 		t.Errorf("after the evictions the provider's work for %s is not undone: %+v", pw.node, l)
@@ -250,7 +249,7 @@ func TestAnEvacuationProviderAnswersInVacatesTurn(t *testing.T) {
 	if asked, moved, cancelled := pw.gate.calls(pw.node); asked == 0 || moved == 0 || cancelled == 0 {
 		t.Errorf("the provider was asked %d times for %s, copied %d times, cancelled %d times: want each at least once", asked, pw.node, moved, cancelled)
 	}
-	for _, p := range []corev1.Pod{first, second} {
+	for _, p := range pw.pods {
 		got, err := pw.cs.LifecycleV1alpha1().Evictions(pw.ns).Get(context.Background(), p.Name, metav1.GetOptions{})
 		if err == nil && slices.Contains(got.Finalizers, coordinator.FinalizerHook) {
 			t.Errorf("the ended Eviction of %s still has %s after its Evacuation went", p.Name, coordinator.FinalizerHook)
@@ -272,7 +271,7 @@ func TestAnEvacuationProviderAnswersInVacatesTurn(t *testing.T) {
 	})
 	_, _, cancelledBefore := pw.gate.calls(pw.node)
 	pw.withdraw(req)
-	ev = pw.waitEviction(third, "cancelled", func(ev *lifecyclev1alpha1.Eviction) bool {
+	ev := pw.waitEviction(third, "cancelled", func(ev *lifecyclev1alpha1.Eviction) bool {
 		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionFailed))
 	})
 	if state(ev, coordinator.Responder) != lifecyclev1alpha1.ResponderStateCanceled {
@@ -303,7 +302,7 @@ func TestAnEvacuationProviderAnswersInVacatesTurn(t *testing.T) {
 // provider's work stays while the node drains); undoing the drain undoes
 // it.
 func TestADrainTakesAnEvictionsEvacuationOver(t *testing.T) {
-	pw := newProviderWorld(t)
+	pw := newProviderWorld(t, "2") // the drain asks for both pods at once: its budget never holds the target back
 	target := pw.pods[0]
 	pw.request(target, "rebalance-d")
 	pw.waitEvacuation("asked for the pod's Eviction", func(ev *v1alpha1.Evacuation) bool {
@@ -327,7 +326,7 @@ func TestADrainTakesAnEvictionsEvacuationOver(t *testing.T) {
 		return strings.Contains(message(ev, coordinator.Responder), "asked by a drain of node "+pw.node)
 	})
 	pw.gate.set(true)
-	ev := pw.waitEviction(target, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
+	ev := pw.waitEvictionFor(target, "TargetEvicted", 2*time.Minute, func(ev *lifecyclev1alpha1.Eviction) bool {
 		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted)) &&
 			!slices.Contains(ev.Finalizers, coordinator.FinalizerHook)
 	})
@@ -351,4 +350,45 @@ func TestADrainTakesAnEvictionsEvacuationOver(t *testing.T) {
 	if l := pw.layout(); slices.Contains(l.Ineligible, pw.node) {
 		t.Errorf("after the drain's undo the provider's work for %s stays: %+v", pw.node, l)
 	}
+}
+
+// TestTheEvictorWaitsForTheProviders: a pod that an EvacuationProvider
+// protects but that declares only another responder (no turn of vacate's)
+// is asked for by a descheduler. Once that responder completes, the
+// evictor does not evict it as it would a plain pod: it asks the provider
+// for the pod's node itself, says so, and evicts only once the provider
+// has Completed; the Evacuation is undone after.
+func TestTheEvictorWaitsForTheProviders(t *testing.T) {
+	pw := newProviderWorld(t, "1", corev1.EvictionResponder{Name: backup, Priority: ptr.To[int32](5000)})
+	target := pw.pods[0]
+	req := pw.request(target, "rebalance-e")
+	pw.waitEviction(target, "its responder has the turn", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, backup) == lifecyclev1alpha1.ResponderStateActive
+	})
+	pw.respond(target, backup, func(s *lifecyclev1alpha1.ResponderStatus) { s.CompletionTime, s.Message = now(), ptr.To("moved") })
+	ev := pw.waitEviction(target, "the evictor waits for the provider", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return state(ev, er.Evictor) == lifecyclev1alpha1.ResponderStateActive && strings.Contains(message(ev, er.Evictor), "waiting for the EvacuationProviders")
+	})
+	evac := pw.waitEvacuation("asked by the evictor", func(e *v1alpha1.Evacuation) bool { return e != nil && e.ForEviction() })
+	if evac.Spec.DrainUID != string(ev.UID) || !records(evac, target) {
+		t.Errorf("the evictor's Evacuation: drainUID %s, pods %v; want the Eviction's UID and the pod", evac.Spec.DrainUID, evac.Spec.ProtectedPods)
+	}
+	time.Sleep(2 * time.Second) // passes come and go
+	if p := pw.pod(target); p == nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod was evicted before its provider completed:\n%s", describe(ev))
+	}
+	pw.gate.set(true)
+	pw.waitEviction(target, "TargetEvicted", func(ev *lifecyclev1alpha1.Eviction) bool {
+		return meta.IsStatusConditionTrue(ev.Status.Conditions, string(lifecyclev1alpha1.EvictionConditionTargetEvicted))
+	})
+	pw.waitRequestEvicted(req)
+	pw.waitEvacuation("undone and gone", func(e *v1alpha1.Evacuation) bool { return e == nil })
+	if _, moved, cancelled := pw.gate.calls(pw.node); moved == 0 || cancelled == 0 {
+		t.Errorf("the provider copied %d times and cancelled %d times for %s: want both", moved, cancelled, pw.node)
+	}
+}
+
+// records reports whether the Evacuation records the pod.
+func records(evac *v1alpha1.Evacuation, pod corev1.Pod) bool {
+	return slices.ContainsFunc(evac.Spec.ProtectedPods, func(pp v1alpha1.ProtectedPod) bool { return pp.UID == string(pod.UID) })
 }

@@ -80,10 +80,7 @@ func (r *Reconciler) evacuate(ctx context.Context, ev *lifecyclev1alpha1.Evictio
 	if err != nil {
 		return false, "", err
 	}
-	provDone, provMsgs, err := r.askProviders(ctx, ev, pod, node)
-	if err != nil {
-		return false, "", err
-	}
+	provDone, provMsgs := r.askProviders(ctx, ev, pod, node)
 	if len(provMsgs) == 0 {
 		if hookMsg == "" {
 			return true, "vacate has nothing to move for this pod: it has no annotation " + hook.AnnotationPort + " and no EvacuationProvider protects it", nil
