@@ -214,7 +214,12 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 	r.Hooks.Forget(uid)
 	r.budgetWaits.Delete(t.key)
 	if !er.Final(ev) {
-		ev = r.evictedByUs(ev, uid)
+		if done := r.evictedByUs(ev, uid); done != ev {
+			// The evictor's report first, in a write of its own: the API
+			// server takes a responder's report only while it is Active,
+			// and the end (the next pass) makes it not.
+			return reconcile.Result{}, r.writeStatus(ctx, ev, done.Status)
+		}
 		next, _ := er.Next(er.Facts{Requests: theirs, Eviction: ev, Now: r.Clock.Now()})
 		if err := r.writeStatus(ctx, ev, next); err != nil {
 			return reconcile.Result{}, err
@@ -240,8 +245,9 @@ func (r *Reconciler) podGone(ctx context.Context, t *target) (reconcile.Result, 
 
 // evictedByUs is the Eviction with the evictor's turn Completed, when it
 // had the turn and the eviction queue evicted the pod: the pod may be gone
-// before the evictor's report of it was written (its end then reads as the
-// evictor's turn Canceled).
+// before the evictor's report of it was written (its end would then read
+// as the evictor's turn Canceled). It is ev itself when there is nothing to
+// report.
 func (r *Reconciler) evictedByUs(ev *lifecyclev1alpha1.Eviction, uid types.UID) *lifecyclev1alpha1.Eviction {
 	if !r.Evictions.State(uid).Evicted {
 		return ev
