@@ -111,7 +111,23 @@ $(HELM_DOCS): hack/tools/go.mod hack/tools/go.sum
 
 .PHONY: test
 test: controlplane dbus-daemon stateful-servers ## Run the whole test suite with -race (starts real local control planes)
+	@$(MAKE) --no-print-directory disk-check
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+# A full disk fails the suite far from its cause: etcd cannot preallocate
+# its WAL and every dev cluster's API server stops answering (CI saw it
+# with 486 MB free). A fresh run takes about 8 GB (the race build cache)
+# and 2 GB in the temporary directory; say so first when less is free.
+DISK_NEEDED_GB ?= 10
+.PHONY: disk-check
+disk-check:
+	@for d in "$$($(GO) env GOCACHE)" "$${TMPDIR:-/tmp}"; do \
+		free=$$(df -Pk "$$d" | awk 'NR==2 {print int($$4/1024/1024)}'); \
+		if [ "$$free" -lt $(DISK_NEEDED_GB) ]; then \
+			echo "WARNING: only $${free} GB free where $$d is; the suite needs about $(DISK_NEEDED_GB) GB (build cache, dev clusters)."; \
+			echo "WARNING: with less, etcd and the API servers fail with 'no space left on device' and many tests fail at once."; \
+		fi; \
+	done
 
 # The 20-minute heartbeat limit of Kubernetes' EvictionRequest API is judged
 # by the API server's own clock: proving that a stale heartbeat passes the
