@@ -59,8 +59,8 @@ func (r *Reconciler) evictorReport(ev *lifecyclev1alpha1.Eviction, pod *corev1.P
 // with it (askProviders asks them: a pod that declares no responder of
 // vacate's, or whose move was undone after vacate's turn, is asked here).
 func (r *Reconciler) evictorHeld(ctx context.Context, ev *lifecyclev1alpha1.Eviction, pod *corev1.Pod) string {
-	if r.Evictions.State(pod.UID).Pending {
-		return "" // queued already: MayEvict checks again before the call
+	if st := r.Evictions.State(pod.UID); st.Pending || st.Evicted || !pod.DeletionTimestamp.IsZero() {
+		return "" // queued already (MayEvict checks again before the call), or going: nothing to ask for it
 	}
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
