@@ -389,6 +389,17 @@ func TestReplacedNodeStartsOver(t *testing.T) {
 	if _, err := e.c.Client.AppsV1().Deployments(ns).Patch(ctx, "replstore", types.MergePatchType, scale, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Its replacement, Pending on the cordoned node, must be gone before
+	// the node is: the node created again is schedulable until the drain
+	// cordons it, and a replacement bound there and then deleted by the
+	// scale-down would read as a protected pod leaving (CI saw it once).
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: devcluster.AppLabel + "=replstore"})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatal("the store's pods did not go after it was scaled to 0")
+	}
 	check := staysUntil(t, e, ns, "replstore", target, store.release.Load)
 	if err := e.c.Client.CoreV1().Nodes().Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
