@@ -143,3 +143,15 @@ func countBy(reqs []request) map[string]int {
 	}
 	return n
 }
+
+// eventWrites counts the requests that write Kubernetes Events (core or
+// events.k8s.io): creates, and the patches that count a series' repeats.
+func eventWrites(reqs []request) int {
+	n := 0
+	for _, r := range reqs {
+		if r.resource == "events" && (r.verb == "create" || r.verb == "patch" || r.verb == "update") {
+			n++
+		}
+	}
+	return n
+}

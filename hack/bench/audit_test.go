@@ -70,3 +70,19 @@ func TestParseStatCPU(t *testing.T) {
 		t.Error("want an error for a malformed line")
 	}
 }
+
+func TestEventWrites(t *testing.T) {
+	reqs := []request{
+		{verb: "create", resource: "events"}, {verb: "patch", resource: "events"},
+		{verb: "list", resource: "events"}, {verb: "create", resource: "pods", subresource: "eviction"},
+	}
+	if got := eventWrites(reqs); got != 2 {
+		t.Errorf("eventWrites = %d, want 2 (a create and a patch; not the list nor the eviction)", got)
+	}
+	if got := share(1, 4); got != 25 {
+		t.Errorf("share(1, 4) = %v, want 25", got)
+	}
+	if got := share(1, 0); got != 0 {
+		t.Errorf("share(1, 0) = %v, want 0", got)
+	}
+}

@@ -30,6 +30,8 @@ var raceFigures = []figure{
 	{"evictions per pod emptied", "", func(f figures) float64 { return f.evictionsPerPod }, 2},
 	{"PDB violations", "", func(f figures) float64 { return float64(f.violations) }, 0},
 	{"drainer API requests per pod emptied", "", func(f figures) float64 { return f.requestsPerPod }, 2},
+	{"drainer event writes", "", func(f figures) float64 { return float64(f.eventWrites) }, 0},
+	{"event writes, share of the drainer's requests", "%", func(f figures) float64 { return share(f.eventWrites, f.requests) }, 1},
 	{"idle budget, mean over PDBs", "% of wall", func(f figures) float64 { return f.idleMean }, 1},
 	{"idle budget, worst PDB", "% of wall", func(f figures) float64 { return f.idleMax }, 1},
 	{"PDB allows -> next eviction p50", "ms", func(f figures) float64 { return f.allowP50 }, 0},

@@ -29,6 +29,7 @@ type figures struct {
 	requests        int // the drainer's, in the drain's time
 	requestsPerPod  float64
 	topRequests     string
+	eventWrites     int // the drainer's creates and patches of events, in the drain's time
 	cpu             float64 // the drainer's CPU seconds in the drain's time
 	cpuPerEviction  float64 // ms
 	idleCPU         float64 // cores: the controller's CPU before the drain, with nothing to do
@@ -242,6 +243,7 @@ func measureRun(d driver, rec *recorder, waiters []waiter, reqs []request, u usa
 	mine := byUser(reqs, d.user, start, end.Add(time.Second))
 	f := figures{wall: end.Sub(start).Seconds(), podsEmptied: len(waiters), requests: len(mine), cpu: u.cpu, rss: u.rss}
 	f.topRequests = topCounts(countBy(mine), 3)
+	f.eventWrites = eventWrites(mine)
 	if f.rss == 0 {
 		f.rss = math.NaN()
 	}

@@ -56,3 +56,11 @@ func millis(ds []time.Duration) []float64 {
 	}
 	return out
 }
+
+// share is part as a percentage of whole; 0 when whole is.
+func share(part, whole int) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return 100 * float64(part) / float64(whole)
+}
