@@ -216,6 +216,15 @@ const (
 	EventDrained         = "Drained"
 	EventRestored        = "Restored"
 	EventFailed          = "Failed"
+	// EventDrainStarted: the drain began (past admission); EventDrainBlocked:
+	// pods began to block it. Both on the drain and its node.
+	EventDrainStarted = "DrainStarted"
+	EventDrainBlocked = "DrainBlocked"
+	// EventEvicted: on a pod, the eviction a drain asked for was accepted;
+	// EventEvictionHeld: on a pod, its evacuation, HTTP hook, endpoints or
+	// EvictionRequest holds its eviction back.
+	EventEvicted      = "Evicted"
+	EventEvictionHeld = "EvictionHeld"
 	// EventSurgeStarted: a replacement was brought up for a pod
 	// (DrainPolicy surge); EventSurgeFailed: it was not Ready in time and
 	// was removed, or creating it was refused; EventSurgeLeft: an undo

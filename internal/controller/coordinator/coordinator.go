@@ -34,6 +34,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/requeue"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -540,6 +541,11 @@ func (r *Reconciler) MayEvict(req eviction.Request) (bool, string) {
 // brings a pass for the pod.
 func (r *Reconciler) OnOutcome(o eviction.Outcome) {
 	countOutcome(o)
+	if o.Result == eviction.Evicted { // where `kubectl describe pod` looks
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Pod.Namespace, Name: o.Pod.Name, UID: o.UID}}
+		r.Events.Eventf(pod, nil, corev1.EventTypeNormal, v1alpha1.EventEvicted, "Evict",
+			"evicted by vacate for the pod's EvictionRequests (Eviction %s/%s)", o.Pod.Namespace, o.Pod.Name)
+	}
 	ev := event.GenericEvent{Object: &corev1.Pod{}}
 	ev.Object.SetNamespace(o.Pod.Namespace)
 	ev.Object.SetName(o.Pod.Name)

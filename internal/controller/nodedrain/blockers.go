@@ -22,10 +22,14 @@ func (s *scope) podsFound(plan drain.Plan) *podCounts {
 		}
 		b := v1alpha1.Blocker{Pod: d.Key(), Since: metav1.NewTime(s.now)}
 		if held, ok := s.evac.holds.Of(d.Pod); ok {
-			found.blockers = append(found.blockers, podBlocker{Blocker: held})
+			found.blockers = append(found.blockers, podBlocker{Blocker: held, pod: d.Pod, hold: corev1.EventTypeNormal})
 		} else if d.Action == drain.Block || d.Action == drain.Wait && d.Reason == drain.ReasonWaitCompletion {
 			b.Reason, b.Detail = string(d.Reason), d.Detail
-			found.blockers = append(found.blockers, podBlocker{Blocker: b})
+			hold := corev1.EventTypeNormal
+			if d.Action == drain.Block {
+				hold = corev1.EventTypeWarning // a person must act
+			}
+			found.blockers = append(found.blockers, podBlocker{Blocker: b, pod: d.Pod, hold: hold})
 		}
 	}
 	for _, p := range s.steps {
@@ -40,10 +44,16 @@ func (s *scope) podsFound(plan drain.Plan) *podCounts {
 }
 
 // podBlocker is what holds a pod up; refused: the API server refused its
-// eviction (a new one is also a Warning event on the drain).
+// eviction (a new one is also a Warning event on the pod); hold, when set,
+// is the type of the event on the pod that a new hold is: vacate holds it
+// back on purpose (its evacuation, HTTP hook, endpoints or EvictionRequest,
+// a Job to complete) or the policy blocks it (a Warning: a person must
+// act). A pod that waits for its PDB's budget is neither: most pods of a
+// drain do, at some moment.
 type podBlocker struct {
 	v1alpha1.Blocker
 	refused bool
+	hold    string
 	pod     *corev1.Pod
 }
 
@@ -54,17 +64,17 @@ type podBlocker struct {
 // sees allowing no disruption.
 func (s *scope) stepBlocker(p podStep) (podBlocker, bool) {
 	if p.step == drain.StepHeld {
-		return podBlocker{Blocker: p.holder}, true
+		return podBlocker{Blocker: p.holder, pod: p.Pod, hold: corev1.EventTypeNormal}, true
 	}
 	if b, ok := s.gated[p.Pod.UID]; ok {
-		return podBlocker{Blocker: b}, true
+		return podBlocker{Blocker: b, pod: p.Pod, hold: corev1.EventTypeNormal}, true
 	}
 	if b, ok := s.surging[p.Pod.UID]; ok {
-		return podBlocker{Blocker: b}, true
+		return podBlocker{Blocker: b, pod: p.Pod}, true
 	}
 	b, rec := v1alpha1.Blocker{Pod: p.key, Since: metav1.NewTime(s.now)}, p.rec
 	if asked, ok := s.requested[p.Pod.UID]; ok && !rec.Refused { // its Eviction's own call, refused, says more
-		return podBlocker{Blocker: asked}, true
+		return podBlocker{Blocker: asked, pod: p.Pod, hold: corev1.EventTypeNormal}, true
 	}
 	switch {
 	case rec.Evicted:

@@ -25,7 +25,7 @@ func (r *Reconciler) cordon(ctx context.Context, s *scope) (reconcile.Result, er
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}
-		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", node.Name)
+		r.drainEvent(nd, node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Cordon", "cordoned node %s", node.Name)
 	}
 	s.found.cordoned = true
 	return reconcile.Result{}, nil
@@ -47,7 +47,7 @@ func (r *Reconciler) keepDaemonSetsOff(ctx context.Context, s *scope) (reconcile
 	}
 	if changed {
 		s.log.Info("tainted the node so that DaemonSets put no pod back while it drains", "node", klogRef(s.node.Name), "taint", v1alpha1.TaintDaemonSetsOff)
-		r.Events.Eventf(s.drain, s.node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Taint",
+		r.drainEvent(s.drain, s.node, corev1.EventTypeNormal, v1alpha1.EventCordoned, "Taint",
 			"tainted node %s with %s (NoSchedule) so that DaemonSets put no pod back while it drains (pods.daemonSets: Evict)", s.node.Name, v1alpha1.TaintDaemonSetsOff)
 	}
 	return reconcile.Result{}, nil

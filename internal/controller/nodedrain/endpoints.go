@@ -202,7 +202,7 @@ func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decis
 			nd, msg := s.drain, fmt.Sprintf("pod %s: EndpointSlice(s) %s still show it ready %s after it was taken out of service (endpoints.timeout); evicting it anyway",
 				d.Key(), strings.Join(listed.Ready, ", "), s.policy.EndpointsTimeout)
 			s.afterWrite(func() {
-				r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEndpointsTimeout, "Evict", "%s", msg)
+				r.podWarning(nd, pod, v1alpha1.EventEndpointsTimeout, "Evict", "%s", msg)
 			})
 		default:
 			s.gateBlocker(d, g.since, "out of service since "+g.since.UTC().Format(time.RFC3339)+
@@ -234,7 +234,7 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 	metrics.OutOfService.WithLabelValues(metrics.ResultRestored).Inc()
 	nd, key := s.drain, pod.Namespace+"/"+pod.Name
 	s.afterWrite(func() {
-		r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "pod %s is back in service: %s", key, why)
+		r.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "pod %s is back in service: %s", key, why)
 	})
 	s.recheckIn(gateRetry)
 	return nil

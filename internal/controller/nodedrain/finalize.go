@@ -27,7 +27,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (reconcile.Result, 
 	s.found.drained = &drainedCounts{evicted: nd.Status.Evicted, took: took}
 	node, evicted, log, policyName := s.node, nd.Status.Evicted, s.log, nd.Status.Policy
 	s.afterWrite(func() {
-		r.Events.Eventf(nd, node, corev1.EventTypeNormal, v1alpha1.EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
+		r.drainEvent(nd, node, corev1.EventTypeNormal, v1alpha1.EventDrained, "Drain", "node %s drained: %d pod(s) left in %s",
 			nd.Spec.NodeName, evicted, took.Round(time.Second))
 		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseDrained), policyName).Inc()
 		metrics.DrainDuration.WithLabelValues(policyName).Observe(took.Seconds())

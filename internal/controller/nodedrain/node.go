@@ -91,7 +91,7 @@ func (r *Reconciler) nodeReplaced(ctx context.Context, s *scope) (reconcile.Resu
 	st.HooksOmitted, st.HookCalls, st.RunID = 0, nil, "" // a new run on the new node
 	s.found.replaced = true                              // its conditions are the old node's
 	s.afterWrite(func() {
-		r.Events.Eventf(nd, node, corev1.EventTypeWarning, v1alpha1.EventNodeReplaced, "Drain", "%s", msg)
+		r.drainEvent(nd, node, corev1.EventTypeWarning, v1alpha1.EventNodeReplaced, "Drain", "%s", msg)
 	})
 	return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
 }

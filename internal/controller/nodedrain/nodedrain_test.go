@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,9 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	})
 	t.Logf("status while blocked: %s", testenv.DescribeDrain(blocked))
 	checkBlockedByBareAndEmptyDir(t, e, ns, target, blocked)
+	t.Log("kubectl describe shows the drain on the node and why on the pods it holds")
+	describeShows(t, e, []string{"describe", "node", target}, "DrainStarted", "DrainBlocked", "draining node "+target, "2 pod(s) blocked")
+	describeShows(t, e, []string{"describe", "pod", "-n", ns, "bare"}, "EvictionHeld", "NodeDrain "+target, "Unmanaged")
 
 	t.Log("relaxing the policy: unmanaged pods Delete, localStorage Evict")
 	relaxPolicy(t, e, strict)
@@ -111,7 +115,55 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 		t.Error("vacate's annotation left on the node")
 	}
 	waitEvents(t, e, target, v1alpha1.EventCordoned, v1alpha1.EventDrained, v1alpha1.EventRestored)
+	describeShows(t, e, []string{"describe", "node", target}, "Drained", "Restored", "uncordoned node "+target)
+	checkEvictedEvents(t, e, ns, target)
 	guard.Check(t)
+}
+
+// describeShows runs the real kubectl with args until its output shows
+// every one of want (events come a moment after the status records them).
+func describeShows(t *testing.T, e *env, args []string, want ...string) {
+	t.Helper()
+	var out []byte
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		out, err = exec.Command(e.c.Binaries[devcluster.Kubectl], append([]string{"--kubeconfig", e.c.Kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			return false, nil
+		}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("kubectl %s does not show %q:\n%s", strings.Join(args, " "), want, out)
+	}
+}
+
+// checkEvictedEvents checks that each pod the drain evicted has an Evicted
+// event naming the drain: the pods are gone, their events stay.
+func checkEvictedEvents(t *testing.T, e *env, ns, target string) {
+	t.Helper()
+	list, err := e.c.Client.CoreV1().Events(ns).List(testenv.Context(t), metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Pod,reason=" + v1alpha1.EventEvicted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted := map[string]bool{}
+	for _, ev := range list.Items {
+		if !strings.Contains(ev.Message, "NodeDrain "+target) || ev.Related == nil || ev.Related.Kind != "NodeDrain" {
+			t.Errorf("Evicted event of pod %s: %q, related %+v; want it to name NodeDrain %s", ev.InvolvedObject.Name, ev.Message, ev.Related, target)
+		}
+		evicted[ev.InvolvedObject.Name] = true
+	}
+	// Two web pods, the bare pod and the emptyDir pod left through the
+	// Eviction API (the relaxed policy deletes the bare one).
+	if len(evicted) < 3 {
+		t.Errorf("Evicted events on %d pod(s) (%v), want one on each pod the drain evicted (at least 3)", len(evicted), evicted)
+	}
 }
 
 // createPolicyScenario creates the workloads of the first scenario and

@@ -42,6 +42,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 		s.setStatus()
 		r.reportPods(s)
+		r.reportDrain(s, &before.Status)
 		if merr := r.markNode(ctx, s); merr != nil {
 			err = errors.Join(err, merr)
 		}

@@ -31,7 +31,8 @@ func (r *Reconciler) OnOutcome(o eviction.Outcome) {
 		r.Evictions.Forget(o.UID) // it goes back in service first (endpoints.go)
 	}
 	if o.Result == eviction.Evicted {
-		r.handOverNow(o) // surge.go
+		r.reportEvicted(o) // events.go
+		r.handOverNow(o)   // surge.go
 	}
 	if o.Result == eviction.Evicted && !r.seenLeaving(o) {
 		return // the pod's watch event, still to come, brings the next pass
@@ -67,7 +68,8 @@ func (r *Reconciler) forgetNode(node string) int {
 
 // reportPods publishes the pods the pass found blocked (vacate_pods_blocked)
 // and makes each new refusal of their evictions a Warning event on the
-// drain, once the status recording it is written.
+// pod, and each new hold a Normal one, once the status recording it is
+// written.
 func (r *Reconciler) reportPods(s *scope) {
 	if s.found.evicting == nil {
 		return
@@ -79,9 +81,13 @@ func (r *Reconciler) reportPods(s *scope) {
 	}
 	r.blocked.set(nd.Name, reasons...)
 	for _, b := range s.newRefusals {
-		pod, msg := b.pod, fmt.Sprintf("eviction of %s refused: %s", b.Pod, b.Detail)
+		pod, msg := b.pod, fmt.Sprintf("eviction refused (NodeDrain %s): %s", nd.Name, b.Detail)
 		s.afterWrite(func() {
-			r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "%s", msg)
+			r.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "%s", msg)
 		})
+	}
+	for _, b := range s.newHolds {
+		pod, kind, msg := b.pod, b.hold, holdNote(nd, b.Blocker)
+		s.afterWrite(func() { r.podEvent(nd, pod, kind, v1alpha1.EventEvictionHeld, "Evict", "%s", msg) })
 	}
 }

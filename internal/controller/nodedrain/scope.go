@@ -65,6 +65,10 @@ type scope struct {
 	// newRefusals are the blockers of pods whose eviction the API server
 	// newly refused (setPodCounts): each is a Warning event.
 	newRefusals []podBlocker
+	// newHolds are the blockers of pods newly held by their evacuation,
+	// HTTP hook, endpoints or EvictionRequest (setPodCounts): each is a
+	// Normal event on the pod.
+	newHolds []podBlocker
 	// onWritten are the side effects of a transition (events, metrics): they
 	// happen only once the status recording it was written. A pass working
 	// from a stale cache loses the optimistic lock and has no side effects.

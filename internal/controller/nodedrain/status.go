@@ -228,7 +228,8 @@ func (s *scope) setEvacuatedCondition() {
 // that hold the drain up (all of them counted, the first MaxBlockers
 // listed, by pod, their holders and details cut to what the CRD allows),
 // each with the time it was first seen so. A new refusal
-// by the API server is also an event (newRefusals).
+// by the API server is also an event on the pod (newRefusals), as a new
+// hold is (newHolds).
 func (s *scope) setPodCounts() {
 	e := s.found.evicting
 	if e == nil {
@@ -258,6 +259,9 @@ func (s *scope) setPodCounts() {
 			// drain, at some moment) is a blocker, not an event.
 			pb.Blocker = b
 			s.newRefusals = append(s.newRefusals, pb)
+		} else if pb.hold != "" && pb.pod != nil {
+			pb.Blocker = b
+			s.newHolds = append(s.newHolds, pb)
 		}
 		blockers = append(blockers, b)
 	}

@@ -354,7 +354,7 @@ func (r *Reconciler) surgeFailedWaits(s *scope, d drain.Decision) bool {
 		rec.Since = metav1.NewTime(refused.at)
 		nd, pod := s.drain, d.Pod
 		s.afterWrite(func() {
-			r.Events.Eventf(nd, pod, corev1.EventTypeWarning, v1alpha1.EventSurgeFailed, "Surge", "%s", refused.msg)
+			r.podWarning(nd, pod, v1alpha1.EventSurgeFailed, "Surge", "%s", refused.msg)
 		})
 	}
 	if rec == nil || rec.Phase != v1alpha1.SurgeFailed {
@@ -421,7 +421,13 @@ func (r *Reconciler) mayCreatePods(ctx context.Context, namespace string) (bool,
 func (r *Reconciler) surgeStep(s *scope, d drain.Decision, replacement, phase, eventType, event, blocker, msg string, recheck time.Duration) {
 	s.setSurge(d, replacement, phase, msg)
 	nd, pod := s.drain, d.Pod
-	s.afterWrite(func() { r.Events.Eventf(nd, pod, eventType, event, "Surge", "%s", msg) })
+	s.afterWrite(func() {
+		if eventType == corev1.EventTypeWarning {
+			r.podWarning(nd, pod, event, "Surge", "%s", msg)
+		} else {
+			r.podEvent(nd, pod, eventType, event, "Surge", "%s", msg)
+		}
+	})
 	s.surgeBlocker(d, blocker, s.now, msg)
 	s.recheckIn(recheck)
 }

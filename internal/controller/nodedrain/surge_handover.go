@@ -299,7 +299,7 @@ func (r *Reconciler) leaveReplacements(ctx context.Context, s *scope, limit time
 			"it no longer carries vacate's labels: delete it once its Deployment can spare it (kubectl delete pod -n %s %s)",
 			key, limit, why, rep.Namespace, rep.Name)
 		s.log.Info("surge: undo leaves a replacement in place", "replacement", klog.KObj(rep), "why", why)
-		r.Events.Eventf(s.drain, rep, corev1.EventTypeWarning, v1alpha1.EventSurgeLeft, "Restore", "%s", msg)
+		r.podWarning(s.drain, rep, v1alpha1.EventSurgeLeft, "Restore", "%s", msg)
 		pod := rep.Namespace + "/" + rep.Annotations[surge.AnnotationPod]
 		s.setSurgeOf(pod, uid, rep.Name, v1alpha1.SurgeCancelled, msg)
 		sp.left = append(sp.left, key)

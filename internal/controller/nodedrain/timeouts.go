@@ -141,9 +141,9 @@ func (r *Reconciler) fail(s *scope, reason, msg string) {
 	nd.Status.CompletionTime = &metav1.Time{Time: s.now}
 	msg = condition.Cap(msg)
 	s.found.failed = &ending{reason, msg}
-	policyName := nd.Status.Policy
+	policyName, node := nd.Status.Policy, s.eventNode()
 	s.afterWrite(func() {
-		r.Events.Eventf(nd, nil, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)
+		r.drainEvent(nd, node, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)
 		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed), policyName).Inc()
 	})
 	s.stop = true
@@ -170,7 +170,7 @@ func (r *Reconciler) forceDelete(ctx context.Context, s *scope, plan drain.Plan,
 			return deleted, leaving, fmt.Errorf("deleting pod %s after a timeout: %w", d.Key(), err)
 		}
 		deleted++
-		r.Events.Eventf(nd, d.Pod, corev1.EventTypeWarning, v1alpha1.EventForceDeleted, "Delete",
+		r.podWarning(nd, d.Pod, v1alpha1.EventForceDeleted, "Delete",
 			"deleted pod %s: %s (policy onTimeout: ForceDelete)", d.Key(), why)
 	}
 	return deleted, leaving, nil
