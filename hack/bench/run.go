@@ -51,8 +51,9 @@ func (f figures) summary() string {
 		return fmt.Sprintf("first eviction p50 %.0f ms, p95 %.0f ms over %d drains; %d requests; CPU %.2f s; peak RSS %.1f MiB",
 			f.firstP50, f.firstP95, f.firstN, f.requests, f.cpu, f.rss)
 	}
-	return fmt.Sprintf("wall %.1f s; %d evictions for %d pods; %d PDB violations; %.2f requests/pod (%s); CPU %.2f s; RSS %.1f MiB; idle budget mean %.1f%% max %.1f%%; allow->evict p50 %.0f ms p95 %.0f ms",
-		f.wall, f.evictions, f.podsEmptied, f.violations, f.requestsPerPod, f.topRequests, f.cpu, f.rss, f.idleMean, f.idleMax, f.allowP50, f.allowP95)
+	return fmt.Sprintf("wall %.1f s; %d evictions for %d pods; %d PDB violations; %.2f requests/pod (%s); %d event writes (%.1f%% of %d requests); CPU %.2f s; RSS %.1f MiB; idle budget mean %.1f%% max %.1f%%; allow->evict p50 %.0f ms p95 %.0f ms",
+		f.wall, f.evictions, f.podsEmptied, f.violations, f.requestsPerPod, f.topRequests, f.eventWrites, share(f.eventWrites, f.requests), f.requests,
+		f.cpu, f.rss, f.idleMean, f.idleMax, f.allowP50, f.allowP95)
 }
 
 // runOnce starts a fresh cluster from the recipe, drains with d and measures.
