@@ -3,6 +3,7 @@ package ci
 import (
 	"fmt"
 	"maps"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -65,6 +66,10 @@ func findings(w workflow) []string {
 			}
 		}
 		for i, s := range j.Steps {
+			if release && (strings.HasPrefix(s.Uses, "actions/cache@") ||
+				strings.HasPrefix(s.Uses, "actions/setup-go@") && s.With["cache"] != false) {
+				add("job %s step %d: a release restores a cache (anything another run wrote): build from the source and the module proxy", name, i+1)
+			}
 			if strings.HasPrefix(s.Uses, "actions/checkout@") && s.With["persist-credentials"] != false {
 				add("job %s step %d: actions/checkout without persist-credentials: false leaves the token in the checkout", name, i+1)
 			}
@@ -126,7 +131,7 @@ func triggers(on map[string]any) string {
 // release workflow, run by pushed tags alone, writes or reads secrets, and
 // its jobs that do run only in this repository and in the environment
 // release; every action is pinned to a commit; no checkout keeps the token;
-// no script pastes a pull request's text. The same checks find each
+// no script pastes a pull request's text; a release restores no cache. The same checks find each
 // mistake of testdata/unsafe, so they can fail.
 func TestWorkflowsKeepTheirPowers(t *testing.T) {
 	var releases []string
@@ -154,7 +159,7 @@ func TestWorkflowsKeepTheirPowers(t *testing.T) {
 			"uses: actions/setup-go@b7ad1dad31e06c5925ef5d2fc7ad053ef454303e is not pinned"},
 		"release-anywhere.yml": {"job release: contents: write, on push, workflow_dispatch"},
 		"release-unguarded.yml": {"job release writes or reads secrets without `if: " + releaseGuard,
-			"outside the environment release"},
+			"outside the environment release", "job release step 2: a release restores a cache"},
 		"pr-secrets.yml": {"job test reads secrets on pull_request", "a pull request's own text in a script"},
 	}
 	for file, want := range unsafe {
@@ -163,6 +168,37 @@ func TestWorkflowsKeepTheirPowers(t *testing.T) {
 			if !slices.ContainsFunc(got, func(f string) bool { return strings.Contains(f, w) }) {
 				t.Errorf("testdata/unsafe/%s: no finding says %q; found %q", file, w, got)
 			}
+		}
+	}
+}
+
+// tagCheck is the release workflow's test of the tag, in bash.
+var tagCheck = regexp.MustCompile(`\[\[ "\$VERSION" =~ (\S+) \]\]`)
+
+// TestReleaseTagCheckRefusesWhatIsNotAVersion: the tag reaches make's
+// command line (and make's recipe, unquoted), so the release workflow
+// first checks, in bash as the runner runs it, that it is a version:
+// what make release accepts passes, anything else (a shell command
+// among them) is refused before make.
+func TestReleaseTagCheckRefusesWhatIsNotAVersion(t *testing.T) {
+	w := readWorkflow(t, filepath.Join(root, ".github/workflows/release.yml"))
+	var re string
+	for _, s := range w.jobs["release"].Steps {
+		if m := tagCheck.FindStringSubmatch(s.Run); m != nil {
+			re = m[1]
+		}
+	}
+	if re == "" {
+		t.Fatal(`release.yml's job release has no step testing [[ "$VERSION" =~ ... ]]`)
+	}
+	for version, want := range map[string]bool{
+		"v0.1.0": true, "v1.22.333": true, "v1.2.3-rc.1": true, "v2.0.0-alpha.0": true,
+		"v1.2": false, "1.2.3": false, "v01.2.3": false, "v1.2.3;id": false, "v1.2.3$(id)": false,
+		"v1.2.3-rc.1`id`": false, "v1.2.3 x": false, "v1.2.3\nid": false, "": false,
+	} {
+		err := exec.Command("bash", "-c", `[[ "$1" =~ $2 ]]`, "check", version, re).Run()
+		if got := err == nil; got != want {
+			t.Errorf("release.yml's check of the tag %q: accepted %v, want %v", version, got, want)
 		}
 	}
 }
