@@ -10,6 +10,7 @@ TOOLS_BIN  := $(BIN)/tools
 STATICCHECK := $(TOOLS_BIN)/staticcheck
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 HELM_DOCS  := $(TOOLS_BIN)/helm-docs
+ACTIONLINT := $(TOOLS_BIN)/actionlint
 # Go modules in this repository: vacate itself and the build-only modules.
 MODULES    := . hack/controlplane hack/kwok hack/ec2-metadata-mock hack/tools
 # -p 4: four packages at once, each with a dev cluster of its own. A
@@ -94,7 +95,7 @@ release-key: ## Make a cosign key pair for trial releases: KEY_DIR/cosign.key (e
 	$(GO) run ./hack/release --generate-key "$(KEY_DIR)"
 
 .PHONY: tools
-tools: $(STATICCHECK) $(CONTROLLER_GEN) $(HELM_DOCS) controlplane ## Build the developer tools and the pinned control plane
+tools: $(STATICCHECK) $(CONTROLLER_GEN) $(HELM_DOCS) $(ACTIONLINT) controlplane ## Build the developer tools and the pinned control plane
 
 .PHONY: controlplane
 controlplane: ## Build (once, cached in ~/.cache/vacate) etcd, Kubernetes and kwok from source
@@ -108,6 +109,9 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 
 $(HELM_DOCS): hack/tools/go.mod hack/tools/go.sum
 	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ github.com/norwoodj/helm-docs/cmd/helm-docs
+
+$(ACTIONLINT): hack/tools/go.mod hack/tools/go.sum
+	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ github.com/rhysd/actionlint/cmd/actionlint
 
 .PHONY: test
 test: controlplane dbus-daemon stateful-servers ## Run the whole test suite with -race (starts real local control planes)
@@ -175,8 +179,21 @@ lint: $(STATICCHECK) ## go vet on every module, staticcheck on vacate's own code
 	$(STATICCHECK) ./...
 	@for m in hack/controlplane hack/kwok; do echo "go vet: $$m"; (cd $$m && $(GO) vet ./...); done
 
+# The GitHub workflows (.github/workflows), checked by actionlint: syntax,
+# expressions and their contexts, the actions' inputs, runner labels, job
+# dependencies, untrusted input in scripts. Without shellcheck
+# (-shellcheck=): it is no Go module, so it cannot be pinned as the other
+# tools are, and actionlint would run whichever version a machine has, or
+# none, and pass here and fail there; the workflows' scripts stay a few
+# lines that call make. WORKFLOWS names other files (test/ci checks that a
+# broken workflow fails this target).
+WORKFLOWS ?= $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
+.PHONY: lint-workflows
+lint-workflows: $(ACTIONLINT) ## Lint the GitHub workflows with the pinned actionlint
+	$(ACTIONLINT) -shellcheck= -pyflakes= $(WORKFLOWS)
+
 .PHONY: verify
-verify: generate lint ## Fail on unformatted code, untidy modules, vet or lint findings, or generated drift
+verify: generate lint lint-workflows ## Fail on unformatted code, untidy modules, vet or lint findings, workflow lint findings, or generated drift
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
