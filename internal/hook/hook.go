@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -31,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vacate-dev/vacate/internal/backoff"
 	"github.com/vacate-dev/vacate/pkg/hookauth"
 )
 
@@ -352,11 +352,9 @@ func (p *Prober) Run(ctx context.Context) error {
 
 // pauses are the waits after failed calls: from Backoff, doubling up to
 // MaxBackoff, each up to a fifth longer so that the hooks of many pods that
-// fail together are not called again together (apimachinery's
-// wait.Backoff).
-func (p *Prober) pauses() *wait.Backoff {
-	return &wait.Backoff{Duration: p.Backoff, Factor: 2, Jitter: 0.2, Cap: p.MaxBackoff, Steps: math.MaxInt32}
-}
+// fail together are not called again together (internal/backoff, which
+// the agent's metadata sources share).
+func (p *Prober) pauses() *wait.Backoff { return backoff.New(p.Backoff, p.MaxBackoff) }
 
 // converse calls the hook until the conversation ends or is stopped.
 func (p *Prober) converse(ctx context.Context, c *conversation) {
