@@ -1,6 +1,8 @@
 package sidecar
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,9 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // scrape reads /metrics of h as Prometheus does: the sample lines.
@@ -144,5 +149,53 @@ maintenance:
 	}
 	if got := scrape(t, f.s.MetricsHandler()); strings.Contains(got, `step="evacuate"} 1`) {
 		t.Errorf("a command was counted:\n%s", got)
+	}
+}
+
+// TestMainServesMetricsApart: vacate-hook --metrics-listen serves /metrics
+// on that address and not on the protocol's; the protocol's own port for
+// the metrics is refused, naming the flag.
+func TestMainServesMetricsApart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte("stateDir: "+state+"\nauth: {disabled: true}\nmaintenance: {evacuate: [{command: [true]}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	listen, metricsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	var out, errb syncBuffer
+	if code := Main(context.Background(), []string{"--config", cfg, "--listen", listen, "--metrics-listen", listen}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "--metrics-listen") || !strings.Contains(errb.String(), "the protocol's port") {
+		t.Errorf("metrics on the protocol's port: exit %d, %q; want 2 naming --metrics-listen", code, errb.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- Main(ctx, []string{"--config", cfg, "--listen", listen, "--metrics-listen", metricsAddr}, &out, &errb) }()
+	testutil.Eventually(t, 10*time.Second, "vacate-hook to serve its metrics", func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(data), `program="vacate-hook"`) {
+			return fmt.Errorf("HTTP %d %.200q", resp.StatusCode, data)
+		}
+		return nil
+	})
+	resp, err := http.Get("http://" + listen + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /metrics on the protocol's port: HTTP %d, want 404", resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("vacate-hook stopped with exit %d: %s", code, errb.String())
 	}
 }
