@@ -173,7 +173,9 @@ func TestMainServesMetricsApart(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	go func() { done <- Main(ctx, []string{"--config", cfg, "--listen", listen, "--metrics-listen", metricsAddr}, &out, &errb) }()
+	go func() {
+		done <- Main(ctx, []string{"--config", cfg, "--listen", listen, "--metrics-listen", metricsAddr}, &out, &errb)
+	}()
 	testutil.Eventually(t, 10*time.Second, "vacate-hook to serve its metrics", func() error {
 		resp, err := http.Get("http://" + metricsAddr + "/metrics")
 		if err != nil {
