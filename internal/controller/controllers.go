@@ -25,6 +25,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/evictionrequest"
 	"github.com/vacate-dev/vacate/internal/hook"
 	"github.com/vacate-dev/vacate/internal/leader"
+	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
 // Options tune the controllers.
@@ -167,6 +168,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		return err
 	}
 	drains.Hooks.Tokens = hook.NewTokenRequests(cs.CoreV1(), caller)
+	drains.Hooks.Observe = metrics.HookCall
 	drains.Workers = cmp.Or(opts.DrainWorkers, DefaultDrainWorkers)
 	setups := []controllerSetup{
 		&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: nodePods, Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
@@ -186,7 +188,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		co := coordinator.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
 		// Its hook calls are the drains': the same client (leader fence
 		// included), tokens and loopback rule.
-		co.Hooks.Client, co.Hooks.Tokens, co.AllowLoopbackHooks = drains.Hooks.Client, drains.Hooks.Tokens, drains.AllowLoopbackHooks
+		co.Hooks.Client, co.Hooks.Tokens, co.Hooks.Observe, co.AllowLoopbackHooks = drains.Hooks.Client, drains.Hooks.Tokens, drains.Hooks.Observe, drains.AllowLoopbackHooks
 		co.APIReader = mgr.GetAPIReader()
 		setups = append(setups, co)
 	}

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -31,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vacate-dev/vacate/internal/backoff"
 	"github.com/vacate-dev/vacate/pkg/hookauth"
 )
 
@@ -173,6 +173,10 @@ type Prober struct {
 	// the call; the controller's next pass starts a new one if the pod is
 	// still to be called.
 	Check func(Target) error
+	// Observe, when set, is told of every call the prober made or could
+	// not make for want of a token (the controller's metrics); not of
+	// calls cut short because their conversation was stopped.
+	Observe func(Call)
 
 	mu    sync.Mutex
 	convs map[types.UID]*conversation
@@ -352,11 +356,9 @@ func (p *Prober) Run(ctx context.Context) error {
 
 // pauses are the waits after failed calls: from Backoff, doubling up to
 // MaxBackoff, each up to a fifth longer so that the hooks of many pods that
-// fail together are not called again together (apimachinery's
-// wait.Backoff).
-func (p *Prober) pauses() *wait.Backoff {
-	return &wait.Backoff{Duration: p.Backoff, Factor: 2, Jitter: 0.2, Cap: p.MaxBackoff, Steps: math.MaxInt32}
-}
+// fail together are not called again together (internal/backoff, which
+// the agent's metadata sources share).
+func (p *Prober) pauses() *wait.Backoff { return backoff.New(p.Backoff, p.MaxBackoff) }
 
 // converse calls the hook until the conversation ends or is stopped.
 func (p *Prober) converse(ctx context.Context, c *conversation) {
@@ -376,11 +378,11 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 		end := false
 		switch {
 		case c.cancel:
-			err = p.call(ctx, http.MethodDelete, t, nil, nil)
+			err = p.observed(ctx, http.MethodDelete, t, nil, nil)
 			end = err == nil
 		case !started:
 			body, _ := json.Marshal(map[string]string{"drain": t.Drain, "run": t.ID, "node": t.Node, "mode": t.Mode})
-			err = p.call(ctx, http.MethodPost, t, body, &res)
+			err = p.observed(ctx, http.MethodPost, t, body, &res)
 			started = err == nil
 			if !isDialError(err) && !isTokenError(err) {
 				c.mu.Lock()
@@ -388,7 +390,7 @@ func (p *Prober) converse(ctx context.Context, c *conversation) {
 				c.mu.Unlock()
 			}
 		default:
-			err = p.call(ctx, http.MethodGet, t, nil, &res)
+			err = p.observed(ctx, http.MethodGet, t, nil, &res)
 			var nf notFound
 			if errors.As(err, &nf) {
 				started = false // the app lost the drain (restarted): start it again
@@ -483,7 +485,7 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return err
+		return failed(ResultUnreachable, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -499,9 +501,9 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return fmt.Errorf("%s %s timed out after %s", method, t.URL(), p.Client.Timeout)
+			return failed(ResultTimeout, fmt.Errorf("%s %s timed out after %s", method, t.URL(), p.Client.Timeout))
 		}
-		return fmt.Errorf("%s %s: %w", method, t.URL(), unwrapURL(err))
+		return failed(ResultUnreachable, fmt.Errorf("%s %s: %w", method, t.URL(), unwrapURL(err)))
 	}
 	defer resp.Body.Close()
 	if res != nil {
@@ -509,10 +511,10 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
 	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %v", method, t.URL(), err)
+		return failed(ResultUnreachable, fmt.Errorf("%s %s: reading the answer: %v", method, t.URL(), err))
 	}
 	if len(data) > MaxBody {
-		return fmt.Errorf("%s %s: answer larger than %d bytes", method, t.URL(), MaxBody)
+		return failed(ResultBadAnswer, fmt.Errorf("%s %s: answer larger than %d bytes", method, t.URL(), MaxBody))
 	}
 	switch {
 	case method == http.MethodDelete && (resp.StatusCode == http.StatusNotFound || resp.StatusCode/100 == 2):
@@ -520,10 +522,10 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 	case resp.StatusCode == http.StatusNotFound && method == http.MethodGet:
 		return notFound{fmt.Errorf("GET %s: HTTP 404: the app does not know drain %s", t.URL(), t.Drain)}
 	case resp.StatusCode/100 != 2:
-		return fmt.Errorf("%s %s: HTTP %d: %s", method, t.URL(), resp.StatusCode, snippet(data))
+		return failed(ResultHTTPError, fmt.Errorf("%s %s: HTTP %d: %s", method, t.URL(), resp.StatusCode, snippet(data)))
 	case res == nil || len(bytes.TrimSpace(data)) == 0:
 		if method == http.MethodGet {
-			return fmt.Errorf("GET %s: HTTP %d with an empty body; want a JSON status", t.URL(), resp.StatusCode)
+			return failed(ResultBadAnswer, fmt.Errorf("GET %s: HTTP %d with an empty body; want a JSON status", t.URL(), resp.StatusCode))
 		}
 		return nil
 	}
@@ -536,22 +538,22 @@ func (p *Prober) call(ctx context.Context, method string, t Target, body []byte,
 		Run   *string `json:"run"`
 	}
 	if err := json.Unmarshal(data, &ans); err != nil {
-		return fmt.Errorf("%s %s: malformed answer (%v): %s", method, t.URL(), err, snippet(data))
+		return failed(ResultBadAnswer, fmt.Errorf("%s %s: malformed answer (%v): %s", method, t.URL(), err, snippet(data)))
 	}
 	if err := sameRun(t, ans.Drain, ans.Run); err != nil {
-		return fmt.Errorf("%s %s: %w", method, t.URL(), err)
+		return failed(ResultBadAnswer, fmt.Errorf("%s %s: %w", method, t.URL(), err))
 	}
 	switch ans.State {
 	case InProgress, Completed, Failed:
 	default:
-		return fmt.Errorf("%s %s: unknown state %q (want InProgress, Completed or Failed)", method, t.URL(), Summary(ans.State))
+		return failed(ResultBadAnswer, fmt.Errorf("%s %s: unknown state %q (want InProgress, Completed or Failed)", method, t.URL(), Summary(ans.State)))
 	}
 	res.State, res.Message = ans.State, ans.Message
 	if ans.Remaining != nil {
 		res.Remaining = *ans.Remaining
 	}
 	if ans.State == Completed && res.Remaining > 0 {
-		return fmt.Errorf("%s %s: says Completed with %d remaining", method, t.URL(), res.Remaining)
+		return failed(ResultBadAnswer, fmt.Errorf("%s %s: says Completed with %d remaining", method, t.URL(), res.Remaining))
 	}
 	return nil
 }

@@ -92,8 +92,9 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(DrainsTotal, DrainDuration, EvictionsTotal, PodsBlocked, DrainsQueued, Admissions, QueueWait, NodeDeletionTimeouts, EvictionsHeld,
-			EndpointsUpdate, OutOfService, ServingSet, Surges, EvictionRequestsEnded, buildinfo.Collector("vacate-controller", version.Get()))
+			EndpointsUpdate, OutOfService, ServingSet, Surges, EvictionRequestsEnded, HookCalls, HookCallDuration, buildinfo.Collector("vacate-controller", version.Get()))
 		initLabels()
+		initHookLabels()
 	})
 }
 

@@ -45,6 +45,12 @@ const (
 type Config struct {
 	// Listen is the address the protocol is served on, ":7070" by default.
 	Listen string `json:"listen,omitempty"`
+	// MetricsListen, when set, is the address /metrics is served on: the
+	// commands run and the protocol's requests, counted (nothing names a
+	// drain, a node or a command). Off by default. It must be another port
+	// than Listen's, so that a NetworkPolicy can admit Prometheus to the
+	// metrics alone.
+	MetricsListen string `json:"metricsListen,omitempty"`
 	// Path is the protocol's path, "/evacuate" by default; it must match the
 	// pod's vacate.dev/evacuate-path annotation.
 	Path string `json:"path,omitempty"`
@@ -175,6 +181,9 @@ func (c *Config) validate() error {
 	if err := checkListen(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen: %w", err))
 	}
+	if err := checkMetricsListen(c.MetricsListen, c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("metricsListen: %w", err))
+	}
 	if c.Path == "" {
 		c.Path = DefaultPath
 	}
@@ -285,6 +294,22 @@ func checkListen(addr string) error {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return fmt.Errorf("%q: the port must be a number from 1 to 65535", addr)
+	}
+	return nil
+}
+
+// checkMetricsListen checks the metrics address, if any: a listen address
+// on another port than the protocol's.
+func checkMetricsListen(addr, protocol string) error {
+	if addr == "" {
+		return nil
+	}
+	if err := checkListen(addr); err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if _, p, err := net.SplitHostPort(protocol); err == nil && p == port {
+		return fmt.Errorf("%q: the protocol's port (listen %q); give the metrics a port of their own, so that a NetworkPolicy can admit Prometheus to them and not to the protocol", addr, protocol)
 	}
 	return nil
 }

@@ -66,6 +66,8 @@ func TestParseConfigRefusesBadInput(t *testing.T) {
 		{"bad listen", ok + "listen: \"7070\"\n", "listen: \"7070\" is not host:port"},
 		{"bad listen host", ok + "listen: \"pod:7070\"\n", "listen: \"pod:7070\": the host must be an IP address"},
 		{"bad port", ok + "listen: \":70700\"\n", "the port must be a number from 1 to 65535"},
+		{"metrics on the protocol's port", ok + "metricsListen: \"127.0.0.1:7070\"\n", "metricsListen: \"127.0.0.1:7070\": the protocol's port"},
+		{"bad metrics port", ok + "metricsListen: \":0\"\n", "metricsListen: \":0\": the port must be a number"},
 		{"bad path", ok + "path: evacuate\n", "path: \"evacuate\" must start with /"},
 		{"path with query", ok + "path: /e?x=1\n", "path: \"/e?x=1\": only a path"},
 		{"path with dots", ok + "path: /a/../b\n", "a path with a .. segment"},

@@ -23,7 +23,8 @@ const DefaultConfigPath = "/etc/vacate-hook/config.yaml"
 const usage = `vacate-hook serves vacate's HTTP evacuation protocol beside an app and runs
 the commands of its configuration to carry a drain out (docs/recipes).
 
-  vacate-hook [--config FILE] [--listen ADDR]   serve (the sidecar)
+  vacate-hook [--config FILE] [--listen ADDR] [--metrics-listen ADDR]
+                                                serve (the sidecar)
   vacate-hook check [--config FILE]             check a configuration, and exit
   vacate-hook install DIR                       copy this program to DIR/vacate-hook
                                                 (an init container's job)
@@ -47,6 +48,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	config := fs.String("config", DefaultConfigPath, "the configuration file")
 	listen := fs.String("listen", "", "the address to serve on, instead of the configuration's listen")
+	metricsListen := fs.String("metrics-listen", "", "the address to serve /metrics on, instead of the configuration's metricsListen")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -61,6 +63,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("--listen: %w", err)
 		}
 		cfg.Listen = *listen
+	}
+	if err == nil && *metricsListen != "" {
+		if err = checkMetricsListen(*metricsListen, cfg.Listen); err != nil {
+			err = fmt.Errorf("--metrics-listen: %w", err)
+		}
+		cfg.MetricsListen = *metricsListen
 	}
 	id := identityFromEnv()
 	var verifier *hookauth.Verifier
@@ -84,8 +92,25 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vacate-hook: listen: %v\n", err)
 		return 1
 	}
+	var ml net.Listener
+	if cfg.MetricsListen != "" {
+		if ml, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			l.Close()
+			fmt.Fprintf(stderr, "vacate-hook: listen for metrics: %v\n", err)
+			return 1
+		}
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if ml != nil {
+		log.Info("serving metrics", "address", ml.Addr().String(), "path", "/metrics")
+		go func() {
+			// The protocol goes on without its metrics.
+			if err := s.ServeMetrics(ctx, ml); err != nil {
+				log.Error("metrics stopped", "err", err)
+			}
+		}()
+	}
 	s.Start(ctx)
 	log.Info("serving the evacuation protocol", "address", l.Addr().String(), "path", cfg.Path, "stateDir", cfg.StateDir,
 		"node", id.node, "pod", id.uid, "callersChecked", verifier != nil)

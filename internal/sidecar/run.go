@@ -77,6 +77,14 @@ func (o outcome) describe(c *Command) string {
 	return why
 }
 
+// run runs one command and counts it in the metrics.
+func (s *Sidecar) run(ctx context.Context, c *Command, d Drain, step string) outcome {
+	start := s.clock.Now()
+	o := run(ctx, c, d, step)
+	s.metrics.command(step, o, s.clock.Since(start))
+	return o
+}
+
 // run runs one command for a drain's step, bounded by its timeout and by
 // ctx (cancelled when the drain's work is interrupted). The command has its
 // own process group, killed whole.

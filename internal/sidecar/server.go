@@ -16,7 +16,8 @@ import (
 // maxRequest bounds a request's body.
 const maxRequest = 64 << 10
 
-// Handler serves the protocol at the configured path, and /healthz.
+// Handler serves the protocol at the configured path, and /healthz; not
+// /metrics, which has a listener of its own (MetricsHandler).
 func (s *Sidecar) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -27,7 +28,7 @@ func (s *Sidecar) Handler() http.Handler {
 	if s.verify != nil {
 		protocol = s.verify.Require(protocol)
 	}
-	mux.Handle(s.cfg.Path, protocol)
+	mux.Handle(s.cfg.Path, s.metrics.counted(protocol))
 	return mux
 }
 

@@ -45,6 +45,8 @@ type Sidecar struct {
 	max    int
 	verify *hookauth.Verifier
 	node   string
+	// metrics count the commands run and the requests answered.
+	metrics *metrics
 
 	// ctx ends the workers (the sidecar is stopping); set by Start, and
 	// ended by stop too.
@@ -86,7 +88,7 @@ func New(cfg *Config, opts Options) (*Sidecar, error) {
 		opts.MaxDrains = DefaultMaxDrains
 	}
 	return &Sidecar{cfg: cfg, store: st, log: opts.Log, clock: opts.Clock, max: opts.MaxDrains,
-		verify: opts.Verifier, node: opts.Node, drains: map[string]*drainState{}}, nil
+		verify: opts.Verifier, node: opts.Node, metrics: newMetrics(), drains: map[string]*drainState{}}, nil
 }
 
 // Start resumes the drains recorded in the state directory. Their workers,
@@ -414,7 +416,7 @@ func (s *Sidecar) runList(ctx context.Context, d *drainState, gen int, drain Dra
 			return 0, false
 		}
 		s.log.Info("running", "drain", drain.UID, "step", step, "of", of, "command", c.Name(), "attempt", attempt)
-		o := run(ctx, c, drain, step)
+		o := s.run(ctx, c, drain, step)
 		if o.err == nil {
 			continue
 		}
@@ -445,7 +447,7 @@ func (s *Sidecar) watch(ctx context.Context, d *drainState, gen int) time.Durati
 	if !ok {
 		return 0
 	}
-	o := run(ctx, c, drain, "status")
+	o := s.run(ctx, c, drain, "status")
 	if o.stopped {
 		return 0
 	}

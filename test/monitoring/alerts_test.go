@@ -123,6 +123,35 @@ var alertScenarios = []alertScenario{
 			{89, "VacateEvictionErrors", map[string]string{"result": "Forbidden"}, false},
 		},
 	},
+	{
+		name: "agents with problems, each alert on its own reason only",
+		series: `
+			vacate_agent_problems{node="short",source="logind",reason="InhibitDelayTooShort"} 1x90
+			vacate_agent_problems{node="imds-down",source="gcp",reason="MetadataUnavailable"} 1x90
+			vacate_agent_problems{node="blip",source="azure",reason="MetadataUnavailable"} 1 1 1 stale
+			vacate_agent_problems{node="no-bus",source="logind",reason="BusUnavailable"} 1x90
+			vacate_agent_problems{node="fixed",source="logind",reason="InhibitDelayTooShort"} 1x9 stale`,
+		expect: []expectation{
+			// Pending 15m from minute 0.
+			{14, "VacateAgentInhibitDelayTooShort", map[string]string{"node": "short", "source": "logind"}, false},
+			{16, "VacateAgentInhibitDelayTooShort", map[string]string{"node": "short", "source": "logind"}, true},
+			// Raised in time: the problem went after 10 minutes.
+			{30, "VacateAgentInhibitDelayTooShort", map[string]string{"node": "fixed", "source": "logind"}, false},
+			// Pending 5m from minute 0.
+			{4, "VacateAgentMetadataUnavailable", map[string]string{"node": "imds-down", "source": "gcp"}, false},
+			{6, "VacateAgentMetadataUnavailable", map[string]string{"node": "imds-down", "source": "gcp"}, true},
+			// Three minutes without an answer: shorter than the alert's 5m.
+			{10, "VacateAgentMetadataUnavailable", map[string]string{"node": "blip", "source": "azure"}, false},
+			// Each reason fires its own alert, not the others'.
+			{89, "VacateAgentMetadataUnavailable", map[string]string{"node": "short", "source": "logind"}, false},
+			{89, "VacateAgentInhibitDelayTooShort", map[string]string{"node": "imds-down", "source": "gcp"}, false},
+			{89, "VacateAgentInhibitDelayTooShort", map[string]string{"node": "no-bus", "source": "logind"}, false},
+			{14, "VacateAgentProblem", map[string]string{"node": "no-bus", "source": "logind", "reason": "BusUnavailable"}, false},
+			{16, "VacateAgentProblem", map[string]string{"node": "no-bus", "source": "logind", "reason": "BusUnavailable"}, true},
+			{89, "VacateAgentProblem", map[string]string{"node": "short", "source": "logind", "reason": "InhibitDelayTooShort"}, false},
+			{89, "VacateAgentProblem", map[string]string{"node": "imds-down", "source": "gcp", "reason": "MetadataUnavailable"}, false},
+		},
+	},
 }
 
 // TestAlertsFireOnTheirSeries runs config/monitoring's alerting rules with

@@ -547,7 +547,8 @@ func TestRulesStructure(t *testing.T) {
 		}
 	}
 	for _, a := range []string{"VacateDrainBlockedTooLong", "VacateEvacuationStale", "VacateNodeDeletionHeld",
-		"VacateControllerNoLeader", "VacateEvictionErrors"} {
+		"VacateControllerNoLeader", "VacateEvictionErrors", "VacateAgentInhibitDelayTooShort", "VacateAgentMetadataUnavailable",
+		"VacateAgentProblem"} {
 		if !seen[a] {
 			t.Errorf("no alert %s (of %d: %v)", a, alerts, keys(seen))
 		}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 	"github.com/vacate-dev/vacate/internal/hook"
+	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/operator"
 )
 
@@ -23,7 +26,8 @@ import (
 // account with the installed RBAC (the Role that lets it request its own
 // tokens), drains a node whose pod's hook is the real vacate-hook checking
 // callers: the hook is called with a token it verifies, runs its evacuate
-// once, and the drain's status says the hook verified its caller.
+// once, and the drain's status says the hook verified its caller; the
+// controller counts the hook's answers (vacate_hook_calls_total).
 func TestHookedDrainProvesItsCaller(t *testing.T) {
 	c := testenv.Start(t)
 	cl := install(t, c)
@@ -51,6 +55,8 @@ func TestHookedDrainProvesItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := startHookSidecar(t, c, &pods[0], port)
+	// The controller's metrics are this process's: its hook calls are counted.
+	completedBefore := promtest.ToFloat64(metrics.HookCalls.WithLabelValues(http.MethodGet, hook.Completed))
 
 	opts := operator.InProcessOptions()
 	opts.Controllers.AllowLoopbackHooks = true // the dev cluster's pods live on 127.0.0.0/8
@@ -79,6 +85,9 @@ func TestHookedDrainProvesItsCaller(t *testing.T) {
 	}, testenv.DescribeDrain)
 	if !verified {
 		t.Errorf("status.hooks never said the hook verified its caller")
+	}
+	if got := promtest.ToFloat64(metrics.HookCalls.WithLabelValues(http.MethodGet, hook.Completed)); got <= completedBefore {
+		t.Errorf("vacate_hook_calls_total{method=GET,result=Completed} %v, was %v: the hook's answer was not counted", got, completedBefore)
 	}
 	if lines := h.ranLines(t); len(lines) != 1 || lines[0] != fmt.Sprintf("%s %s", done.UID, done.Status.RunID) {
 		t.Errorf("evacuate ran for %v, want once for drain %s run %s", lines, done.UID, done.Status.RunID)

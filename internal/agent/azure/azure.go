@@ -36,6 +36,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
+	"github.com/vacate-dev/vacate/internal/backoff"
 )
 
 // Name is the source's name.
@@ -98,7 +99,9 @@ type Options struct {
 	// DefaultInterval).
 	Interval time.Duration
 	// RetryMax caps the backoff after a failed request, which starts at
-	// Interval and doubles (default 5s).
+	// Interval and doubles (default 5s): internal/backoff's, as the HTTP
+	// hooks', each pause up to a fifth longer so that the agents of a
+	// region do not call a recovering IMDS together.
 	RetryMax time.Duration
 	// Client sends the requests (default: one that bypasses proxies, which
 	// IMDS refuses).
@@ -114,8 +117,10 @@ type Options struct {
 // Source watches Azure Scheduled Events. It implements agent.Source and
 // agent.Finisher.
 type Source struct {
-	o       Options
-	base    *url.URL
+	o    Options
+	base *url.URL
+	// sleep pauses between requests (backoff.Sleep; tests record).
+	sleep   func(context.Context, time.Duration) bool
 	baseErr error
 	kinds   map[string]kind
 
@@ -155,6 +160,7 @@ func New(o Options) *Source {
 	}
 	s := &Source{
 		o:         o,
+		sleep:     backoff.Sleep,
 		deadlines: map[string]time.Time{},
 		acked:     map[string]bool{},
 		kinds: map[string]kind{
@@ -223,7 +229,7 @@ func (s *Source) Run(ctx context.Context, r agent.Reporter) error {
 
 	first, failing := true, false
 	var unknown []agent.Problem // of the last document read
-	delay := s.o.Interval
+	pauses := backoff.New(s.o.Interval, s.o.RetryMax)
 	for {
 		doc, err := s.read(ctx, first)
 		if ctx.Err() != nil {
@@ -235,21 +241,21 @@ func (s *Source) Run(ctx context.Context, r agent.Reporter) error {
 			}
 			failing = true
 			rep.problems(append([]agent.Problem{s.unavailable(err)}, unknown...))
-			if !sleep(ctx, delay) {
+			if !s.sleep(ctx, pauses.Step()) {
 				return nil
 			}
-			delay = min(2*delay, s.o.RetryMax)
 			continue
 		}
 		if failing {
 			s.o.Log.Info("scheduled events answer again")
 		}
-		first, failing, delay = false, false, s.o.Interval
+		first, failing = false, false
+		pauses = backoff.New(s.o.Interval, s.o.RetryMax)
 		var ns []agent.Notice
 		ns, unknown = s.update(doc, vm)
 		rep.notices(ns)
 		rep.problems(unknown)
-		if !sleep(ctx, delay) {
+		if !s.sleep(ctx, s.o.Interval) {
 			return nil
 		}
 	}
@@ -261,7 +267,7 @@ func (s *Source) resolveVMName(ctx context.Context, rep *reports) (string, bool)
 	if s.o.VMName != "" {
 		return s.o.VMName, true
 	}
-	delay := s.o.Interval
+	pauses := backoff.New(s.o.Interval, s.o.RetryMax)
 	for {
 		u := s.base.JoinPath("metadata/instance/compute/name")
 		u.RawQuery = url.Values{"api-version": {computeAPIVersion}, "format": {"text"}}.Encode()
@@ -278,10 +284,9 @@ func (s *Source) resolveVMName(ctx context.Context, rep *reports) (string, bool)
 			return name, true
 		}
 		rep.problems([]agent.Problem{s.unavailable(fmt.Errorf("reading the VM's name: %w", err))})
-		if !sleep(ctx, delay) {
+		if !s.sleep(ctx, pauses.Step()) {
 			return "", false
 		}
-		delay = min(2*delay, s.o.RetryMax)
 	}
 }
 
@@ -545,18 +550,6 @@ func (rp *reports) problems(ps []agent.Problem) {
 func sameNotice(a, b agent.Notice) bool {
 	return a.Source == b.Source && a.CordonOnly == b.CordonOnly && a.Mode == b.Mode &&
 		a.Deadline.Equal(b.Deadline) && a.Reason == b.Reason && a.ID == b.ID
-}
-
-// sleep waits d, or less if ctx ends first; false when it did.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // NoticeSources are the notices the Azure source reports.

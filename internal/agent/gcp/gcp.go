@@ -47,6 +47,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/agent"
+	"github.com/vacate-dev/vacate/internal/backoff"
 )
 
 // Name is the source's name.
@@ -122,7 +123,10 @@ type Options struct {
 	// (default 60s).
 	WaitTimeout time.Duration
 	// RetryMin and RetryMax bound the backoff after a failed request
-	// (default 500ms and 5s: short, since a preemption gives 30 seconds).
+	// (default 500ms and 5s: short, since a preemption gives 30 seconds):
+	// internal/backoff's, as the HTTP hooks', doubling from RetryMin up to
+	// RetryMax, each pause up to a fifth longer so that the agents of a zone
+	// do not call a recovering metadata server together.
 	RetryMin, RetryMax time.Duration
 	// Now is the clock notices' deadlines are taken from (default time.Now).
 	Now func() time.Time
@@ -133,6 +137,8 @@ type Options struct {
 // agent.Source.
 type Source struct {
 	o Options
+	// sleep pauses between failed requests (backoff.Sleep; tests record).
+	sleep func(context.Context, time.Duration) bool
 }
 
 var _ agent.Source = (*Source)(nil)
@@ -159,7 +165,7 @@ func New(o Options) *Source {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Source{o: o}
+	return &Source{o: o, sleep: backoff.Sleep}
 }
 
 // Name is "gcp".
@@ -223,7 +229,7 @@ func (s *Source) watch(ctx context.Context, base *url.URL, key string, out chan<
 // GETs until ctx ends.
 func (s *Source) poll(ctx context.Context, base *url.URL, key string, out chan<- answer, once bool) {
 	etag := ""
-	delay := s.o.RetryMin
+	pauses := backoff.New(s.o.RetryMin, s.o.RetryMax)
 	for {
 		value, next, err := s.get(ctx, base, key, etag)
 		if ctx.Err() != nil {
@@ -241,17 +247,12 @@ func (s *Source) poll(ctx context.Context, base *url.URL, key string, out chan<-
 			return
 		}
 		if err == nil {
-			delay = s.o.RetryMin
+			pauses = backoff.New(s.o.RetryMin, s.o.RetryMax)
 			continue
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !s.sleep(ctx, pauses.Step()) {
 			return
 		}
-		delay = min(2*delay, s.o.RetryMax)
 	}
 }
 
