@@ -201,9 +201,7 @@ func (r *Reconciler) awaitEndpoints(ctx context.Context, s *scope, d drain.Decis
 			metrics.OutOfService.WithLabelValues(metrics.ResultEndpointsTimeout).Inc()
 			nd, msg := s.drain, fmt.Sprintf("pod %s: EndpointSlice(s) %s still show it ready %s after it was taken out of service (endpoints.timeout); evicting it anyway",
 				d.Key(), strings.Join(listed.Ready, ", "), s.policy.EndpointsTimeout)
-			s.afterWrite(func() {
-				r.podWarning(nd, pod, v1alpha1.EventEndpointsTimeout, "Evict", "%s", msg)
-			})
+			s.podWarning(nd, pod, v1alpha1.EventEndpointsTimeout, "Evict", msg)
 		default:
 			s.gateBlocker(d, g.since, "out of service since "+g.since.UTC().Format(time.RFC3339)+
 				"; EndpointSlice(s) "+strings.Join(listed.Ready, ", ")+" still show it ready")
@@ -233,9 +231,7 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 	r.gates.triedAt(pod, s.now)
 	metrics.OutOfService.WithLabelValues(metrics.ResultRestored).Inc()
 	nd, key := s.drain, pod.Namespace+"/"+pod.Name
-	s.afterWrite(func() {
-		r.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "pod %s is back in service: %s", key, why)
-	})
+	s.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", fmt.Sprintf("pod %s is back in service: %s", key, why))
 	s.recheckIn(gateRetry)
 	return nil
 }

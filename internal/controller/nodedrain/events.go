@@ -143,3 +143,15 @@ func (r *Reconciler) podWarning(nd *v1alpha1.NodeDrain, pod *corev1.Pod, reason,
 	r.Events.Eventf(nd, pod, corev1.EventTypeWarning, reason, action, note, args...)
 	r.podEvent(nd, pod, corev1.EventTypeWarning, reason, action, note, args...)
 }
+
+// recordPodEvents records the events about pods that the pass queued
+// (scope.podEvent), once its status is written.
+func (r *Reconciler) recordPodEvents(s *scope) {
+	for _, e := range s.podEvents {
+		if e.onDrain {
+			r.podWarning(e.drain, e.pod, e.reason, e.action, "%s", e.note)
+		} else {
+			r.podEvent(e.drain, e.pod, e.eventtype, e.reason, e.action, "%s", e.note)
+		}
+	}
+}

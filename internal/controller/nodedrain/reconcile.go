@@ -47,7 +47,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			err = errors.Join(err, merr)
 		}
 		now := time.Now()
-		progress := !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten) == 0 && progressOnly(&before.Status, &nd.Status)
+		progress := !equality.Semantic.DeepEqual(before.Status, nd.Status) && len(s.onWritten)+len(s.podEvents) == 0 && progressOnly(&before.Status, &nd.Status)
 		if progress {
 			if wait := r.writes.wait(nd.UID, now); wait > 0 {
 				name := nd.Name
@@ -71,6 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			for _, f := range s.onWritten {
 				f()
 			}
+			r.recordPodEvents(s)
 		}
 	}()
 	nd.Status.ObservedGeneration = nd.Generation

@@ -82,12 +82,10 @@ func (r *Reconciler) reportPods(s *scope) {
 	r.blocked.set(nd.Name, reasons...)
 	for _, b := range s.newRefusals {
 		pod, msg := b.pod, fmt.Sprintf("eviction refused (NodeDrain %s): %s", nd.Name, b.Detail)
-		s.afterWrite(func() {
-			r.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "%s", msg)
-		})
+		s.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", msg)
 	}
 	for _, b := range s.newHolds {
 		pod, kind, msg := b.pod, b.hold, holdNote(nd, b.Blocker)
-		s.afterWrite(func() { r.podEvent(nd, pod, kind, v1alpha1.EventEvictionHeld, "Evict", "%s", msg) })
+		s.podEvent(nd, pod, kind, v1alpha1.EventEvictionHeld, "Evict", msg)
 	}
 }

@@ -73,10 +73,34 @@ type scope struct {
 	// happen only once the status recording it was written. A pass working
 	// from a stale cache loses the optimistic lock and has no side effects.
 	onWritten []func()
+	// podEvents are the events about pods that the pass queued (podEvent):
+	// recorded, as onWritten, once the status is written.
+	podEvents []podNote
 }
 
 // afterWrite defers a transition's side effect until the status is written.
 func (s *scope) afterWrite(f func()) { s.onWritten = append(s.onWritten, f) }
+
+// podEvent queues an event about one of the drain's pods, on the pod and
+// naming the drain (events.go), recorded once the status is written.
+func (s *scope) podEvent(nd *v1alpha1.NodeDrain, pod *corev1.Pod, eventtype, reason, action, note string) {
+	s.podEvents = append(s.podEvents, podNote{drain: nd, pod: pod, eventtype: eventtype, reason: reason, action: action, note: note})
+}
+
+// podWarning queues a Warning about one of the drain's pods that goes on
+// the drain too (events.go: podWarning), recorded once the status is
+// written.
+func (s *scope) podWarning(nd *v1alpha1.NodeDrain, pod *corev1.Pod, reason, action, note string) {
+	s.podEvents = append(s.podEvents, podNote{drain: nd, pod: pod, eventtype: corev1.EventTypeWarning, reason: reason, action: action, note: note, onDrain: true})
+}
+
+// podNote is an event about one pod that a pass queued.
+type podNote struct {
+	drain                           *v1alpha1.NodeDrain
+	pod                             *corev1.Pod
+	eventtype, reason, action, note string
+	onDrain                         bool
+}
 
 type stage func(context.Context, *scope) (reconcile.Result, error)
 

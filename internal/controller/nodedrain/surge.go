@@ -353,9 +353,7 @@ func (r *Reconciler) surgeFailedWaits(s *scope, d drain.Decision) bool {
 		rec = surgeRecord(s.drain, string(d.Pod.UID))
 		rec.Since = metav1.NewTime(refused.at)
 		nd, pod := s.drain, d.Pod
-		s.afterWrite(func() {
-			r.podWarning(nd, pod, v1alpha1.EventSurgeFailed, "Surge", "%s", refused.msg)
-		})
+		s.podWarning(nd, pod, v1alpha1.EventSurgeFailed, "Surge", refused.msg)
 	}
 	if rec == nil || rec.Phase != v1alpha1.SurgeFailed {
 		return false
@@ -421,13 +419,11 @@ func (r *Reconciler) mayCreatePods(ctx context.Context, namespace string) (bool,
 func (r *Reconciler) surgeStep(s *scope, d drain.Decision, replacement, phase, eventType, event, blocker, msg string, recheck time.Duration) {
 	s.setSurge(d, replacement, phase, msg)
 	nd, pod := s.drain, d.Pod
-	s.afterWrite(func() {
-		if eventType == corev1.EventTypeWarning {
-			r.podWarning(nd, pod, event, "Surge", "%s", msg)
-		} else {
-			r.podEvent(nd, pod, eventType, event, "Surge", "%s", msg)
-		}
-	})
+	if eventType == corev1.EventTypeWarning {
+		s.podWarning(nd, pod, event, "Surge", msg)
+	} else {
+		s.podEvent(nd, pod, eventType, event, "Surge", msg)
+	}
 	s.surgeBlocker(d, blocker, s.now, msg)
 	s.recheckIn(recheck)
 }

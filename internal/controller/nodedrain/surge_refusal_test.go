@@ -50,8 +50,9 @@ func TestRefusedSurgeOutlivesALostStatusWrite(t *testing.T) {
 	for _, f := range s.onWritten {
 		f()
 	}
-	if len(rec.Events) != 1 {
-		t.Errorf("%d events once the record is written again, want the one SurgeFailed event the lost write did not send", len(rec.Events))
+	r.recordPodEvents(s)
+	if len(rec.Events) != 2 {
+		t.Errorf("%d events once the record is written again, want the SurgeFailed event the lost write did not send, on the pod and on the drain", len(rec.Events))
 	}
 
 	// Its time passed: the create is tried again.
