@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/spf13/pflag"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -42,12 +43,18 @@ func newConfigFlags() *genericclioptions.ConfigFlags {
 // client-go's logs (-v=6 shows every request, -v=8 their bodies), on the
 // error stream.
 func addLogFlags(f *pflag.FlagSet) {
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
 	for _, name := range []string{"v", "vmodule"} {
-		f.AddGoFlag(fs.Lookup(name))
+		f.AddGoFlag(klogFlags().Lookup(name))
 	}
 }
+
+// klogFlags are klog's flags, registered once: they set klog's global
+// state, which every command tree of the process shares.
+var klogFlags = sync.OnceValue(func() *flag.FlagSet {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	return fs
+})
 
 // session is a connection to a cluster that serves vacate's API.
 type session struct {
