@@ -76,6 +76,7 @@ is an error line, after the others are printed.`,
 	cmd.Flags().BoolVar(&o.noHeaders, "no-headers", false, "print the table (and custom-columns) without its header line")
 	cmd.Flags().StringVar(&o.sortBy, "sort-by", "", "sort the drains by this field, a JSONPath expression into the NodeDrain (.status.evicted, '{.metadata.creationTimestamp}'), as kubectl get --sort-by; default: by name")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("sort-by", cobra.FixedCompletions(sortFields, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

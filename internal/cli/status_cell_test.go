@@ -160,6 +160,20 @@ func TestStatusNoHeadersAndSortBy(t *testing.T) {
 	if err != nil || out != "" || !strings.Contains(errOut, "No drains") {
 		t.Errorf("no drains, --no-headers: %v stdout %q stderr %q; want nothing on stdout", err, out, errOut)
 	}
+	// The fields --sort-by completes to exist.
+	full := drain("full", 3, 100, "cli:x")
+	now := metav1.NewTime(time.Unix(200, 0))
+	full.Spec.Mode, full.Status.Blocked, full.Status.QueuePosition = v1alpha1.ModeMaintenance, 1, 2
+	full.Status.StartTime, full.Status.CompletionTime = &now, &now
+	for _, f := range sortFields {
+		s, err := newDrainSorter(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k, err := s.key(&full); err != nil || k == nil {
+			t.Errorf("--sort-by completes to %s, which a drain with every field has not: %v %v", f, k, err)
+		}
+	}
 	for _, tc := range []struct{ sortBy, want string }{
 		{"{.status.evicted", `--sort-by "{.status.evicted" is no JSONPath expression`},
 		{".status.evictd", `--sort-by ".status.evictd": no NodeDrain has this field`},

@@ -12,6 +12,11 @@ import (
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
+// sortFields are the fields --sort-by completes to, those people sort
+// drains by; any other JSONPath into the NodeDrain works too.
+var sortFields = []string{".metadata.name", ".metadata.creationTimestamp", ".status.phase", ".status.evicted", ".status.blocked",
+	".status.startTime", ".status.completionTime", ".status.queuePosition", ".spec.mode"}
+
 // drainSorter sorts drains by --sort-by, a JSONPath expression into the
 // NodeDrain, as kubectl get --sort-by does: numbers by value, times
 // (RFC 3339 strings) by time, other values as text; drains without the
