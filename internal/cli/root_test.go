@@ -168,3 +168,21 @@ func TestKubectlGlobalFlagsAccepted(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyHelpSaysTheDefault (issue 44): --policy's help on drain and plan
+// says that without it the policy whose nodeSelector matches the node
+// governs, before "default" and the built-in defaults.
+func TestPolicyHelpSaysTheDefault(t *testing.T) {
+	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard}, clock.RealClock{})
+	for _, name := range []string{"drain", "plan"} {
+		cmd, _, err := root.Find([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		usage := cmd.Flags().Lookup("policy").Usage
+		match := strings.Index(usage, "the one policy whose nodeSelector matches the node")
+		if match < 0 || match > strings.Index(usage, `"default"`) || !strings.Contains(usage, "built-in defaults") {
+			t.Errorf("%s --policy: %q; want the nodeSelector rule first, then \"default\", then built-in defaults", name, usage)
+		}
+	}
+}
