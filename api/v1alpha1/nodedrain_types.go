@@ -420,8 +420,9 @@ type NodeDrainStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=nd,categories=vacate
-// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Requester",type=string,JSONPath=`.spec.requesters[0].name`,description="The first requester (the name is the node's: no column repeats it); -o wide lists them all, with their reasons; so does vacate status."
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.status.policy`,priority=1
 // +kubebuilder:printcolumn:name="Admitted",type=string,JSONPath=`.status.conditions[?(@.type=="Admitted")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,priority=1
@@ -429,6 +430,7 @@ type NodeDrainStatus struct {
 // +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.blocked`
 // +kubebuilder:printcolumn:name="Deadline",type=date,JSONPath=`.status.deadline.time`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Requesters",type=string,JSONPath=`.spec.requesters`,priority=1,description="Every requester, with its reason."
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.nodeName",message="metadata.name must equal spec.nodeName: a NodeDrain is named after its node"
 type NodeDrain struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -519,7 +519,8 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 	if !strings.Contains(out, "nodedrain/"+nodes[0]+" requested by cli:nobody") {
 		t.Errorf("drain --selector %s did not request %s", byLabel, nodes[0])
 	}
-	nobody.must(ExitOK, "status", "-o", "wide")
+	nobody.must(ExitOK, "status", "-o", "wide", "-n", "kube-system") // kubectl's -n, typed by habit
+	nobody.must(ExitOK, "status", "--no-headers", "--sort-by", ".metadata.creationTimestamp")
 	nobody.must(ExitOK, "explain", nodes[0])
 	out = nobody.must(ExitOK, "cancel", "--selector", byLabel)
 	if !strings.Contains(out, "restored: schedulable again") {
@@ -541,6 +542,7 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 		{"status", "a", "-l", "x=y"},
 		{"status", "-o", "jsonpath="},
 		{"status", "-o", "custom-columns=NODE"},
+		{"status", "--sort-by", "{.status.evicted", "-n", "default"},
 		{"manifests"},
 		{"manifests", "everything"},
 		{"frobnicate"},

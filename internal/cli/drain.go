@@ -88,7 +88,7 @@ drains go on in the cluster).`,
 	o.targets.addFlag(f, "drain")
 	f.StringVar(&o.reason, "reason", "", "why, for people (a ticket, a change number); shown in status")
 	f.StringVar(&o.mode, "mode", "", "Maintenance (the node comes back) or Decommission (it goes away); default: the drain's current mode, Maintenance for a new one")
-	f.StringVar(&o.policy, "policy", "", "the DrainPolicy to apply (default: the policy named \"default\", else built-in defaults)")
+	f.StringVar(&o.policy, "policy", "", "the DrainPolicy to apply (default: the one policy whose nodeSelector matches the node, else the policy named \"default\", else built-in defaults)")
 	o.requester.addFlag(f, "your requester name on the NodeDrain (default: cli:<your user name as the API server knows it>)")
 	f.BoolVarP(&o.wait, "wait", "w", false, "show progress until the drains end")
 	f.DurationVar(&o.timeout, "timeout", 0, "give up after this long, as kubectl drain does: withdraw your request on the nodes not yet drained (the last requester out restores a node) and exit 3 (0: as long as it takes); implies --wait")

@@ -15,10 +15,27 @@ import (
 // Errors the CLI explains in one line: what is wrong and what to do.
 
 // noConfigError: no kubeconfig, or one that does not name a cluster.
-type noConfigError struct{ err error }
+// devTools: vacate-dev is at hand (a checkout's make build), so the dev
+// cluster is a cluster to point at; the vacate users install has no
+// 'vacate dev' and is not told to run it.
+type noConfigError struct {
+	err      error
+	devTools bool
+}
+
+// newNoConfigError says what is wrong, and offers the dev cluster only
+// where vacate-dev is found as 'vacate dev' finds it.
+func newNoConfigError(err error) noConfigError {
+	_, missing := findDevTool()
+	return noConfigError{err: err, devTools: missing == nil}
+}
 
 func (e noConfigError) Error() string {
-	return fmt.Sprintf("no cluster to talk to (%v): set KUBECONFIG or pass --kubeconfig; for the local dev cluster run: eval \"$(vacate dev env)\"", e.err)
+	msg := fmt.Sprintf("no cluster to talk to (%v): set KUBECONFIG or pass --kubeconfig (and --context), as for kubectl", e.err)
+	if e.devTools {
+		msg += "; for the local dev cluster run: eval \"$(vacate dev env)\""
+	}
+	return msg
 }
 
 func (e noConfigError) Unwrap() error { return e.err }

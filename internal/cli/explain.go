@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/utils/clock"
 
 	"github.com/spf13/cobra"
@@ -37,8 +38,10 @@ how many of its pods are healthy, which are not and why, and how to relax it;
 for a pod without a controller or with local data, the choices the policy
 offers; for the drain itself, a missing policy or node, or a timeout. With -l,
 the drains of the nodes it selects. -o json|yaml|name|jsonpath=...|
-custom-columns=... print each explanation as an object (node, state,
-findings: subject, cause, fix, since).`,
+custom-columns=... print each explanation as an object of kind
+DrainExplanation (apiVersion cli.vacate.dev/v1alpha1, a document of this
+command that no API server serves; metadata.name, node, state, findings:
+subject, cause, fix, since); -o name names the NodeDrain explained.`,
 		Example: `  vacate explain node-1
 
   # The drains of a pool, what holds each, for a script
@@ -58,6 +61,30 @@ findings: subject, cause, fix, since).`,
 type explained struct {
 	Node string `json:"node"`
 	explain.Explanation
+}
+
+// The kind of what explain -o prints: a document of the CLI, which no API
+// server serves (it is not the NodeDrain it explains).
+const (
+	explanationAPIVersion = "cli.vacate.dev/v1alpha1"
+	explanationKind       = "DrainExplanation"
+)
+
+// printExplanation prints the explanation of node's drain as an object of
+// its own kind, named after the node; -o name names the NodeDrain it
+// explains, which kubectl can read.
+func printExplanation(printer printers.ResourcePrinter, format string, s Streams, node string, e explain.Explanation) error {
+	if format == formatName {
+		nd := &v1alpha1.NodeDrain{}
+		nd.SetName(node)
+		return printer.PrintObj(typed(nd), s.Out)
+	}
+	obj, err := asObject(explanationAPIVersion, explanationKind, explained{Node: node, Explanation: e})
+	if err != nil {
+		return err
+	}
+	obj.SetName(node)
+	return printer.PrintObj(obj, s.Out)
 }
 
 func (o *explainOptions) run(ctx context.Context, args []string) error {
@@ -101,15 +128,8 @@ func (o *explainOptions) run(ctx context.Context, args []string) error {
 			if err := e.Write(o.streams.Out, o.clock.Now()); err != nil {
 				return err
 			}
-		} else {
-			obj, err := asObject(v1alpha1.GroupVersion.String(), "NodeDrain", explained{Node: node, Explanation: e})
-			if err != nil {
-				return err
-			}
-			obj.SetName(node)
-			if err := printer.PrintObj(obj, o.streams.Out); err != nil {
-				return err
-			}
+		} else if err := printExplanation(printer, format, o.streams, node, e); err != nil {
+			return err
 		}
 		shown++
 	}

@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/spf13/pflag"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -20,19 +22,39 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
-// newConfigFlags are kubectl's connection flags (--kubeconfig, --context,
-// --user, --server, --request-timeout, ...) without the ones that make no
-// sense for vacate: drains are cluster-scoped, and basic auth is gone.
+// newConfigFlags are kubectl's global connection flags, as kubectl builds
+// them (--kubeconfig, --context, --user, --server, --request-timeout,
+// -n/--namespace, --cache-dir, --username/--password, ...): people type
+// them by habit, and a flag kubectl accepts is no usage error here. Every
+// object vacate reads or writes by name (NodeDrains, DrainPolicies,
+// Evacuations, nodes) is cluster-scoped, so -n changes what vacate does
+// no more than it changes 'kubectl get nodes -n x'.
 func newConfigFlags() *genericclioptions.ConfigFlags {
-	f := genericclioptions.NewConfigFlags(true)
-	f.Namespace, f.Username, f.Password, f.CacheDir = nil, nil, nil, nil
-	return f
+	return genericclioptions.NewConfigFlags(true).WithDeprecatedPasswordFlag()
 }
+
+// addLogFlags adds kubectl's -v/--v and --vmodule: the verbosity of
+// client-go's logs (-v=6 shows every request, -v=8 their bodies), on the
+// error stream.
+func addLogFlags(f *pflag.FlagSet) {
+	for _, name := range []string{"v", "vmodule"} {
+		f.AddGoFlag(klogFlags().Lookup(name))
+	}
+}
+
+// klogFlags are klog's flags, registered once: they set klog's global
+// state, which every command tree of the process shares.
+var klogFlags = sync.OnceValue(func() *flag.FlagSet {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	return fs
+})
 
 // session is a connection to a cluster that serves vacate's API.
 type session struct {
@@ -65,11 +87,11 @@ func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*sessio
 func dial(flags *genericclioptions.ConfigFlags) (*session, error) {
 	raw, err := flags.ToRawKubeConfigLoader().RawConfig()
 	if err != nil {
-		return nil, noConfigError{err: err}
+		return nil, newNoConfigError(err)
 	}
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
-		return nil, noConfigError{err: err}
+		return nil, newNoConfigError(err)
 	}
 	context := raw.CurrentContext
 	if flags.Context != nil && *flags.Context != "" {
@@ -77,7 +99,7 @@ func dial(flags *genericclioptions.ConfigFlags) (*session, error) {
 	}
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	if context == "" && !inCluster && (flags.APIServer == nil || *flags.APIServer == "") {
-		return nil, noConfigError{err: errors.New("the kubeconfig names no current context")}
+		return nil, newNoConfigError(errors.New("the kubeconfig names no current context"))
 	}
 	s := &session{config: cfg, where: fmt.Sprintf("the cluster at %s (context %q)", cfg.Host, context)}
 	cfg.UserAgent = "vacate-cli"

@@ -87,8 +87,10 @@ func newManifestsCommand(s Streams) *cobra.Command {
   # Let alice drain nodes with the CLI
   kubectl create clusterrolebinding alice-vacate --clusterrole vacate-user --user alice
 
-  # Let alice name the DrainPolicy fast in her drains (vacate drain --policy fast)
-  kubectl create clusterrole vacate-use-fast --verb=use --resource=drainpolicies.vacate.dev --resource-name=fast
+  # Let alice name the DrainPolicy fast in her drains (vacate drain --policy fast):
+  # a ClusterRole with vacate's verb use (kubectl create clusterrole refuses it)
+  echo '{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "vacate-use-fast"},
+    "rules": [{"apiGroups": ["vacate.dev"], "resources": ["drainpolicies"], "resourceNames": ["fast"], "verbs": ["use"]}]}' | kubectl apply -f -
   kubectl create clusterrolebinding alice-vacate-use-fast --clusterrole vacate-use-fast --user alice`,
 		ValidArgs: manifestKinds,
 		Args: func(cmd *cobra.Command, args []string) error {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -32,6 +33,7 @@ func TestOutputsAsKubectl(t *testing.T) {
 		!strings.Contains(out, "(built-in)") {
 		t.Errorf("status -o wide:\n%s", out)
 	}
+	checkKubectlGetNodeDrains(t, c, drained)
 	if out := alice.must(ExitOK, "status", "-l", "pool=cli-out", "-o", "name"); out != "nodedrain.vacate.dev/"+drained+"\n" {
 		t.Errorf("status -o name: %q", out)
 	}
@@ -63,10 +65,10 @@ func TestOutputsAsKubectl(t *testing.T) {
 
 	out = alice.must(ExitOK, "explain", drained, "-o", "json")
 	var e struct {
-		Node, State string
-		Findings    []any
+		Kind, Node, State string
+		Findings          []any
 	}
-	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Node != drained || !strings.Contains(e.State, "Drained") {
+	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Kind != "DrainExplanation" || e.Node != drained || !strings.Contains(e.State, "Drained") {
 		t.Errorf("explain -o json: %v %+v\n%s", err, e, out)
 	}
 	if out := alice.must(ExitOK, "explain", drained, "-o", "name"); out != "nodedrain.vacate.dev/"+drained+"\n" {
@@ -75,5 +77,29 @@ func TestOutputsAsKubectl(t *testing.T) {
 	out = alice.must(ExitOK, "explain", "-l", "pool=cli-out", "-o", "custom-columns=NODE:.metadata.name,STATE:.state")
 	if !regexp.MustCompile(`(?m)^`+drained+`\s+.*Drained`).MatchString(out) || strings.Contains(out, idle) {
 		t.Errorf("explain -l -o custom-columns (the node without a drain left out):\n%s", out)
+	}
+}
+
+// checkKubectlGetNodeDrains (issue 44): kubectl get nodedrains, through the
+// CRD's printer columns, shows the phase, the mode and the requester, and
+// no NODE column repeating NAME; -o wide lists every requester.
+func checkKubectlGetNodeDrains(t *testing.T, c *devcluster.Cluster, drained string) {
+	t.Helper()
+	kubectl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(c.Binaries[devcluster.Kubectl], append(args, "--kubeconfig", c.Kubeconfig)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	out := kubectl("get", "nodedrains", drained)
+	if !regexp.MustCompile(`(?m)^NAME\s+PHASE\s+MODE\s+REQUESTER\s+EVICTED/TOTAL\s+BLOCKED\s+AGE$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^`+drained+`\s+Drained\s+Maintenance\s+`+admin+`\s`).MatchString(out) || strings.Contains(out, "NODE") {
+		t.Errorf("kubectl get nodedrains:\n%s", out)
+	}
+	if out := kubectl("get", "nodedrains", drained, "-o", "wide"); !regexp.MustCompile(`REQUESTERS\n.*\[\{"name":"` + admin + `"`).MatchString(out) {
+		t.Errorf("kubectl get nodedrains -o wide:\n%s", out)
 	}
 }

@@ -69,7 +69,7 @@ what bounds the evacuations.`,
 	}
 	f := cmd.Flags()
 	o.targets.addFlag(f, "plan for")
-	f.StringVar(&o.policy, "policy", "", "plan with this DrainPolicy (default: the drain's own, else \"default\", else built-in defaults)")
+	f.StringVar(&o.policy, "policy", "", "plan with this DrainPolicy (default: the drain's own, else the one policy whose nodeSelector matches the node, else \"default\", else built-in defaults)")
 	f.StringVarP(&o.output, "output", "o", "", "output format: json, yaml, name, jsonpath=TEMPLATE or custom-columns=NAME:.path,... (default, and wide: text)")
 	f.StringVar(&o.mode, "mode", "", "plan a drain in this mode, Maintenance or Decommission (default: the drain's current mode, Maintenance for a new one)")
 	f.BoolVar(&o.allowLoopback, "allow-loopback-hooks", false, "plan HTTP hooks as a vacate-controller run with --allow-loopback-hooks calls them (development clusters, whose pods have loopback addresses)")

@@ -74,8 +74,11 @@ func TestKubectlPlugin(t *testing.T) {
 			t.Errorf("kubectl __complete %s offers\n%s\nwant %q", strings.Join(cc.args, " "), out, cc.want)
 		}
 	}
-	// Through kubectl, with the kubeconfig kubectl was given.
-	if out := kubectl("vacate", "status"); !strings.Contains(out, "NODE") && !strings.Contains(out, "No drains") {
-		t.Errorf("kubectl vacate status printed:\n%s", out)
+	// Through kubectl, with the kubeconfig kubectl was given, and with
+	// kubectl's -n typed by habit, before or after the command.
+	for _, args := range [][]string{{"vacate", "status"}, {"vacate", "-n", "kube-system", "status"}, {"vacate", "status", "--namespace", "default"}} {
+		if out := kubectl(args...); !strings.Contains(out, "NODE") && !strings.Contains(out, "No drains") {
+			t.Errorf("kubectl %s printed:\n%s", strings.Join(args, " "), out)
+		}
 	}
 }

@@ -74,6 +74,8 @@ did when a drain is cancelled.`,
 		asKubectlPlugin(root)
 	}
 	flags.AddFlags(root.PersistentFlags())
+	addLogFlags(root.PersistentFlags())
+	root.PersistentFlags().Lookup("namespace").Usage = "accepted as kubectl accepts it; vacate's objects (NodeDrains, DrainPolicies, Evacuations, nodes) are cluster-scoped, so it changes nothing"
 	connectionFlagsInUsage(root)
 	root.AddCommand(
 		newDrainCommand(flags, s, clk),

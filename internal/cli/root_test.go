@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,8 +100,89 @@ func TestDevToolsRunVacateDev(t *testing.T) {
 		!strings.Contains(errOut, "the development tools are not part of this vacate: 'vacate dev' and 'vacate demo' run vacate-dev, found neither next to vacate nor on PATH") {
 		t.Errorf("vacate dev up without vacate-dev: exit %d %q; want one line saying where the tools are", code, errOut)
 	}
+	// No kubeconfig: the vacate users install (no vacate-dev at hand) is
+	// not told to run 'vacate dev env', which it does not have; a
+	// checkout's, next to vacate-dev, is.
+	noConfig := []string{"status", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}
+	code, _, errOut = run(alone, noConfig...)
+	if code != ExitError || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no cluster to talk to") ||
+		!strings.Contains(errOut, "set KUBECONFIG or pass --kubeconfig") || strings.Contains(errOut, "vacate dev") {
+		t.Errorf("vacate status without a kubeconfig nor vacate-dev: exit %d %q; want one line, without 'vacate dev'", code, errOut)
+	}
+	code, _, errOut = run(vacate, noConfig...)
+	if code != ExitError || !strings.Contains(errOut, `for the local dev cluster run: eval "$(vacate dev env)"`) {
+		t.Errorf("vacate status without a kubeconfig, next to vacate-dev: exit %d %q; want the dev cluster offered", code, errOut)
+	}
 	code, _, errOut = run(alone, "no-such-command")
 	if code != ExitUsage || !strings.HasPrefix(errOut, "error: unknown command \"no-such-command\" for \"vacate\"") {
 		t.Errorf("vacate no-such-command: exit %d %q, want %d", code, errOut, ExitUsage)
+	}
+}
+
+// TestKubectlGlobalFlagsAccepted (issue 44): kubectl's global flags that
+// people type by habit (-n/--namespace, --cache-dir, -v, --username) are no
+// usage error on any command; every object vacate names is cluster-scoped,
+// so each command with them does exactly what it does without them (here:
+// the same exit code and output, with no cluster to talk to).
+func TestKubectlGlobalFlagsAccepted(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	run := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := Run(t.Context(), append(args, "--kubeconfig", missing), Streams{In: strings.NewReader(""), Out: &out, Err: &out}, clock.RealClock{})
+		return code, out.String()
+	}
+	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard}, clock.RealClock{})
+	var paths [][]string
+	var walk func(prefix []string, c *cobra.Command)
+	walk = func(prefix []string, c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			path := append(slices.Clone(prefix), sub.Name())
+			if sub.Runnable() {
+				args := path
+				if strings.Contains(sub.Use, "NODE") {
+					args = append(slices.Clone(path), "node-1")
+				}
+				paths = append(paths, args)
+			}
+			walk(path, sub)
+		}
+	}
+	walk(nil, root)
+	if len(paths) < 9 {
+		t.Fatalf("found %d commands: %v", len(paths), paths)
+	}
+	for _, args := range paths {
+		wantCode, want := run(args...)
+		for _, extra := range [][]string{{"-n", "kube-system"}, {"--namespace=team-a"}, {"--cache-dir", t.TempDir()}, {"-v", "0"}, {"--username", "alice"}} {
+			code, got := run(append(slices.Clone(args), extra...)...)
+			if code != wantCode || got != want {
+				t.Errorf("vacate %s %s: exit %d\n%s\nwithout %s: exit %d\n%s", strings.Join(args, " "), strings.Join(extra, " "), code, got, extra[0], wantCode, want)
+			}
+		}
+		// Before the command too, as kubectl users put them.
+		if code, got := run(append([]string{"-n", "kube-system"}, args...)...); code != wantCode || got != want {
+			t.Errorf("vacate -n kube-system %s: exit %d\n%s", strings.Join(args, " "), code, got)
+		}
+	}
+}
+
+// TestPolicyHelpSaysTheDefault (issue 44): --policy's help on drain and plan
+// says that without it the policy whose nodeSelector matches the node
+// governs, before "default" and the built-in defaults.
+func TestPolicyHelpSaysTheDefault(t *testing.T) {
+	root := NewRootCommand(Streams{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard}, clock.RealClock{})
+	for _, name := range []string{"drain", "plan"} {
+		cmd, _, err := root.Find([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		usage := cmd.Flags().Lookup("policy").Usage
+		match := strings.Index(usage, "the one policy whose nodeSelector matches the node")
+		if match < 0 || match > strings.Index(usage, `"default"`) || !strings.Contains(usage, "built-in defaults") {
+			t.Errorf("%s --policy: %q; want the nodeSelector rule first, then \"default\", then built-in defaults", name, usage)
+		}
 	}
 }

@@ -30,8 +30,10 @@ type statusOptions struct {
 	streams Streams
 	clock   clock.WithTicker
 	targets
-	output string
-	watch  bool
+	output    string
+	watch     bool
+	noHeaders bool
+	sortBy    string
 }
 
 func newStatusCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
@@ -44,8 +46,9 @@ func newStatusCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock
 blocked, requesters, age. -o wide adds the mode, the policy, how long the
 drain took and what holds it. -o json|yaml|name|jsonpath=...|custom-columns=...
 print the objects as kubectl get does; --watch prints a row again whenever a
-drain changes. A named node without a drain is an error line, after the
-others are printed.`,
+drain changes. --no-headers and --sort-by=JSONPATH (a field of the NodeDrain,
+such as .status.evicted) work as in kubectl get. A named node without a drain
+is an error line, after the others are printed.`,
 		Example: `  # All drains
   vacate status
 
@@ -59,6 +62,7 @@ others are printed.`,
   vacate status --watch
 
   # For scripts
+  vacate status --no-headers --sort-by=.metadata.creationTimestamp
   vacate status node-1 -o jsonpath='{.status.phase}'
   vacate status -o custom-columns=NODE:.metadata.name,PHASE:.status.phase,POLICY:.status.policy`,
 		ValidArgsFunction: completeNodes(flags),
@@ -69,7 +73,10 @@ others are printed.`,
 	o.targets.addFlag(cmd.Flags(), "show the drains of")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", outputUsage)
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "after listing, print each drain again when it changes")
+	cmd.Flags().BoolVar(&o.noHeaders, "no-headers", false, "print the table (and custom-columns) without its header line")
+	cmd.Flags().StringVar(&o.sortBy, "sort-by", "", "sort the drains by this field, a JSONPath expression into the NodeDrain (.status.evicted, '{.metadata.creationTimestamp}'), as kubectl get --sort-by; default: by name")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("sort-by", cobra.FixedCompletions(sortFields, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -80,6 +87,14 @@ func (o *statusOptions) run(ctx context.Context, args []string) error {
 	}
 	if len(args) > 0 && o.selector != "" {
 		return argsError{"name nodes or give -l/--selector, not both"}
+	}
+	sorter, err := newDrainSorter(o.sortBy)
+	if err != nil {
+		return err
+	}
+	p, err := o.printer(format, arg, len(args) == 1)
+	if err != nil {
+		return err
 	}
 	s, err := connect(ctx, o.flags)
 	if err != nil {
@@ -128,8 +143,7 @@ func (o *statusOptions) run(ctx context.Context, args []string) error {
 		}
 	}
 	sort.Slice(drains, func(i, j int) bool { return drains[i].Name < drains[j].Name })
-	p, err := o.printer(format, arg, len(args) == 1)
-	if err != nil {
+	if err := sorter.sort(drains); err != nil {
 		return err
 	}
 	if len(drains) > 0 || len(missing) == 0 {
@@ -222,16 +236,24 @@ type drainPrinter struct {
 	// later are padded to them to line up with the listing.
 	widths []int
 	watch  bool
+	// noHeaders: no header line, and "No drains" on the error stream, so
+	// that a script reads rows only.
+	noHeaders bool
+	errOut    io.Writer
 }
 
 func (o *statusOptions) printer(format, arg string, single bool) (*drainPrinter, error) {
-	p := &drainPrinter{out: o.streams.Out, clock: o.clock, format: format, single: single && !o.watch, listed: map[string]string{}, watch: o.watch}
+	p := &drainPrinter{out: o.streams.Out, errOut: o.streams.Err, clock: o.clock, format: format, single: single && !o.watch,
+		listed: map[string]string{}, watch: o.watch, noHeaders: o.noHeaders}
 	var err error
 	if p.printer, err = objectPrinter(format, arg); err != nil {
 		return nil, err
 	}
+	if cc, ok := p.printer.(*customColumnsPrinter); ok {
+		cc.printed = o.noHeaders // the header counts as printed
+	}
 	if p.printer == nil {
-		p.printer = printers.NewTablePrinter(printers.PrintOptions{Wide: format == formatWide})
+		p.printer = printers.NewTablePrinter(printers.PrintOptions{Wide: format == formatWide, NoHeaders: o.noHeaders})
 	}
 	return p, nil
 }
@@ -243,7 +265,11 @@ func (p *drainPrinter) list(drains []v1alpha1.NodeDrain) error {
 	switch p.format {
 	case "", formatWide:
 		if len(drains) == 0 {
-			fmt.Fprintln(p.out, "No drains. Start one with 'vacate drain NODE'.")
+			out := p.out
+			if p.noHeaders {
+				out = p.errOut
+			}
+			fmt.Fprintln(out, "No drains. Start one with 'vacate drain NODE'.")
 			return nil
 		}
 		return p.printer.PrintObj(p.table(drains...), p.out)
