@@ -29,7 +29,7 @@ type figures struct {
 	requests        int // the drainer's, in the drain's time
 	requestsPerPod  float64
 	topRequests     string
-	eventWrites     int // the drainer's creates and patches of events, in the drain's time
+	eventWrites     int     // the drainer's creates and patches of events, in the drain's time
 	cpu             float64 // the drainer's CPU seconds in the drain's time
 	cpuPerEviction  float64 // ms
 	idleCPU         float64 // cores: the controller's CPU before the drain, with nothing to do
