@@ -231,7 +231,7 @@ func (r *Reconciler) backInService(ctx context.Context, s *scope, pod *corev1.Po
 	r.gates.triedAt(pod, s.now)
 	metrics.OutOfService.WithLabelValues(metrics.ResultRestored).Inc()
 	nd, key := s.drain, pod.Namespace+"/"+pod.Name
-	s.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", fmt.Sprintf("pod %s is back in service: %s", key, why))
+	s.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", "", fmt.Sprintf("pod %s is back in service: %s", key, why))
 	s.recheckIn(gateRetry)
 	return nil
 }

@@ -3,12 +3,16 @@ package nodedrain
 import (
 	"context"
 	"fmt"
-	"strings"
+	"slices"
+	"sync"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -31,17 +35,58 @@ import (
 // drainEvent records an event about the drain as a whole on the drain and,
 // when known, on its node.
 func (r *Reconciler) drainEvent(nd *v1alpha1.NodeDrain, node *corev1.Node, eventtype, reason, action, note string, args ...any) {
+	note = clip(fmt.Sprintf(note, args...))
 	if node == nil {
-		r.Events.Eventf(nd, nil, eventtype, reason, action, note, args...)
+		r.Events.Eventf(bare(nd), nil, eventtype, reason, action, "%s", note)
 		return
 	}
-	r.Events.Eventf(nd, node, eventtype, reason, action, note, args...)
-	r.Events.Eventf(node, nd, eventtype, reason, action, note, args...)
+	r.Events.Eventf(bare(nd), bare(node), eventtype, reason, action, "%s", note)
+	r.nodeEvent(node, nd, eventtype, reason, action, "%s", note)
+}
+
+// nodeEvent records an event about the drain on its node only, when known.
+func (r *Reconciler) nodeEvent(node *corev1.Node, nd *v1alpha1.NodeDrain, eventtype, reason, action, note string, args ...any) {
+	if node != nil {
+		r.Events.Eventf(bare(node), bare(nd), eventtype, reason, action, "%s", clip(fmt.Sprintf(note, args...)))
+	}
 }
 
 // podEvent records an event about one pod of the drain, on the pod.
 func (r *Reconciler) podEvent(nd *v1alpha1.NodeDrain, pod *corev1.Pod, eventtype, reason, action, note string, args ...any) {
-	r.Events.Eventf(pod, nd, eventtype, reason, action, note, args...)
+	r.Events.Eventf(bare(pod), bare(nd), eventtype, reason, action, "%s", clip(fmt.Sprintf(note, args...)))
+}
+
+// bare is a copy of the object with only what names it (namespace, name,
+// UID): the recorder's reference to it then carries no resourceVersion,
+// which is part of the key the broadcaster folds repeats by; a drain's
+// changes with every status write, and no repeat would ever be folded.
+func bare(obj ctrl.Object) runtime.Object {
+	meta := metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID()}
+	switch obj.(type) {
+	case *corev1.Pod:
+		return &corev1.Pod{ObjectMeta: meta}
+	case *corev1.Node:
+		return &corev1.Node{ObjectMeta: meta}
+	case *v1alpha1.NodeDrain:
+		return &v1alpha1.NodeDrain{ObjectMeta: meta}
+	}
+	return obj
+}
+
+// maxNote is the longest note the events.k8s.io API accepts, in bytes; a
+// longer one is refused, and the recorder drops it.
+const maxNote = 1024
+
+// clip cuts a note to maxNote bytes, at a character's start.
+func clip(note string) string {
+	if len(note) <= maxNote {
+		return note
+	}
+	cut := maxNote - len(v1alpha1.TruncateMark)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + v1alpha1.TruncateMark
 }
 
 // eventNode is the drain's node as the pass read it, for drainEvent; nil
@@ -75,7 +120,7 @@ func (r *Reconciler) reportDrain(s *scope, before *v1alpha1.NodeDrainStatus) {
 	}
 	was := meta.FindStatusCondition(before.Conditions, v1alpha1.ConditionBlocked)
 	is := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionBlocked)
-	if blockedByPods(is) && !blockedByPods(was) {
+	if stuck(is, after.Blockers) && !stuck(was, before.Blockers) {
 		note := is.Message
 		s.afterWrite(func() {
 			r.drainEvent(nd, node, corev1.EventTypeWarning, v1alpha1.EventDrainBlocked, "Drain", "%s", note)
@@ -89,10 +134,14 @@ func notBegun(phase v1alpha1.DrainPhase) bool {
 	return phase == "" || phase == v1alpha1.PhasePending
 }
 
-// blockedByPods reports whether the Blocked condition says pods block the
-// drain.
-func blockedByPods(c *metav1.Condition) bool {
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonBlocked
+// stuck reports whether the Blocked condition says pods block the drain,
+// and more than their PDBs' pacing: a pod waiting for its PDB's budget is
+// how every drain goes, not news for the node.
+func stuck(c *metav1.Condition, blockers []v1alpha1.Blocker) bool {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonBlocked {
+		return false
+	}
+	return slices.ContainsFunc(blockers, func(b v1alpha1.Blocker) bool { return b.Reason != v1alpha1.BlockerPDB })
 }
 
 // requesterNames lists the drain's requesters, for people.
@@ -104,7 +153,7 @@ func requesterNames(nd *v1alpha1.NodeDrain) string {
 	if len(names) == 0 {
 		return "nobody"
 	}
-	return strings.Join(names, ", ")
+	return listSome(names, 3)
 }
 
 // reportEvicted records the eviction the API server accepted for a drain on
@@ -122,8 +171,10 @@ func (r *Reconciler) reportEvicted(o eviction.Outcome) {
 		r.Events.Eventf(pod, nil, corev1.EventTypeNormal, v1alpha1.EventEvicted, "Evict", "evicted by vacate: draining node %s", o.Node)
 		return
 	}
+	// Who asked for the drain stays on the drain and its node: the pod's
+	// namespace may be a tenant's.
 	r.podEvent(nd, pod, corev1.EventTypeNormal, v1alpha1.EventEvicted, "Evict",
-		"evicted by vacate: NodeDrain %s drains node %s (%s mode), requested by %s", nd.Name, o.Node, nd.Mode(), requesterNames(nd))
+		"evicted by vacate: NodeDrain %s drains node %s (%s mode)", nd.Name, o.Node, nd.Mode())
 }
 
 // holdNote says why the drain holds a pod back, for its event.
@@ -148,10 +199,62 @@ func (r *Reconciler) podWarning(nd *v1alpha1.NodeDrain, pod *corev1.Pod, reason,
 // (scope.podEvent), once its status is written.
 func (r *Reconciler) recordPodEvents(s *scope) {
 	for _, e := range s.podEvents {
+		if e.blocker != "" {
+			r.noticed.tell(s.drain.Spec.NodeName, e.pod.UID, e.blocker)
+		}
 		if e.onDrain {
 			r.podWarning(e.drain, e.pod, e.reason, e.action, "%s", e.note)
 		} else {
 			r.podEvent(e.drain, e.pod, e.eventtype, e.reason, e.action, "%s", e.note)
 		}
 	}
+}
+
+// noticed remembers, per node, the pods whose hold or refusal was an event,
+// and for which blocker: a pod is told once, however many passes see it,
+// and again only once that blocker went away and came back (or the
+// controller restarted). The drain's status lists only the first
+// MaxBlockers pods, so it cannot say which were told.
+type noticed struct {
+	mu     sync.Mutex
+	byNode map[string]map[types.UID]string
+}
+
+// told reports whether the pod was told of this blocker.
+func (n *noticed) told(node string, pod types.UID, blocker string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.byNode[node][pod] == blocker
+}
+
+// tell records that the pod was told of this blocker.
+func (n *noticed) tell(node string, pod types.UID, blocker string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.byNode == nil {
+		n.byNode = map[string]map[types.UID]string{}
+	}
+	if n.byNode[node] == nil {
+		n.byNode[node] = map[types.UID]string{}
+	}
+	n.byNode[node][pod] = blocker
+}
+
+// keep forgets what the node's pods were told unless they still have that
+// blocker (current: every blocked pod's blocker, by UID).
+func (n *noticed) keep(node string, current map[types.UID]string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for pod, blocker := range n.byNode[node] {
+		if current[pod] != blocker {
+			delete(n.byNode[node], pod)
+		}
+	}
+}
+
+// forget drops the node's record: its drain ended, failed or was undone.
+func (n *noticed) forget(node string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.byNode, node)
 }

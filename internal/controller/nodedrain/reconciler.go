@@ -95,6 +95,8 @@ type Reconciler struct {
 
 	// annotationWarnings: pods already warned that their annotations are ignored.
 	annotationWarnings warnedPods
+	// noticed: pods already told of their hold or refusal (events.go).
+	noticed noticed
 }
 
 // NewReconciler makes a reconciler that queues its evictions on the

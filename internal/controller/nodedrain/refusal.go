@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -63,13 +64,15 @@ func (r *Reconciler) forgetNode(node string) int {
 	r.gates.forgetNode(node)
 	r.surgeRefused.forgetNode(node)
 	r.waiters.forget(node)
+	r.noticed.forget(node)
 	return dropped
 }
 
 // reportPods publishes the pods the pass found blocked (vacate_pods_blocked)
 // and makes each new refusal of their evictions a Warning event on the
-// pod, and each new hold a Normal one, once the status recording it is
-// written.
+// pod, and each new hold a Normal one (or a Warning, when the policy blocks
+// it), once the status recording it is written: once per pod and blocker
+// (noticed).
 func (r *Reconciler) reportPods(s *scope) {
 	if s.found.evicting == nil {
 		return
@@ -80,12 +83,22 @@ func (r *Reconciler) reportPods(s *scope) {
 		reasons = append(reasons, b.Reason)
 	}
 	r.blocked.set(nd.Name, reasons...)
-	for _, b := range s.newRefusals {
-		pod, msg := b.pod, fmt.Sprintf("eviction refused (NodeDrain %s): %s", nd.Name, b.Detail)
-		s.podEvent(nd, pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", msg)
+	node, ending := nd.Spec.NodeName, s.found.failed != nil || s.found.overdue != nil
+	current := map[types.UID]string{}
+	for _, b := range s.found.evicting.blockers {
+		if b.pod != nil {
+			current[b.pod.UID] = b.Reason
+		}
 	}
-	for _, b := range s.newHolds {
-		pod, kind, msg := b.pod, b.hold, holdNote(nd, b.Blocker)
-		s.podEvent(nd, pod, kind, v1alpha1.EventEvictionHeld, "Evict", msg)
+	r.noticed.keep(node, current)
+	for _, b := range s.found.evicting.blockers {
+		switch {
+		case b.pod == nil || r.noticed.told(node, b.pod.UID, b.Reason):
+		case b.refused:
+			s.podEvent(nd, b.pod, corev1.EventTypeWarning, v1alpha1.EventEvictionBlocked, "Evict", b.Reason,
+				fmt.Sprintf("eviction refused (NodeDrain %s): %s", nd.Name, b.Detail))
+		case b.hold != "" && !ending: // a pod the ending pass leaves or deletes is not held
+			s.podEvent(nd, b.pod, b.hold, v1alpha1.EventEvictionHeld, b.Reason, b.Reason, holdNote(nd, b.Blocker))
+		}
 	}
 }

@@ -62,13 +62,6 @@ type scope struct {
 	stop bool
 	// found is what the pass found, for the status it writes (status.go).
 	found facts
-	// newRefusals are the blockers of pods whose eviction the API server
-	// newly refused (setPodCounts): each is a Warning event.
-	newRefusals []podBlocker
-	// newHolds are the blockers of pods newly held by their evacuation,
-	// HTTP hook, endpoints or EvictionRequest (setPodCounts): each is a
-	// Normal event on the pod.
-	newHolds []podBlocker
 	// onWritten are the side effects of a transition (events, metrics): they
 	// happen only once the status recording it was written. A pass working
 	// from a stale cache loses the optimistic lock and has no side effects.
@@ -82,9 +75,11 @@ type scope struct {
 func (s *scope) afterWrite(f func()) { s.onWritten = append(s.onWritten, f) }
 
 // podEvent queues an event about one of the drain's pods, on the pod and
-// naming the drain (events.go), recorded once the status is written.
-func (s *scope) podEvent(nd *v1alpha1.NodeDrain, pod *corev1.Pod, eventtype, reason, action, note string) {
-	s.podEvents = append(s.podEvents, podNote{drain: nd, pod: pod, eventtype: eventtype, reason: reason, action: action, note: note})
+// naming the drain (events.go), recorded once the status is written. An
+// event of a blocker of the pod names it, and is recorded once per pod and
+// blocker (noticed).
+func (s *scope) podEvent(nd *v1alpha1.NodeDrain, pod *corev1.Pod, eventtype, reason, action, blocker, note string) {
+	s.podEvents = append(s.podEvents, podNote{drain: nd, pod: pod, eventtype: eventtype, reason: reason, action: action, blocker: blocker, note: note})
 }
 
 // podWarning queues a Warning about one of the drain's pods that goes on
@@ -99,6 +94,7 @@ type podNote struct {
 	drain                           *v1alpha1.NodeDrain
 	pod                             *corev1.Pod
 	eventtype, reason, action, note string
+	blocker                         string
 	onDrain                         bool
 }
 

@@ -227,9 +227,8 @@ func (s *scope) setEvacuatedCondition() {
 // setPodCounts writes how many pods left and are left, and lists the pods
 // that hold the drain up (all of them counted, the first MaxBlockers
 // listed, by pod, their holders and details cut to what the CRD allows),
-// each with the time it was first seen so. A new refusal
-// by the API server is also an event on the pod (newRefusals), as a new
-// hold is (newHolds).
+// each with the time it was first seen so. A new refusal by the API server
+// is also an event on the pod, as a new hold is (reportPods).
 func (s *scope) setPodCounts() {
 	e := s.found.evicting
 	if e == nil {
@@ -253,15 +252,6 @@ func (s *scope) setPodCounts() {
 		b.Holder, b.Detail = truncate(b.Holder, maxHolder), truncate(b.Detail, maxDetail)
 		if since, ok := previous[b.Pod+"|"+b.Reason]; ok {
 			b.Since = since
-		} else if pb.refused {
-			// Only a refusal the API server answered: a pod the plan holds
-			// back because its PDB allows no disruption now (most pods of a
-			// drain, at some moment) is a blocker, not an event.
-			pb.Blocker = b
-			s.newRefusals = append(s.newRefusals, pb)
-		} else if pb.hold != "" && pb.pod != nil {
-			pb.Blocker = b
-			s.newHolds = append(s.newHolds, pb)
 		}
 		blockers = append(blockers, b)
 	}

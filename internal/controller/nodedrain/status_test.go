@@ -9,8 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/metrics"
 	"github.com/vacate-dev/vacate/internal/schedule"
 )
 
@@ -220,8 +223,7 @@ func TestStatusFollowsWhatThePassFound(t *testing.T) {
 
 // TestPodCountsListTheBlockers: the counts never lose an evicted pod; the
 // blockers are listed by pod, at most MaxBlockers with the rest counted; a
-// blocker seen before keeps its since; only a new refusal by the API
-// server is an event.
+// blocker seen before keeps its since.
 func TestPodCountsListTheBlockers(t *testing.T) {
 	nd := statusDrain.DeepCopy()
 	earlier := metav1.NewTime(statusNow.Add(-time.Hour))
@@ -245,7 +247,51 @@ func TestPodCountsListTheBlockers(t *testing.T) {
 	if first := st.Blockers[0]; first.Pod != "shop/a" || !first.Since.Equal(&earlier) {
 		t.Errorf("first blocker %s since %s, want shop/a since %s (seen before)", first.Pod, first.Since, earlier)
 	}
-	if len(s.newRefusals) != 1 || s.newRefusals[0].Pod != "shop/p001" {
-		t.Errorf("new refusals %v, want only shop/p001 (shop/a was listed before)", s.newRefusals)
+}
+
+// TestPodsAreToldOncePerBlocker: a refusal by the API server is a Warning
+// on the pod and a hold a Normal event, once per pod and blocker however
+// many passes see it, beyond the MaxBlockers the status lists too; a pod
+// waiting for its PDB's budget is no event; a blocker that went away and
+// came back is told again.
+func TestPodsAreToldOncePerBlocker(t *testing.T) {
+	rec := events.NewFakeRecorder(100)
+	r := &Reconciler{Events: rec, blocked: newReasonGauge(metrics.PodsBlocked)}
+	pod := func(i int) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("p%03d", i), UID: types.UID(fmt.Sprint(i))}}
+	}
+	blocker := func(i int, reason string) v1alpha1.Blocker {
+		return v1alpha1.Blocker{Pod: fmt.Sprintf("shop/p%03d", i), Reason: reason, Holder: "h", Detail: "d", Since: metav1.NewTime(statusNow)}
+	}
+	var found []podBlocker
+	for i := 1; i <= v1alpha1.MaxBlockers+5; i++ { // waiting for their PDB's budget
+		found = append(found, podBlocker{Blocker: blocker(i, v1alpha1.BlockerPDB), pod: pod(i)})
+	}
+	last := v1alpha1.MaxBlockers + 5
+	found[0].refused = true                                                                                                    // refused by the API server
+	found[last-1] = podBlocker{Blocker: blocker(last, v1alpha1.BlockerHTTPHook), pod: pod(last), hold: corev1.EventTypeNormal} // held, not listed
+	pass := func(blockers []podBlocker) []string {
+		s := &scope{drain: statusDrain.DeepCopy(), now: statusNow, found: facts{evicting: &podCounts{remaining: int32(len(blockers)), blockers: blockers}}}
+		s.setStatus()
+		r.reportPods(s)
+		r.recordPodEvents(s)
+		var got []string
+		for len(rec.Events) > 0 {
+			got = append(got, <-rec.Events)
+		}
+		return got
+	}
+	got := pass(found)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Warning EvictionBlocked") || !strings.HasPrefix(got[1], "Normal EvictionHeld") {
+		t.Fatalf("first pass: events %q, want a Warning EvictionBlocked (p001) and a Normal EvictionHeld (p%03d, not listed in the status)", got, last)
+	}
+	if got := pass(found); len(got) != 0 {
+		t.Errorf("second pass, same blockers: events %q, want none", got)
+	}
+	if got := pass(found[1:]); len(got) != 0 { // p001's refusal went away
+		t.Errorf("a blocker gone: events %q, want none", got)
+	}
+	if got := pass(found); len(got) != 1 || !strings.HasPrefix(got[0], "Warning EvictionBlocked") {
+		t.Errorf("a refusal that came back: events %q, want it told again", got)
 	}
 }

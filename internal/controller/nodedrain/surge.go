@@ -422,7 +422,7 @@ func (r *Reconciler) surgeStep(s *scope, d drain.Decision, replacement, phase, e
 	if eventType == corev1.EventTypeWarning {
 		s.podWarning(nd, pod, event, "Surge", msg)
 	} else {
-		s.podEvent(nd, pod, eventType, event, "Surge", msg)
+		s.podEvent(nd, pod, eventType, event, "Surge", "", msg)
 	}
 	s.surgeBlocker(d, blocker, s.now, msg)
 	s.recheckIn(recheck)

@@ -143,7 +143,11 @@ func (r *Reconciler) fail(s *scope, reason, msg string) {
 	s.found.failed = &ending{reason, msg}
 	policyName, node := nd.Status.Policy, s.eventNode()
 	s.afterWrite(func() {
-		r.drainEvent(nd, node, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)
+		r.drainEvent(nd, nil, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain", "%s", msg)
+		// The drain's message may quote its providers; the node's says
+		// where to look.
+		r.nodeEvent(node, nd, corev1.EventTypeWarning, v1alpha1.EventFailed, "Drain",
+			"NodeDrain %s failed (%s); the pods left stay: kubectl describe nodedrain %s says why", nd.Name, reason, nd.Name)
 		metrics.DrainsTotal.WithLabelValues(string(v1alpha1.PhaseFailed), policyName).Inc()
 	})
 	s.stop = true

@@ -31,7 +31,7 @@ func (r *Reconciler) uncordon(ctx context.Context, s *scope, node *corev1.Node) 
 	if _, err := cordon.Uncordon(ctx, r.Client, node, s.drain); err != nil {
 		return err
 	}
-	r.drainEvent(s.drain, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore", "uncordoned node %s", node.Name)
+	r.drainEvent(s.drain, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Uncordon", "uncordoned node %s", node.Name)
 	return nil
 }
 
@@ -114,7 +114,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope) (reconcile.Result, erro
 		} else if err != nil {
 			return reconcile.Result{}, err
 		} else if changed {
-			r.drainEvent(nd, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Restore",
+			r.drainEvent(nd, node, corev1.EventTypeNormal, v1alpha1.EventRestored, "Untaint",
 				"removed the taint %s from node %s: DaemonSets may put their pods back", v1alpha1.TaintDaemonSetsOff, node.Name)
 		}
 	}
