@@ -2,6 +2,7 @@ package nodedrain
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -14,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
+	"github.com/vacate-dev/vacate/internal/metrics"
 )
 
 // TestEventsReferToObjectsByName: the recorder's references carry no
@@ -51,5 +53,54 @@ func TestNotesFitTheEventsAPI(t *testing.T) {
 	}
 	if short := "evicted"; clip(short) != short {
 		t.Errorf("clip(%q) = %q", short, clip(short))
+	}
+}
+
+// recorded is an event as a test recorder kept it.
+type recorded struct {
+	regarding, reason, note string
+}
+
+// keepingRecorder keeps every event with the kind of object it regards.
+type keepingRecorder struct{ events []recorded }
+
+func (k *keepingRecorder) Eventf(regarding, _ runtime.Object, _, reason, _, note string, args ...any) {
+	k.events = append(k.events, recorded{regarding: fmt.Sprintf("%T", regarding), reason: reason, note: fmt.Sprintf(note, args...)})
+}
+
+// TestTenantTextStaysOnItsPod is the abuse test of the events' notes: what
+// a tenant controls (its hook's answer, its pod's blocker detail) reaches
+// the event on its own pod, in its own namespace, and never an event on
+// the node or the drain, which `kubectl describe node` shows to everyone.
+func TestTenantTextStaysOnItsPod(t *testing.T) {
+	const forged = "all clear: the node is safe to power off"
+	rec := &keepingRecorder{}
+	r := &Reconciler{Events: rec, blocked: newReasonGauge(metrics.PodsBlocked)}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "app", UID: "p1"}}
+	nd := statusDrain.DeepCopy()
+	before := nd.Status.DeepCopy()
+	s := &scope{drain: nd, node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "n1"}}, now: statusNow,
+		found: facts{cordoned: true, podsLeft: true, podsHeld: true, evicting: &podCounts{remaining: 1, blockers: []podBlocker{{
+			Blocker: v1alpha1.Blocker{Pod: "tenant/app", Reason: v1alpha1.BlockerHTTPHook, Holder: "HTTP hook of tenant/app " + forged,
+				Detail: "the hook answered InProgress: " + forged, Since: metav1.NewTime(statusNow)},
+			pod: pod, hold: corev1.EventTypeNormal}}}}}
+	s.setStatus()
+	r.reportPods(s)
+	r.reportDrain(s, before)
+	for _, f := range s.onWritten {
+		f()
+	}
+	r.recordPodEvents(s)
+	reasons := map[string]bool{}
+	for _, e := range rec.events {
+		reasons[e.regarding+" "+e.reason] = true
+		if strings.Contains(e.note, forged) && e.regarding != "*v1.Pod" {
+			t.Errorf("%s event on a %s quotes the tenant's text: %q", e.reason, e.regarding, e.note)
+		}
+	}
+	for _, want := range []string{"*v1.Node DrainStarted", "*v1.Node DrainBlocked", "*v1alpha1.NodeDrain DrainBlocked", "*v1.Pod EvictionHeld"} {
+		if !reasons[want] {
+			t.Errorf("no %s event; got %v", want, rec.events)
+		}
 	}
 }
