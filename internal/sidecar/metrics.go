@@ -135,14 +135,7 @@ func (s *Sidecar) MetricsHandler() http.Handler {
 // NetworkPolicy can admit Prometheus to it without admitting anyone to the
 // protocol.
 func (s *Sidecar) ServeMetrics(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.MetricsHandler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       time.Minute,
-		MaxHeaderBytes:    16 << 10,
-	}
+	srv := newServer(s.MetricsHandler())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {

@@ -100,14 +100,7 @@ func readStart(w http.ResponseWriter, r *http.Request, req *Drain) error {
 // (their commands are killed; each drain's state stays for the next start)
 // and waits for them.
 func (s *Sidecar) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       time.Minute,
-		MaxHeaderBytes:    16 << 10,
-	}
+	srv := newServer(s.Handler())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	var err error
@@ -122,4 +115,17 @@ func (s *Sidecar) Serve(ctx context.Context, l net.Listener) error {
 	s.stop()
 	s.Wait()
 	return err
+}
+
+// newServer is an HTTP server of h with the sidecar's bounds: a slow or
+// oversized request is cut off, not waited for.
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+	}
 }
