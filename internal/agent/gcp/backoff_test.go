@@ -8,6 +8,7 @@ import (
 
 	"github.com/vacate-dev/vacate/internal/agent/gcp"
 	"github.com/vacate-dev/vacate/internal/dev/doubles/gcptest"
+	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
 // TestRetriesBackOffWithJitter: while the metadata server does not answer,
@@ -36,29 +37,5 @@ func TestRetriesBackOffWithJitter(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	checkPauses(t, pauses, time.Second, 8*time.Second)
-}
-
-// checkPauses: every pause between first and a fifth over the cap, the
-// cap reached, and some pause off the plain doubling (jitter).
-func checkPauses(t *testing.T, pauses []time.Duration, first, limit time.Duration) {
-	t.Helper()
-	jittered, capped := false, false
-	for _, d := range pauses {
-		if d < first || d > limit+limit/5 {
-			t.Errorf("pause %s: want %s to %s", d, first, limit+limit/5)
-		}
-		capped = capped || d >= limit
-		plain := false
-		for step := first; step <= limit; step *= 2 {
-			plain = plain || d == step
-		}
-		jittered = jittered || !plain
-	}
-	if !capped {
-		t.Errorf("pauses %v never reach the cap %s", pauses, limit)
-	}
-	if !jittered {
-		t.Errorf("pauses %v: each exactly a doubling of %s, no jitter", pauses, first)
-	}
+	testutil.CheckBackoff(t, "reading metadata", pauses, time.Second, 8*time.Second)
 }
