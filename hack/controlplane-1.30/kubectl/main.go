@@ -3,17 +3,15 @@
 package main
 
 import (
-	"os"
-
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // auth plugins, as upstream
 	"k8s.io/component-base/cli"
-	"k8s.io/component-base/logs"
 	"k8s.io/kubectl/pkg/cmd"
 	"k8s.io/kubectl/pkg/cmd/util"
 )
 
+// main is cmd/kubectl/kubectl.go of Kubernetes 1.30, which sets no klog
+// verbosity before the command runs (GetLogVerbosity came later).
 func main() {
-	_, _ = logs.GlogSetter(cmd.GetLogVerbosity(os.Args))
 	command := cmd.NewDefaultKubectlCommand()
 	if err := cli.RunNoErrOutput(command); err != nil {
 		util.CheckErr(err)
