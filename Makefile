@@ -98,9 +98,14 @@ release-key: ## Make a cosign key pair for trial releases: KEY_DIR/cosign.key (e
 .PHONY: tools
 tools: $(STATICCHECK) $(CONTROLLER_GEN) $(HELM_DOCS) $(ACTIONLINT) controlplane ## Build the developer tools and the pinned control plane
 
+# K8S picks the Kubernetes minor of `make controlplane` and `make
+# test-compat` (1.30, the oldest vacate supports, or 1.37, the default);
+# the dev cluster reads it as $$VACATE_K8S_VERSION. docs/dev/compat.md.
+K8S        ?=
+
 .PHONY: controlplane
-controlplane: ## Build (once, cached in ~/.cache/vacate) etcd, Kubernetes and kwok from source
-	$(GO) run ./cmd/vacate-dev build
+controlplane: ## Build (once, cached in ~/.cache/vacate) etcd, Kubernetes and kwok from source (K8S=1.30: that minor's)
+	VACATE_K8S_VERSION=$(K8S) $(GO) run ./cmd/vacate-dev build
 
 $(STATICCHECK): hack/tools/go.mod hack/tools/go.sum
 	$(GO) -C hack/tools build -o $(TOOLS_BIN)/ honnef.co/go/tools/cmd/staticcheck
@@ -133,6 +138,23 @@ disk-check:
 			echo "WARNING: with less, etcd and the API servers fail with 'no space left on device' and many tests fail at once."; \
 		fi; \
 	done
+
+# The compatibility suite (docs/dev/compat.md): test/compat (the API
+# groups vacate calls are served, the server is the version asked for)
+# and, from the other packages, the tests that prove a drain under PDBs,
+# HTTP hooks and their callers' tokens, Evacuations, every admission
+# policy refusing what it should, and the chart and kustomizations
+# installing, all on a dev cluster of Kubernetes $(K8S). The old minors'
+# modules are not in MODULES (make verify would download all of their
+# Kubernetes): their tidiness is checked here, where they are used.
+COMPAT_PKGS := ./test/compat ./test/rbac ./test/install ./test/e2e
+COMPAT_RUN  := ^(TestCompat.*|TestServed.*|TestControlPlane.*|Test(Hook|Controller|Lease|ForceDelete|Users|Tenants|SurgeWithoutItsBinding|Deadlines|Evacuation|Overrides|Changing|Decommission|Finalizers|PolicyChange|NamedPolicy).*|TestChart.*|TestKustomizations|TestResumeAfterKillMidEvictions|TestResumeAfterKillMidEvacuation|TestSurgeOneReplicaKeepsAPodReady)$$
+.PHONY: test-compat
+test-compat: ## Run the compatibility suite on a dev cluster of Kubernetes K8S (make test-compat K8S=1.30)
+	@test -n "$(K8S)" || { echo "make test-compat needs K8S, a supported minor: make test-compat K8S=1.30"; exit 1; }
+	@if [ -d hack/controlplane-$(K8S) ]; then (cd hack/controlplane-$(K8S) && $(GO) mod tidy -diff) || { echo "go mod tidy needed in hack/controlplane-$(K8S)"; exit 1; }; fi
+	VACATE_K8S_VERSION=$(K8S) $(GO) run ./cmd/vacate-dev build
+	VACATE_K8S_VERSION=$(K8S) $(GO) test -tags compat $(TEST_FLAGS) $(COMPAT_PKGS) -run '$(COMPAT_RUN)'
 
 # The 20-minute heartbeat limit of Kubernetes' EvictionRequest API is judged
 # by the API server's own clock: proving that a stale heartbeat passes the

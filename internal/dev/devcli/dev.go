@@ -214,9 +214,14 @@ func newDevBuildCommand(s Streams) *cobra.Command {
 kube-scheduler, kubectl) and kwok %s from source through the Go module proxy,
 into the cache directory ($%s, default ~/.cache/vacate). Must run inside a
 vacate checkout (or with $%s set to one). The first build takes a few
-minutes; later calls find the cached binaries.`,
+minutes; later calls find the cached binaries.
+
+$%s=%s builds (and up runs) the oldest Kubernetes vacate supports
+instead, %s with etcd %s.`,
 			devcluster.EtcdVersion, devcluster.KubernetesVersion, devcluster.KwokVersion,
-			devcluster.EnvCacheDir, devcluster.EnvSourceDir),
+			devcluster.EnvCacheDir, devcluster.EnvSourceDir,
+			devcluster.EnvKubernetesVersion, devcluster.OldestKubernetesMinor(),
+			devcluster.ControlPlanes[0].Kubernetes, devcluster.ControlPlanes[0].Etcd),
 		Example: "  vacate-dev build",
 		Args:    cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

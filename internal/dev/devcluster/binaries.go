@@ -53,19 +53,29 @@ func CacheDir() (string, error) {
 // Binaries maps a component name to the path of its executable.
 type Binaries map[string]string
 
-// EnsureBinaries returns the pinned component binaries, building them from
-// source through the Go module proxy the first time (a few minutes) and
+// EnsureBinaries returns the pinned component binaries of the control plane
+// $VACATE_K8S_VERSION selects (SelectedControlPlane), as EnsureControlPlane.
+func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
+	cp, err := SelectedControlPlane()
+	if err != nil {
+		return nil, err
+	}
+	return EnsureControlPlane(ctx, cp, progress)
+}
+
+// EnsureControlPlane returns the component binaries of cp, building them
+// from source through the Go module proxy the first time (a few minutes) and
 // reusing the cached build afterwards. The cache is keyed by version and is
 // shared by every checkout on the machine; concurrent callers (test packages
 // running in parallel) wait for one another through a file lock.
-func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
+func EnsureControlPlane(ctx context.Context, cp ControlPlane, progress io.Writer) (Binaries, error) {
 	cache, err := CacheDir()
 	if err != nil {
 		return nil, err
 	}
 	src := findSourceDir()
 	bins := Binaries{}
-	for _, s := range binarySources {
+	for _, s := range binarySources(cp) {
 		dir := filepath.Join(cache, "bin", s.version)
 		if err := ensureSource(ctx, s, dir, src, progress); err != nil {
 			return nil, err

@@ -70,6 +70,8 @@ type Options struct {
 	// runs with the feature gate EvictionRequestAPI and the group version
 	// enabled. Kubernetes 1.37 has no controller for it.
 	EvictionRequestAPI bool
+
+	kubernetes string // the version Up runs, for State
 }
 
 // Cluster is a running dev cluster.
@@ -101,6 +103,8 @@ type State struct {
 	// EvictionRequestAPI says the API server serves the EvictionRequest
 	// API (Options.EvictionRequestAPI).
 	EvictionRequestAPI bool `json:"evictionRequestAPI,omitempty"`
+	// Kubernetes is the version of the control plane ($VACATE_K8S_VERSION).
+	Kubernetes string `json:"kubernetes,omitempty"`
 }
 
 // ComponentState describes one running component.
@@ -189,10 +193,19 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster %q is already running (kubeconfig %s); stop it with `vacate dev down --name %s`",
 			st.Name, st.Kubeconfig, st.Name)
 	}
-	bins, err := EnsureBinaries(ctx, opts.Out)
+	cp, err := SelectedControlPlane()
 	if err != nil {
 		return nil, err
 	}
+	if opts.EvictionRequestAPI && !cp.EvictionRequestAPI {
+		return nil, fmt.Errorf("the EvictionRequest API needs Kubernetes %s; this dev cluster runs %s ($%s)",
+			KubernetesVersion, cp.Kubernetes, EnvKubernetesVersion)
+	}
+	bins, err := EnsureControlPlane(ctx, cp, opts.Out)
+	if err != nil {
+		return nil, err
+	}
+	opts.kubernetes = cp.Kubernetes
 	// A free port can be taken by another program between the moment it is
 	// chosen and the moment a component binds it; start again, with new
 	// ports, when that happens to a port we chose.
@@ -219,7 +232,8 @@ func lostPortRace(err error, opts Options) bool {
 }
 
 func up(ctx context.Context, opts Options, bins Binaries) (_ *Cluster, err error) {
-	c := &Cluster{State: State{Name: opts.Name, Dir: opts.Dir, PodCIDR: opts.PodCIDR, Binaries: bins, EvictionRequestAPI: opts.EvictionRequestAPI},
+	c := &Cluster{State: State{Name: opts.Name, Dir: opts.Dir, PodCIDR: opts.PodCIDR, Binaries: bins, EvictionRequestAPI: opts.EvictionRequestAPI,
+		Kubernetes: opts.kubernetes},
 		comps: map[string]*component{}, detach: opts.Detach}
 	defer func() {
 		if err != nil {

@@ -54,12 +54,21 @@ func TestPinnedVersionsMatchHackModules(t *testing.T) {
 	if root == "" {
 		t.Fatal("not inside a vacate checkout")
 	}
-	for _, tc := range []struct{ module, require string }{
-		{"controlplane", "k8s.io/kubernetes " + KubernetesVersion},
-		{"controlplane", "go.etcd.io/etcd/server/v3 " + EtcdVersion},
+	cases := []struct{ module, require string }{
 		{"kwok", "sigs.k8s.io/kwok " + KwokVersion},
 		{"ec2-metadata-mock", "github.com/aws/amazon-ec2-metadata-mock " + EC2MetadataMockVersion},
-	} {
+	}
+	for _, cp := range ControlPlanes {
+		_, patch, _ := strings.Cut(strings.TrimPrefix(cp.Kubernetes, "v1."), ".")
+		staging := "v0." + strings.TrimPrefix(cp.Minor(), "1.") + "." + patch
+		cases = append(cases,
+			struct{ module, require string }{cp.Module, "k8s.io/kubernetes " + cp.Kubernetes},
+			struct{ module, require string }{cp.Module, "go.etcd.io/etcd/server/v3 " + cp.Etcd},
+			// The staging modules must be Kubernetes' own version's.
+			struct{ module, require string }{cp.Module, "k8s.io/apiserver => k8s.io/apiserver " + staging},
+			struct{ module, require string }{cp.Module, "k8s.io/kubectl => k8s.io/kubectl " + staging})
+	}
+	for _, tc := range cases {
 		b, err := os.ReadFile(filepath.Join(root, "hack", tc.module, "go.mod"))
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +88,11 @@ func TestEveryBinaryHasAMainPackage(t *testing.T) {
 	if root == "" {
 		t.Fatal("not inside a vacate checkout")
 	}
-	for _, s := range append(slices.Clone(binarySources), toolSources...) {
+	var sources []binarySource
+	for _, cp := range ControlPlanes {
+		sources = append(sources, binarySources(cp)...)
+	}
+	for _, s := range append(slices.Clone(sources), toolSources...) {
 		for _, n := range s.names {
 			main := filepath.Join(root, "hack", s.module, n, "main.go")
 			b, err := os.ReadFile(main)
@@ -93,7 +106,7 @@ func TestEveryBinaryHasAMainPackage(t *testing.T) {
 		}
 	}
 	for _, tool := range toolSources {
-		for _, s := range binarySources {
+		for _, s := range sources {
 			if s.module == tool.module || s.version == tool.version {
 				t.Errorf("test tool module hack/%s is built with every dev cluster", tool.module)
 			}
