@@ -220,7 +220,9 @@ func TestPrinterColumns(t *testing.T) {
 	}
 	t.Logf("kubectl get nodedrains:\n%s", out)
 	header := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
-	want := []string{"NAME", "NODE", "PHASE", "EVICTED/TOTAL", "BLOCKED", "AGE"}
+	// The name is the node's; the mode and the first requester say what
+	// kind of drain it is and who asked (-o wide lists every requester).
+	want := []string{"NAME", "PHASE", "MODE", "REQUESTER", "EVICTED/TOTAL", "BLOCKED", "AGE"}
 	if strings.Join(header, " ") != strings.Join(want, " ") {
 		t.Errorf("columns = %v, want %v", header, want)
 	}
