@@ -42,6 +42,12 @@ func checkOptIn(t *testing.T, c *devcluster.Cluster, wantGates bool) {
 	if _, err := c.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if wantGates {
+		// The API server matches a webhook's namespaceSelector against its
+		// own informer's copy of the namespace, which sees the label a
+		// moment after the update (CI: a pod created at once went ungated).
+		waitGatedIn(t, c, labelled, nil)
+	}
 	for _, tc := range []struct {
 		ns, name, annotation string
 		gated                bool
@@ -97,12 +103,17 @@ func TestWebhookGatesOptedInPods(t *testing.T) {
 // the webhook server is up.
 func waitServing(t *testing.T, c *devcluster.Cluster) {
 	t.Helper()
-	ctx := testenv.Context(t)
-	ns := testenv.Namespace(t, c)
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	waitGatedIn(t, c, testenv.Namespace(t, c), map[string]string{v1alpha1.LabelEndpointAware: "true"})
+}
+
+// waitGatedIn creates probe pods in ns, with the annotations, until the
+// webhook gates one.
+func waitGatedIn(t *testing.T, c *devcluster.Cluster, ns string, annotations map[string]string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(testenv.Context(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p := devcluster.BarePod(ns, "", "")
 		p.GenerateName = "probe-"
-		p.Annotations = map[string]string{v1alpha1.LabelEndpointAware: "true"}
+		p.Annotations = annotations
 		got, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			return false, err
@@ -110,7 +121,7 @@ func waitServing(t *testing.T, c *devcluster.Cluster) {
 		return serving.Gated(got), nil
 	})
 	if err != nil {
-		t.Fatalf("the webhook never gated a pod: %v", err)
+		t.Fatalf("the webhook never gated a pod in %s: %v", ns, err)
 	}
 }
 
