@@ -82,7 +82,7 @@ func TestDrainFollowsPolicyExplainsBlockersAndUndoes(t *testing.T) {
 	t.Logf("status while blocked: %s", testenv.DescribeDrain(blocked))
 	checkBlockedByBareAndEmptyDir(t, e, ns, target, blocked)
 	t.Log("kubectl describe shows the drain on the node and why on the pods it holds")
-	describeShows(t, e, []string{"describe", "node", target}, "DrainStarted", "DrainBlocked", "draining node "+target, "2 pod(s) blocked")
+	describeShows(t, e, []string{"describe", "node", target}, "DrainStarted", "DrainBlocked", "draining node "+target, "pod(s) blocked: ")
 	describeShows(t, e, []string{"describe", "pod", "-n", ns, "bare"}, "EvictionHeld", "NodeDrain "+target, "Unmanaged")
 
 	t.Log("relaxing the policy: unmanaged pods Delete, localStorage Evict")
