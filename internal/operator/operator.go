@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -138,7 +139,15 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 			return nil, err
 		}
 	}
+	// Pods are cached by scope, never all of the cluster's: the manager's
+	// client reads them from this cache (controller.PodClient).
+	pods, err := controller.NewPods(cfg, slimObjects, opts.Controllers.ServingPods)
+	if err != nil {
+		return nil, err
+	}
+	opts.Controllers.Pods = pods
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewClient:                           podClient(pods),
 		WebhookServer:                       webhookServer,
 		Scheme:                              scheme,
 		Metrics:                             metricsOptions(opts, reviewCfg),
@@ -158,6 +167,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.Add(pods); err != nil {
+		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
@@ -322,4 +334,21 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (stop func() err
 		cancel()
 		return <-done
 	}, nil
+}
+
+// podClient makes the manager's client: controller-runtime's, reading
+// pods from the scoped pod cache instead (controller.PodClient), and from
+// the API server those no scope holds.
+func podClient(pods *controller.Pods) client.NewClientFunc {
+	return func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.New(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		live, err := client.New(cfg, client.Options{HTTPClient: o.HTTPClient, Scheme: o.Scheme, Mapper: o.Mapper})
+		if err != nil {
+			return nil, err
+		}
+		return controller.PodClient{Client: c, Pods: pods, Live: live}, nil
+	}
 }
