@@ -74,6 +74,8 @@ type Options struct {
 	// Pods is the pod cache (NewPods), which the manager's client reads
 	// pods from (PodClient) and the caller runs with the manager.
 	Pods *Pods
+	// Slices is the EndpointSlice cache (NewSlices), the same way.
+	Slices *Slices
 }
 
 // EvictionRequestsMode says whether vacate coordinates Kubernetes'
@@ -145,9 +147,6 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if opts.Pods == nil {
 		return errors.New("no pod cache (controller.NewPods)")
 	}
-	if err := index.Register(ctx, mgr); err != nil {
-		return fmt.Errorf("indexing EndpointSlices by pod: %w", err)
-	}
 	opts.Pods.KeepWhile(keepScope(mgr.GetCache(), opts.Roles.Coordinate))
 	nodePods := index.NodePods(func(ctx context.Context, node string) ([]*corev1.Pod, error) {
 		return opts.Pods.List(ctx, scoped.Node(node))
@@ -168,6 +167,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
 	drains.APIReader, drains.Pods, drains.PodSource = mgr.GetAPIReader(), nodePods, opts.Pods
+	if opts.Slices != nil {
+		drains.SliceSource = opts.Slices
+	}
 	// Every outcome updates the drains' ledger and wakes the node's drain;
 	// every attempt is checked against the pod's holds right before the
 	// call.

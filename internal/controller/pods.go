@@ -2,9 +2,12 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
@@ -61,22 +64,44 @@ func NewPods(cfg *rest.Config, transform toolscache.TransformFunc, servingPods s
 	}), nil
 }
 
-// PodClient reads pods from the scoped cache, and everything else as c
-// does. A pod no scope holds is read from the API server (live), unless a
-// scope saw it deleted. A list of pods must name its scope: a node
-// (index.PodNodeName), a drain's replacements (index.Surge), or the
-// replacements' label; any other is refused, so that no code path reads
-// the cluster's pods by accident.
+// Slices is the controller's EndpointSlice cache: a namespace's slices,
+// watched while a drain reads them (its endpoint-aware pods, a surge's
+// replacement), never the cluster's.
+type Slices = scoped.Cache[*discoveryv1.EndpointSlice]
+
+// NewSlices makes the EndpointSlice cache. A namespace's scope is stopped a
+// minute after its last read.
+func NewSlices(cfg *rest.Config, transform toolscache.TransformFunc) (*Slices, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the EndpointSlice cache's client: %w", err)
+	}
+	return scoped.New(&discoveryv1.EndpointSlice{}, func() runtime.Object { return &discoveryv1.EndpointSliceList{} }, scoped.Options{
+		Client: cs.DiscoveryV1().RESTClient(), Resource: "endpointslices", Transform: transform,
+	}), nil
+}
+
+// PodClient reads pods and EndpointSlices from the scoped caches, and
+// everything else as c does. A pod no scope holds is read from the API
+// server (live), unless a scope saw it deleted. A list of pods must name
+// its scope: a node (index.PodNodeName), a drain's replacements
+// (index.Surge), or the replacements' label; a list of EndpointSlices, a
+// namespace. Any other is refused, so that no code path reads the
+// cluster's pods or slices by accident.
 type PodClient struct {
 	client.Client
-	Pods *Pods
-	Live client.Reader
+	Pods   *Pods
+	Slices *Slices
+	Live   client.Reader
 }
 
 // Get reads a pod from its scope, or the API server.
 func (c PodClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
+		if _, slice := obj.(*discoveryv1.EndpointSlice); slice && c.Slices != nil {
+			return c.Live.Get(ctx, key, obj, opts...)
+		}
 		return c.Client.Get(ctx, key, obj, opts...)
 	}
 	switch got, state := c.Pods.Get(key.Namespace, key.Name); state {
@@ -89,14 +114,17 @@ func (c PodClient) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 	return c.Live.Get(ctx, key, obj, opts...)
 }
 
-// List lists pods from the scope the options name.
+// List lists pods, or EndpointSlices, from the scope the options name.
 func (c PodClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	lo := &client.ListOptions{}
+	lo.ApplyOptions(opts)
+	if slices, ok := list.(*discoveryv1.EndpointSliceList); ok && c.Slices != nil {
+		return c.listSlices(ctx, slices, lo)
+	}
 	out, ok := list.(*corev1.PodList)
 	if !ok {
 		return c.Client.List(ctx, list, opts...)
 	}
-	lo := &client.ListOptions{}
-	lo.ApplyOptions(opts)
 	scope, sel, err := podScope(lo)
 	if err != nil {
 		return err
@@ -110,6 +138,37 @@ func (c PodClient) List(ctx context.Context, list client.ObjectList, opts ...cli
 		if (lo.Namespace == "" || p.Namespace == lo.Namespace) && sel.Matches(labels.Set(p.Labels)) &&
 			(lo.FieldSelector == nil || lo.FieldSelector.Matches(podFields(p))) {
 			out.Items = append(out.Items, *p.DeepCopy())
+		}
+	}
+	return nil
+}
+
+// listSlices lists a namespace's EndpointSlices, those that list a pod
+// when the options say so (index.EndpointPod).
+func (c PodClient) listSlices(ctx context.Context, out *discoveryv1.EndpointSliceList, lo *client.ListOptions) error {
+	var pod string
+	if lo.FieldSelector != nil && !lo.FieldSelector.Empty() {
+		uid, ok := lo.FieldSelector.RequiresExactMatch(index.EndpointPod)
+		if !ok {
+			return fmt.Errorf("EndpointSlices are cached by namespace: this list's fields (%v) are not %s", lo.FieldSelector, index.EndpointPod)
+		}
+		pod = uid
+	}
+	if lo.Namespace == "" {
+		return errors.New("EndpointSlices are cached by namespace (internal/controller/scoped): this list names none")
+	}
+	sel := lo.LabelSelector
+	if sel == nil {
+		sel = labels.Everything()
+	}
+	all, err := c.Slices.List(ctx, scoped.Scope{Namespace: lo.Namespace})
+	if err != nil {
+		return err
+	}
+	out.Items = out.Items[:0]
+	for _, es := range all {
+		if sel.Matches(labels.Set(es.Labels)) && (pod == "" || slices.Contains(index.EndpointPodsOf(es), pod)) {
+			out.Items = append(out.Items, *es.DeepCopy())
 		}
 	}
 	return nil

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -145,9 +146,13 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, err
 	}
-	opts.Controllers.Pods = pods
+	slices, err := controller.NewSlices(cfg, slimObjects)
+	if err != nil {
+		return nil, err
+	}
+	opts.Controllers.Pods, opts.Controllers.Slices = pods, slices
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		NewClient:                           podClient(pods),
+		NewClient:                           scopedClient(pods, slices),
 		WebhookServer:                       webhookServer,
 		Scheme:                              scheme,
 		Metrics:                             metricsOptions(opts, reviewCfg),
@@ -168,8 +173,10 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	if err := mgr.Add(pods); err != nil {
-		return nil, err
+	for _, c := range []manager.Runnable{pods, slices} {
+		if err := mgr.Add(c); err != nil {
+			return nil, err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
@@ -336,10 +343,10 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (stop func() err
 	}, nil
 }
 
-// podClient makes the manager's client: controller-runtime's, reading
-// pods from the scoped pod cache instead (controller.PodClient), and from
-// the API server those no scope holds.
-func podClient(pods *controller.Pods) client.NewClientFunc {
+// scopedClient makes the manager's client: controller-runtime's, reading
+// pods and EndpointSlices from the scoped caches instead
+// (controller.PodClient), and from the API server a pod no scope holds.
+func scopedClient(pods *controller.Pods, slices *controller.Slices) client.NewClientFunc {
 	return func(cfg *rest.Config, o client.Options) (client.Client, error) {
 		c, err := client.New(cfg, o)
 		if err != nil {
@@ -349,6 +356,6 @@ func podClient(pods *controller.Pods) client.NewClientFunc {
 		if err != nil {
 			return nil, err
 		}
-		return controller.PodClient{Client: c, Pods: pods, Live: live}, nil
+		return controller.PodClient{Client: c, Pods: pods, Slices: slices, Live: live}, nil
 	}
 }

@@ -19,8 +19,10 @@ import (
 // PodNodeName indexes cached pods by spec.nodeName.
 const PodNodeName = "spec.nodeName"
 
-// Register adds the indexes to the manager's cache. Pods are not in it:
-// vacate-controller caches them by scope (internal/controller/scoped).
+// Register adds the EndpointSlice index to a manager's cache that holds
+// every slice: a test's. vacate-controller caches pods and EndpointSlices
+// by scope (internal/controller/scoped), and its client (controller.
+// PodClient) filters by these indexes' functions.
 func Register(ctx context.Context, mgr manager.Manager) error {
 	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, EndpointPod, EndpointPodsOf)
 }

@@ -93,6 +93,9 @@ type Reconciler struct {
 	// (the scopes of drained nodes, and replacements); unset, the
 	// manager's cache of every pod.
 	PodSource crcache.Informer
+	// SliceSource is the EndpointSlice cache's informer (the namespaces of
+	// the pods whose slices drains read); unset, the manager's cache.
+	SliceSource crcache.Informer
 	// guards are the cluster's PodDisruptionBudgets as the PDB watch last
 	// saw them (pdbHandler keeps them): a pass plans with them instead of
 	// listing and indexing every PDB of the cluster.

@@ -48,9 +48,13 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	} else {
 		b = b.Watches(&corev1.Pod{}, pods, builder.WithPredicates(podChange))
 	}
+	if r.SliceSource != nil {
+		b = b.WatchesRawSource(&source.Informer{Informer: r.SliceSource, Handler: r.slicesHandler()})
+	} else {
+		b = b.Watches(&discoveryv1.EndpointSlice{}, r.slicesHandler())
+	}
 	b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
 		Watches(&policyv1.PodDisruptionBudget{}, settle(r.pdbHandler(), podSettle)).
-		Watches(&discoveryv1.EndpointSlice{}, r.slicesHandler()).
 		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.drainNamed(ctx, o.(*v1alpha1.Evacuation).Spec.NodeName)
 		})).

@@ -167,7 +167,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		b = b.For(&corev1.Pod{}, builder.WithPredicates(gated))
 	}
 	return b.Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(r.podsOutOfService),
-			builder.WithPredicates(predicate.Funcs{UpdateFunc: evictingChanged})).
+		builder.WithPredicates(predicate.Funcs{UpdateFunc: evictingChanged})).
 		Complete(r)
 }
 

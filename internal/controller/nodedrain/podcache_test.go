@@ -2,6 +2,7 @@ package nodedrain_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
@@ -189,4 +191,61 @@ func TestDrainNeverActsOnAPartialView(t *testing.T) {
 		t.Errorf("the controller read every pod of the cluster: %s", q)
 	}
 	guard.Check(t)
+}
+
+// TestLabelledPodsAreWatchedNotChanged: the controller watches pods outside
+// drained nodes by the label vacate.dev/endpoint-aware=true. A pod with
+// vacate's readiness gate and the label, on a node nobody drains, is made
+// Ready; a tenant's pod that carries the label without the gate is watched
+// too (created first, so its events come first) and never changed.
+func TestLabelledPodsAreWatchedNotChanged(t *testing.T) {
+	e := startEnv(t)
+	ctx := testenv.Context(t)
+	node := testenv.Nodes(t, e.c, devcluster.NodeSet{Prefix: "labelled", Count: 1})[0]
+	ns := testenv.Namespace(t, e.c)
+	decoy := devcluster.BarePod(ns, "decoy", node)
+	decoy.Labels[v1alpha1.LabelEndpointAware] = "true"
+	gated := devcluster.BarePod(ns, "gated", node)
+	gated.Labels[v1alpha1.LabelEndpointAware] = "true"
+	gated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ConditionServing}}
+	for _, p := range []*corev1.Pod{decoy, gated} {
+		if _, err := e.c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, time.Minute, "the gated pod's condition "+v1alpha1.ConditionServing+" True", func() error {
+		p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, gated.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1alpha1.ConditionServing && c.Status == corev1.ConditionTrue && changedByVacate(p) {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", p.Status.Conditions)
+	})
+	p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, decoy.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1alpha1.ConditionServing {
+			t.Errorf("the labelled pod without the gate got vacate's condition: %+v", c)
+		}
+	}
+	if changedByVacate(p) {
+		t.Errorf("vacate changed the labelled pod without the gate: %v", p.ManagedFields)
+	}
+}
+
+// changedByVacate says whether the pod's managed fields name vacate's
+// controller as a writer.
+func changedByVacate(p *corev1.Pod) bool {
+	for _, m := range p.ManagedFields {
+		if strings.HasPrefix(m.Manager, "vacate-controller") {
+			return true
+		}
+	}
+	return false
 }
