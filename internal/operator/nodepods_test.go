@@ -117,7 +117,17 @@ func TestScopedNodePodsAgreeWithTheAPI(t *testing.T) {
 	}
 	want[nodes[0]] = slices.DeleteFunc(want[nodes[0]], func(s string) bool { return s == "p1" })
 	agree("p1 deleted")
+	checkPodClient(t, c, pods, ns, nodes, len(want[nodes[1]]))
+}
 
+// checkPodClient: PodClient finds p0, a pod of nodes[0]'s scope; answers
+// "not found" for p1, which that scope saw deleted; reads a pod of
+// nodes[2], which no scope holds, from the API server without starting
+// its node's scope; refuses a list of a namespace's pods; and lists the
+// onSecond pods of nodes[1].
+func checkPodClient(t *testing.T, c *devcluster.Cluster, pods *controller.Pods, ns string, nodes []string, onSecond int) {
+	t.Helper()
+	ctx := testenv.Context(t)
 	live, err := client.New(c.RESTConfig, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +154,7 @@ func TestScopedNodePodsAgreeWithTheAPI(t *testing.T) {
 		t.Error("a list of a namespace's pods was served: it names no scope")
 	}
 	onNode := &corev1.PodList{}
-	if err := pc.List(ctx, onNode, client.MatchingFields{index.PodNodeName: nodes[1]}); err != nil || len(onNode.Items) != len(want[nodes[1]]) {
-		t.Errorf("a list of %s's pods: %v, %d pods, want %d", nodes[1], err, len(onNode.Items), len(want[nodes[1]]))
+	if err := pc.List(ctx, onNode, client.MatchingFields{index.PodNodeName: nodes[1]}); err != nil || len(onNode.Items) != onSecond {
+		t.Errorf("a list of %s's pods: %v, %d pods, want %d", nodes[1], err, len(onNode.Items), onSecond)
 	}
 }

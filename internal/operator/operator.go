@@ -140,19 +140,12 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 			return nil, err
 		}
 	}
-	// Pods are cached by scope, never all of the cluster's: the manager's
-	// client reads them from this cache (controller.PodClient).
-	pods, err := controller.NewPods(cfg, slimObjects, opts.Controllers.ServingPods)
+	newClient, err := scopedCaches(cfg, &opts.Controllers)
 	if err != nil {
 		return nil, err
 	}
-	slices, err := controller.NewSlices(cfg, slimObjects)
-	if err != nil {
-		return nil, err
-	}
-	opts.Controllers.Pods, opts.Controllers.Slices = pods, slices
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		NewClient:                           scopedClient(pods, slices),
+		NewClient:                           newClient,
 		WebhookServer:                       webhookServer,
 		Scheme:                              scheme,
 		Metrics:                             metricsOptions(opts, reviewCfg),
@@ -173,7 +166,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	for _, c := range []manager.Runnable{pods, slices} {
+	for _, c := range []manager.Runnable{opts.Controllers.Pods, opts.Controllers.Slices} {
 		if err := mgr.Add(c); err != nil {
 			return nil, err
 		}
@@ -341,6 +334,22 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (stop func() err
 		cancel()
 		return <-done
 	}, nil
+}
+
+// scopedCaches makes the pod and EndpointSlice caches, scoped to the work,
+// never all of the cluster's (opts.Pods, opts.Slices; the caller runs
+// them with the manager), and the manager's client that reads them.
+func scopedCaches(cfg *rest.Config, opts *controller.Options) (client.NewClientFunc, error) {
+	pods, err := controller.NewPods(cfg, slimObjects, opts.ServingPods)
+	if err != nil {
+		return nil, err
+	}
+	slices, err := controller.NewSlices(cfg, slimObjects)
+	if err != nil {
+		return nil, err
+	}
+	opts.Pods, opts.Slices = pods, slices
+	return scopedClient(pods, slices), nil
 }
 
 // scopedClient makes the manager's client: controller-runtime's, reading
