@@ -103,7 +103,11 @@ const DefaultIdle = time.Minute
 
 // goneFor is how long the key of an object deleted while in scope is
 // remembered: a read of it answers "gone" without asking the API server.
-const goneFor = 10 * time.Minute
+// Readers ask after a pod they saw (its eviction's outcome, its claim on a
+// budget), by UID: another pod of the same name (a StatefulSet's, recreated
+// on a node no scope holds) is not the one they mean. A scope that holds
+// the new one answers with it.
+const goneFor = 2 * time.Minute
 
 // Cache is a set of informers of one kind, each of one scope. Its handlers
 // (AddEventHandler) get the events of every scope, present and future: it
