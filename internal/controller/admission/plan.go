@@ -83,9 +83,25 @@ func (q *queue) plan() *plan {
 			newest = t
 		}
 	}
+	// A batch its requester declared complete (batch.go) does not wait for
+	// the window, unless a drain outside such batches is still gathering
+	// its own: then it waits with it, as it would without its batch, and
+	// never takes a slot before a drain requested earlier.
+	complete, gathering := completeBatches(q.all), false
+	left := map[types.UID]time.Duration{}
+	for _, m := range eligible {
+		left[m.drain.UID] = min(newest.Add(adm.BatchWindow).Sub(q.now), requestTime(m.drain, q.now).Add(maxBatch*adm.BatchWindow).Sub(q.now))
+		if left[m.drain.UID] > 0 && !complete[m.drain.UID] {
+			gathering = true
+		}
+	}
 	var ready []*member
 	for _, m := range eligible {
-		left := min(newest.Add(adm.BatchWindow).Sub(q.now), requestTime(m.drain, q.now).Add(maxBatch*adm.BatchWindow).Sub(q.now))
+		left := left[m.drain.UID]
+		if left > 0 && complete[m.drain.UID] && !gathering {
+			p.why[m.drain.UID] = "its batch complete: the batch window skipped"
+			left = 0
+		}
 		if left > 0 {
 			p.verdicts[m.drain.UID] = verdict{Verdict: schedule.Verdict{Node: m.node.Name, Reason: v1alpha1.ReasonWaitingForBatch,
 				Message: fmt.Sprintf("gathering the drains requested with it, to cordon them all before any eviction: "+
