@@ -122,7 +122,9 @@ func printTimeline(out io.Writer, rec *recorder, waiters []waiter, reqs []reques
 		f, n := idleSplit(states[p], byPDB[p], evictions, start, end)
 		inFlight, none = inFlight+f, none+n
 	}
-	sort.Slice(pdbs, func(i, j int) bool { return use.idle[pdbs[i]] > use.idle[pdbs[j]] || (use.idle[pdbs[i]] == use.idle[pdbs[j]] && pdbs[i] < pdbs[j]) })
+	sort.Slice(pdbs, func(i, j int) bool {
+		return use.idle[pdbs[i]] > use.idle[pdbs[j]] || (use.idle[pdbs[i]] == use.idle[pdbs[j]] && pdbs[i] < pdbs[j])
+	})
 	codes := map[int]int{}
 	first := time.Time{}
 	for _, c := range evictions {
