@@ -142,7 +142,11 @@ func printTimeline(out io.Writer, rec *recorder, waiters []waiter, reqs []reques
 	fmt.Fprintf(out, "timeline: %d eviction calls by answer %v; the API server's PDB status updates: %d, %d of them conflicts (each costs its eviction a retry 500 ms later)\n",
 		len(evictions), codes, len(updates), conflicts)
 	if !first.IsZero() {
-		fmt.Fprintf(out, "timeline: first eviction call %s after the start\n", ms(first.Sub(start)))
+		fmt.Fprintf(out, "timeline: first eviction call %s after the start", ms(first.Sub(start)))
+		if last := lastDrainCreated(reqs, start, first); !last.IsZero() {
+			fmt.Fprintf(out, ", %s after the last NodeDrain's creation (%s after the start)", ms(first.Sub(last)), ms(last.Sub(start)))
+		}
+		fmt.Fprintln(out)
 	}
 	wall := end.Sub(start)
 	fmt.Fprintf(out, "timeline: idle budget summed over %d PDBs %s (%.1f%% of wall each on average): %s with an eviction call of the PDB in flight, %s with none\n",
@@ -230,4 +234,17 @@ func pct(d, of time.Duration) float64 {
 		return 0
 	}
 	return 100 * float64(d) / float64(of)
+}
+
+// lastDrainCreated is when the API server received the harness's last
+// NodeDrain creation in [from, to]: the moment the batch was complete.
+func lastDrainCreated(reqs []request, from, to time.Time) time.Time {
+	var last time.Time
+	for _, r := range reqs {
+		if r.user == adminUser && r.verb == "create" && r.resource == "nodedrains" && r.accepted() &&
+			!r.received.Before(from) && !r.received.After(to) && r.received.After(last) {
+			last = r.received
+		}
+	}
+	return last
 }
