@@ -62,7 +62,8 @@ type Requester struct {
 
 // RequestBatch names the batch of drains one requester asked for at once.
 // A batch is the drains whose entries of the same requester name the same
-// ID and Size; it is complete when exactly Size running drains carry it. A
+// ID and Size; it is complete when exactly Size running drains of one
+// DrainPolicy's queue carry it (all of them cordoned before any starts). A
 // batch that never completes (a Size larger than the drains asked for)
 // waits for the batchWindow as drains without a batch do; one that claims
 // fewer drains than carry it is not complete either.

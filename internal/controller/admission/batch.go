@@ -2,8 +2,6 @@ package admission
 
 import (
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/vacate-dev/vacate/api/v1alpha1"
 )
 
 // This file finds the batches their requesters declared complete
@@ -15,21 +13,23 @@ type batchKey struct {
 	requester, id string
 }
 
-// completeBatches are the drains, by UID, of every complete batch: a
-// requester's batch whose entries all name the same size and are carried
-// by exactly that many NodeDrains. Every NodeDrain counts, running or not
-// (a drain of the batch that ended, or joined drained, is still part of
-// it); an entry exists only while its requester wants the drain. A batch
-// whose entries disagree on the size, or that more drains carry than it
-// declares, is not complete: its drains wait for the window, as drains
-// without a batch do.
-func completeBatches(all []v1alpha1.NodeDrain) map[types.UID]bool {
+// completeBatches are the drains, by UID, of every complete batch among
+// the queue's running drains (waiting or admitted): a requester's batch
+// whose entries all name the same size and that exactly that many of them
+// carry. Only running drains of the queue count, the ones a pass cordons
+// before it admits any: a drain without the NodeDrain controller's
+// finalizer yet, or of another queue, leaves its batch incomplete, and a
+// batch spread over two policies waits for the window. A batch whose
+// entries disagree on the size, or that more drains carry than it
+// declares, is not complete either: its drains wait for the window, as
+// drains without a batch do. An entry exists only while its requester
+// wants the drain.
+func completeBatches(ms []*member) map[types.UID]bool {
 	members := map[batchKey][]types.UID{}
 	sizes := map[batchKey]int32{}
 	mixed := map[batchKey]bool{}
-	for i := range all {
-		nd := &all[i]
-		for _, r := range nd.Spec.Requesters {
+	for _, m := range ms {
+		for _, r := range m.drain.Spec.Requesters {
 			if r.Batch == nil {
 				continue
 			}
@@ -38,7 +38,7 @@ func completeBatches(all []v1alpha1.NodeDrain) map[types.UID]bool {
 				mixed[k] = true
 			}
 			sizes[k] = r.Batch.Size
-			members[k] = append(members[k], nd.UID)
+			members[k] = append(members[k], m.drain.UID)
 		}
 	}
 	out := map[types.UID]bool{}

@@ -47,7 +47,11 @@ func TestCompleteBatchesAreExactlyTheDeclaredSize(t *testing.T) {
 		{"no batch", []v1alpha1.NodeDrain{batched("a", "cli:x"), batched("b", "taint")}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			complete := completeBatches(tc.drains)
+			var ms []*member
+			for i := range tc.drains {
+				ms = append(ms, &member{drain: &tc.drains[i]})
+			}
+			complete := completeBatches(ms)
 			var got []string
 			for _, nd := range tc.drains {
 				if complete[nd.UID] {
@@ -112,5 +116,29 @@ func TestPlanAdmitsACompleteBatchWithoutTheWindowOnly(t *testing.T) {
 				t.Errorf("nothing admitted and the next pass in %s, want within the window", p.wake)
 			}
 		})
+	}
+}
+
+// TestOnlyDropsTheSkippedWhenAnUncordonedDrainAppears: the confirming read
+// found a drain the cordoning pass did not know (the cache lagged); it may
+// be of the batch that skips the window, so the pass admits none of that
+// batch: the next pass, which cordons it, decides.
+func TestOnlyDropsTheSkippedWhenAnUncordonedDrainAppears(t *testing.T) {
+	now := time.Date(2026, 11, 29, 17, 0, 0, 0, time.UTC)
+	pol, err := policy.FromSpec("fleet", v1alpha1.DrainPolicySpec{Concurrency: v1alpha1.Concurrency{BatchWindow: &metav1.Duration{Duration: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drains := []v1alpha1.NodeDrain{batched("a", "cli:x b1 2"), batched("b", "cli:x b1 2")}
+	q := &queue{key: "fleet", policy: pol, now: now, nodes: map[string]*corev1.Node{}, needs: map[string]need{}, limits: schedule.Limits{MaxParallel: 5}}
+	for i := range drains {
+		q.waiting = append(q.waiting, &member{drain: &drains[i], node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: drains[i].Name}}})
+	}
+	if p := q.plan().only(q.waiting); len(p.order) != 2 {
+		t.Fatalf("with both drains cordoned: admitted %v, want both", p.order)
+	}
+	p := q.plan().only(q.waiting[:1]) // the cordoning pass knew a only
+	if len(p.order) != 0 || len(p.verdicts) != 0 {
+		t.Errorf("admitted %v with verdicts %v, want nothing decided this pass", p.order, p.verdicts)
 	}
 }
