@@ -59,6 +59,9 @@ func newDrainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.
 exists, with you as a requester (server-side apply, field manager
 vacate-cli:<you>). The vacate controller cordons the node, moves the pods off
 through the Eviction API with every PodDisruptionBudget respected, and reports.
+The nodes of one command are one batch: once all of their drains are requested
+they start (all cordoned first) without waiting for the policy's batchWindow;
+--gather waits for it, to be gathered with drains other commands request.
 
 With --wait, shows progress until every drain ended: on a terminal a live view
 (one bar per node, the phase, what blocks which pod and for how long, an ETA);
