@@ -49,6 +49,35 @@ type Requester struct {
 	// vacate-nodedrains refuses the others).
 	// +optional
 	Overrides *PodOverrides `json:"overrides,omitempty"`
+	// Batch says that this requester asked for the drains of several nodes
+	// with one request (vacate drain n1 n2 ...) and how many: once the
+	// drains of all of them carry this requester's entry with the same
+	// batch, admission admits them without waiting for the rest of the
+	// policy's batchWindow. It changes nothing else: maxParallelNodes and
+	// every other bound hold, and while a drain outside the batch still
+	// gathers its own batch, the batch waits with it (RequestBatch).
+	// +optional
+	Batch *RequestBatch `json:"batch,omitempty"`
+}
+
+// RequestBatch names the batch of drains one requester asked for at once.
+// A batch is the drains whose entries of the same requester name the same
+// ID and Size; it is complete when exactly Size running drains of one
+// DrainPolicy's queue carry it (all of them cordoned before any starts). A
+// batch that never completes (a Size larger than the drains asked for)
+// waits for the batchWindow as drains without a batch do; one that claims
+// fewer drains than carry it is not complete either.
+type RequestBatch struct {
+	// ID names the batch among the requester's (the CLI makes a random
+	// one for each command).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ID string `json:"id"`
+	// Size is how many drains the batch has.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Size int32 `json:"size"`
 }
 
 // PodOverrides are one requester's changes to its drain's pod rules

@@ -195,7 +195,9 @@ func drainWithVacate(ctx context.Context, e *env) (usage, error) {
 	}
 	began := time.Now()
 	for _, n := range e.targets {
-		if err := e.cl.Create(ctx, testutil.NodeDrain(n, "", "bench")); err != nil {
+		nd := testutil.NodeDrain(n, "", "bench") // marked as one command's batch, as vacate drain n1 ... nN does
+		nd.Spec.Requesters[0].Batch = &v1alpha1.RequestBatch{ID: "bench", Size: int32(len(e.targets))}
+		if err := e.cl.Create(ctx, nd); err != nil {
 			return usage{}, fmt.Errorf("creating NodeDrain %s: %w", n, err)
 		}
 	}
@@ -338,6 +340,7 @@ func firstEvictions(n int) func(ctx context.Context, e *env) (usage, error) {
 
 func drainAndUndo(ctx context.Context, cl client.Client, node string) error {
 	nd := testutil.NodeDrain(node, "", "bench")
+	nd.Spec.Requesters[0].Batch = &v1alpha1.RequestBatch{ID: "bench", Size: 1} // as vacate drain NODE marks it
 	if err := cl.Create(ctx, nd); err != nil {
 		return fmt.Errorf("creating NodeDrain %s: %w", node, err)
 	}

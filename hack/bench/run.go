@@ -137,6 +137,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 		return figures{}, err
 	}
 	f := measureRun(d, rec, waiters, reqs, u, start, end)
+	printTimeline(b.out, rec, waiters, reqs, d.user, start, end)
 	f.idleCPU, f.cpuAboveIdle = idle, math.NaN()
 	if u.seconds > 0 && f.evictions > 0 && !math.IsNaN(idle) {
 		f.cpuAboveIdle = (u.cpu - idle*u.seconds) * 1000 / float64(f.evictions)

@@ -173,8 +173,8 @@ func TestDrainWaitJoinAndCancel(t *testing.T) {
 		t.Errorf("%d pods that must leave are still on %s", left, target)
 	}
 	nd := getDrain(t, cl, target)
-	if len(nd.Spec.Requesters) != 1 || nd.Spec.Requesters[0] != (v1alpha1.Requester{Name: admin, Reason: "CHG-1"}) {
-		t.Errorf("requesters = %+v, want only %s with reason CHG-1", nd.Spec.Requesters, admin)
+	if r := nd.Spec.Requesters; len(r) != 1 || r[0].Name != admin || r[0].Reason != "CHG-1" || r[0].Batch == nil || r[0].Batch.Size != 1 {
+		t.Errorf("requesters = %+v, want only %s with reason CHG-1, in a batch of 1", nd.Spec.Requesters, admin)
 	}
 	if !ownsRequester(nd, "vacate-"+admin, admin) {
 		t.Errorf("field manager vacate-%s does not own its requester entry: %+v", admin, nd.ManagedFields)
@@ -626,5 +626,42 @@ func TestCompletion(t *testing.T) {
 		if !strings.Contains(out, f+"\n") {
 			t.Errorf("-o completion lacks %s:\n%s", f, out)
 		}
+	}
+}
+
+// TestDrainMarksItsNodesAsOneBatch: the nodes of one drain command are one
+// batch (Requester.Batch: the same ID on every node, their number as the
+// size), which admission starts without waiting for the batch window; a
+// later command is another batch; --gather requests without one (the
+// apply drops the field this requester had set).
+func TestDrainMarksItsNodesAsOneBatch(t *testing.T) {
+	c := testenv.Start(t)
+	cl := testenv.Controller(t, c)
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "cli-batch", Count: 3})
+	alice := user{t: t, kubeconfig: c.Kubeconfig}
+	t.Cleanup(func() { alice.vacate(append([]string{"cancel"}, nodes...)...) })
+	batchOf := func(node string) *v1alpha1.RequestBatch {
+		nd := getDrain(t, cl, node)
+		for _, r := range nd.Spec.Requesters {
+			if r.Name == admin {
+				return r.Batch
+			}
+		}
+		t.Fatalf("no entry of %s on %s: %+v", admin, node, nd.Spec.Requesters)
+		return nil
+	}
+
+	alice.must(ExitOK, "drain", nodes[0], nodes[1])
+	first, second := batchOf(nodes[0]), batchOf(nodes[1])
+	if first == nil || second == nil || *first != *second || first.Size != 2 || first.ID == "" {
+		t.Fatalf("batches %+v and %+v, want one batch of 2 on both", first, second)
+	}
+	alice.must(ExitOK, "drain", nodes[2])
+	if b := batchOf(nodes[2]); b == nil || b.Size != 1 || b.ID == first.ID {
+		t.Errorf("a second command's batch %+v, want its own batch of 1 (not %s)", b, first.ID)
+	}
+	alice.must(ExitOK, "drain", nodes[2], "--gather")
+	if b := batchOf(nodes[2]); b != nil {
+		t.Errorf("after --gather the entry still has batch %+v", b)
 	}
 }

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,6 +42,12 @@ type drainOptions struct {
 	ignoreDaemonSets, deleteEmptyDirData, force, disableEviction bool
 	gracePeriod                                                  int64
 	podSelector                                                  string
+	// gather leaves the drains without a batch (Requester.Batch): they
+	// wait for the policy's batchWindow, to be gathered with drains other
+	// commands request.
+	gather bool
+	// batch is this command's batch of drains; nil with --gather.
+	batch *v1alpha1.RequestBatch
 }
 
 func newDrainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.WithTicker) *cobra.Command {
@@ -51,6 +59,9 @@ func newDrainCommand(flags *genericclioptions.ConfigFlags, s Streams, clk clock.
 exists, with you as a requester (server-side apply, field manager
 vacate-cli:<you>). The vacate controller cordons the node, moves the pods off
 through the Eviction API with every PodDisruptionBudget respected, and reports.
+The nodes of one command are one batch: once all of their drains are requested
+they start (all cordoned first) without waiting for the policy's batchWindow;
+--gather waits for it, to be gathered with drains other commands request.
 
 With --wait, shows progress until every drain ended: on a terminal a live view
 (one bar per node, the phase, what blocks which pod and for how long, an ETA);
@@ -101,6 +112,8 @@ drains go on in the cluster).`,
 	f.BoolVar(&o.force, "force", false, "evict pods that no controller recreates too: an override of the policy's pods.unmanaged, needing the verb delete-unmanaged on the DrainPolicy")
 	f.Int64Var(&o.gracePeriod, "grace-period", -1, "seconds each pod gets to stop, when shorter than the policy's (-1: each pod's own): an override needing the verb grace-period on the DrainPolicy")
 	f.StringVar(&o.podSelector, "pod-selector", "", "move only the pods this label selector matches; the others stay: an override needing the verb pod-selector on the DrainPolicy")
+	f.BoolVar(&o.gather, "gather", false, "wait for the DrainPolicy's batchWindow before the drains start, to gather them with drains that other commands request soon (a script that drains node by node); "+
+		"without it the nodes of this command are one batch, which starts as soon as all of its drains are requested")
 	f.BoolVar(&o.disableEviction, "disable-eviction", false, "refused: vacate never deletes pods past their PodDisruptionBudgets (see docs/kubectl-drain.md for what a policy offers instead)")
 	_ = f.MarkHidden("disable-eviction")
 	_ = cmd.RegisterFlagCompletionFunc("policy", completePolicies(flags))
@@ -184,6 +197,9 @@ func (o *drainOptions) run(ctx context.Context, args []string) error {
 		return p.run(ctx, nodes)
 	}
 	checkControllers(ctx, s, o.streams, o.clock.Now())
+	if !o.gather {
+		o.batch = &v1alpha1.RequestBatch{ID: newBatchID(), Size: int32(len(nodes))}
+	}
 	for _, node := range nodes {
 		nd, err := o.request(ctx, s, node, requester)
 		if err != nil {
@@ -281,7 +297,7 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 	if o.dryRun.server() {
 		c = client.NewDryRunClient(s.client)
 	}
-	err = requests.Apply(ctx, c, node, v1alpha1.Requester{Name: requester, Reason: reason, Overrides: o.overrides()}, v1alpha1.DrainMode(mode), policyName)
+	err = requests.Apply(ctx, c, node, v1alpha1.Requester{Name: requester, Reason: reason, Overrides: o.overrides(), Batch: o.batch}, v1alpha1.DrainMode(mode), policyName)
 	switch {
 	case apierrors.IsConflict(err):
 		return nil, fmt.Errorf("node %s is already being drained with other settings (%s); drop --mode/--policy to join the drain as it is, or ask its requesters",
@@ -311,6 +327,13 @@ func (o *drainOptions) request(ctx context.Context, s *session, node, requester 
 		return nil, s.explain(err, "reading NodeDrain "+node)
 	}
 	return nd, nil
+}
+
+// newBatchID names a command's batch of drains (Requester.Batch).
+func newBatchID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
 }
 
 func orMaintenance(mode string) string {

@@ -97,10 +97,10 @@ type Request struct {
 	// policy's maxParallelEvictionsPerNode); 0 uses Options.PerNode.
 	PerNode int
 	// PDBs are the PodDisruptionBudgets that select the pod
-	// (namespace/name). At most one eviction of a PDB's pods is in flight
-	// at once: the API server serializes them anyway (each updates the
-	// PDB's status; one that conflicts waits 500 ms and tries again), so
-	// calls sent together only wait there, holding a worker.
+	// (namespace/name). At most Options.PerPDB evictions of a PDB's pods
+	// are in flight at once; the caller queues no more than the PDB's
+	// budget lets through (Budget), so more than one is in flight only
+	// where the budget allows more than one.
 	PDBs []string
 	// Marks are the pod's entries in each PDB's status.disruptedPods when
 	// its eviction was asked (zero if none), by the index of PDBs
@@ -115,6 +115,9 @@ type Options struct {
 	Workers int
 	// PerNode bounds evictions in flight per node. Default 10.
 	PerNode int
+	// PerPDB bounds the evictions in flight per PodDisruptionBudget.
+	// Default DefaultPerPDB.
+	PerPDB int
 	// BaseDelay and MaxDelay bound the per-pod exponential backoff.
 	// Defaults 1s and 1m.
 	BaseDelay, MaxDelay time.Duration
@@ -152,8 +155,9 @@ type Queue struct {
 	mu       sync.Mutex
 	requests map[types.UID]Request
 	perNode  map[string]int
-	// perPDB counts the evictions in flight per PDB (at most one), and
-	// parked are the pods that wait for a PDB's call to finish.
+	// perPDB counts the evictions in flight per PDB (at most
+	// Options.PerPDB), and parked are the pods that wait for a PDB's call
+	// to finish.
 	perPDB map[string]int
 	parked map[string][]types.UID
 	// evicted remembers pods whose eviction succeeded, so that an Add that
@@ -211,6 +215,13 @@ const (
 	// answer (milliseconds), below the API server's own request timeout
 	// (60s), so a worker stuck on a slow etcd is freed and retries later.
 	DefaultCallTimeout = 30 * time.Second
+	// DefaultPerPDB bounds the evictions in flight per
+	// PodDisruptionBudget. Each accepted eviction updates the PDB's
+	// status; the API server serializes evictions of one PDB through that
+	// update: one sent while another's update is under way conflicts and
+	// the API server tries it again 500 ms later (docs/performance.md
+	// measures what that costs against what it saves).
+	DefaultPerPDB = 1
 )
 
 // evictedPod is when a pod of a node was evicted, and its request.
@@ -258,6 +269,9 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 	}
 	if opts.PerNode <= 0 {
 		opts.PerNode = 10
+	}
+	if opts.PerPDB <= 0 {
+		opts.PerPDB = DefaultPerPDB
 	}
 	if opts.BaseDelay <= 0 {
 		opts.BaseDelay = time.Second
@@ -396,7 +410,7 @@ func (q *Queue) next(ctx context.Context) bool {
 		return true
 	}
 	for _, pdb := range r.PDBs {
-		if q.perPDB[pdb] > 0 { // queued again when that call ends
+		if q.perPDB[pdb] >= q.opts.PerPDB { // queued again when a call ends
 			q.parked[pdb] = append(q.parked[pdb], uid)
 			q.mu.Unlock()
 			return true
@@ -450,7 +464,8 @@ func (q *Queue) next(ctx context.Context) bool {
 	return true
 }
 
-// take uses the request's node slot and its PDBs' one call in flight.
+// take uses the request's node slot and a call in flight of each of its
+// PDBs.
 // q.mu is held.
 func (q *Queue) take(r Request) {
 	q.perNode[r.Node]++
@@ -460,17 +475,17 @@ func (q *Queue) take(r Request) {
 }
 
 // give frees what take used, and queues again the pods parked behind the
-// PDBs' call. q.mu is held.
+// PDBs' calls. q.mu is held.
 func (q *Queue) give(r Request) {
 	q.perNode[r.Node]--
 	for _, pdb := range r.PDBs {
 		if q.perPDB[pdb]--; q.perPDB[pdb] <= 0 {
 			delete(q.perPDB, pdb)
-			for _, uid := range q.parked[pdb] {
-				q.queue.Add(uid)
-			}
-			delete(q.parked, pdb)
 		}
+		for _, uid := range q.parked[pdb] {
+			q.queue.Add(uid)
+		}
+		delete(q.parked, pdb)
 	}
 }
 

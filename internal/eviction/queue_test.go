@@ -301,16 +301,29 @@ func TestRetryNowSkipsTheBackoff(t *testing.T) {
 	h.waitFor(t, Evicted)
 }
 
-// TestOneCallInFlightPerPDB: five pods of one PDB and three without a PDB,
+// TestCallsInFlightPerPDB: five pods of one PDB and three without a PDB,
 // on different nodes. The API server serializes evictions under one PDB
-// (a conflicting one waits 500 ms), so the queue sends the PDB's one at a
-// time; the pods without a PDB go in parallel, and every pod is evicted.
-func TestOneCallInFlightPerPDB(t *testing.T) {
+// (a conflicting one waits 500 ms), so the queue sends at most PerPDB of
+// the PDB's at once (DefaultPerPDB unset); the pods without a PDB go in
+// parallel, and every pod is evicted.
+func TestCallsInFlightPerPDB(t *testing.T) {
+	for _, perPDB := range []int{0, 1, 3} {
+		t.Run(fmt.Sprintf("PerPDB=%d", perPDB), func(t *testing.T) {
+			want := perPDB
+			if want == 0 {
+				want = DefaultPerPDB
+			}
+			callsInFlightPerPDB(t, perPDB, want)
+		})
+	}
+}
+
+func callsInFlightPerPDB(t *testing.T, perPDB, want int) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	inFlight, peak := map[string]int{}, map[string]int{}
 	groupOf := map[string]string{}
-	h := newHarnessWith(t, Options{Workers: 10, PerNode: 10, QPS: 1000, Burst: 1000}, func(ev *policyv1.Eviction, _ int) error {
+	h := newHarnessWith(t, Options{Workers: 10, PerNode: 10, PerPDB: perPDB, QPS: 1000, Burst: 1000}, func(ev *policyv1.Eviction, _ int) error {
 		mu.Lock()
 		g := groupOf[ev.Name]
 		inFlight[g]++
@@ -341,14 +354,14 @@ func TestOneCallInFlightPerPDB(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
-		ready := inFlight["web"] == 1 && inFlight["none"] == 3
+		ready := inFlight["web"] == want && inFlight["none"] == 3
 		snapshot := fmt.Sprint(inFlight)
 		mu.Unlock()
 		if ready {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("in flight %s, want 1 of the PDB's and the 3 others", snapshot)
+			t.Fatalf("in flight %s, want %d of the PDB's and the 3 others", snapshot, want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -358,7 +371,7 @@ func TestOneCallInFlightPerPDB(t *testing.T) {
 	for range reqs {
 		h.waitFor(t, Evicted)
 	}
-	if peak["web"] != 1 || peak["none"] != 3 {
-		t.Errorf("peak in flight %v, want web 1 and none 3", peak)
+	if peak["web"] != want || peak["none"] != 3 {
+		t.Errorf("peak in flight %v, want web %d and none 3", peak, want)
 	}
 }

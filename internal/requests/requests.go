@@ -120,6 +120,9 @@ func applySpec(node string, r v1alpha1.Requester, mode v1alpha1.DrainMode, polic
 			entry["overrides"] = overrides
 		}
 	}
+	if r.Batch != nil {
+		entry["batch"] = map[string]any{"id": r.Batch.ID, "size": int64(r.Batch.Size)}
+	}
 	spec := map[string]any{"nodeName": node, "requesters": []any{entry}}
 	if mode != "" {
 		spec["mode"] = string(mode)

@@ -40,16 +40,30 @@ type plan struct {
 	why map[types.UID]string
 	// wake is when the queue needs its next pass without an event.
 	wake time.Duration
+	// skipped are the drains of complete batches that skip the batch
+	// window (batch.go).
+	skipped map[types.UID]bool
 }
 
 func (p *plan) admits() bool { return len(p.order) > 0 }
 
 // only keeps the verdicts of these drains: a drain the confirming read
-// found but the pass did not cordon is decided by the next pass.
+// found but the pass did not cordon is decided by the next pass, and so
+// are the drains that skip the batch window, when there is such a drain:
+// it may be of their batch, which is cordoned whole before any of it
+// starts.
 func (p *plan) only(ms []*member) *plan {
 	keep := map[types.UID]bool{}
 	for _, m := range ms {
 		keep[m.drain.UID] = true
+	}
+	for uid := range p.verdicts {
+		if !keep[uid] {
+			for skipped := range p.skipped {
+				keep[skipped] = false
+			}
+			break
+		}
 	}
 	for uid := range p.verdicts {
 		if !keep[uid] {
@@ -63,7 +77,7 @@ func (p *plan) only(ms []*member) *plan {
 // plan decides, purely from what the pass read: which waiting drains wait
 // for a window, which for their batch, and which the scheduler admits.
 func (q *queue) plan() *plan {
-	p := &plan{verdicts: map[types.UID]verdict{}, why: map[types.UID]string{}, wake: requeue.Resync}
+	p := &plan{verdicts: map[types.UID]verdict{}, why: map[types.UID]string{}, wake: requeue.Resync, skipped: map[types.UID]bool{}}
 	adm := q.policy.Admission
 	var eligible []*member
 	for _, m := range q.waiting {
@@ -83,9 +97,26 @@ func (q *queue) plan() *plan {
 			newest = t
 		}
 	}
+	// A batch its requester declared complete (batch.go) does not wait for
+	// the window, unless a drain outside such batches is still gathering
+	// its own: then it waits with it, as it would without its batch, and
+	// never takes a slot before a drain requested earlier.
+	complete, gathering := completeBatches(append(append([]*member(nil), q.admitted...), q.waiting...)), false
+	left := map[types.UID]time.Duration{}
+	for _, m := range eligible {
+		left[m.drain.UID] = min(newest.Add(adm.BatchWindow).Sub(q.now), requestTime(m.drain, q.now).Add(maxBatch*adm.BatchWindow).Sub(q.now))
+		if left[m.drain.UID] > 0 && !complete[m.drain.UID] {
+			gathering = true
+		}
+	}
 	var ready []*member
 	for _, m := range eligible {
-		left := min(newest.Add(adm.BatchWindow).Sub(q.now), requestTime(m.drain, q.now).Add(maxBatch*adm.BatchWindow).Sub(q.now))
+		left := left[m.drain.UID]
+		if left > 0 && complete[m.drain.UID] && !gathering {
+			p.why[m.drain.UID] = "its batch complete: the batch window skipped"
+			p.skipped[m.drain.UID] = true
+			left = 0
+		}
 		if left > 0 {
 			p.verdicts[m.drain.UID] = verdict{Verdict: schedule.Verdict{Node: m.node.Name, Reason: v1alpha1.ReasonWaitingForBatch,
 				Message: fmt.Sprintf("gathering the drains requested with it, to cordon them all before any eviction: "+
