@@ -140,7 +140,9 @@ func (b *bench) runScale(ctx context.Context, sc scaleConfig) (err error) {
 		}
 		_ = os.RemoveAll(dir)
 	}()
-	fmt.Fprintf(b.out, "scale: %d nodes, pods %v, drain %d fresh nodes at each size; recipe per size: %s\n", b.r.nodes, sc.sizes, drained, b.r)
+	last := b.r
+	last.pods = sc.sizes[len(sc.sizes)-1]
+	fmt.Fprintf(b.out, "scale: %d nodes, pods %v, drain %d fresh nodes at each size; at the last size: %s\n", b.r.nodes, sc.sizes, drained, last)
 	fmt.Fprintf(b.out, "vacate-controller flags: %s\n", strings.Join(controllerFlags("<its own user>", b.r.ctrlFlags), " "))
 	began := time.Now()
 	c, err := devcluster.Up(ctx, b.clusterOptions(dir))
