@@ -243,7 +243,7 @@ bench: controlplane ## Measure vacate against kubectl drain and a tight client: 
 .PHONY: bench-scale
 bench-scale: controlplane ## One cluster of SCALE_NODES nodes grown to each of SCALE_PODS pods: vacate idle and draining 20 fresh nodes at each size, N kubectl and the tight client at the last; plot in SCALE_OUT
 	$(GO) run ./hack/bench -scale -nodes $(SCALE_NODES) -scale-pods $(SCALE_PODS) -daemonsets 2 -drain 20 \
-		-kcm-qps 100 -scale-results $(SCALE_OUT)/results.json -plot $(SCALE_OUT)/scale.png $(BENCH_FLAGS)
+		-kcm-qps 100 -scheduler-qps 100 -scale-results $(SCALE_OUT)/results.json -plot $(SCALE_OUT)/scale.png $(BENCH_FLAGS)
 
 .PHONY: bench-scale-fresh
 bench-scale-fresh: controlplane ## bench on fresh clusters at scale: drain 10% of FRESH_NODES nodes with FRESH_PODS pods under maxParallelNodes 10%

@@ -44,6 +44,7 @@ func main() {
 		rowsFlag   string
 		firstN     int
 		kcmQPS     int
+		schedQPS   int
 		kwokPar    int
 		keep       bool
 		tight      bool
@@ -67,6 +68,7 @@ func main() {
 	flag.StringVar(&rowsFlag, "rows", "engine,parallel,tight,first", "rows to run: engine, parallel, tight, first (comma separated), or driver names")
 	flag.IntVar(&firstN, "first-drains", 20, "single-node drains in the first-eviction row")
 	flag.IntVar(&kcmQPS, "kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that); 0 keeps its default (20), which paces ReplicaSets' pod creation")
+	flag.IntVar(&schedQPS, "scheduler-qps", 0, "kube-scheduler's --kube-api-qps (burst twice that); 0 keeps its default (50), which binds at most 50 pods a second")
 	flag.IntVar(&kwokPar, "kwok-parallelism", 32, "pods and nodes kwok handles at once (stages, leases); 0 keeps kwok's default (4), one simulated kubelet for every node, which starts and stops the pods of all nodes four at a time: a drain of ten nodes at once then waits on it (docs/performance.md), and thousands of pods go Running at a few a second")
 	flag.StringVar(&ctrlFlags, "controller-flags", "", "more vacate-controller flags, space separated (for example --pprof-bind-address 127.0.0.1:6060 to take profiles during a run)")
 	flag.BoolVar(&keep, "keep", false, "keep every run's cluster directory (logs, audit log) for a look afterwards")
@@ -113,7 +115,7 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(filepath.Dir(bins.controller))
-	b := &bench{out: os.Stdout, r: r, runs: runs, bins: bins, kcmQPS: kcmQPS, kwokPar: kwokPar, keep: keep}
+	b := &bench{out: os.Stdout, r: r, runs: runs, bins: bins, kcmQPS: kcmQPS, schedQPS: schedQPS, kwokPar: kwokPar, keep: keep}
 	if scale {
 		err = b.runScale(ctx, sc)
 	} else {
@@ -216,13 +218,14 @@ func build() (binaries, error) {
 
 // bench runs rows and prints what it measured.
 type bench struct {
-	out     io.Writer
-	r       recipe
-	runs    int
-	bins    binaries
-	kcmQPS  int
-	kwokPar int
-	keep    bool
+	out      io.Writer
+	r        recipe
+	runs     int
+	bins     binaries
+	kcmQPS   int
+	schedQPS int
+	kwokPar  int
+	keep     bool
 }
 
 func (b *bench) run(ctx context.Context, rows []row) error {

@@ -241,14 +241,14 @@ func scalePanels(now, before []scalePhase, nowName, beforeName string) []panel {
 		{name: "idle" + suffix(nowName), col: blue, pts: mk(now, idle)},
 	}}
 	perEv := panel{title: "controller CPU per eviction", yUnit: "ms", series: []series{
-		{name: "20-node drain" + suffix(nowName), col: green, pts: mk(now, cpu)},
+		{name: "drain" + suffix(nowName), col: green, pts: mk(now, cpu)},
 	}}
 	if len(before) > 0 {
 		rss.series = append(rss.series,
 			series{name: "drain peak" + suffix(beforeName), col: orange, dashed: true, pts: mk(before, peak)},
 			series{name: "idle" + suffix(beforeName), col: blue, dashed: true, pts: mk(before, idle)})
 		perEv.series = append(perEv.series,
-			series{name: "20-node drain" + suffix(beforeName), col: green, dashed: true, pts: mk(before, cpu)})
+			series{name: "drain" + suffix(beforeName), col: green, dashed: true, pts: mk(before, cpu)})
 	}
 	return []panel{rss, perEv}
 }

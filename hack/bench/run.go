@@ -111,13 +111,18 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 
 // clusterOptions are the dev cluster's options for a bench in dir: the
 // drainers' reads audited, kwok's parallelism and kube-controller-manager's
-// QPS from the flags.
+// and kube-scheduler's QPS from the flags.
 func (b *bench) clusterOptions(dir string) devcluster.Options {
 	opts := devcluster.Options{Name: "bench", Dir: dir, AuditReadsOf: []string{controllerUser, kubectlUser, tightUser},
 		KwokParallelism: b.kwokPar}
+	opts.ExtraArgs = map[string][]string{}
 	if b.kcmQPS > 0 {
-		opts.ExtraArgs = map[string][]string{devcluster.KubeControllerManager: {
-			fmt.Sprintf("--kube-api-qps=%d", b.kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.kcmQPS)}}
+		opts.ExtraArgs[devcluster.KubeControllerManager] = []string{
+			fmt.Sprintf("--kube-api-qps=%d", b.kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.kcmQPS)}
+	}
+	if b.schedQPS > 0 {
+		opts.ExtraArgs[devcluster.KubeScheduler] = []string{
+			fmt.Sprintf("--kube-api-qps=%d", b.schedQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.schedQPS)}
 	}
 	return opts
 }
