@@ -50,7 +50,10 @@ const (
 	ReasonServingDraining = "Draining"
 	// LabelEndpointAware, on a namespace (label) or a pod (annotation),
 	// value "true", opts pods into endpoint-aware eviction: the webhook
-	// adds the readiness gate ConditionServing when they are created.
+	// adds the readiness gate ConditionServing when they are created, and
+	// this label, value "true", to the pod: vacate-controller watches the
+	// pods so labelled (a pod that declares the gate itself carries the
+	// label too), not every pod of the cluster.
 	LabelEndpointAware = "vacate.dev/endpoint-aware"
 	// LabelEviction, on an Evacuation, is the UID of the Eviction
 	// (lifecycle.k8s.io) it was asked for: vacate, as the responder of one

@@ -65,6 +65,8 @@ func main() {
 			opts.Controllers.EvictionRequests = m
 			return err
 		})
+	fs.StringVar(&opts.Controllers.ServingPods, "serving-pods", controller.ServingPodsLabelled,
+		"which pods outside the drained nodes the controller watches to set their readiness condition vacate.dev/serving: labelled (those labelled vacate.dev/endpoint-aware=true, as vacate's webhook labels the pods it gates; the default) or all (every pod of the cluster, for pods that declare the gate themselves without the label: the controller then holds every pod)")
 	printVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)

@@ -123,6 +123,7 @@ func gatedOn(t *testing.T, c *devcluster.Cluster, ns, node string) corev1.Pod {
 	d := devcluster.Deployment(ns, "next-gated", 1)
 	d.Spec.Template.Spec.NodeSelector = map[string]string{devcluster.HostnameLabel: node}
 	d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: serving.Condition}}
+	d.Spec.Template.Labels[v1alpha1.LabelEndpointAware] = "true" // declared by hand: labelled too
 	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,12 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/utils/clock"
@@ -19,6 +22,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/controller/evacuationprovider"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 	"github.com/vacate-dev/vacate/internal/controller/nodedrain"
+	"github.com/vacate-dev/vacate/internal/controller/scoped"
 	servingctl "github.com/vacate-dev/vacate/internal/controller/serving"
 	"github.com/vacate-dev/vacate/internal/controller/trigger"
 	"github.com/vacate-dev/vacate/internal/eviction"
@@ -64,6 +68,14 @@ type Options struct {
 	// Roles is the mode's decision at start (DecideRoles), made by the
 	// caller, which also writes it on the leader's Lease.
 	Roles EvictionRequestRoles
+	// ServingPods is --serving-pods (ServingPodsLabelled when empty): which
+	// pods outside drained nodes the serving controller watches.
+	ServingPods string
+	// Pods is the pod cache (NewPods), which the manager's client reads
+	// pods from (PodClient) and the caller runs with the manager.
+	Pods *Pods
+	// Slices is the EndpointSlice cache (NewSlices), the same way.
+	Slices *Slices
 }
 
 // EvictionRequestsMode says whether vacate coordinates Kubernetes'
@@ -132,13 +144,13 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if err := index.Register(ctx, mgr); err != nil {
-		return fmt.Errorf("indexing pods by node: %w", err)
+	if opts.Pods == nil {
+		return errors.New("no pod cache (controller.NewPods)")
 	}
-	nodePods, err := index.CachedNodePods(ctx, mgr.GetCache())
-	if err != nil {
-		return err
-	}
+	opts.Pods.KeepWhile(keepScope(mgr.GetCache(), opts.Roles.Coordinate))
+	nodePods := index.NodePods(func(ctx context.Context, node string) ([]*corev1.Pod, error) {
+		return opts.Pods.List(ctx, scoped.Node(node))
+	})
 	cs, err := kubeClient(mgr)
 	if err != nil {
 		return err
@@ -154,7 +166,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		return fmt.Errorf("adding the eviction queue: %w", err)
 	}
 	drains := nodedrain.NewReconciler(mgr.GetClient(), opts.Clock, mgr.GetEventRecorder("vacate-controller"), evictions)
-	drains.APIReader, drains.Pods = mgr.GetAPIReader(), nodePods
+	drains.APIReader, drains.Pods, drains.PodSource = mgr.GetAPIReader(), nodePods, opts.Pods
+	if opts.Slices != nil {
+		drains.SliceSource = opts.Slices
+	}
 	// Every outcome updates the drains' ledger and wakes the node's drain;
 	// every attempt is checked against the pod's holds right before the
 	// call.
@@ -176,7 +191,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		&drainpolicy.Reconciler{Client: mgr.GetClient()},
 		&evacuationprovider.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()},
 		&trigger.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Events: mgr.GetEventRecorder("vacate-controller")},
-		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock},
+		&servingctl.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Pods: opts.Pods},
 	}
 	if opts.Roles.Coordinate || opts.Roles.Request {
 		if err := index.RegisterEvictionRequests(ctx, mgr); err != nil {
@@ -189,7 +204,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 		// Its hook calls are the drains': the same client (leader fence
 		// included), tokens and loopback rule.
 		co.Hooks.Client, co.Hooks.Tokens, co.Hooks.Observe, co.AllowLoopbackHooks = drains.Hooks.Client, drains.Hooks.Tokens, drains.Hooks.Observe, drains.AllowLoopbackHooks
-		co.APIReader = mgr.GetAPIReader()
+		co.APIReader, co.Pods = mgr.GetAPIReader(), opts.Pods
 		setups = append(setups, co)
 	}
 	mgr.GetLogger().Info("EvictionRequest API", "mode", cmp.Or(opts.EvictionRequests, EvictionRequestsAuto),

@@ -1,42 +1,63 @@
 package operator_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vacate-dev/vacate/internal/controller"
 	"github.com/vacate-dev/vacate/internal/controller/index"
+	"github.com/vacate-dev/vacate/internal/controller/scoped"
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
 )
 
-// TestCachedNodePodsAgreeWithTheList: a node's pods read from the pod
-// informer's own index (index.CachedNodePods, what the controllers read)
-// are those a List of the cache by spec.nodeName returns, and the ones the
-// test bound there, as pods are created on two nodes and deleted; a second
-// read while nothing changed returns the same objects, not copies.
-func TestCachedNodePodsAgreeWithTheList(t *testing.T) {
+// TestScopedNodePodsAgreeWithTheAPI: a node's pods read from its scope of
+// the pod cache (controller.NewPods, what the controllers read) are those
+// the API server lists on that node, and the ones the test bound there, as
+// pods are created on two nodes and deleted; a second read while nothing
+// changed returns the same objects, not copies. The client that reads pods
+// through the cache finds a scoped pod, answers "not found" for one a scope
+// saw deleted, reads a pod no scope holds from the API server, and refuses
+// a list of pods that names no scope.
+func TestScopedNodePodsAgreeWithTheAPI(t *testing.T) {
 	c := testenv.Start(t)
 	ctx := testenv.Context(t)
-	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "nodepods", Count: 2, Labels: map[string]string{"pool": "nodepods"}})
+	nodes := testenv.Nodes(t, c, devcluster.NodeSet{Prefix: "nodepods", Count: 3, Labels: map[string]string{"pool": "nodepods"}})
 	ns := testenv.Namespace(t, c)
-	var nodePods index.NodePods
-	var listed index.NodePods
-	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
-		if err := index.Register(ctx, mgr); err != nil {
-			return err
+	pods, err := controller.NewPods(c.RESTConfig, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pods.Start(cctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
-		var err error
-		nodePods, err = index.CachedNodePods(ctx, mgr.GetCache())
-		listed = index.ListedNodePods(mgr.GetClient())
-		return err
 	})
+	nodePods := func(ctx context.Context, n string) ([]*corev1.Pod, error) { return pods.List(ctx, scoped.Node(n)) }
+	listed := func(ctx context.Context, n string) ([]*corev1.Pod, error) {
+		l, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*corev1.Pod, 0, len(l.Items))
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+		return out, nil
+	}
 	want := map[string][]string{}
 	names := func(pods []*corev1.Pod) []string {
 		var out []string
@@ -50,7 +71,7 @@ func TestCachedNodePodsAgreeWithTheList(t *testing.T) {
 	}
 	agree := func(stage string) {
 		t.Helper()
-		for _, n := range nodes {
+		for _, n := range nodes[:2] {
 			testutil.Eventually(t, time.Minute, fmt.Sprintf("%s: the pods of %s from the index", stage, n), func() error {
 				got, err := nodePods(ctx, n)
 				if err != nil {
@@ -96,4 +117,44 @@ func TestCachedNodePodsAgreeWithTheList(t *testing.T) {
 	}
 	want[nodes[0]] = slices.DeleteFunc(want[nodes[0]], func(s string) bool { return s == "p1" })
 	agree("p1 deleted")
+	checkPodClient(t, c, pods, ns, nodes, len(want[nodes[1]]))
+}
+
+// checkPodClient: PodClient finds p0, a pod of nodes[0]'s scope; answers
+// "not found" for p1, which that scope saw deleted; reads a pod of
+// nodes[2], which no scope holds, from the API server without starting
+// its node's scope; refuses a list of a namespace's pods; and lists the
+// onSecond pods of nodes[1].
+func checkPodClient(t *testing.T, c *devcluster.Cluster, pods *controller.Pods, ns string, nodes []string, onSecond int) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	live, err := client.New(c.RESTConfig, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := controller.PodClient{Client: live, Pods: pods, Live: live}
+	elsewhere := testutil.Pod("elsewhere").Namespace(ns).OnNode(nodes[2]).Obj()
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, elsewhere, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Pod{}
+	if err := pc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p0"}, got); err != nil || got.Spec.NodeName != nodes[0] {
+		t.Errorf("a scoped pod: %v, on %q", err, got.Spec.NodeName)
+	}
+	if err := pc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p1"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a pod its scope saw deleted: %v, want not found", err)
+	}
+	if err := pc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "elsewhere"}, got); err != nil || got.Spec.NodeName != nodes[2] {
+		t.Errorf("a pod no scope holds, from the API server: %v, on %q", err, got.Spec.NodeName)
+	}
+	if scopes, _ := pods.Scopes(); slices.Contains(scopes, scoped.Node(nodes[2])) {
+		t.Errorf("reading one pod of %s started its node's scope: %v", nodes[2], scopes)
+	}
+	if err := pc.List(ctx, &corev1.PodList{}, client.InNamespace(ns)); err == nil {
+		t.Error("a list of a namespace's pods was served: it names no scope")
+	}
+	onNode := &corev1.PodList{}
+	if err := pc.List(ctx, onNode, client.MatchingFields{index.PodNodeName: nodes[1]}); err != nil || len(onNode.Items) != onSecond {
+		t.Errorf("a list of %s's pods: %v, %d pods, want %d", nodes[1], err, len(onNode.Items), onSecond)
+	}
 }

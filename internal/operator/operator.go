@@ -20,8 +20,10 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -138,7 +140,12 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 			return nil, err
 		}
 	}
+	newClient, err := scopedCaches(cfg, &opts.Controllers)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewClient:                           newClient,
 		WebhookServer:                       webhookServer,
 		Scheme:                              scheme,
 		Metrics:                             metricsOptions(opts, reviewCfg),
@@ -158,6 +165,11 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	for _, c := range []manager.Runnable{opts.Controllers.Pods, opts.Controllers.Slices} {
+		if err := mgr.Add(c); err != nil {
+			return nil, err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
@@ -322,4 +334,37 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (stop func() err
 		cancel()
 		return <-done
 	}, nil
+}
+
+// scopedCaches makes the pod and EndpointSlice caches, scoped to the work,
+// never all of the cluster's (opts.Pods, opts.Slices; the caller runs
+// them with the manager), and the manager's client that reads them.
+func scopedCaches(cfg *rest.Config, opts *controller.Options) (client.NewClientFunc, error) {
+	pods, err := controller.NewPods(cfg, slimObjects, opts.ServingPods)
+	if err != nil {
+		return nil, err
+	}
+	slices, err := controller.NewSlices(cfg, slimObjects)
+	if err != nil {
+		return nil, err
+	}
+	opts.Pods, opts.Slices = pods, slices
+	return scopedClient(pods, slices), nil
+}
+
+// scopedClient makes the manager's client: controller-runtime's, reading
+// pods and EndpointSlices from the scoped caches instead
+// (controller.PodClient), and from the API server a pod no scope holds.
+func scopedClient(pods *controller.Pods, slices *controller.Slices) client.NewClientFunc {
+	return func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.New(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		live, err := client.New(cfg, client.Options{HTTPClient: o.HTTPClient, Scheme: o.Scheme, Mapper: o.Mapper})
+		if err != nil {
+			return nil, err
+		}
+		return controller.PodClient{Client: c, Pods: pods, Slices: slices, Live: live}, nil
+	}
 }

@@ -27,8 +27,8 @@ func TestPodGateAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	labelled := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{v1alpha1.LabelEndpointAware: "true"}}}
-	h := &webhook.PodGate{Namespaces: fake.NewClientBuilder().WithScheme(scheme).WithObjects(labelled).Build(), Decoder: admission.NewDecoder(scheme)}
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{v1alpha1.LabelEndpointAware: "true"}}}
+	h := &webhook.PodGate{Namespaces: fake.NewClientBuilder().WithScheme(scheme).WithObjects(shop).Build(), Decoder: admission.NewDecoder(scheme)}
 	raw := func(p *corev1.Pod) runtime.RawExtension {
 		b, err := json.Marshal(p)
 		if err != nil {
@@ -44,6 +44,10 @@ func TestPodGateAnswers(t *testing.T) {
 		}
 		return p
 	}
+	labelled := func(p *corev1.Pod) *corev1.Pod {
+		p.Labels = map[string]string{v1alpha1.LabelEndpointAware: "true"}
+		return p
+	}
 	req := func(op admissionv1.Operation, ns string, obj runtime.RawExtension) admission.Request {
 		return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: op, Namespace: ns,
 			Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Object: obj}}
@@ -55,9 +59,11 @@ func TestPodGateAnswers(t *testing.T) {
 		patches int
 		code    int32
 	}{
-		{"a creation in a labelled namespace", req(admissionv1.Create, "shop", raw(pod("shop", false))), true, 1, 0},
+		// The gate, and the label vacate-controller finds gated pods by.
+		{"a creation in a labelled namespace", req(admissionv1.Create, "shop", raw(pod("shop", false))), true, 2, 0},
 		{"an update", req(admissionv1.Update, "shop", raw(pod("shop", false))), true, 0, 0},
-		{"a pod that already has the gate", req(admissionv1.Create, "shop", raw(pod("shop", true))), true, 0, 0},
+		{"a pod that already has the gate, not the label", req(admissionv1.Create, "shop", raw(pod("shop", true))), true, 1, 0},
+		{"a pod that already has the gate and the label", req(admissionv1.Create, "shop", raw(labelled(pod("shop", true)))), true, 0, 0},
 		{"a namespace it cannot read", req(admissionv1.Create, "gone", raw(pod("gone", false))), true, 0, 0},
 		{"a pod it cannot decode", req(admissionv1.Create, "shop", runtime.RawExtension{Raw: []byte("{not json")}), false, 0, http.StatusBadRequest},
 	} {

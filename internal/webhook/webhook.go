@@ -92,10 +92,18 @@ func (h *PodGate) Handle(ctx context.Context, req admission.Request) admission.R
 	if !optedIn {
 		return admission.Allowed(why)
 	}
-	if serving.Gated(pod) {
+	if serving.Gated(pod) && pod.Labels[v1alpha1.LabelEndpointAware] == "true" {
 		return admission.Allowed("the pod already has the readiness gate " + string(serving.Condition))
 	}
-	pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: serving.Condition})
+	if !serving.Gated(pod) {
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: serving.Condition})
+	}
+	// The label is how vacate-controller finds the pods whose condition
+	// it sets, without watching every pod of the cluster.
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[v1alpha1.LabelEndpointAware] = "true"
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)

@@ -71,12 +71,18 @@ func checkOptIn(t *testing.T, c *devcluster.Cluster, wantGates bool) {
 			t.Errorf("pod %s (annotation %q, namespace labelled %t): gated %t, want %t; readinessGates %v",
 				tc.name, tc.annotation, tc.ns == labelled, serving.Gated(got), want, got.Spec.ReadinessGates)
 		}
+		// The label vacate-controller watches gated pods by comes with
+		// the gate.
+		if l := got.Labels[v1alpha1.LabelEndpointAware] == "true"; l != want {
+			t.Errorf("pod %s: labelled %s=true %t, want %t", tc.name, v1alpha1.LabelEndpointAware, l, want)
+		}
 	}
 }
 
 // TestWebhookGatesOptedInPods: with vacate-controller serving the webhook
 // (certificates from envtest on loopback), pods of a labelled namespace and
-// annotated pods get the readiness gate, others and opted-out pods do not;
+// annotated pods get the readiness gate and the label
+// vacate.dev/endpoint-aware=true, others and opted-out pods neither;
 // with the controller stopped, pods are still created (the webhook fails
 // open), without the gate.
 func TestWebhookGatesOptedInPods(t *testing.T) {

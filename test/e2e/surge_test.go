@@ -98,6 +98,7 @@ func (e *env) surgeWorkload(t *testing.T, s surgeSetup) *surgeEnv {
 	}
 	if s.settle > 0 {
 		dep.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: serving.Condition}}
+		dep.Spec.Template.Labels[v1alpha1.LabelEndpointAware] = "true" // declared by hand: labelled too
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: corev1.ServiceSpec{
 			Selector: map[string]string{devcluster.AppLabel: "web"}, Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}}
 		if _, err := e.c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {

@@ -602,6 +602,7 @@ func TestControllerChangesOnlyItsOwnConditionOnPods(t *testing.T) {
 	ns := testenv.Namespace(t, c)
 	pod := devcluster.BarePod(ns, "gated", node)
 	pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ConditionServing}}
+	pod.Labels[v1alpha1.LabelEndpointAware] = "true" // declared by hand: labelled too
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

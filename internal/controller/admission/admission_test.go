@@ -43,7 +43,7 @@ var errKilled = errors.New("the controller was killed")
 func runAdmission(t *testing.T, c *devcluster.Cluster, wrap func(client.WithWatch) client.WithWatch) (stop func()) {
 	t.Helper()
 	return testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
-		if err := index.Register(context.Background(), mgr); err != nil {
+		if err := index.RegisterAll(context.Background(), mgr); err != nil {
 			return err
 		}
 		cl := mgr.GetClient()

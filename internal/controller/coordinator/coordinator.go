@@ -36,6 +36,7 @@ import (
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/requeue"
+	"github.com/vacate-dev/vacate/internal/controller/scoped"
 	"github.com/vacate-dev/vacate/internal/drain"
 	"github.com/vacate-dev/vacate/internal/eviction"
 	er "github.com/vacate-dev/vacate/internal/evictionrequest"
@@ -78,6 +79,9 @@ type Reconciler struct {
 	// responder (responder.go); AllowLoopbackHooks as for drains.
 	Hooks              *hook.Prober
 	AllowLoopbackHooks bool
+	// Pods is the pod cache: a requested pod's scope is watched while it
+	// is asked for; unset, the manager's cache holds every pod.
+	Pods *scoped.Cache[*corev1.Pod]
 	// APIReader reads around the cache where a stale read would lose
 	// something: the Evacuations an ended Eviction must undo, the Eviction
 	// that owns an Evacuation.
@@ -175,13 +179,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // cache.
 func (r *Reconciler) read(ctx context.Context, key types.NamespacedName) (*target, error) {
 	t := &target{key: key}
-	pod := &corev1.Pod{}
-	switch err := r.Client.Get(ctx, key, pod); {
-	case err == nil:
-		t.pod = pod
-	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("reading pod %s: %w", key, err)
-	}
 	evictions := &lifecyclev1alpha1.EvictionList{}
 	if err := r.Client.List(ctx, evictions, client.InNamespace(key.Namespace), client.MatchingFields{TargetIndex: key.Name}); err != nil {
 		return nil, fmt.Errorf("listing the Evictions of pod %s: %w", key, err)
@@ -198,6 +195,20 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName) (*targe
 		return nil, fmt.Errorf("listing EvictionRequests for pod %s: %w", key, err)
 	}
 	t.requests = list.Items
+	if len(t.requests) > 0 && r.Pods != nil {
+		// The pod's events wake its passes while it is asked for, on a
+		// drained node or not (keepScope).
+		if err := r.Pods.Want(ctx, scoped.Pod(key.Namespace, key.Name)); err != nil {
+			return nil, err
+		}
+	}
+	pod := &corev1.Pod{}
+	switch err := r.Client.Get(ctx, key, pod); {
+	case err == nil:
+		t.pod = pod
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading pod %s: %w", key, err)
+	}
 	return t, nil
 }
 

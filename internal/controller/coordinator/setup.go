@@ -48,11 +48,16 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(r.Hooks.Run)); err != nil {
 		return fmt.Errorf("adding the coordinator's hook prober: %w", err)
 	}
-	return ctrl.ControllerManagedBy(mgr).
+	b := ctrl.ControllerManagedBy(mgr).
 		Named("evictionrequest").
 		Watches(&lifecyclev1alpha1.EvictionRequest{}, handler.EnqueueRequestsFromMapFunc(requestTarget)).
-		Watches(&lifecyclev1alpha1.Eviction{}, handler.EnqueueRequestsFromMapFunc(evictionTarget)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.requestedPod)).
+		Watches(&lifecyclev1alpha1.Eviction{}, handler.EnqueueRequestsFromMapFunc(evictionTarget))
+	if r.Pods != nil {
+		b = b.WatchesRawSource(&source.Informer{Informer: r.Pods, Handler: handler.EnqueueRequestsFromMapFunc(r.requestedPod)})
+	} else {
+		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.requestedPod))
+	}
+	return b.
 		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(r.protectedPods)).
 		WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{})).
 		Complete(r)

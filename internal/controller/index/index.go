@@ -4,16 +4,12 @@ package index
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -23,15 +19,22 @@ import (
 // PodNodeName indexes cached pods by spec.nodeName.
 const PodNodeName = "spec.nodeName"
 
-// Register adds the indexes to the manager's cache.
+// Register adds the EndpointSlice index to a manager's cache that holds
+// every slice: a test's. vacate-controller caches pods and EndpointSlices
+// by scope (internal/controller/scoped), and its client (controller.
+// PodClient) filters by these indexes' functions.
 func Register(ctx context.Context, mgr manager.Manager) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, EndpointPod, EndpointPodsOf)
+}
+
+// RegisterPods adds the pod indexes (PodNodeName, Surge) to a manager's
+// cache that holds every pod: a test's, running one controller alone with
+// the manager's client. Calling it starts that cache's pod informer.
+func RegisterPods(ctx context.Context, mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeName, NodeNameOf); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, Surge, SurgeKeysOf); err != nil {
-		return err
-	}
-	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, EndpointPod, EndpointPodsOf)
+	return mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, Surge, SurgeKeysOf)
 }
 
 // EvictionTarget indexes cached EvictionRequests and Evictions
@@ -110,50 +113,10 @@ func NodeNameOf(o client.Object) []string {
 }
 
 // NodePods reads the pods bound to a node. They are the cache's own
-// objects, which the caller must not change.
+// objects, which the caller must not change. vacate-controller's reads its
+// node's scope of the pod cache (controller.Setup), waiting until the
+// scope is listed whole.
 type NodePods func(ctx context.Context, node string) ([]*corev1.Pod, error)
-
-// podsByNode is the name of the index CachedNodePods adds to the pod
-// informer.
-const podsByNode = "vacate.dev/pods-by-node"
-
-// CachedNodePods reads a node's pods straight from the pod informer's own
-// index: no list is built, no pod copied. (A List from the cache copies
-// every pod it returns into the list, even with UnsafeDisableDeepCopy: at
-// 10,000 pods, a quarter of what the controller allocated during a drain,
-// for a pass of each drain at every event.)
-func CachedNodePods(ctx context.Context, informers cache.Informers) (NodePods, error) {
-	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return nil, fmt.Errorf("getting the pod informer: %w", err)
-	}
-	withIndexer, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
-	if !ok {
-		return nil, fmt.Errorf("the pod informer (%T) does not expose its indexer", inf)
-	}
-	if err := inf.AddIndexers(toolscache.Indexers{podsByNode: func(o any) ([]string, error) {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("indexing the pod informer by node: %w", err)
-	}
-	indexer := withIndexer.GetIndexer()
-	return func(_ context.Context, node string) ([]*corev1.Pod, error) {
-		objs, err := indexer.ByIndex(podsByNode, node)
-		if err != nil {
-			return nil, err
-		}
-		pods := make([]*corev1.Pod, 0, len(objs))
-		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok {
-				pods = append(pods, p)
-			}
-		}
-		return pods, nil
-	}, nil
-}
 
 // Or is n, or, when n is unset, ListedNodePods of c.
 func (n NodePods) Or(c client.Reader) NodePods {
@@ -186,28 +149,15 @@ func PodsOnNode(ctx context.Context, c client.Reader, node string) ([]*corev1.Po
 	return pods, nil
 }
 
-// NodesOfPDB are the nodes (sorted) of the pods the PodDisruptionBudget
-// selects: same namespace, its selector matching (nil selects nothing, {}
-// everything), read from the cache without copies. It reads the pods of
-// the PDB's namespace: it serves the rare changes of what a PDB guards
-// (created, deleted, selector changed), not its status changes (one per
-// eviction), which wake only the drains waiting on its budget.
-func NodesOfPDB(ctx context.Context, c client.Reader, pdb *policyv1.PodDisruptionBudget) ([]string, error) {
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
-	}
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing the pods of PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
-	}
-	nodes := map[string]bool{}
-	for i := range pods.Items {
-		if n := pods.Items[i].Spec.NodeName; n != "" {
-			nodes[n] = true
+// AnySelected says whether a pod of the namespace matches the selector
+// (a PodDisruptionBudget's: nil selects nothing, {} everything).
+func AnySelected(pods []*corev1.Pod, namespace string, sel labels.Selector) bool {
+	for _, p := range pods {
+		if p.Namespace == namespace && sel.Matches(labels.Set(p.Labels)) {
+			return true
 		}
 	}
-	return slices.Sorted(maps.Keys(nodes)), nil
+	return false
 }
 
 // PDBs lists every PodDisruptionBudget from the cache, without copies:
@@ -225,4 +175,13 @@ func PDBs(ctx context.Context, c client.Reader) ([]*policyv1.PodDisruptionBudget
 		out = append(out, &list.Items[i])
 	}
 	return out, nil
+}
+
+// RegisterAll is Register and RegisterPods: the indexes of a test's
+// manager that caches every pod.
+func RegisterAll(ctx context.Context, mgr manager.Manager) error {
+	if err := Register(ctx, mgr); err != nil {
+		return err
+	}
+	return RegisterPods(ctx, mgr)
 }

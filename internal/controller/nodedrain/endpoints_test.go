@@ -38,6 +38,7 @@ func gatedWeb(t *testing.T, e *env, ns string, sel map[string]string, replicas i
 	d := devcluster.Deployment(ns, "web", replicas)
 	d.Spec.Template.Spec.NodeSelector = sel
 	d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: serving.Condition}}
+	d.Spec.Template.Labels[v1alpha1.LabelEndpointAware] = "true" // declared by hand: labelled too
 	d.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: devcluster.HostnameLabel,
 		WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{devcluster.AppLabel: "web"}},
 		NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor)}} // a cordoned node counts for nothing

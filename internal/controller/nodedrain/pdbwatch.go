@@ -2,9 +2,11 @@ package nodedrain
 
 import (
 	"context"
+	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
 )
 
@@ -99,28 +100,33 @@ func (r *Reconciler) waitingOn(pdb string) []reconcile.Request {
 
 // drainsOfPDB wakes the drains still in progress that have a pod on their
 // node that the PodDisruptionBudget selects (same namespace, selector
-// matching, read from the cache): their plans change with it, and it
-// stamps the PDB for passes underway (pdbWaiters). It reads the PDB's
-// namespace's pods, for the rare changes of what a PDB guards. A selector
-// that cannot be read, or a cache that cannot be listed, wakes every drain
-// in progress.
+// matching, read from the pod cache): their plans change with it, and it
+// stamps the PDB for passes underway (pdbWaiters). It reads the pods of
+// the drained nodes, for the rare changes of what a PDB guards. A selector
+// that cannot be read wakes every drain in progress; a node whose pods
+// cannot be read wakes its drain.
 func (r *Reconciler) drainsOfPDB(ctx context.Context, o client.Object) []reconcile.Request {
 	r.waiters.wake(o.GetNamespace() + "/" + o.GetName())
 	pdb, ok := o.(*policyv1.PodDisruptionBudget)
 	if !ok {
 		return r.activeDrains(ctx, o)
 	}
-	nodes, err := index.NodesOfPDB(ctx, r.Client, pdb)
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	if err != nil {
 		return r.activeDrains(ctx, o)
 	}
 	var out []reconcile.Request
-	for _, n := range nodes {
-		nd := &v1alpha1.NodeDrain{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: n}, nd); err != nil || nd.Ended() {
-			continue
+	for _, req := range r.activeDrains(ctx, o) {
+		rctx, cancel := context.WithTimeout(ctx, pdbWakeRead)
+		pods, err := r.Pods.Or(r.Client)(rctx, req.Name) // a drain is named after its node
+		cancel()
+		if err != nil || index.AnySelected(pods, pdb.Namespace, sel) {
+			out = append(out, req)
 		}
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
 	}
 	return out
 }
+
+// pdbWakeRead bounds drainsOfPDB's read of a node's pods, which waits for
+// a scope still being listed.
+const pdbWakeRead = 10 * time.Second

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -85,9 +86,16 @@ type Reconciler struct {
 	// Wake receives the NodeDrains to requeue after an eviction outcome.
 	Wake chan event.GenericEvent
 
-	// Pods reads a node's pods from the cache (index.CachedNodePods); unset,
-	// they are listed from Client.
+	// Pods reads a node's pods from the pod cache (its node's scope,
+	// listed whole); unset, they are listed from Client.
 	Pods index.NodePods
+	// PodSource is the pod cache's informer that the pod watch follows
+	// (the scopes of drained nodes, and replacements); unset, the
+	// manager's cache of every pod.
+	PodSource crcache.Informer
+	// SliceSource is the EndpointSlice cache's informer (the namespaces of
+	// the pods whose slices drains read); unset, the manager's cache.
+	SliceSource crcache.Informer
 	// guards are the cluster's PodDisruptionBudgets as the PDB watch last
 	// saw them (pdbHandler keeps them): a pass plans with them instead of
 	// listing and indexing every PDB of the cluster.

@@ -36,17 +36,25 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(r.Hooks.Run)); err != nil {
 		return err
 	}
+	pods, podChange := settle(handler.EnqueueRequestsFromMapFunc(r.drainsOfPod), podSettle), predicate.Funcs{UpdateFunc: podChanged}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodedrain").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		For(&v1alpha1.NodeDrain{}, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool { return !progressUpdate(e) },
-		})).
-		Watches(&corev1.Pod{}, settle(handler.EnqueueRequestsFromMapFunc(r.drainsOfPod), podSettle),
-			builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
+		}))
+	if r.PodSource != nil {
+		b = b.WatchesRawSource(&source.Informer{Informer: r.PodSource, Handler: pods, Predicates: []predicate.Predicate{podChange}})
+	} else {
+		b = b.Watches(&corev1.Pod{}, pods, builder.WithPredicates(podChange))
+	}
+	if r.SliceSource != nil {
+		b = b.WatchesRawSource(&source.Informer{Informer: r.SliceSource, Handler: r.slicesHandler()})
+	} else {
+		b = b.Watches(&discoveryv1.EndpointSlice{}, r.slicesHandler())
+	}
+	b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.drainOfNode)).
 		Watches(&policyv1.PodDisruptionBudget{}, settle(r.pdbHandler(), podSettle)).
-		Watches(&discoveryv1.EndpointSlice{}, r.slicesHandler()).
 		Watches(&v1alpha1.Evacuation{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.drainNamed(ctx, o.(*v1alpha1.Evacuation).Spec.NodeName)
 		})).

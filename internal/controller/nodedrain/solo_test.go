@@ -40,7 +40,7 @@ func runSolo(t *testing.T, c *devcluster.Cluster, s solo) *nodedrain.Reconciler 
 	t.Helper()
 	var r *nodedrain.Reconciler
 	testenv.RunManager(t, c, func(mgr ctrl.Manager) error {
-		if err := index.Register(context.Background(), mgr); err != nil {
+		if err := index.RegisterAll(context.Background(), mgr); err != nil {
 			return err
 		}
 		cs, err := kubernetes.NewForConfig(c.RESTConfig)

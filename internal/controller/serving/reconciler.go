@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/vacate-dev/vacate/api/v1alpha1"
 	"github.com/vacate-dev/vacate/internal/controller/index"
@@ -48,6 +50,11 @@ type Reconciler struct {
 	// Workers is how many pods are handled at once: a burst of new gated
 	// pods (a rollout) waits for nothing else. Default 4.
 	Workers int
+
+	// Pods is the pod cache whose scopes the controller watches: the pods
+	// labelled endpoint-aware (and those of drained nodes); unset, the
+	// manager's cache of every pod.
+	Pods crcache.Informer
 
 	// held are the new pods waiting for a surge's handover, by
 	// namespace/name: since when (bounded by surgeHold).
@@ -151,12 +158,16 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		p, ok := o.(*corev1.Pod)
 		return ok && serving.Gated(p)
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("serving").
-		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, 4)}).
-		For(&corev1.Pod{}, builder.WithPredicates(gated)).
-		Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(r.podsOutOfService),
-			builder.WithPredicates(predicate.Funcs{UpdateFunc: evictingChanged})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, 4)})
+	if r.Pods != nil {
+		b = b.WatchesRawSource(&source.Informer{Informer: r.Pods, Handler: &handler.EnqueueRequestForObject{}, Predicates: []predicate.Predicate{gated}})
+	} else {
+		b = b.For(&corev1.Pod{}, builder.WithPredicates(gated))
+	}
+	return b.Watches(&v1alpha1.NodeDrain{}, handler.EnqueueRequestsFromMapFunc(r.podsOutOfService),
+		builder.WithPredicates(predicate.Funcs{UpdateFunc: evictingChanged})).
 		Complete(r)
 }
 

@@ -64,6 +64,7 @@ func CreateWorkload(ctx context.Context, cs kubernetes.Interface, w Workload) er
 	spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: w.Port}}
 	if w.ReadinessGate {
 		spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: v1alpha1.ConditionServing}}
+		dep.Spec.Template.Labels[v1alpha1.LabelEndpointAware] = "true" // declared by hand: labelled too
 	}
 	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: devcluster.HostnameLabel, WhenUnsatisfiable: corev1.ScheduleAnyway,
