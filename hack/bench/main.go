@@ -52,6 +52,7 @@ func main() {
 		tightNodes string
 		ctrlFlags  string
 		scale      bool
+		plotFrom   bool
 		scalePods  string
 		sc         scaleConfig
 	)
@@ -77,6 +78,7 @@ func main() {
 	flag.DurationVar(&sc.settle, "idle-settle", 30*time.Second, "scale mode: wait after vacate-controller's caches synced before its idle window")
 	flag.DurationVar(&sc.window, "idle-window", time.Minute, "scale mode: how long vacate-controller's idle CPU is measured over")
 	flag.BoolVar(&sc.compare, "scale-compare", true, "scale mode: run N kubectl drain at once and the tight client at the last size")
+	flag.BoolVar(&plotFrom, "plot-only", false, "scale mode: run nothing; read -scale-results, print its report and draw -plot")
 	flag.StringVar(&sc.results, "scale-results", "", "scale mode: write the figures as JSON to this file")
 	flag.StringVar(&sc.plot, "plot", "", "scale mode: draw RSS and CPU per eviction against cluster pods into this PNG")
 	flag.StringVar(&sc.before, "plot-before", "", "scale mode: an earlier run's -scale-results, drawn dashed on the plot")
@@ -109,6 +111,12 @@ func main() {
 	}
 	if sc.sizes, err = parseSizes(scalePods); err != nil {
 		fail(fmt.Errorf("-scale-pods %w", err))
+	}
+	if plotFrom {
+		if err := plotOnly(os.Stdout, sc); err != nil {
+			fail(err)
+		}
+		return
 	}
 	bins, err := build()
 	if err != nil {

@@ -189,16 +189,43 @@ func (b *bench) runScale(ctx context.Context, sc scaleConfig) (err error) {
 				fmt.Fprintf(b.out, "[%d pods] %s drains %s..%s\n", size, d.name, e.targets[0], e.targets[len(e.targets)-1])
 				f, err := b.measureDrain(ctx, e, d, math.NaN(), dir)
 				if err != nil {
-					return fmt.Errorf("at %d pods, %s: %w", size, d.name, err)
+					// A driver that gives up (kubectl drain exits on an
+					// eviction the API server timed out) is reported, and
+					// the others still run.
+					if ctx.Err() != nil {
+						return err
+					}
+					fmt.Fprintf(b.out, "[%d pods] %s failed: %v\n", size, d.name, err)
+					continue
 				}
 				fmt.Fprintf(b.out, "[%d pods] %s: %s\n", size, d.name, f.summary())
 				ph.Drains = append(ph.Drains, newScaleDrain(d.name, f))
 			}
 		}
 		phases = append(phases, ph)
+		// Written after every size: a run that fails later keeps these.
+		if err := writeScaleOutputs(sc, phases); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(b.out, "\nscale run took %s\n\n", time.Since(began).Round(time.Second))
 	reportScale(b.out, phases)
+	return nil
+}
+
+// plotOnly reads -scale-results and prints its report and draws -plot, for
+// a results file written by an earlier run.
+func plotOnly(out io.Writer, sc scaleConfig) error {
+	b, err := os.ReadFile(sc.results)
+	if err != nil {
+		return err
+	}
+	var phases []scalePhase
+	if err := json.Unmarshal(b, &phases); err != nil {
+		return fmt.Errorf("reading %s: %w", sc.results, err)
+	}
+	reportScale(out, phases)
+	sc.results = ""
 	return writeScaleOutputs(sc, phases)
 }
 
@@ -329,7 +356,11 @@ func reportScale(out io.Writer, phases []scalePhase) {
 		}
 		fmt.Fprint(tw, name)
 		for _, c := range cols {
-			fmt.Fprintf(tw, "\t%s", formatSpread(spreadOf([]float64{float64(c.d.Figures[fg.name])}), fg.prec))
+			v, ok := c.d.Figures[fg.name]
+			if !ok { // a results file without it
+				v = num(math.NaN())
+			}
+			fmt.Fprintf(tw, "\t%s", formatSpread(spreadOf([]float64{float64(v)}), fg.prec))
 		}
 		fmt.Fprintln(tw)
 	}
