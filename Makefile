@@ -223,11 +223,17 @@ verify: generate lint lint-workflows ## Fail on unformatted code, untidy modules
 	@if [ -n "$$(git status --porcelain -- config api charts)" ]; then git status --short -- config api charts; echo "generated files differ from the commit: run make generate and commit"; exit 1; fi
 	@echo "verify: ok"
 
-# Benchmarks (docs/performance.md): each run of each driver on a fresh dev
-# cluster. BENCH_FLAGS adds or overrides flags, e.g. BENCH_FLAGS='-runs 1 -rows tight'.
+# Benchmarks (docs/performance.md): `bench` and `bench-scale-fresh` start a
+# fresh dev cluster for each run of each driver; `bench-scale` grows one
+# cluster of SCALE_NODES nodes through the sizes of SCALE_PODS and writes
+# its figures and plot into SCALE_OUT. BENCH_FLAGS adds or overrides flags,
+# e.g. BENCH_FLAGS='-runs 1 -rows tight'.
 BENCH_FLAGS ?=
-SCALE_NODES ?= 200
-SCALE_PODS  ?= 10000
+SCALE_NODES ?= 1000
+SCALE_PODS  ?= 1000,10000,30000
+SCALE_OUT   ?= $(BIN)/bench-scale
+FRESH_NODES ?= 200
+FRESH_PODS  ?= 10000
 SCALE_RUNS  ?= 1
 
 .PHONY: bench
@@ -235,8 +241,13 @@ bench: controlplane ## Measure vacate against kubectl drain and a tight client: 
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
 .PHONY: bench-scale
-bench-scale: controlplane ## The same at scale: drain 10% of SCALE_NODES nodes with SCALE_PODS pods under maxParallelNodes 10%
-	$(GO) run ./hack/bench -nodes $(SCALE_NODES) -pods $(SCALE_PODS) -daemonsets 2 -drain 10% -max-parallel 10% \
+bench-scale: controlplane ## One cluster of SCALE_NODES nodes grown to each of SCALE_PODS pods: vacate idle and draining 20 fresh nodes at each size, N kubectl and the tight client at the last; plot in SCALE_OUT
+	$(GO) run ./hack/bench -scale -nodes $(SCALE_NODES) -scale-pods $(SCALE_PODS) -daemonsets 2 -drain 20 \
+		-kcm-qps 100 -scheduler-qps 100 -scale-results $(SCALE_OUT)/results.json -plot $(SCALE_OUT)/scale.png $(BENCH_FLAGS)
+
+.PHONY: bench-scale-fresh
+bench-scale-fresh: controlplane ## bench on fresh clusters at scale: drain 10% of FRESH_NODES nodes with FRESH_PODS pods under maxParallelNodes 10%
+	$(GO) run ./hack/bench -nodes $(FRESH_NODES) -pods $(FRESH_PODS) -daemonsets 2 -drain 10% -max-parallel 10% \
 		-rows parallel,tight -runs $(SCALE_RUNS) -kcm-qps 100 $(BENCH_FLAGS)
 
 .PHONY: bench-endpoints

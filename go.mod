@@ -23,6 +23,7 @@ require (
 	github.com/sigstore/sigstore-go v1.2.2
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	golang.org/x/image v0.45.0
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.15.0
 	golang.org/x/tools v0.51.0

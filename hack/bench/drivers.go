@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -273,25 +274,44 @@ func runKubectl(ctx context.Context, e *env, nodes []string) (usage, error) {
 	args := append([]string{"--kubeconfig", e.kubeconfigs[kubectlUser], "drain"}, nodes...)
 	args = append(args, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30m")
 	cmd := exec.CommandContext(ctx, e.bins.kubectl, args...)
-	out, err := cmd.CombinedOutput()
-	u := processUsage(cmd)
+	out, u, err := runMeasured(cmd)
 	if err != nil {
 		return u, fmt.Errorf("kubectl drain %s: %w\n%s", strings.Join(nodes, " "), err, tail(string(out), 10))
 	}
 	return u, nil
 }
 
-// processUsage is an exited process's CPU time and peak RSS.
-func processUsage(cmd *exec.Cmd) usage {
-	st := cmd.ProcessState
-	if st == nil {
-		return usage{}
+// runMeasured runs cmd to its end and returns its output, its CPU time and
+// its peak RSS. The peak is the largest VmHWM read from /proc every 50 ms
+// while it runs (what it grew by in its last 50 ms is missed): the rusage
+// ru_maxrss of a child is no measure on Linux, as a process started from
+// this one carries this one's peak RSS over the exec (the signal struct's
+// maxrss takes the old memory map's high-water mark), so it reported the
+// harness's own peak, hundreds of MiB at scale, for kubectl and the tight
+// client alike.
+func runMeasured(cmd *exec.Cmd) ([]byte, usage, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, usage{}, err
 	}
-	u := usage{cpu: (st.UserTime() + st.SystemTime()).Seconds()}
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		u.rss = float64(ru.Maxrss) / 1024 // kB on Linux
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var peakKB int64
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if kb, err := peakRSS(cmd.Process.Pid); err == nil && kb > peakKB {
+			peakKB = kb
+		}
+		select {
+		case err := <-done:
+			st := cmd.ProcessState
+			u := usage{cpu: (st.UserTime() + st.SystemTime()).Seconds(), rss: float64(peakKB) / 1024}
+			return out.Bytes(), u, err
+		case <-tick.C:
+		}
 	}
-	return u
 }
 
 // drainTight runs the tight client as its own process (this program with
@@ -299,8 +319,7 @@ func processUsage(cmd *exec.Cmd) usage {
 func drainTight(ctx context.Context, e *env) (usage, error) {
 	cmd := exec.CommandContext(ctx, e.bins.self, "-tight-client", "-tight-kubeconfig", e.kubeconfigs[tightUser],
 		"-tight-nodes", strings.Join(e.targets, ","))
-	out, err := cmd.CombinedOutput()
-	u := processUsage(cmd)
+	out, u, err := runMeasured(cmd)
 	if err != nil {
 		return u, fmt.Errorf("tight client: %w\n%s", err, tail(string(out), 10))
 	}

@@ -44,12 +44,17 @@ func main() {
 		rowsFlag   string
 		firstN     int
 		kcmQPS     int
+		schedQPS   int
 		kwokPar    int
 		keep       bool
 		tight      bool
 		tightKC    string
 		tightNodes string
 		ctrlFlags  string
+		scale      bool
+		plotFrom   bool
+		scalePods  string
+		sc         scaleConfig
 	)
 	flag.IntVar(&r.nodes, "nodes", 20, "simulated nodes in the cluster")
 	flag.IntVar(&r.pods, "pods", 480, "Deployment and StatefulSet pods (DaemonSet pods come on top)")
@@ -64,9 +69,21 @@ func main() {
 	flag.StringVar(&rowsFlag, "rows", "engine,parallel,tight,first", "rows to run: engine, parallel, tight, first (comma separated), or driver names")
 	flag.IntVar(&firstN, "first-drains", 20, "single-node drains in the first-eviction row")
 	flag.IntVar(&kcmQPS, "kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that); 0 keeps its default (20), which paces ReplicaSets' pod creation")
+	flag.IntVar(&schedQPS, "scheduler-qps", 0, "kube-scheduler's --kube-api-qps (burst twice that); 0 keeps its default (50), which binds at most 50 pods a second")
 	flag.IntVar(&kwokPar, "kwok-parallelism", 32, "pods and nodes kwok handles at once (stages, leases); 0 keeps kwok's default (4), one simulated kubelet for every node, which starts and stops the pods of all nodes four at a time: a drain of ten nodes at once then waits on it (docs/performance.md), and thousands of pods go Running at a few a second")
 	flag.StringVar(&ctrlFlags, "controller-flags", "", "more vacate-controller flags, space separated (for example --pprof-bind-address 127.0.0.1:6060 to take profiles during a run)")
 	flag.BoolVar(&keep, "keep", false, "keep every run's cluster directory (logs, audit log) for a look afterwards")
+	flag.BoolVar(&scale, "scale", false, "scale mode: one cluster of -nodes nodes grown through -scale-pods; at each size vacate-controller is measured idle and drains -drain fresh nodes, and at the last size N kubectl drain at once and the tight client drain fresh nodes of their own (no -runs, -rows)")
+	flag.StringVar(&scalePods, "scale-pods", "1000,10000,30000", "scale mode: Deployment and StatefulSet pods to grow the cluster to, in order")
+	flag.DurationVar(&sc.settle, "idle-settle", 30*time.Second, "scale mode: wait after vacate-controller's caches synced before its idle window")
+	flag.DurationVar(&sc.window, "idle-window", time.Minute, "scale mode: how long vacate-controller's idle CPU is measured over")
+	flag.BoolVar(&sc.compare, "scale-compare", true, "scale mode: run N kubectl drain at once and the tight client at the last size")
+	flag.BoolVar(&plotFrom, "plot-only", false, "scale mode: run nothing; read -scale-results, print its report and draw -plot")
+	flag.StringVar(&sc.results, "scale-results", "", "scale mode: write the figures as JSON to this file")
+	flag.StringVar(&sc.plot, "plot", "", "scale mode: draw RSS and CPU per eviction against cluster pods into this PNG")
+	flag.StringVar(&sc.before, "plot-before", "", "scale mode: an earlier run's -scale-results, drawn dashed on the plot")
+	flag.StringVar(&sc.label, "plot-label", "", "scale mode: this run's name in the plot's legend (with -plot-before)")
+	flag.StringVar(&sc.beforeL, "plot-before-label", "before", "scale mode: the earlier run's name in the plot's legend")
 	flag.BoolVar(&tight, "tight-client", false, "internal: run as the tight client")
 	flag.StringVar(&tightKC, "tight-kubeconfig", "", "internal: the tight client's kubeconfig")
 	flag.StringVar(&tightNodes, "tight-nodes", "", "internal: the nodes the tight client drains")
@@ -92,13 +109,27 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	if sc.sizes, err = parseSizes(scalePods); err != nil {
+		fail(fmt.Errorf("-scale-pods %w", err))
+	}
+	if plotFrom {
+		if err := plotOnly(os.Stdout, sc); err != nil {
+			fail(err)
+		}
+		return
+	}
 	bins, err := build()
 	if err != nil {
 		fail(err)
 	}
 	defer os.RemoveAll(filepath.Dir(bins.controller))
-	b := &bench{out: os.Stdout, r: r, runs: runs, bins: bins, kcmQPS: kcmQPS, kwokPar: kwokPar, keep: keep}
-	if err := b.run(ctx, rows); err != nil {
+	b := &bench{out: os.Stdout, r: r, runs: runs, bins: bins, kcmQPS: kcmQPS, schedQPS: schedQPS, kwokPar: kwokPar, keep: keep}
+	if scale {
+		err = b.runScale(ctx, sc)
+	} else {
+		err = b.run(ctx, rows)
+	}
+	if err != nil {
 		_ = os.RemoveAll(filepath.Dir(bins.controller))
 		fail(err)
 	}
@@ -195,13 +226,14 @@ func build() (binaries, error) {
 
 // bench runs rows and prints what it measured.
 type bench struct {
-	out     io.Writer
-	r       recipe
-	runs    int
-	bins    binaries
-	kcmQPS  int
-	kwokPar int
-	keep    bool
+	out      io.Writer
+	r        recipe
+	runs     int
+	bins     binaries
+	kcmQPS   int
+	schedQPS int
+	kwokPar  int
+	keep     bool
 }
 
 func (b *bench) run(ctx context.Context, rows []row) error {

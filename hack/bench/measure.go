@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -259,18 +260,40 @@ func parseStatCPU(stat string) (float64, error) {
 	return float64(u+s) / clockTicks, nil
 }
 
-// peakRSS reads a live process's peak resident set (VmHWM) in kB.
-func peakRSS(pid int) (int64, error) {
+// peakRSS reads a live process's peak resident set (VmHWM) in kB: over its
+// life, or since resetPeakRSS.
+func peakRSS(pid int) (int64, error) { return statusKB(pid, "VmHWM") }
+
+// currentRSS reads a live process's resident set now (VmRSS) in kB.
+func currentRSS(pid int) (int64, error) { return statusKB(pid, "VmRSS") }
+
+// resetPeakRSS sets a live process's VmHWM to its resident set now (Linux
+// 4.0 on: "5" written to /proc/<pid>/clear_refs), so that a later peakRSS is
+// the peak since this moment.
+func resetPeakRSS(pid int) error {
+	if err := os.WriteFile(filepath.Join("/proc", strconv.Itoa(pid), "clear_refs"), []byte("5"), 0); err != nil {
+		return fmt.Errorf("resetting peak RSS: %w", err)
+	}
+	return nil
+}
+
+// statusKB reads a field in kB ("VmHWM") of /proc/<pid>/status.
+func statusKB(pid int, field string) (int64, error) {
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
-		return 0, fmt.Errorf("reading peak RSS: %w", err)
+		return 0, fmt.Errorf("reading %s: %w", field, err)
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	return parseStatusKB(f, field)
+}
+
+// parseStatusKB finds "field:   123 kB" in a /proc/<pid>/status text.
+func parseStatusKB(r io.Reader, field string) (int64, error) {
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in the process status", field)
 }

@@ -99,6 +99,19 @@ func sum(xs []int) int {
 // setup creates the nodes and the workload and waits until every pod is
 // ready and every PDB has its status; it returns the node names, sorted.
 func setup(ctx context.Context, cs kubernetes.Interface, r recipe) ([]string, error) {
+	names, err := setupNodes(ctx, cs, r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := grow(ctx, cs, r, workload{}, r.pods); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
+// setupNodes creates the recipe's nodes and the bench namespace, waits until
+// the nodes are Ready, and returns their names sorted by number.
+func setupNodes(ctx context.Context, cs kubernetes.Interface, r recipe) ([]string, error) {
 	names, err := devcluster.CreateNodes(ctx, cs, devcluster.NodeSet{Prefix: "node", Count: r.nodes, Pods: r.podsPerNode, Zones: []string{"zone-a", "zone-b", "zone-c"}})
 	if err != nil {
 		return nil, err
@@ -112,15 +125,23 @@ func setup(ctx context.Context, cs kubernetes.Interface, r recipe) ([]string, er
 	if err := devcluster.WaitForServiceAccount(ctx, cs, benchNamespace, time.Minute); err != nil {
 		return nil, err
 	}
-	want, err := createWorkload(ctx, cs, r)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitReady(ctx, cs, want, r); err != nil {
-		return nil, err
-	}
 	sort.Slice(names, func(i, j int) bool { return nodeIndex(names[i]) < nodeIndex(names[j]) })
 	return names, nil
+}
+
+// grow adds to the workload have until it holds pods Deployment and
+// StatefulSet pods, laid out as the recipe lays out that many (see
+// workloadFor), and waits until every pod is ready and every PDB settled.
+// The first call (have empty) creates the DaemonSets too.
+func grow(ctx context.Context, cs kubernetes.Interface, r recipe, have workload, pods int) (workload, error) {
+	want := workloadFor(r, have, pods)
+	if err := createWorkload(ctx, cs, r, have, want); err != nil {
+		return have, err
+	}
+	if err := waitReady(ctx, cs, want.pods()+r.daemonSets*r.nodes, want.deploys, r); err != nil {
+		return want, err
+	}
+	return want, nil
 }
 
 // nodeIndex is the number in node-<n>, so node-10 sorts after node-9.
@@ -129,43 +150,77 @@ func nodeIndex(name string) int {
 	return i
 }
 
-// createWorkload creates the recipe's objects and returns how many pods
-// should run.
-func createWorkload(ctx context.Context, cs kubernetes.Interface, r recipe) (int, error) {
+// workload is what the recipe created: Deployments of perDeploy pods
+// (web-0, web-1, ...) and StatefulSets (db-0, db-1, ...) of the sizes listed.
+type workload struct {
+	perDeploy int
+	deploys   int
+	sts       []int
+}
+
+func (w workload) pods() int { return w.deploys*w.perDeploy + sum(w.sts) }
+
+// workloadFor is have grown to pods pods: the Deployments and StatefulSets
+// the recipe's split gives for the pods added (have's objects are kept as
+// they are), so a cluster grown in steps has the same mix as one made at
+// once, 15/16 of the pods behind PDBs.
+func workloadFor(r recipe, have workload, pods int) workload {
+	out := workload{perDeploy: r.perDeploy, deploys: have.deploys, sts: append([]int(nil), have.sts...)}
+	if add := pods - have.pods(); add > 0 {
+		step := r
+		step.pods = add
+		d, sts := step.split()
+		out.deploys += d
+		out.sts = append(out.sts, sts...)
+	}
+	return out
+}
+
+// createWorkload creates the objects of want that have does not hold; with
+// have empty, the DaemonSets too.
+func createWorkload(ctx context.Context, cs kubernetes.Interface, r recipe, have, want workload) error {
 	ns := benchNamespace
-	deploys, sts := r.split()
-	for i := 0; i < deploys; i++ {
+	for i := have.deploys; i < want.deploys; i++ {
 		app := fmt.Sprintf("web-%d", i)
 		if _, err := cs.AppsV1().Deployments(ns).Create(ctx, devcluster.Deployment(ns, app, int32(r.perDeploy)), metav1.CreateOptions{}); err != nil {
-			return 0, fmt.Errorf("creating Deployment %s: %w", app, err)
+			return fmt.Errorf("creating Deployment %s: %w", app, err)
 		}
 		if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, devcluster.PDB(ns, app, app, "", r.pdbMaxUnav), metav1.CreateOptions{}); err != nil {
-			return 0, fmt.Errorf("creating PDB %s: %w", app, err)
+			return fmt.Errorf("creating PDB %s: %w", app, err)
 		}
 	}
-	for i, n := range sts {
+	for i := len(have.sts); i < len(want.sts); i++ {
 		app := fmt.Sprintf("db-%d", i)
 		if _, err := cs.CoreV1().Services(ns).Create(ctx, devcluster.HeadlessService(ns, app), metav1.CreateOptions{}); err != nil {
-			return 0, fmt.Errorf("creating Service %s: %w", app, err)
+			return fmt.Errorf("creating Service %s: %w", app, err)
 		}
-		if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, devcluster.StatefulSet(ns, app, int32(n)), metav1.CreateOptions{}); err != nil {
-			return 0, fmt.Errorf("creating StatefulSet %s: %w", app, err)
+		if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, devcluster.StatefulSet(ns, app, int32(want.sts[i])), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating StatefulSet %s: %w", app, err)
 		}
+	}
+	if have.pods() > 0 {
+		return nil
 	}
 	for i := 0; i < r.daemonSets; i++ {
 		if _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, devcluster.DaemonSet(ns, fmt.Sprintf("agent-%d", i)), metav1.CreateOptions{}); err != nil {
-			return 0, fmt.Errorf("creating DaemonSet: %w", err)
+			return fmt.Errorf("creating DaemonSet: %w", err)
 		}
 	}
-	return r.pods + r.daemonSets*r.nodes, nil
+	return nil
 }
 
-// waitReady polls, every two seconds (a list of thousands of pods is not
-// free), until want pods are ready and every PDB has seen all its pods.
-func waitReady(ctx context.Context, cs kubernetes.Interface, want int, r recipe) error {
-	deploys, _ := r.split()
+// waitReady polls, every two seconds, until want pods are ready and each of
+// the deploys PDBs has seen all its pods. It reads the Deployments',
+// StatefulSets' and DaemonSets' ready counts, and lists the pods themselves
+// only once those add up: a list of 30,000 pods every two seconds cost the
+// harness and the API server more CPU than the rest of its waiting.
+func waitReady(ctx context.Context, cs kubernetes.Interface, want, deploys int, r recipe) error {
 	ready := 0
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 60*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if ready, err = readyByWorkloads(ctx, cs); err != nil || ready < want {
+			return false, nil
+		}
 		pods, err := cs.CoreV1().Pods(benchNamespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, nil
@@ -194,6 +249,35 @@ func waitReady(ctx context.Context, cs kubernetes.Interface, want int, r recipe)
 		return fmt.Errorf("waiting for %d ready pods (have %d) and settled PDBs: %w", want, ready, err)
 	}
 	return nil
+}
+
+// readyByWorkloads adds up the ready pods the bench's Deployments,
+// StatefulSets and DaemonSets report.
+func readyByWorkloads(ctx context.Context, cs kubernetes.Interface) (int, error) {
+	apps := cs.AppsV1()
+	deps, err := apps.Deployments(benchNamespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	sts, err := apps.StatefulSets(benchNamespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	dss, err := apps.DaemonSets(benchNamespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range deps.Items {
+		n += int(d.Status.ReadyReplicas)
+	}
+	for _, s := range sts.Items {
+		n += int(s.Status.ReadyReplicas)
+	}
+	for _, d := range dss.Items {
+		n += int(d.Status.NumberReady)
+	}
+	return n, nil
 }
 
 // users creates the drainers' identities and returns a kubeconfig for each:

@@ -22,6 +22,12 @@ type figure struct {
 	prec int
 }
 
+// Figures the scale mode's plot and targets read by name.
+const (
+	figCPUPerEviction = "drainer CPU per eviction"
+	figPeakRSS        = "drainer peak RSS"
+)
+
 var raceFigures = []figure{
 	{"wall time", "s", func(f figures) float64 { return f.wall }, 1},
 	{"pods emptied", "", func(f figures) float64 { return float64(f.podsEmptied) }, 0},
@@ -39,10 +45,10 @@ var raceFigures = []figure{
 	{"accepted eviction call p50", "ms", func(f figures) float64 { return f.callP50 }, 0},
 	{"accepted eviction call p95", "ms", func(f figures) float64 { return f.callP95 }, 0},
 	{"drainer CPU", "s", func(f figures) float64 { return f.cpu }, 2},
-	{"drainer CPU per eviction", "ms", func(f figures) float64 { return f.cpuPerEviction }, 1},
+	{figCPUPerEviction, "ms", func(f figures) float64 { return f.cpuPerEviction }, 1},
 	{"controller CPU idle before the drain", "cores", func(f figures) float64 { return f.idleCPU }, 3},
 	{"controller CPU per eviction above idle", "ms", func(f figures) float64 { return f.cpuAboveIdle }, 1},
-	{"drainer peak RSS", "MiB", func(f figures) float64 { return f.rss }, 1},
+	{figPeakRSS, "MiB", func(f figures) float64 { return f.rss }, 1},
 }
 
 var firstFigures = []figure{

@@ -75,12 +75,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 		}
 		_ = os.RemoveAll(dir)
 	}()
-	opts := devcluster.Options{Name: "bench", Dir: dir, AuditReadsOf: []string{controllerUser, kubectlUser, tightUser},
-		KwokParallelism: b.kwokPar}
-	if b.kcmQPS > 0 {
-		opts.ExtraArgs = map[string][]string{devcluster.KubeControllerManager: {
-			fmt.Sprintf("--kube-api-qps=%d", b.kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.kcmQPS)}}
-	}
+	opts := b.clusterOptions(dir)
 	began := time.Now()
 	c, err := devcluster.Up(ctx, opts)
 	if err != nil {
@@ -111,7 +106,32 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 			}
 		}
 	}
-	rec, err := record(ctx, c.Client, e.targets)
+	return b.measureDrain(ctx, e, d, idle, dir)
+}
+
+// clusterOptions are the dev cluster's options for a bench in dir: the
+// drainers' reads audited, kwok's parallelism and kube-controller-manager's
+// and kube-scheduler's QPS from the flags.
+func (b *bench) clusterOptions(dir string) devcluster.Options {
+	opts := devcluster.Options{Name: "bench", Dir: dir, AuditReadsOf: []string{controllerUser, kubectlUser, tightUser},
+		KwokParallelism: b.kwokPar}
+	opts.ExtraArgs = map[string][]string{}
+	if b.kcmQPS > 0 {
+		opts.ExtraArgs[devcluster.KubeControllerManager] = []string{
+			fmt.Sprintf("--kube-api-qps=%d", b.kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.kcmQPS)}
+	}
+	if b.schedQPS > 0 {
+		opts.ExtraArgs[devcluster.KubeScheduler] = []string{
+			fmt.Sprintf("--kube-api-qps=%d", b.schedQPS), fmt.Sprintf("--kube-api-burst=%d", 2*b.schedQPS)}
+	}
+	return opts
+}
+
+// measureDrain drains e.targets with d, with vacate-controller (if d uses
+// it) already running and idle its CPU rate before, and measures the drain;
+// with -keep, it writes the timeline and events into dir.
+func (b *bench) measureDrain(ctx context.Context, e *env, d driver, idle float64, dir string) (figures, error) {
+	rec, err := record(ctx, e.c.Client, e.targets)
 	if err != nil {
 		return figures{}, err
 	}
@@ -132,7 +152,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 		}
 	}
 	time.Sleep(time.Second) // the audit log is written as requests complete; let the last lines land
-	reqs, err := readAudit(c.AuditLog)
+	reqs, err := readAudit(e.c.AuditLog)
 	if err != nil {
 		return figures{}, err
 	}
@@ -144,7 +164,7 @@ func (b *bench) runOnce(ctx context.Context, d driver) (_ figures, err error) {
 	}
 	if b.keep {
 		dumpTimeline(filepath.Join(dir, "timeline.json"), rec, waiters, start, end)
-		dumpEvents(ctx, filepath.Join(dir, "events.txt"), c.Client)
+		dumpEvents(ctx, filepath.Join(dir, "events.txt"), e.c.Client)
 	}
 	return f, nil
 }
