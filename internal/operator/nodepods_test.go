@@ -124,7 +124,8 @@ func TestScopedNodePodsAgreeWithTheAPI(t *testing.T) {
 // "not found" for p1, which that scope saw deleted; reads a pod of
 // nodes[2], which no scope holds, from the API server without starting
 // its node's scope; refuses a list of a namespace's pods; and lists the
-// onSecond pods of nodes[1].
+// onSecond pods of nodes[1] in ns (a node the test shares with earlier runs
+// of it holds theirs too).
 func checkPodClient(t *testing.T, c *devcluster.Cluster, pods *controller.Pods, ns string, nodes []string, onSecond int) {
 	t.Helper()
 	ctx := testenv.Context(t)
@@ -154,7 +155,7 @@ func checkPodClient(t *testing.T, c *devcluster.Cluster, pods *controller.Pods, 
 		t.Error("a list of a namespace's pods was served: it names no scope")
 	}
 	onNode := &corev1.PodList{}
-	if err := pc.List(ctx, onNode, client.MatchingFields{index.PodNodeName: nodes[1]}); err != nil || len(onNode.Items) != onSecond {
+	if err := pc.List(ctx, onNode, client.InNamespace(ns), client.MatchingFields{index.PodNodeName: nodes[1]}); err != nil || len(onNode.Items) != onSecond {
 		t.Errorf("a list of %s's pods: %v, %d pods, want %d", nodes[1], err, len(onNode.Items), onSecond)
 	}
 }
