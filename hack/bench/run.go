@@ -247,6 +247,17 @@ func (b *bench) prepare(ctx context.Context, c *devcluster.Cluster) (*env, error
 	if err != nil {
 		return nil, err
 	}
+	e, err := b.envOf(c, names, kcs)
+	if err != nil {
+		return nil, err
+	}
+	e.targets = names[:n]
+	return e, nil
+}
+
+// envOf is the environment of a cluster whose nodes and users are set up:
+// a client of vacate's kinds, and the cluster's kubectl.
+func (b *bench) envOf(c *devcluster.Cluster, names []string, kcs map[string]string) (*env, error) {
 	scheme, err := operator.Scheme()
 	if err != nil {
 		return nil, err
@@ -257,7 +268,7 @@ func (b *bench) prepare(ctx context.Context, c *devcluster.Cluster) (*env, error
 	}
 	bins := b.bins
 	bins.kubectl = c.Binaries[devcluster.Kubectl]
-	return &env{c: c, cl: cl, r: b.r, targets: names[:n], nodes: names, kubeconfigs: kcs, bins: bins}, nil
+	return &env{c: c, cl: cl, r: b.r, nodes: names, kubeconfigs: kcs, bins: bins}, nil
 }
 
 // measureRun turns what the run recorded into figures.

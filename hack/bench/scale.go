@@ -13,10 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
-	"github.com/vacate-dev/vacate/internal/operator"
 )
 
 // scaleConfig is the scale mode (-scale): one cluster of -nodes nodes whose
@@ -242,17 +239,7 @@ func (b *bench) scaleEnv(ctx context.Context, c *devcluster.Cluster) (*env, erro
 	if err != nil {
 		return nil, err
 	}
-	scheme, err := operator.Scheme()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := client.New(c.RESTConfig, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, err
-	}
-	bins := b.bins
-	bins.kubectl = c.Binaries[devcluster.Kubectl]
-	return &env{c: c, cl: cl, r: b.r, nodes: names, kubeconfigs: kcs, bins: bins}, nil
+	return b.envOf(c, names, kcs)
 }
 
 // scaleVacate starts vacate-controller, measures it idle, has it drain
