@@ -99,7 +99,7 @@ func checkKubectlGetNodeDrains(t *testing.T, c *devcluster.Cluster, drained stri
 		!regexp.MustCompile(`(?m)^`+drained+`\s+Drained\s+Maintenance\s+`+admin+`\s`).MatchString(out) || strings.Contains(out, "NODE") {
 		t.Errorf("kubectl get nodedrains:\n%s", out)
 	}
-	if out := kubectl("get", "nodedrains", drained, "-o", "wide"); !regexp.MustCompile(`REQUESTERS\n.*\[\{"name":"` + admin + `"`).MatchString(out) {
+	if out := kubectl("get", "nodedrains", drained, "-o", "wide"); !regexp.MustCompile(`REQUESTERS\n.*\[\{.*"name":"` + admin + `"`).MatchString(out) {
 		t.Errorf("kubectl get nodedrains -o wide:\n%s", out)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vacate-dev/vacate/internal/controller"
@@ -18,6 +19,7 @@ import (
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 	"github.com/vacate-dev/vacate/internal/dev/testenv"
 	"github.com/vacate-dev/vacate/internal/dev/testutil"
+	"github.com/vacate-dev/vacate/internal/surge"
 )
 
 // TestScopedNodePodsAgreeWithTheAPI: a node's pods read from its scope of
@@ -153,6 +155,31 @@ func checkPodClient(t *testing.T, c *devcluster.Cluster, pods *controller.Pods, 
 	}
 	if err := pc.List(ctx, &corev1.PodList{}, client.InNamespace(ns)); err == nil {
 		t.Error("a list of a namespace's pods was served: it names no scope")
+	}
+	// A pod leaving a scope by label (a replacement handed over loses
+	// vacate.dev/surge-of) is not gone: it is read from the API server.
+	rep := testutil.Pod("handed-over").Namespace(ns).OnNode(nodes[2]).Labels(surge.LabelOf, "uid").Obj()
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, rep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the replacement in its label's scope", func() error {
+		if _, state := pods.Get(ns, rep.Name); state != scoped.Found {
+			return fmt.Errorf("lookup %d", state)
+		}
+		return nil
+	})
+	patch := []byte(`{"metadata":{"labels":{"` + surge.LabelOf + `":null}}}`)
+	if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, rep.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the replacement out of its label's scope", func() error {
+		if _, state := pods.Get(ns, rep.Name); state != scoped.Unknown {
+			return fmt.Errorf("lookup %d", state)
+		}
+		return nil
+	})
+	if err := pc.Get(ctx, client.ObjectKey{Namespace: ns, Name: rep.Name}, got); err != nil {
+		t.Errorf("a pod that left a scope by label: %v, want it read from the API server", err)
 	}
 	onNode := &corev1.PodList{}
 	if err := pc.List(ctx, onNode, client.InNamespace(ns), client.MatchingFields{index.PodNodeName: nodes[1]}); err != nil || len(onNode.Items) != onSecond {

@@ -230,9 +230,17 @@ func (c *Cache[T]) entryLocked(s Scope) *entry {
 		_ = inf.SetTransform(c.opts.Transform) // cannot fail before Run
 	}
 	e := &entry{scope: s, informer: inf, regs: map[*registration]toolscache.ResourceEventHandlerRegistration{}}
+	// A delete from a scope by fields (a node's pods, one pod) is the
+	// object's end: nodeName and name never change. From a scope by label
+	// it may be only the label's removal (a replacement handed over to its
+	// ReplicaSet loses vacate.dev/surge-of): the object may live on.
+	gone := func(any) {}
+	if s.Label == "" {
+		gone = c.deleted
+	}
 	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { c.seen(o) },
-		DeleteFunc: func(o any) { c.deleted(o) },
+		DeleteFunc: gone,
 	})
 	for _, r := range c.handlers {
 		if reg, err := inf.AddEventHandlerWithOptions(r.handler, r.options); err == nil {
