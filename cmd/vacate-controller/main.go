@@ -55,6 +55,7 @@ func main() {
 	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", eviction.DefaultQPS, "eviction calls per second, first attempts and retries alike")
 	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", eviction.DefaultBurst, "burst of eviction calls")
 	fs.DurationVar(&opts.Controllers.APITimeout, "api-timeout", eviction.DefaultCallTimeout, "bound of each eviction call and of each reconcile pass's API calls (watches are not bounded)")
+	fs.BoolVar(&opts.APICompression, "api-compression", false, "ask the API server for gzip-compressed responses and watch streams: less traffic, more CPU to decompress every watch event (off: the controller runs next to the API server)")
 	fs.BoolVar(&opts.Controllers.AllowLoopbackHooks, "allow-loopback-hooks", false,
 		"development only: let HTTP evacuation hooks call loopback addresses (the dev cluster's simulated pods live on 127.0.0.0/8)")
 	fs.StringVar(&opts.Controllers.HookServiceAccount, "hook-service-account", hook.DefaultCaller,

@@ -13,6 +13,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/vacate-dev/vacate/internal/dev/devcluster"
 )
 
@@ -65,6 +69,10 @@ type scalePhase struct {
 	StartPeakRSS num     `json:"startPeakRSS"` // MiB, VmHWM at the end of the idle window: the start's lists
 	IdleRSS      num     `json:"idleRSS"`      // MiB, VmRSS at the end of the idle window
 	IdleCPU      num     `json:"idleCPU"`      // cores, over the idle window
+	// IdleNodeUpdates are the nodes' changes the API server sent a watch
+	// during the idle window, per second: kwok's heartbeats, which every
+	// watcher of nodes decodes.
+	IdleNodeUpdates num `json:"idleNodeUpdates"`
 	Drains       []scaleDrain
 }
 
@@ -256,10 +264,13 @@ func (b *bench) scaleVacate(ctx context.Context, e *env, d driver, sc scaleConfi
 		e.ctrl = nil
 	}()
 	ph.StartSeconds = time.Since(t0).Seconds()
+	updates := make(chan float64, 1)
+	go func() { updates <- nodeUpdates(ctx, e.c.Client, sc.settle, sc.window) }()
 	idle, err := idleCPU(e.ctrl, sc.settle, sc.window)
 	if err != nil {
 		return err
 	}
+	ph.IdleNodeUpdates = num(<-updates)
 	pid := e.ctrl.pid()
 	rss, err1 := currentRSS(pid)
 	hwm, err2 := peakRSS(pid)
@@ -267,8 +278,8 @@ func (b *bench) scaleVacate(ctx context.Context, e *env, d driver, sc scaleConfi
 		return err
 	}
 	ph.IdleCPU, ph.IdleRSS, ph.StartPeakRSS = num(idle), num(float64(rss)/1024), num(float64(hwm)/1024)
-	fmt.Fprintf(b.out, "[%d pods] vacate-controller synced in %.1f s; idle over %s: %.4f cores, RSS %.1f MiB (peak since its start %.1f MiB); draining %s..%s\n",
-		ph.Pods, ph.StartSeconds, sc.window, idle, ph.IdleRSS, ph.StartPeakRSS, e.targets[0], e.targets[len(e.targets)-1])
+	fmt.Fprintf(b.out, "[%d pods] vacate-controller synced in %.1f s; idle over %s: %.4f cores, RSS %.1f MiB (peak since its start %.1f MiB), %.1f node updates a second; draining %s..%s\n",
+		ph.Pods, ph.StartSeconds, sc.window, idle, ph.IdleRSS, ph.StartPeakRSS, float64(ph.IdleNodeUpdates), e.targets[0], e.targets[len(e.targets)-1])
 	// drainWithVacate reads VmHWM at the end: the peak since the reset.
 	f, err := b.measureDrain(ctx, e, d, idle, dir)
 	if err != nil {
@@ -277,6 +288,33 @@ func (b *bench) scaleVacate(ctx context.Context, e *env, d driver, sc scaleConfi
 	fmt.Fprintf(b.out, "[%d pods] %s: %s\n", ph.Pods, d.name, f.summary())
 	ph.Drains = append(ph.Drains, newScaleDrain(d.name, f))
 	return nil
+}
+
+// nodeUpdates counts, after settle, the changes of nodes a watch of them
+// sees over window, per second; NaN if the watch failed.
+func nodeUpdates(ctx context.Context, cs kubernetes.Interface, settle, window time.Duration) float64 {
+	time.Sleep(settle)
+	ctx, cancel := context.WithTimeout(ctx, window)
+	defer cancel()
+	w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return math.NaN()
+	}
+	defer w.Stop()
+	n := 0
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return float64(n) / window.Seconds()
+			}
+			if ev.Type == watch.Modified {
+				n++
+			}
+		case <-ctx.Done():
+			return float64(n) / window.Seconds()
+		}
+	}
 }
 
 func firstErr(errs ...error) error {
@@ -336,6 +374,8 @@ func reportScale(out io.Writer, phases []scalePhase) {
 	phaseLine("controller start to synced (s)", 1, func(ph *scalePhase) float64 { return ph.StartSeconds })
 	phaseLine("controller RSS idle (MiB)", 1, func(ph *scalePhase) float64 { return float64(ph.IdleRSS) })
 	phaseLine("controller peak RSS from start to idle (MiB)", 1, func(ph *scalePhase) float64 { return float64(ph.StartPeakRSS) })
+	phaseLine("controller CPU idle (% of a core)", 2, func(ph *scalePhase) float64 { return 100 * float64(ph.IdleCPU) })
+	phaseLine("node updates a second while idle", 1, func(ph *scalePhase) float64 { return float64(ph.IdleNodeUpdates) })
 	for _, fg := range raceFigures {
 		name := fg.name
 		if fg.unit != "" {

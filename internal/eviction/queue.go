@@ -98,9 +98,10 @@ type Request struct {
 	PerNode int
 	// PDBs are the PodDisruptionBudgets that select the pod
 	// (namespace/name). At most Options.PerPDB evictions of a PDB's pods
-	// are in flight at once; the caller queues no more than the PDB's
-	// budget lets through (Budget), so more than one is in flight only
-	// where the budget allows more than one.
+	// are in flight at once that the PDB's status does not count yet
+	// (Counted); the caller queues no more than the PDB's budget lets
+	// through (Budget), so more than one is in flight only where the
+	// budget allows more than one.
 	PDBs []string
 	// Marks are the pod's entries in each PDB's status.disruptedPods when
 	// its eviction was asked (zero if none), by the index of PDBs
@@ -160,6 +161,10 @@ type Queue struct {
 	// to finish.
 	perPDB map[string]int
 	parked map[string][]types.UID
+	// flying are the calls in flight that hold a slot of each PDB (by
+	// PDB, then pod): a call gives its slot back when it ends, or sooner,
+	// when the PDB's status shows the API server counted it (Counted).
+	flying map[string]map[types.UID]flight
 	// evicted remembers pods whose eviction succeeded, so that an Add that
 	// races the informer (the pod not yet seen terminating) cannot evict a
 	// pod twice.
@@ -216,11 +221,13 @@ const (
 	// (60s), so a worker stuck on a slow etcd is freed and retries later.
 	DefaultCallTimeout = 30 * time.Second
 	// DefaultPerPDB bounds the evictions in flight per
-	// PodDisruptionBudget. Each accepted eviction updates the PDB's
-	// status; the API server serializes evictions of one PDB through that
-	// update: one sent while another's update is under way conflicts and
-	// the API server tries it again 500 ms later (docs/performance.md
-	// measures what that costs against what it saves).
+	// PodDisruptionBudget whose write of the PDB's status the PDB watch
+	// has not shown yet (Counted). Each accepted eviction updates the
+	// PDB's status; the API server serializes evictions of one PDB
+	// through that update: one sent while another's update is under way
+	// conflicts and the API server tries it again 500 ms later
+	// (docs/performance.md measures what that costs against what it
+	// saves).
 	DefaultPerPDB = 1
 )
 
@@ -311,6 +318,7 @@ func NewQueueWithEvictor(evict EvictFunc, opts Options) *Queue {
 		perNode:  map[string]int{},
 		perPDB:   map[string]int{},
 		parked:   map[string][]types.UID{},
+		flying:   map[string]map[types.UID]flight{},
 		evicted:  map[types.UID]evictedPod{},
 		reserved: map[types.UID]Request{},
 		refusals: map[types.UID]Refusal{},
@@ -464,28 +472,84 @@ func (q *Queue) next(ctx context.Context) bool {
 	return true
 }
 
+// flight is a call in flight under one PDB: its pod's name and the
+// pod's entry in the PDB's status.disruptedPods when it was queued
+// (Request.Marks).
+type flight struct {
+	pod  string
+	mark metav1.Time
+}
+
 // take uses the request's node slot and a call in flight of each of its
 // PDBs.
 // q.mu is held.
 func (q *Queue) take(r Request) {
 	q.perNode[r.Node]++
-	for _, pdb := range r.PDBs {
+	for i, pdb := range r.PDBs {
 		q.perPDB[pdb]++
+		if q.flying[pdb] == nil {
+			q.flying[pdb] = map[types.UID]flight{}
+		}
+		q.flying[pdb][r.UID] = flight{pod: r.Pod.Name, mark: markOf(r, i)}
 	}
 }
 
-// give frees what take used, and queues again the pods parked behind the
-// PDBs' calls. q.mu is held.
+// give frees what take used (the PDBs' slots Counted has not freed
+// already), and queues again the pods parked behind the PDBs' calls. q.mu
+// is held.
 func (q *Queue) give(r Request) {
 	q.perNode[r.Node]--
 	for _, pdb := range r.PDBs {
-		if q.perPDB[pdb]--; q.perPDB[pdb] <= 0 {
-			delete(q.perPDB, pdb)
+		if _, held := q.flying[pdb][r.UID]; held {
+			q.land(pdb, r.UID)
 		}
-		for _, uid := range q.parked[pdb] {
-			q.queue.Add(uid)
+		q.unpark(pdb)
+	}
+}
+
+// land frees the PDB's slot the pod's call holds. q.mu is held.
+func (q *Queue) land(pdb string, uid types.UID) {
+	if delete(q.flying[pdb], uid); len(q.flying[pdb]) == 0 {
+		delete(q.flying, pdb)
+	}
+	if q.perPDB[pdb]--; q.perPDB[pdb] <= 0 {
+		delete(q.perPDB, pdb)
+	}
+}
+
+// unpark queues again the pods parked behind the PDB's calls. q.mu is
+// held.
+func (q *Queue) unpark(pdb string) {
+	for _, uid := range q.parked[pdb] {
+		q.queue.Add(uid)
+	}
+	delete(q.parked, pdb)
+}
+
+// Counted frees the PDB's slots of the calls in flight its status (as the
+// PDB watch shows it now) already counts (CountedBy), and queues the pods
+// parked behind them. The API server takes one from disruptionsAllowed
+// and records the pod in disruptedPods in one write of the PDB's status,
+// then deletes the pod and answers: a next eviction of the PDB sent once
+// that write is seen reads the PDB as it left it, and does not conflict
+// with it, while the first call's answer can take a second more on a
+// loaded API server. So one write of the PDB's status is in flight at a
+// time (Options.PerPDB), not one call, and a budget that allows several
+// disruptions lets its evictions through one after another without
+// waiting for each answer (docs/performance.md). key is the PDB's
+// namespace/name.
+func (q *Queue) Counted(key string, pdb *policyv1.PodDisruptionBudget) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	freed := false
+	for uid, f := range q.flying[key] {
+		if CountedBy(pdb, f.pod, f.mark) {
+			q.land(key, uid)
+			freed = true
 		}
-		delete(q.parked, pdb)
+	}
+	if freed {
+		q.unpark(key)
 	}
 }
 

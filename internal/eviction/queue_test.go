@@ -375,3 +375,95 @@ func callsInFlightPerPDB(t *testing.T, perPDB, want int) {
 		t.Errorf("peak in flight %v, want web %d and none 3", peak, want)
 	}
 }
+
+// TestCountedFreesThePDBsSlot: three pods of one PDB, one call at a time
+// (DefaultPerPDB). A PDB status that does not count the call in flight
+// (no entry for its pod, or the entry it had when it was queued) frees
+// nothing; one that counts it lets the next pod's call go while the first
+// still waits for its answer, and a call that lands after Counted freed
+// its slot does not free a second one.
+func TestCountedFreesThePDBsSlot(t *testing.T) {
+	release := map[string]chan struct{}{"pod-0": make(chan struct{}), "pod-1": make(chan struct{}), "pod-2": make(chan struct{})}
+	var mu sync.Mutex
+	var started []string
+	inFlight := 0
+	h := newHarnessWith(t, Options{Workers: 10, PerNode: 10, QPS: 1000, Burst: 1000}, func(ev *policyv1.Eviction, _ int) error {
+		mu.Lock()
+		started = append(started, ev.Name)
+		inFlight++
+		mu.Unlock()
+		<-release[ev.Name]
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	}, true)
+	t.Cleanup(func() { // runs first: frees calls a failed test left waiting
+		for _, c := range release {
+			close(c)
+		}
+	})
+	old := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	for i := range 3 {
+		p := testutil.Pod(fmt.Sprintf("pod-%d", i)).OnNode(fmt.Sprintf("n%d", i)).Obj()
+		r := PodRequest(p, nil, 0)
+		r.PDBs, r.Marks = []string{"default/web"}, []metav1.Time{old}
+		if err := h.q.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startedNow := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), started...)
+	}
+	waitStarted := func(n int) []string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if got := startedNow(); len(got) >= n || time.Now().After(deadline) {
+				return got
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	first := waitStarted(1)
+	if len(first) != 1 {
+		t.Fatalf("calls started %v, want one", first)
+	}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}}
+	pdb.Status.DisruptedPods = map[string]metav1.Time{"pod-x": metav1.Now()}
+	h.q.Counted("default/web", pdb) // another pod's entry
+	pdb.Status.DisruptedPods = map[string]metav1.Time{first[0]: old}
+	h.q.Counted("default/web", pdb) // the entry it had when queued
+	time.Sleep(100 * time.Millisecond)
+	if got := startedNow(); len(got) != 1 {
+		t.Fatalf("calls started %v before the PDB's status counted the first", got)
+	}
+
+	pdb.Status.DisruptedPods = map[string]metav1.Time{first[0]: metav1.NewTime(old.Add(time.Hour))}
+	h.q.Counted("default/web", pdb)
+	if got := waitStarted(2); len(got) != 2 {
+		t.Fatalf("calls started %v, want the second once the status counts the first", got)
+	}
+	mu.Lock()
+	if inFlight != 2 {
+		t.Errorf("%d calls in flight, want 2: the first still waits for its answer", inFlight)
+	}
+	mu.Unlock()
+	release[first[0]] <- struct{}{} // the counted call's answer: the second still holds the slot
+	h.waitFor(t, Evicted)
+	time.Sleep(100 * time.Millisecond)
+	second := startedNow()
+	if len(second) != 2 {
+		t.Fatalf("calls started %v: an answer freed a slot Counted had freed already", second)
+	}
+	release[second[1]] <- struct{}{}
+	h.waitFor(t, Evicted)
+	third := waitStarted(3)
+	if len(third) != 3 {
+		t.Fatalf("calls started %v, want the third once the second's answer came", third)
+	}
+	release[third[2]] <- struct{}{}
+	h.waitFor(t, Evicted)
+}

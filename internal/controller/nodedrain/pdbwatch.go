@@ -49,6 +49,10 @@ func (r *Reconciler) pdbHandler() handler.EventHandler {
 			n, okNew := e.ObjectNew.(*policyv1.PodDisruptionBudget)
 			if okNew {
 				r.guards.Set(n)
+				// The eviction in flight the status counts frees its
+				// PDB's slot: the next one goes without waiting for
+				// its answer.
+				r.Evictions.Counted(n.Namespace+"/"+n.Name, n)
 			}
 			if !okOld || !okNew || !equality.Semantic.DeepEqual(o.Spec.Selector, n.Spec.Selector) {
 				add(q, r.drainsOfPDB(ctx, e.ObjectOld))

@@ -240,8 +240,14 @@ func TestKwokConfigYAML(t *testing.T) {
 	if got := kwokConfigYAML(32); !strings.Contains(got, "options:\n  podPlayStageParallelism: 32\n  nodePlayStageParallelism: 32\n  nodeLeaseParallelism: 32\n---\n") {
 		t.Errorf("32: got\n%s", got)
 	}
+	// The node stages of a kubelet that renews its lease: a status
+	// heartbeat every 10 minutes, not kwok v0.7.0's pick of every 20 s.
+	heartbeat := kwokConfigYAML(0)[strings.Index(kwokConfigYAML(0), "  name: node-heartbeat-with-lease\n"):]
+	if !strings.Contains(heartbeat, "durationMilliseconds: 600000\n") || strings.Contains(kwokConfigYAML(0), "name: node-heartbeat\n") {
+		t.Errorf("kwok's configuration lacks the heartbeat with lease, or has the one without:\n%s", kwokConfigYAML(0))
+	}
 	// Any pod stage replaces all of kwok's: the three it has must be there.
-	for _, stage := range []string{"pod-ready", "pod-gates-ready", "pod-gates-unready", "pod-complete", "pod-delete"} {
+	for _, stage := range []string{"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-gates-ready", "pod-gates-unready", "pod-complete", "pod-delete"} {
 		if !strings.Contains(kwokConfigYAML(0), "  name: "+stage+"\n") {
 			t.Errorf("kwok's configuration lacks the stage %s", stage)
 		}

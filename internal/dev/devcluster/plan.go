@@ -176,16 +176,23 @@ func writeConfigs(dir string, opts Options) (auditPolicy, kwokConfig string, err
 //go:embed kwok-stages.yaml
 var kwokStages string
 
-// kwokConfigYAML is kwok's configuration: its built-in node stages, the pod
-// stages of kwokStages, with parallelism pod stages, node stages and node
-// lease renewals at once when it is set (kwok's default is 4 of each).
+// kwokNodeStages are kwok's node stages for nodes whose lease it renews,
+// which kwok v0.7.0 does not pick by itself (see the file).
+//
+//go:embed kwok-node-stages.yaml
+var kwokNodeStages string
+
+// kwokConfigYAML is kwok's configuration: the node stages of
+// kwokNodeStages, the pod stages of kwokStages, with parallelism pod
+// stages, node stages and node lease renewals at once when it is set
+// (kwok's default is 4 of each).
 func kwokConfigYAML(parallelism int) string {
 	options := " {}"
 	if parallelism > 0 {
 		n := strconv.Itoa(parallelism)
 		options = "\n  podPlayStageParallelism: " + n + "\n  nodePlayStageParallelism: " + n + "\n  nodeLeaseParallelism: " + n
 	}
-	return "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:" + options + "\n---\n" + kwokStages
+	return "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:" + options + "\n---\n" + kwokNodeStages + "---\n" + kwokStages
 }
 
 // auditPolicyYAML records every request that changes something (not reads), so
