@@ -73,7 +73,7 @@ type scalePhase struct {
 	// during the idle window, per second: kwok's heartbeats, which every
 	// watcher of nodes decodes.
 	IdleNodeUpdates num `json:"idleNodeUpdates"`
-	Drains       []scaleDrain
+	Drains          []scaleDrain
 }
 
 // scaleDrain is one drain of a phase: its driver and every figure of
