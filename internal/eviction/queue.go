@@ -116,8 +116,8 @@ type Options struct {
 	Workers int
 	// PerNode bounds evictions in flight per node. Default 10.
 	PerNode int
-	// PerPDB bounds the evictions in flight per PodDisruptionBudget.
-	// Default DefaultPerPDB.
+	// PerPDB bounds the evictions in flight per PodDisruptionBudget that
+	// its status does not count yet (Counted). Default DefaultPerPDB.
 	PerPDB int
 	// BaseDelay and MaxDelay bound the per-pod exponential backoff.
 	// Defaults 1s and 1m.
@@ -156,9 +156,9 @@ type Queue struct {
 	mu       sync.Mutex
 	requests map[types.UID]Request
 	perNode  map[string]int
-	// perPDB counts the evictions in flight per PDB (at most
-	// Options.PerPDB), and parked are the pods that wait for a PDB's call
-	// to finish.
+	// perPDB counts the evictions in flight per PDB that its status does
+	// not count yet (at most Options.PerPDB), and parked are the pods that
+	// wait for one of them to be counted or to end.
 	perPDB map[string]int
 	parked map[string][]types.UID
 	// flying are the calls in flight that hold a slot of each PDB (by
