@@ -56,7 +56,8 @@ func (r *Reconciler) cordonBatch(ctx context.Context, q *queue, p *plan) (reconc
 			soon = append(soon, m)
 		}
 	}
-	return atOnce(soon, func(m *member) (reconcile.Result, error) {
+	return atOnce(len(soon), func(i int) (reconcile.Result, error) {
+		m := soon[i]
 		changed, err := cordon.Cordon(ctx, r.Client, m.node, m.drain)
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, nil
@@ -71,20 +72,19 @@ func (r *Reconciler) cordonBatch(ctx context.Context, q *queue, p *plan) (reconc
 // atOnceLimit bounds the API calls atOnce has in flight.
 const atOnceLimit = 16
 
-// atOnce runs f for every member at once (at most atOnceLimit at a time)
-// and returns their errors joined, or else the soonest requeue any asked
-// for.
-func atOnce(ms []*member, f func(*member) (reconcile.Result, error)) (reconcile.Result, error) {
-	results := make([]reconcile.Result, len(ms))
-	errs := make([]error, len(ms))
+// atOnce runs f(0) to f(n-1) at once (at most atOnceLimit at a time) and
+// returns their errors joined, or else the soonest requeue any asked for.
+func atOnce(n int, f func(i int) (reconcile.Result, error)) (reconcile.Result, error) {
+	results := make([]reconcile.Result, n)
+	errs := make([]error, n)
 	slots := make(chan struct{}, atOnceLimit)
 	var wg sync.WaitGroup
-	for i, m := range ms {
+	for i := range n {
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			results[i], errs[i] = f(m)
+			results[i], errs[i] = f(i)
 		}()
 	}
 	wg.Wait()
