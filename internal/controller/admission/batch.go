@@ -24,7 +24,8 @@ type batchKey struct {
 // declares, is not complete either: its drains wait for the window, as
 // drains without a batch do. An entry exists only while its requester
 // wants the drain.
-func completeBatches(ms []*member) map[types.UID]bool {
+// Each drain maps to its complete batch (the first, if it carries two).
+func completeBatches(ms []*member) map[types.UID]batchKey {
 	members := map[batchKey][]types.UID{}
 	sizes := map[batchKey]int32{}
 	mixed := map[batchKey]bool{}
@@ -41,14 +42,42 @@ func completeBatches(ms []*member) map[types.UID]bool {
 			members[k] = append(members[k], m.drain.UID)
 		}
 	}
-	out := map[types.UID]bool{}
+	out := map[types.UID]batchKey{}
 	for k, uids := range members {
 		if mixed[k] || len(uids) != int(sizes[k]) {
 			continue
 		}
 		for _, uid := range uids {
-			out[uid] = true
+			if old, ok := out[uid]; !ok || batchLess(k, old) {
+				out[uid] = k
+			}
 		}
 	}
 	return out
+}
+
+// batchLess orders batches, so that a drain of two complete batches is
+// given the same one whatever the order of a map.
+func batchLess(a, b batchKey) bool {
+	return a.requester < b.requester || (a.requester == b.requester && a.id < b.id)
+}
+
+// together splits the admissions, in order, into the runs written at once
+// (write): the drains of one complete batch that follow each other, which
+// one request asked for together, side by side; every other drain alone,
+// in its turn, so that a pass cut short (the controller killed) has
+// admitted the drains requested first.
+func together(order []types.UID, complete map[types.UID]batchKey) [][]types.UID {
+	var runs [][]types.UID
+	for i, uid := range order {
+		k, inBatch := complete[uid]
+		if i > 0 && inBatch {
+			if prev, ok := complete[order[i-1]]; ok && prev == k {
+				runs[len(runs)-1] = append(runs[len(runs)-1], uid)
+				continue
+			}
+		}
+		runs = append(runs, []types.UID{uid})
+	}
+	return runs
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestCompleteBatchesAreExactlyTheDeclaredSize(t *testing.T) {
 			complete := completeBatches(ms)
 			var got []string
 			for _, nd := range tc.drains {
-				if complete[nd.UID] {
+				if _, ok := complete[nd.UID]; ok {
 					got = append(got, nd.Name)
 				}
 			}
@@ -140,5 +141,37 @@ func TestOnlyDropsTheSkippedWhenAnUncordonedDrainAppears(t *testing.T) {
 	p := q.plan().only(q.waiting[:1]) // the cordoning pass knew a only
 	if len(p.order) != 0 || len(p.verdicts) != 0 {
 		t.Errorf("admitted %v with verdicts %v, want nothing decided this pass", p.order, p.verdicts)
+	}
+}
+
+// TestTogetherWritesABatchAtOnceAndOthersInTurn: the admissions of a
+// pass, in order, are written in runs: the drains of one complete batch
+// that follow each other in one run; a drain outside complete batches,
+// or of another batch, in a run of its own, so a pass cut short admitted
+// what was requested first.
+func TestTogetherWritesABatchAtOnceAndOthersInTurn(t *testing.T) {
+	b1, b2 := batchKey{requester: "cli:x", id: "1"}, batchKey{requester: "cli:y", id: "2"}
+	complete := map[types.UID]batchKey{"a1": b1, "a2": b1, "a3": b1, "b1": b2, "b2": b2}
+	for _, tc := range []struct {
+		name  string
+		order []types.UID
+		want  string
+	}{
+		{"no batch", []types.UID{"x", "y", "z"}, "[x] [y] [z]"},
+		{"one batch", []types.UID{"a1", "a2", "a3"}, "[a1 a2 a3]"},
+		{"a lone drain first", []types.UID{"x", "a1", "a2"}, "[x] [a1 a2]"},
+		{"two batches", []types.UID{"a1", "a2", "b1", "b2", "a3"}, "[a1 a2] [b1 b2] [a3]"},
+		{"a batch cut by a lone drain", []types.UID{"a1", "x", "a2"}, "[a1] [x] [a2]"},
+		{"none", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var runs []string
+			for _, run := range together(tc.order, complete) {
+				runs = append(runs, fmt.Sprint(run))
+			}
+			if got := strings.Join(runs, " "); got != tc.want {
+				t.Errorf("runs %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -43,6 +43,8 @@ type plan struct {
 	// skipped are the drains of complete batches that skip the batch
 	// window (batch.go).
 	skipped map[types.UID]bool
+	// complete are the drains of complete batches, by their batch.
+	complete map[types.UID]batchKey
 }
 
 func (p *plan) admits() bool { return len(p.order) > 0 }
@@ -102,17 +104,18 @@ func (q *queue) plan() *plan {
 	// its own: then it waits with it, as it would without its batch, and
 	// never takes a slot before a drain requested earlier.
 	complete, gathering := completeBatches(append(append([]*member(nil), q.admitted...), q.waiting...)), false
+	p.complete = complete
 	left := map[types.UID]time.Duration{}
 	for _, m := range eligible {
 		left[m.drain.UID] = min(newest.Add(adm.BatchWindow).Sub(q.now), requestTime(m.drain, q.now).Add(maxBatch*adm.BatchWindow).Sub(q.now))
-		if left[m.drain.UID] > 0 && !complete[m.drain.UID] {
+		if _, inBatch := complete[m.drain.UID]; left[m.drain.UID] > 0 && !inBatch {
 			gathering = true
 		}
 	}
 	var ready []*member
 	for _, m := range eligible {
 		left := left[m.drain.UID]
-		if left > 0 && complete[m.drain.UID] && !gathering {
+		if _, inBatch := complete[m.drain.UID]; left > 0 && inBatch && !gathering {
 			p.why[m.drain.UID] = "its batch complete: the batch window skipped"
 			p.skipped[m.drain.UID] = true
 			left = 0

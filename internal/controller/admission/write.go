@@ -27,35 +27,40 @@ import (
 // recounts the queue gauge from the status written (publishQueued).
 
 // write records the verdicts in the drains' status, admissions first and
-// in the planner's order, each under an optimistic lock: a drain that
-// changed meanwhile is decided again by the next pass.
+// in the planner's order (the drains of one complete batch at once,
+// together), each under an optimistic lock: a drain that changed
+// meanwhile is decided again by the next pass.
 func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p *plan) (reconcile.Result, error) {
 	byUID := map[types.UID]*member{}
 	for _, m := range q.waiting {
 		byUID[m.drain.UID] = m
 	}
-	order := append([]types.UID(nil), p.order...)
-	for _, m := range q.waiting {
-		if v, ok := p.verdicts[m.drain.UID]; ok && !v.Admit {
-			order = append(order, m.drain.UID)
-		}
-	}
 	res := reconcile.Result{}
-	for _, uid := range order {
-		m, v := byUID[uid], p.verdicts[uid]
-		written, err := r.record(ctx, q, m, v)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if !written && v.Admit {
-			res.RequeueAfter = requeue.ConflictRetry // decided again with what changed
-			continue
-		}
-		if written && v.Admit {
+	for _, run := range together(p.order, p.complete) {
+		again, err := atOnce(len(run), func(i int) (reconcile.Result, error) {
+			m, v := byUID[run[i]], p.verdicts[run[i]]
+			written, err := r.record(ctx, q, m, v)
+			if err != nil || !written {
+				return reconcile.Result{RequeueAfter: requeue.ConflictRetry}, err // decided again with what changed
+			}
 			waited := q.now.Sub(requestTime(m.drain, q.now))
 			metrics.Admissions.Inc()
 			metrics.QueueWait.Observe(waited.Seconds())
 			logger.Info("starting drain", "node", m.node.Name, "policy", q.describe(m, p), "queued", waited.Round(time.Millisecond))
+			return reconcile.Result{}, nil
+		})
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if again.RequeueAfter > 0 {
+			res.RequeueAfter = again.RequeueAfter
+		}
+	}
+	for _, m := range q.waiting {
+		if v, ok := p.verdicts[m.drain.UID]; ok && !v.Admit {
+			if _, err := r.record(ctx, q, m, v); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 	}
 	return res, nil
