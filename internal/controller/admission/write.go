@@ -28,7 +28,7 @@ import (
 
 // write records the verdicts in the drains' status, admissions first and
 // in the planner's order (the drains of one complete batch at once,
-// together), each under an optimistic lock: a drain that changed
+// together), then the waits at once, each under an optimistic lock: a drain that changed
 // meanwhile is decided again by the next pass.
 func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p *plan) (reconcile.Result, error) {
 	byUID := map[types.UID]*member{}
@@ -56,12 +56,20 @@ func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p 
 			res.RequeueAfter = again.RequeueAfter
 		}
 	}
+	// The waits at once: their order decides nothing (each carries its
+	// position), and a pass that writes them one after another makes the
+	// next pass, which may admit, wait for it.
+	var waits []*member
 	for _, m := range q.waiting {
 		if v, ok := p.verdicts[m.drain.UID]; ok && !v.Admit {
-			if _, err := r.record(ctx, q, m, v); err != nil {
-				return reconcile.Result{}, err
-			}
+			waits = append(waits, m)
 		}
+	}
+	if _, err := atOnce(len(waits), func(i int) (reconcile.Result, error) {
+		_, err := r.record(ctx, q, waits[i], p.verdicts[waits[i].drain.UID])
+		return reconcile.Result{}, err
+	}); err != nil {
+		return reconcile.Result{}, err
 	}
 	return res, nil
 }
