@@ -47,8 +47,9 @@ func (r *Reconciler) giveBack(ctx context.Context, q *queue, p *plan) (reconcile
 // cordonBatch cordons every waiting drain that may start soon (not held by
 // its schedule), so pods evicted by the drains admitted before it never
 // land on it, and so a batch is cordoned whole before any of it evicts.
-// The nodes are cordoned at once (atOnce): a batch of ten, one after
-// another, was most of the time from its request to its first eviction.
+// The nodes are cordoned at once (atOnce): a batch of ten cordoned one
+// after another took 0.6 of the 1.9 s from its request to its first
+// eviction on a loaded API server (docs/performance.md).
 func (r *Reconciler) cordonBatch(ctx context.Context, q *queue, p *plan) (reconcile.Result, error) {
 	var soon []*member
 	for _, m := range q.waiting {
