@@ -50,7 +50,7 @@ func main() {
 			opts.Webhook.ResponderPriority = p
 			return err
 		})
-	fs.IntVar(&opts.Controllers.EvictionWorkers, "eviction-workers", 20, "evictions in flight across all nodes")
+	fs.IntVar(&opts.Controllers.EvictionWorkers, "eviction-workers", eviction.DefaultWorkers, "evictions in flight across all nodes")
 	fs.IntVar(&opts.Controllers.DrainWorkers, "drain-workers", controller.DefaultDrainWorkers, "drains whose reconcile passes run at once")
 	fs.Float64Var(&opts.Controllers.EvictionQPS, "eviction-qps", eviction.DefaultQPS, "eviction calls per second, first attempts and retries alike")
 	fs.IntVar(&opts.Controllers.EvictionBurst, "eviction-burst", eviction.DefaultBurst, "burst of eviction calls")
