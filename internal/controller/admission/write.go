@@ -28,8 +28,8 @@ import (
 
 // write records the verdicts in the drains' status, admissions first and
 // in the planner's order (the drains of one complete batch at once,
-// together), then the waits at once, each under an optimistic lock: a drain that changed
-// meanwhile is decided again by the next pass.
+// together), then the waits at once, each under an optimistic lock: a
+// drain that changed meanwhile is decided again by the next pass.
 func (r *Reconciler) write(ctx context.Context, logger klog.Logger, q *queue, p *plan) (reconcile.Result, error) {
 	byUID := map[types.UID]*member{}
 	for _, m := range q.waiting {
