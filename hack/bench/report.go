@@ -28,6 +28,14 @@ const (
 	figPeakRSS        = "drainer peak RSS"
 )
 
+// label is the figure's name with its unit, as the tables print it.
+func (fg figure) label() string {
+	if fg.unit == "" {
+		return fg.name
+	}
+	return fg.name + " (" + fg.unit + ")"
+}
+
 var raceFigures = []figure{
 	{"wall time", "s", func(f figures) float64 { return f.wall }, 1},
 	{"pods emptied", "", func(f figures) float64 { return float64(f.podsEmptied) }, 0},
@@ -85,11 +93,7 @@ func printRow(out io.Writer, rs []driverResult) {
 	}
 	fmt.Fprintln(tw)
 	for _, fg := range figs {
-		name := fg.name
-		if fg.unit != "" {
-			name += " (" + fg.unit + ")"
-		}
-		fmt.Fprint(tw, name)
+		fmt.Fprint(tw, fg.label())
 		for _, r := range rs {
 			xs := make([]float64, len(r.runs))
 			for k, f := range r.runs {

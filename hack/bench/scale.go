@@ -377,11 +377,7 @@ func reportScale(out io.Writer, phases []scalePhase) {
 	phaseLine("controller CPU idle (% of a core)", 2, func(ph *scalePhase) float64 { return 100 * float64(ph.IdleCPU) })
 	phaseLine("node updates a second while idle", 1, func(ph *scalePhase) float64 { return float64(ph.IdleNodeUpdates) })
 	for _, fg := range raceFigures {
-		name := fg.name
-		if fg.unit != "" {
-			name += " (" + fg.unit + ")"
-		}
-		fmt.Fprint(tw, name)
+		fmt.Fprint(tw, fg.label())
 		for _, c := range cols {
 			v, ok := c.d.Figures[fg.name]
 			if !ok { // a results file without it
